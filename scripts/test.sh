@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The one test command: installs what it needs (as root, with apt), then runs formatting,
+# lints and every test, including the verbs provider inside the Soft-RoCE guest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(libibverbs-dev librdmacm-dev libclang-dev pkg-config iproute2)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "== installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "missing packages: ${missing[*]} (run as root to install them)" >&2
+    exit 1
+  fi
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --all-targets --all-features -- -D warnings
+echo "== cargo test (soft fabric)"
+cargo test --release --all-targets
+cargo test --release --doc

@@ -1,0 +1,2 @@
+//! The demo binary.
+fn main() {}

@@ -1,0 +1,580 @@
+//! The handles callers use: thin owners of provider objects that check arguments once, the
+//! same way for every provider, before delegating to it.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::error::{Error, Result};
+use super::memory::RegisteredBuffer;
+use super::provider::*;
+use super::types::*;
+
+/// An opened device: creates every other object. Cheap to clone.
+#[derive(Clone)]
+pub struct Fabric {
+    ops: Arc<dyn FabricOps>,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric").field("kind", &self.kind()).field("device", &self.device_name()).finish()
+    }
+}
+
+impl Fabric {
+    /// Wraps a provider's device (used by the providers' `open`).
+    pub(crate) fn from_ops(ops: Arc<dyn FabricOps>) -> Self {
+        Fabric { ops }
+    }
+    /// Which provider this is.
+    pub fn kind(&self) -> FabricKind {
+        self.ops.kind()
+    }
+    /// Name of the device.
+    pub fn device_name(&self) -> &str {
+        self.ops.device_name()
+    }
+    /// Limits of the device.
+    pub fn attributes(&self) -> &DeviceAttributes {
+        self.ops.attributes()
+    }
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
+        Ok(ProtectionDomain { ops: self.ops.alloc_pd()?, fabric: self.clone() })
+    }
+    /// Creates a completion queue of `depth` entries (with its completion channel).
+    pub fn create_cq(&self, depth: u32) -> Result<CompletionQueue> {
+        let max = self.attributes().max_cqe;
+        if depth == 0 || depth > max {
+            return Err(Error::invalid("create_cq", format!("depth {depth} is not in 1..={max}")));
+        }
+        Ok(CompletionQueue { ops: self.ops.create_cq(depth)? })
+    }
+    /// Creates a connection-manager event channel.
+    pub fn create_event_channel(&self) -> Result<EventChannel> {
+        Ok(EventChannel { ops: self.ops.create_event_channel()? })
+    }
+    /// Creates an unreliable-datagram endpoint for multicast.
+    pub fn create_ud(&self, pd: &ProtectionDomain, init: &UdInit) -> Result<UdEndpoint> {
+        if init.recv_depth == 0 || init.recv_depth > self.attributes().max_qp_wr {
+            return Err(Error::invalid("create_ud", format!("recv_depth {} is out of range", init.recv_depth)));
+        }
+        Ok(UdEndpoint { ops: self.ops.create_ud(&pd.ops, init)? })
+    }
+    /// The fault injector, on providers that have one (soft).
+    pub fn faults(&self) -> Option<FaultInjector> {
+        self.ops.faults().map(|ops| FaultInjector { ops })
+    }
+}
+
+/// A protection domain: memory regions and queue pairs of one domain work together.
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    ops: Arc<dyn PdOps>,
+    fabric: Fabric,
+}
+
+impl ProtectionDomain {
+    /// The device this domain belongs to.
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+    /// Allocates `len` zeroed bytes and registers them with `access`.
+    pub fn register(&self, len: usize, access: Access) -> Result<MemoryRegion> {
+        let max = self.fabric.attributes().max_mr_size;
+        if len as u64 > max {
+            return Err(Error::invalid("register memory", format!("{len} bytes exceeds the device limit of {max}")));
+        }
+        if access.contains(Access::REMOTE_WRITE) && !access.contains(Access::LOCAL_WRITE) {
+            return Err(Error::invalid("register memory", "REMOTE_WRITE requires LOCAL_WRITE"));
+        }
+        let buffer = Arc::new(RegisteredBuffer::new(len)?);
+        let ops = self.ops.register(buffer.clone(), access)?;
+        Ok(MemoryRegion { ops, buffer, access })
+    }
+    /// Creates a shared receive queue of `max_wr` receives.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
+        let attrs = self.fabric.attributes();
+        if attrs.max_srq_wr == 0 {
+            return Err(Error::invalid(
+                "create_srq",
+                format!("device {} has no shared receive queue", self.fabric.device_name()),
+            ));
+        }
+        if max_wr == 0 || max_wr > attrs.max_srq_wr || max_sge == 0 || max_sge > attrs.max_sge {
+            return Err(Error::invalid("create_srq", format!("max_wr {max_wr} / max_sge {max_sge} out of range")));
+        }
+        Ok(SharedReceiveQueue { ops: self.ops.create_srq(max_wr, max_sge)? })
+    }
+    /// The provider object (for providers).
+    pub(crate) fn ops(&self) -> &Arc<dyn PdOps> {
+        &self.ops
+    }
+}
+
+/// A registered memory region that owns its memory. Dropping it deregisters the region (its
+/// rkey stops working) and then frees the memory once no in-flight operation uses it.
+pub struct MemoryRegion {
+    // Declared first: deregistration happens before the buffer handle is released.
+    ops: Box<dyn MrOps>,
+    buffer: Arc<RegisteredBuffer>,
+    access: Access,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &self.addr())
+            .field("len", &self.len())
+            .field("lkey", &self.lkey())
+            .field("rkey", &self.rkey())
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// Virtual address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.buffer.addr()
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.buffer.len()
+    }
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.buffer.is_empty()
+    }
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.ops.lkey()
+    }
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        self.ops.rkey()
+    }
+    /// The access rights it was registered with.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+    /// What a peer needs to READ or WRITE the region from its first byte.
+    pub fn remote(&self) -> RemoteAddr {
+        RemoteAddr { addr: self.addr(), rkey: self.rkey() }
+    }
+    /// The memory, with atomic and copy accessors that are safe against the NIC.
+    pub fn buffer(&self) -> &RegisteredBuffer {
+        &self.buffer
+    }
+    /// A scatter/gather entry over `[offset, offset + len)` of this region.
+    pub fn sge(&self, offset: usize, len: usize) -> Sge<'_> {
+        Sge { mr: self, offset, len }
+    }
+    /// The shared memory handle (for providers: keeps memory alive during a transfer).
+    pub(crate) fn buffer_arc(&self) -> &Arc<RegisteredBuffer> {
+        &self.buffer
+    }
+    /// The provider object (for providers).
+    pub(crate) fn ops(&self) -> &dyn MrOps {
+        &*self.ops
+    }
+}
+
+fn check_sges(sges: &[Sge<'_>]) -> Result<()> {
+    for sge in sges {
+        sge.mr.buffer().check_range(sge.offset, sge.len)?;
+    }
+    Ok(())
+}
+
+/// A completion queue. Cheap to clone.
+#[derive(Clone)]
+pub struct CompletionQueue {
+    ops: Arc<dyn CqOps>,
+}
+
+impl CompletionQueue {
+    /// Moves up to `out.len()` completions into `out`; returns how many (0 when empty).
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        self.ops.poll(out)
+    }
+    /// Requests a notification for the next completion (`ibv_req_notify_cq`).
+    pub fn arm(&self) -> Result<()> {
+        self.ops.arm()
+    }
+    /// Waits up to `timeout` for the notification requested by [`arm`](Self::arm).
+    pub fn wait(&self, timeout: Duration) -> Result<bool> {
+        self.ops.wait(timeout)
+    }
+    /// The depth.
+    pub fn depth(&self) -> u32 {
+        self.ops.depth()
+    }
+    /// Polls; when empty, spins for up to `spin`, then arms and blocks on the completion
+    /// channel until a completion arrives or `timeout` (counted from the call) passes.
+    /// Returns the number of completions moved into `out` (0 on timeout).
+    pub fn poll_wait(&self, out: &mut [WorkCompletion], spin: Duration, timeout: Duration) -> Result<usize> {
+        let start = Instant::now();
+        loop {
+            let n = self.poll(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let elapsed = start.elapsed();
+            if elapsed >= timeout {
+                return Ok(0);
+            }
+            if elapsed < spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.arm()?;
+            let n = self.poll(out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.wait(timeout - elapsed)?;
+        }
+    }
+    /// The provider object (for providers).
+    pub(crate) fn ops(&self) -> &Arc<dyn CqOps> {
+        &self.ops
+    }
+}
+
+/// A receive queue shared by many queue pairs. Cheap to clone.
+#[derive(Clone)]
+pub struct SharedReceiveQueue {
+    ops: Arc<dyn SrqOps>,
+}
+
+impl SharedReceiveQueue {
+    /// Posts a receive into `sges`.
+    pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        check_sges(sges)?;
+        self.ops.post_recv(wr_id, sges)
+    }
+}
+
+/// How to create a queue pair.
+#[derive(Clone)]
+pub struct QpInit<'a> {
+    /// Protection domain of the memory it uses.
+    pub pd: &'a ProtectionDomain,
+    /// CQ of send-queue completions.
+    pub send_cq: &'a CompletionQueue,
+    /// CQ of receive completions.
+    pub recv_cq: &'a CompletionQueue,
+    /// A shared receive queue instead of its own.
+    pub srq: Option<&'a SharedReceiveQueue>,
+    /// Queue capacities.
+    pub caps: QpCaps,
+    /// RNR retries before a SEND fails (7 = infinite).
+    pub rnr_retry: u8,
+    /// Wait between RNR retries.
+    pub min_rnr_timer: Duration,
+}
+
+impl<'a> QpInit<'a> {
+    /// Defaults: one CQ for both queues, default capacities, 6 RNR retries 640 µs apart.
+    pub fn new(pd: &'a ProtectionDomain, cq: &'a CompletionQueue) -> Self {
+        QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            caps: QpCaps::default(),
+            rnr_retry: 6,
+            min_rnr_timer: Duration::from_micros(640),
+        }
+    }
+
+    fn to_ops(&self, verb: &'static str) -> Result<QpInitOps> {
+        let attrs = self.pd.fabric().attributes();
+        let c = &self.caps;
+        if c.max_send_wr == 0 || c.max_send_wr > attrs.max_qp_wr || c.max_recv_wr > attrs.max_qp_wr {
+            return Err(Error::invalid(
+                verb,
+                format!("queue depths {}/{} exceed the device limit {}", c.max_send_wr, c.max_recv_wr, attrs.max_qp_wr),
+            ));
+        }
+        if c.max_send_sge == 0 || c.max_send_sge > attrs.max_sge || c.max_recv_sge > attrs.max_sge {
+            return Err(Error::invalid(
+                verb,
+                format!("SGE counts {}/{} exceed the device limit {}", c.max_send_sge, c.max_recv_sge, attrs.max_sge),
+            ));
+        }
+        if self.rnr_retry > RNR_RETRY_INFINITE {
+            return Err(Error::invalid(verb, format!("rnr_retry {} is not in 0..=7", self.rnr_retry)));
+        }
+        Ok(QpInitOps {
+            pd: self.pd.ops().clone(),
+            send_cq: self.send_cq.ops().clone(),
+            recv_cq: self.recv_cq.ops().clone(),
+            srq: self.srq.map(|s| s.ops.clone()),
+            caps: self.caps,
+            rnr_retry: self.rnr_retry,
+            min_rnr_timer: self.min_rnr_timer,
+        })
+    }
+}
+
+/// A reliable-connected queue pair. Dropping it disconnects and destroys it.
+pub struct QueuePair {
+    ops: Box<dyn QpOps>,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair").field("qp_num", &self.qp_num()).field("peer", &self.peer_addr()).finish()
+    }
+}
+
+impl QueuePair {
+    /// The queue pair number (completions carry it).
+    pub fn qp_num(&self) -> u32 {
+        self.ops.qp_num()
+    }
+    /// The id CM events about this connection carry.
+    pub fn conn_id(&self) -> ConnId {
+        self.ops.conn_id()
+    }
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.ops.peer_addr()
+    }
+    /// The local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.ops.local_addr()
+    }
+    /// Posts a receive into `sges`.
+    pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        check_sges(sges)?;
+        self.ops.post_recv(wr_id, sges)
+    }
+    /// Posts a send-queue work request.
+    pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
+        check_sges(wr.sges)?;
+        self.ops.post_send(wr)
+    }
+    /// Disconnects; outstanding work requests are flushed. Idempotent.
+    pub fn disconnect(&self) -> Result<()> {
+        self.ops.disconnect()
+    }
+}
+
+/// A connection-manager event channel. Cheap to clone.
+#[derive(Clone)]
+pub struct EventChannel {
+    ops: Arc<dyn CmChannelOps>,
+}
+
+impl EventChannel {
+    /// Listens on `addr` (port 0 picks one); connect requests arrive on this channel.
+    pub fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<Listener> {
+        Ok(Listener { ops: self.ops.listen(addr, backlog)? })
+    }
+    /// Starts connecting to `addr` with `private_data` (at most 56 bytes). The queue pair is
+    /// returned at once; `Established`, `Rejected` or `Unreachable` follows on this channel.
+    pub fn connect(
+        &self,
+        addr: SocketAddr,
+        init: &QpInit<'_>,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<QueuePair> {
+        if private_data.len() > MAX_CONNECT_PRIVATE_DATA {
+            return Err(Error::PrivateDataTooLong {
+                what: "connect",
+                len: private_data.len(),
+                max: MAX_CONNECT_PRIVATE_DATA,
+            });
+        }
+        let init = init.to_ops("connect")?;
+        Ok(QueuePair { ops: self.ops.connect(addr, init, private_data, timeout)? })
+    }
+    /// Waits up to `timeout` for the next event.
+    pub fn get_event(&self, timeout: Duration) -> Result<Option<CmEvent>> {
+        Ok(self.ops.get_event(timeout)?.map(|e| match e {
+            CmEventOps::ConnectRequest(ops) => CmEvent::ConnectRequest(ConnectRequest { ops: Some(ops) }),
+            CmEventOps::Established { conn, private_data } => CmEvent::Established { conn, private_data },
+            CmEventOps::Rejected { conn, reason, private_data } => CmEvent::Rejected { conn, reason, private_data },
+            CmEventOps::Unreachable { conn, detail } => CmEvent::Unreachable { conn, detail },
+            CmEventOps::Disconnected { conn } => CmEvent::Disconnected { conn },
+        }))
+    }
+}
+
+/// A listening id; dropping it stops listening.
+pub struct Listener {
+    ops: Box<dyn ListenerOps>,
+}
+
+impl Listener {
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.ops.local_addr()
+    }
+}
+
+/// A connection-manager event.
+#[derive(Debug)]
+pub enum CmEvent {
+    /// A peer asks to connect: accept or reject it (dropping it rejects).
+    ConnectRequest(ConnectRequest),
+    /// The connection is up; on the active side it carries the accept's private data.
+    Established {
+        /// Which connection.
+        conn: ConnId,
+        /// The accept's private data (empty on the passive side).
+        private_data: Vec<u8>,
+    },
+    /// The peer rejected the request.
+    Rejected {
+        /// Which connection.
+        conn: ConnId,
+        /// Why.
+        reason: RejectReason,
+        /// The reject's private data.
+        private_data: Vec<u8>,
+    },
+    /// The peer could not be reached.
+    Unreachable {
+        /// Which connection.
+        conn: ConnId,
+        /// What failed.
+        detail: String,
+    },
+    /// The connection is gone.
+    Disconnected {
+        /// Which connection.
+        conn: ConnId,
+    },
+}
+
+/// An incoming connect request. Dropping it unanswered rejects it.
+pub struct ConnectRequest {
+    ops: Option<Box<dyn ConnRequestOps>>,
+}
+
+impl std::fmt::Debug for ConnectRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectRequest").field("conn", &self.conn_id()).field("peer", &self.peer_addr()).finish()
+    }
+}
+
+impl ConnectRequest {
+    fn inner(&self) -> &dyn ConnRequestOps {
+        self.ops.as_deref().expect("a ConnectRequest is answered only by consuming it")
+    }
+    /// The id later events about this connection carry.
+    pub fn conn_id(&self) -> ConnId {
+        self.inner().conn_id()
+    }
+    /// The requester's private data.
+    pub fn private_data(&self) -> &[u8] {
+        self.inner().private_data()
+    }
+    /// The requester's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.inner().peer_addr()
+    }
+    /// Creates the queue pair and accepts with `private_data` (at most 196 bytes).
+    pub fn accept(mut self, init: &QpInit<'_>, private_data: &[u8]) -> Result<QueuePair> {
+        if private_data.len() > MAX_ACCEPT_PRIVATE_DATA {
+            return Err(Error::PrivateDataTooLong {
+                what: "accept",
+                len: private_data.len(),
+                max: MAX_ACCEPT_PRIVATE_DATA,
+            });
+        }
+        let init = init.to_ops("accept")?;
+        let ops = self.ops.take().expect("unanswered");
+        Ok(QueuePair { ops: ops.accept(init, private_data)? })
+    }
+    /// Rejects with `private_data` (at most 148 bytes).
+    pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
+        if private_data.len() > MAX_REJECT_PRIVATE_DATA {
+            return Err(Error::PrivateDataTooLong {
+                what: "reject",
+                len: private_data.len(),
+                max: MAX_REJECT_PRIVATE_DATA,
+            });
+        }
+        self.ops.take().expect("unanswered").reject(private_data)
+    }
+}
+
+impl Drop for ConnectRequest {
+    fn drop(&mut self) {
+        if let Some(ops) = self.ops.take() {
+            if let Err(e) = ops.reject(&[]) {
+                tracing::debug!("rejecting a dropped connect request failed: {e}");
+            }
+        }
+    }
+}
+
+/// An unreliable-datagram endpoint for multicast announcements.
+pub struct UdEndpoint {
+    ops: Box<dyn UdOps>,
+}
+
+impl UdEndpoint {
+    /// Joins a multicast group.
+    pub fn join(&self, group: Ipv4Addr) -> Result<()> {
+        if !group.is_multicast() {
+            return Err(Error::invalid("join multicast", format!("{group} is not a multicast address")));
+        }
+        self.ops.join(group)
+    }
+    /// Leaves a multicast group.
+    pub fn leave(&self, group: Ipv4Addr) -> Result<()> {
+        self.ops.leave(group)
+    }
+    /// Sends `payload` to a group; larger than the MTU is an error.
+    pub fn send_to(&self, group: Ipv4Addr, payload: &[u8]) -> Result<()> {
+        self.check_mtu(payload)?;
+        self.ops.send_to(group, payload)
+    }
+    /// Sends `payload` to one endpoint by unicast; larger than the MTU is an error.
+    pub fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
+        self.check_mtu(payload)?;
+        self.ops.send_unicast(to, payload)
+    }
+    /// Waits up to `timeout` for a datagram.
+    pub fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
+        self.ops.recv(timeout)
+    }
+    /// The largest payload.
+    pub fn mtu(&self) -> usize {
+        self.ops.mtu()
+    }
+    /// Where unicast reaches this endpoint.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.ops.local_addr()
+    }
+    fn check_mtu(&self, payload: &[u8]) -> Result<()> {
+        if payload.len() > self.mtu() {
+            return Err(Error::PayloadTooLarge { len: payload.len(), mtu: self.mtu() });
+        }
+        Ok(())
+    }
+}
+
+/// Injects faults (soft provider only; tests).
+#[derive(Clone)]
+pub struct FaultInjector {
+    ops: Arc<dyn FaultOps>,
+}
+
+impl FaultInjector {
+    /// Sets the faults applied to datagrams received from now on.
+    pub fn set_ud_faults(&self, faults: UdFaults) {
+        self.ops.set_ud_faults(faults)
+    }
+    /// Cuts a connection's transport without a disconnect handshake.
+    pub fn cut(&self, conn: ConnId) -> Result<()> {
+        self.ops.cut(conn)
+    }
+}

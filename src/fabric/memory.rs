@@ -1,0 +1,222 @@
+//! Registered memory: a page-aligned allocation that the NIC (hardware, or the soft NIC thread)
+//! may read or write at any time while its owner also accesses it.
+//!
+//! Because another agent may access the bytes concurrently, the owner never holds plain
+//! references into it: copies in and out use relaxed atomic word accesses, control words are
+//! atomics, and providers hand raw pointers to the kernel or the device (which are outside the
+//! Rust memory model, like DMA). This module and the verbs provider are the only places with
+//! `unsafe`.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use super::error::{Error, Result};
+
+/// Alignment of every registered buffer (a page, as `ibv_reg_mr` users do).
+pub const BUFFER_ALIGN: usize = 4096;
+
+/// A zeroed, page-aligned allocation accessed only through atomics, volatile-equivalent copies
+/// and raw pointers. Shared between the owner and the NIC through `Arc`.
+pub struct RegisteredBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    layout: Layout,
+}
+
+// SAFETY: the buffer is a plain heap allocation owned by this struct; every access to its bytes
+// goes through atomic operations or raw pointers handed to the kernel/device, so sharing the
+// handle between threads cannot create data races in Rust code.
+unsafe impl Send for RegisteredBuffer {}
+// SAFETY: see `Send`: no method hands out references that alias concurrent writes.
+unsafe impl Sync for RegisteredBuffer {}
+
+impl std::fmt::Debug for RegisteredBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredBuffer").field("addr", &self.addr()).field("len", &self.len).finish()
+    }
+}
+
+impl RegisteredBuffer {
+    /// Allocates `len` zeroed bytes (at least one page is reserved, `len` may be 0).
+    pub fn new(len: usize) -> Result<Self> {
+        let size = len.max(1).div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
+        let layout = Layout::from_size_align(size, BUFFER_ALIGN)
+            .map_err(|e| Error::invalid("register memory", format!("{len} bytes: {e}")))?;
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw)
+            .ok_or_else(|| Error::os("register memory", None, std::io::Error::from(std::io::ErrorKind::OutOfMemory)))?;
+        Ok(RegisteredBuffer { ptr, len, layout })
+    }
+
+    /// Length in bytes as registered.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Virtual address of the first byte (the address remote peers use).
+    pub fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    /// Checks that `[offset, offset + len)` lies inside the buffer.
+    pub fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::LocalBounds { offset, len, region_len: self.len }),
+        }
+    }
+
+    /// Raw pointer to `offset` after a bounds check of `len` bytes, for providers that hand the
+    /// range to the kernel (send/recv) or to the device (`ibv_reg_mr`, SGEs).
+    pub fn raw_range(&self, offset: usize, len: usize) -> Result<*mut u8> {
+        self.check_range(offset, len)?;
+        // SAFETY: offset <= len <= allocation size, so the result stays inside the allocation.
+        Ok(unsafe { self.ptr.as_ptr().add(offset) })
+    }
+
+    /// The atomic byte at `offset` (bounds already checked by the caller).
+    fn byte(&self, offset: usize) -> &AtomicU8 {
+        debug_assert!(offset < self.layout.size());
+        // SAFETY: in bounds of the live allocation; AtomicU8 has the layout of u8 and all
+        // concurrent accesses from Rust are atomic.
+        unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU8) }
+    }
+
+    /// The atomic word at an 8-aligned offset (bounds already checked by the caller).
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset % 8 == 0 && offset + 8 <= self.layout.size());
+        // SAFETY: in bounds, 8-aligned (the base is page-aligned), and all concurrent accesses
+        // from Rust are atomic.
+        unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU64) }
+    }
+
+    /// The 64-bit atomic at `offset`, which must be 8-aligned and in bounds.
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64> {
+        self.check_range(offset, 8)?;
+        if offset % 8 != 0 {
+            return Err(Error::invalid("atomic_u64", format!("offset {offset} is not 8-aligned")));
+        }
+        Ok(self.word(offset))
+    }
+
+    /// The 32-bit atomic at `offset`, which must be 4-aligned and in bounds.
+    pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32> {
+        self.check_range(offset, 4)?;
+        if offset % 4 != 0 {
+            return Err(Error::invalid("atomic_u32", format!("offset {offset} is not 4-aligned")));
+        }
+        // SAFETY: in bounds, 4-aligned, accessed only atomically from Rust.
+        Ok(unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU32) })
+    }
+
+    /// Copies `src` into the buffer at `offset` with relaxed atomic stores (word-sized where
+    /// aligned). Publish the bytes to readers with a release store of a control word afterwards.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_range(offset, src.len())?;
+        let mut i = 0;
+        let head = ((8 - offset % 8) % 8).min(src.len());
+        while i < head {
+            self.byte(offset + i).store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+        while i + 8 <= src.len() {
+            let v = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
+            self.word(offset + i).store(v, Ordering::Relaxed);
+            i += 8;
+        }
+        while i < src.len() {
+            self.byte(offset + i).store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` into `dst` with relaxed atomic loads (word-sized where aligned).
+    /// Acquire a control word first to see bytes published with release.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range(offset, dst.len())?;
+        let mut i = 0;
+        let head = ((8 - offset % 8) % 8).min(dst.len());
+        while i < head {
+            dst[i] = self.byte(offset + i).load(Ordering::Relaxed);
+            i += 1;
+        }
+        while i + 8 <= dst.len() {
+            let v = self.word(offset + i).load(Ordering::Relaxed);
+            dst[i..i + 8].copy_from_slice(&v.to_ne_bytes());
+            i += 8;
+        }
+        while i < dst.len() {
+            dst[i] = self.byte(offset + i).load(Ordering::Relaxed);
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// Fills `[offset, offset + len)` with `value`.
+    pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
+        self.check_range(offset, len)?;
+        for i in 0..len {
+            self.byte(offset + i).store(value, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A shared slice over `[offset, offset + len)`, for zero-copy reading of data the NIC has
+    /// finished writing.
+    ///
+    /// # Safety
+    /// For as long as the slice lives, nothing may write the range: no posted work request
+    /// (receive, READ destination) targets it, the region grants no remote write, and no
+    /// owner thread writes it.
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        let ptr = self.raw_range(offset, len)?;
+        // SAFETY: in bounds of the live allocation; the caller guarantees no concurrent writer.
+        Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+}
+
+impl Drop for RegisteredBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout and freed exactly once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_roundtrip_at_unaligned_offsets() {
+        let buf = RegisteredBuffer::new(100).unwrap();
+        assert_eq!(buf.addr() % BUFFER_ALIGN as u64, 0);
+        for off in 0..9 {
+            let src: Vec<u8> = (0..37u8).map(|b| b.wrapping_mul(7).wrapping_add(off as u8)).collect();
+            buf.write(off, &src).unwrap();
+            let mut dst = vec![0u8; src.len()];
+            buf.read(off, &mut dst).unwrap();
+            assert_eq!(dst, src);
+        }
+    }
+
+    #[test]
+    fn out_of_bounds_is_refused() {
+        let buf = RegisteredBuffer::new(16).unwrap();
+        assert!(matches!(buf.write(10, &[0; 7]), Err(Error::LocalBounds { .. })));
+        assert!(matches!(buf.read(usize::MAX, &mut [0; 2]), Err(Error::LocalBounds { .. })));
+        assert!(buf.atomic_u64(9).is_err());
+        assert!(buf.atomic_u64(16).is_err());
+        buf.atomic_u64(8).unwrap().store(5, Ordering::Release);
+        let mut b = [0u8; 8];
+        buf.read(8, &mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 5);
+    }
+}

@@ -1,0 +1,134 @@
+//! The fabric: a verbs-shaped transport (devices, protection domains, memory regions,
+//! completion queues, reliable-connected queue pairs, a connection manager with private data,
+//! and unreliable-datagram multicast) behind one contract with two providers:
+//!
+//! - [`soft`]: verbs semantics in user space over TCP and UDP, with a NIC thread per opened
+//!   device that serves remote READs and WRITEs from registered memory;
+//! - `verbs` (cargo feature `verbs`): libibverbs and librdmacm.
+//!
+//! Callers use the handles re-exported here ([`Fabric`], [`ProtectionDomain`], ...). Each
+//! provider implements the traits of [`provider`]; the handles check arguments (private-data
+//! sizes, bounds, MTU) the same way for every provider.
+
+pub mod error;
+mod handles;
+pub mod memory;
+pub mod provider;
+pub mod soft;
+pub mod types;
+#[cfg(feature = "verbs")]
+pub mod verbs;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+pub use error::{Error, Result};
+pub use handles::*;
+pub use memory::RegisteredBuffer;
+pub use provider::{ConnId, SendRequest, Sge};
+pub use types::*;
+
+/// How to open a fabric.
+#[derive(Debug, Clone)]
+pub struct FabricConfig {
+    /// Which provider (auto picks verbs when a device exists, else soft).
+    pub kind: FabricKind,
+    /// A device name (`rxe0`); `None` picks the device behind `bind`.
+    pub device: Option<String>,
+    /// The local address the node binds to; it also selects the verbs device.
+    pub bind: IpAddr,
+    /// Settings of the soft provider.
+    pub soft: SoftOptions,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig {
+            kind: FabricKind::Auto,
+            device: None,
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            soft: SoftOptions::default(),
+        }
+    }
+}
+
+impl FabricConfig {
+    /// A configuration for `kind` with every other setting at its default.
+    pub fn new(kind: FabricKind) -> Self {
+        FabricConfig { kind, ..Default::default() }
+    }
+}
+
+/// Limits and tuning of the soft provider. The defaults match Soft-RoCE where it matters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SoftOptions {
+    /// UD path MTU (Soft-RoCE: 1024).
+    pub ud_mtu: usize,
+    /// Largest queue depth.
+    pub max_qp_wr: u32,
+    /// Largest completion queue.
+    pub max_cqe: u32,
+    /// Largest shared receive queue (0: none).
+    pub max_srq_wr: u32,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+    /// How long the NIC thread spins for work before it blocks.
+    pub nic_spin: Duration,
+}
+
+impl Default for SoftOptions {
+    fn default() -> Self {
+        SoftOptions {
+            ud_mtu: 1024,
+            max_qp_wr: 16384,
+            max_cqe: 1 << 20,
+            max_srq_wr: 16384,
+            max_mr_size: 1 << 32,
+            nic_spin: Duration::from_micros(50),
+        }
+    }
+}
+
+/// Opens a device of the configured provider. `Auto` picks verbs when the feature is built
+/// and a device exists, otherwise soft, and logs why.
+pub fn open(config: &FabricConfig) -> Result<Fabric> {
+    match config.kind {
+        FabricKind::Soft => soft::open(config),
+        FabricKind::Verbs => open_verbs(config),
+        FabricKind::Auto => match verbs_probe() {
+            Ok(devices) => {
+                tracing::info!("fabric auto: verbs devices {devices:?} found, using verbs");
+                open_verbs(config)
+            }
+            Err(why) => {
+                tracing::info!("fabric auto: using soft ({why})");
+                soft::open(config)
+            }
+        },
+    }
+}
+
+#[cfg(feature = "verbs")]
+fn open_verbs(config: &FabricConfig) -> Result<Fabric> {
+    verbs::open(config)
+}
+
+#[cfg(not(feature = "verbs"))]
+fn open_verbs(_config: &FabricConfig) -> Result<Fabric> {
+    Err(Error::ProviderUnavailable {
+        provider: "verbs",
+        hint: "rebuild with `--features verbs` (needs libibverbs-dev librdmacm-dev libclang-dev pkg-config)",
+    })
+}
+
+/// The verbs devices present, or why there are none.
+pub fn verbs_probe() -> std::result::Result<Vec<String>, String> {
+    #[cfg(feature = "verbs")]
+    {
+        verbs::probe()
+    }
+    #[cfg(not(feature = "verbs"))]
+    {
+        Err("this build has no verbs provider (cargo feature `verbs`)".into())
+    }
+}

@@ -1,0 +1,259 @@
+//! The traits a provider implements. Callers never see them: they use the handles of
+//! [`crate::fabric`], which validate arguments once for every provider and then delegate here.
+//!
+//! Objects keep what they depend on alive through `Arc`s (a queue pair holds its CQs, PD and
+//! event channel), so teardown always runs in the reverse order of creation, on error paths too.
+
+use std::any::Any;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::error::Result;
+use super::memory::RegisteredBuffer;
+use super::types::*;
+
+/// Downcasting support: a provider recovers its own concrete types from the handles it is given.
+pub trait AsAny: Any + Send + Sync {
+    /// `self` as `Any`, to downcast a borrowed handle.
+    fn as_any(&self) -> &dyn Any;
+    /// `self` as `Arc<dyn Any>`, to downcast a shared handle.
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+impl<T: Any + Send + Sync> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// An opened device: the root of every other object.
+pub trait FabricOps: AsAny {
+    /// Which provider this is.
+    fn kind(&self) -> FabricKind;
+    /// Name of the device (`soft0`, `rxe0`, `mlx5_0`, ...).
+    fn device_name(&self) -> &str;
+    /// Limits of the device.
+    fn attributes(&self) -> &DeviceAttributes;
+    /// Allocates a protection domain.
+    fn alloc_pd(&self) -> Result<Arc<dyn PdOps>>;
+    /// Creates a completion queue of `depth` entries with its completion channel.
+    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CqOps>>;
+    /// Creates a connection-manager event channel.
+    fn create_event_channel(&self) -> Result<Arc<dyn CmChannelOps>>;
+    /// Creates an unreliable-datagram endpoint for multicast.
+    fn create_ud(&self, pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>>;
+    /// Fault injection, where the provider supports it (soft only).
+    fn faults(&self) -> Option<Arc<dyn FaultOps>>;
+}
+
+/// A protection domain.
+pub trait PdOps: AsAny {
+    /// Registers `buffer` with `access`; the region is deregistered when the result drops.
+    fn register(&self, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<Box<dyn MrOps>>;
+    /// Creates a shared receive queue (fails when the device has none).
+    fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Arc<dyn SrqOps>>;
+}
+
+/// A registered memory region. Dropping it deregisters it: the rkey stops working at once.
+pub trait MrOps: AsAny {
+    /// The local key.
+    fn lkey(&self) -> u32;
+    /// The remote key.
+    fn rkey(&self) -> u32;
+}
+
+/// A completion queue with its completion channel.
+pub trait CqOps: AsAny {
+    /// Moves up to `out.len()` completions into `out`; returns how many.
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize>;
+    /// Requests a notification for the next completion (`ibv_req_notify_cq`).
+    fn arm(&self) -> Result<()>;
+    /// Waits up to `timeout` for a notification requested by `arm` and acknowledges it.
+    /// Returns whether one arrived.
+    fn wait(&self, timeout: Duration) -> Result<bool>;
+    /// The depth.
+    fn depth(&self) -> u32;
+}
+
+/// A shared receive queue.
+pub trait SrqOps: AsAny {
+    /// Posts a receive.
+    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()>;
+}
+
+/// A reliable-connected queue pair bound to a connection-manager id.
+pub trait QpOps: AsAny {
+    /// The queue pair number.
+    fn qp_num(&self) -> u32;
+    /// The connection id that CM events about this queue pair carry.
+    fn conn_id(&self) -> ConnId;
+    /// Address of the peer.
+    fn peer_addr(&self) -> SocketAddr;
+    /// Local address of the connection.
+    fn local_addr(&self) -> SocketAddr;
+    /// Posts a receive (fails when the queue pair uses a shared receive queue).
+    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()>;
+    /// Posts a send-queue work request.
+    fn post_send(&self, wr: &SendRequest<'_>) -> Result<()>;
+    /// Disconnects: outstanding work requests complete with `WorkRequestFlushed`, both sides
+    /// get a `Disconnected` event. Idempotent.
+    fn disconnect(&self) -> Result<()>;
+}
+
+/// A connection-manager event channel.
+pub trait CmChannelOps: AsAny {
+    /// Listens on `addr` (port 0 picks a free port).
+    fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<Box<dyn ListenerOps>>;
+    /// Resolves `addr`, creates the queue pair and sends a connect request. The outcome
+    /// (established, rejected, unreachable) arrives as an event with the queue pair's conn id.
+    fn connect(
+        &self,
+        addr: SocketAddr,
+        init: QpInitOps,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<Box<dyn QpOps>>;
+    /// Waits up to `timeout` for the next event.
+    fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOps>>;
+}
+
+/// A listening connection-manager id.
+pub trait ListenerOps: AsAny {
+    /// The bound address (with the port picked).
+    fn local_addr(&self) -> SocketAddr;
+}
+
+/// An incoming connect request, to accept or reject once.
+pub trait ConnRequestOps: AsAny {
+    /// The connection id that later events about this connection carry.
+    fn conn_id(&self) -> ConnId;
+    /// The requester's private data.
+    fn private_data(&self) -> &[u8];
+    /// The requester's address.
+    fn peer_addr(&self) -> SocketAddr;
+    /// Creates the queue pair and accepts with `private_data`.
+    fn accept(self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>>;
+    /// Rejects with `private_data`.
+    fn reject(self: Box<Self>, private_data: &[u8]) -> Result<()>;
+}
+
+/// An event of a provider's channel.
+pub enum CmEventOps {
+    /// A peer asks to connect.
+    ConnectRequest(Box<dyn ConnRequestOps>),
+    /// A connection is up (on both sides); carries the accept's private data on the active side.
+    Established {
+        /// Which connection.
+        conn: ConnId,
+        /// The accept's private data (active side), empty on the passive side.
+        private_data: Vec<u8>,
+    },
+    /// The peer rejected the connect request.
+    Rejected {
+        /// Which connection.
+        conn: ConnId,
+        /// Why.
+        reason: RejectReason,
+        /// The reject's private data.
+        private_data: Vec<u8>,
+    },
+    /// The peer could not be reached.
+    Unreachable {
+        /// Which connection.
+        conn: ConnId,
+        /// What failed.
+        detail: String,
+    },
+    /// The connection is gone (either side disconnected, or the transport failed).
+    Disconnected {
+        /// Which connection.
+        conn: ConnId,
+    },
+}
+
+/// An unreliable-datagram endpoint joined to multicast groups.
+pub trait UdOps: AsAny {
+    /// Joins `group`.
+    fn join(&self, group: Ipv4Addr) -> Result<()>;
+    /// Leaves `group`.
+    fn leave(&self, group: Ipv4Addr) -> Result<()>;
+    /// Sends `payload` (at most `mtu()` bytes, already checked) to `group`.
+    fn send_to(&self, group: Ipv4Addr, payload: &[u8]) -> Result<()>;
+    /// Sends `payload` to one endpoint by unicast (where multicast is unavailable).
+    fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()>;
+    /// Waits up to `timeout` for a datagram.
+    fn recv(&self, timeout: Duration) -> Result<Option<Datagram>>;
+    /// The largest payload.
+    fn mtu(&self) -> usize;
+    /// The endpoint's own address (where unicast reaches it).
+    fn local_addr(&self) -> SocketAddr;
+}
+
+/// Faults a provider can inject, for tests.
+pub trait FaultOps: Send + Sync {
+    /// Sets the faults applied to datagrams received from now on.
+    fn set_ud_faults(&self, faults: UdFaults);
+    /// Cuts the transport of the connection `conn` as a cable pull would: no disconnect
+    /// handshake; outstanding requests fail with `TransportRetryExceeded`.
+    fn cut(&self, conn: ConnId) -> Result<()>;
+}
+
+/// A scatter/gather entry: a range of a registered region.
+#[derive(Clone, Copy)]
+pub struct Sge<'a> {
+    /// The region.
+    pub mr: &'a super::MemoryRegion,
+    /// Offset in the region.
+    pub offset: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+impl std::fmt::Debug for Sge<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sge")
+            .field("lkey", &self.mr.lkey())
+            .field("offset", &self.offset)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// A send-queue work request.
+#[derive(Debug, Clone, Copy)]
+pub struct SendRequest<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// What to do.
+    pub op: SendOp,
+    /// Local memory: gathered for SEND/WRITE, scattered into for READ.
+    pub sges: &'a [Sge<'a>],
+    /// Whether a successful completion is generated (errors always are).
+    pub signaled: bool,
+}
+
+/// Identifies a connection in CM events.
+pub type ConnId = u64;
+
+/// What a provider needs to create a queue pair.
+#[derive(Clone)]
+pub struct QpInitOps {
+    /// Protection domain.
+    pub pd: Arc<dyn PdOps>,
+    /// CQ for send-queue completions.
+    pub send_cq: Arc<dyn CqOps>,
+    /// CQ for receive completions.
+    pub recv_cq: Arc<dyn CqOps>,
+    /// Shared receive queue, if any.
+    pub srq: Option<Arc<dyn SrqOps>>,
+    /// Queue capacities.
+    pub caps: QpCaps,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+    /// How long the responder asks the requester to wait before an RNR retry.
+    pub min_rnr_timer: Duration,
+}
