@@ -14,6 +14,7 @@ pub mod error;
 mod handles;
 pub mod memory;
 pub mod provider;
+mod read_buffer;
 pub mod soft;
 pub mod types;
 #[cfg(feature = "verbs")]
@@ -26,6 +27,7 @@ pub use error::{Error, Result};
 pub use handles::*;
 pub use memory::RegisteredBuffer;
 pub use provider::{ConnId, SendRequest, Sge};
+pub use read_buffer::ReadBuffer;
 pub use types::*;
 
 /// How to open a fabric.

@@ -1,0 +1,69 @@
+//! Errors of the public API: what went wrong, with enough context to act on it.
+
+use std::net::SocketAddr;
+
+use crate::fabric;
+use crate::protocol::{ProtocolError, RejectReason};
+
+/// Result alias of the public API.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error of a node, publisher or subscription.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The transport failed.
+    #[error("fabric: {0}")]
+    Fabric(#[from] fabric::Error),
+    /// Bytes from a peer did not decode.
+    #[error("protocol: {0}")]
+    Protocol(#[from] ProtocolError),
+    /// A blocking call ran out of time.
+    #[error("{what} timed out after {millis} ms")]
+    Timeout {
+        /// What was waited for.
+        what: &'static str,
+        /// How long.
+        millis: u64,
+    },
+    /// The topic name is not usable.
+    #[error("invalid topic name {topic:?}: {detail}")]
+    InvalidTopic {
+        /// The name given.
+        topic: String,
+        /// Why.
+        detail: &'static str,
+    },
+    /// This node already publishes the topic.
+    #[error("this node already publishes topic {topic:?}: share the Publisher (it is Send + Sync) or use another node")]
+    AlreadyPublishing {
+        /// The topic.
+        topic: String,
+    },
+    /// An option is out of range.
+    #[error("invalid option {option}: {detail}")]
+    InvalidOption {
+        /// Which option.
+        option: &'static str,
+        /// Why.
+        detail: String,
+    },
+    /// A publisher refused the subscription.
+    #[error("publisher at {peer} rejected the subscription: {reason:?} {detail}")]
+    Rejected {
+        /// The publisher's node.
+        peer: SocketAddr,
+        /// Why.
+        reason: RejectReason,
+        /// The publisher's explanation.
+        detail: String,
+    },
+    /// A message could not be serialized.
+    #[error("serializing a message failed: {0}")]
+    Encode(String),
+    /// A message could not be deserialized into the requested type.
+    #[error("deserializing a message failed: {0}")]
+    Decode(String),
+    /// The subscription has no publisher left and nothing more to deliver, or the node is closed.
+    #[error("closed: {0}")]
+    Closed(&'static str),
+}

@@ -1,0 +1,85 @@
+//! The node's connection-manager thread: answers connect requests for local publishers and
+//! routes every other connection event to the publisher or subscription that owns it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::fabric::{CmEvent, ConnId, Error as FabricError, Listener, RejectReason as CmRejectReason};
+
+use super::{publisher, NodeShared, Route, SLICE};
+
+/// A connection event delivered to a subscription.
+#[derive(Debug)]
+pub(crate) enum FeedEvent {
+    /// The publisher accepted; carries the accept's private data.
+    Established { conn: ConnId, private_data: Vec<u8> },
+    /// The publisher (or its host) refused.
+    Rejected { conn: ConnId, reason: CmRejectReason, private_data: Vec<u8> },
+    /// The publisher's node could not be reached.
+    Unreachable { conn: ConnId, detail: String },
+    /// The connection is gone.
+    Disconnected { conn: ConnId },
+}
+
+/// The thread body: runs until the node stops, then closes the listener.
+pub(crate) fn run(node: Arc<NodeShared>, listener: Listener) {
+    while !node.stop.load(Ordering::Acquire) {
+        match node.channel.get_event(SLICE) {
+            Ok(Some(event)) => dispatch(&node, event),
+            Ok(None) => {}
+            Err(FabricError::Closed) => break,
+            Err(e) => {
+                tracing::warn!(node = node.id, "CM event channel: {e}");
+                std::thread::sleep(SLICE);
+            }
+        }
+    }
+    drop(listener);
+}
+
+fn route(node: &NodeShared, conn: ConnId, remove: bool) -> Option<Route> {
+    let mut routes = node.routes.lock();
+    if remove {
+        routes.remove(&conn)
+    } else {
+        routes.get(&conn).cloned()
+    }
+}
+
+fn dispatch(node: &Arc<NodeShared>, event: CmEvent) {
+    match event {
+        CmEvent::ConnectRequest(req) => publisher::handle_connect_request(node, req),
+        CmEvent::Established { conn, private_data } => match route(node, conn, false) {
+            Some(Route::Feed(tx)) => {
+                let _ = tx.send(FeedEvent::Established { conn, private_data });
+            }
+            Some(Route::Subscriber(p)) => {
+                if let Some(p) = p.upgrade() {
+                    p.on_established(conn);
+                }
+            }
+            None => tracing::debug!(conn, "established event for an unknown connection"),
+        },
+        CmEvent::Rejected { conn, reason, private_data } => {
+            if let Some(Route::Feed(tx)) = route(node, conn, true) {
+                let _ = tx.send(FeedEvent::Rejected { conn, reason, private_data });
+            }
+        }
+        CmEvent::Unreachable { conn, detail } => {
+            if let Some(Route::Feed(tx)) = route(node, conn, true) {
+                let _ = tx.send(FeedEvent::Unreachable { conn, detail });
+            }
+        }
+        CmEvent::Disconnected { conn } => match route(node, conn, true) {
+            Some(Route::Feed(tx)) => {
+                let _ = tx.send(FeedEvent::Disconnected { conn });
+            }
+            Some(Route::Subscriber(p)) => {
+                if let Some(p) = p.upgrade() {
+                    p.on_disconnected(conn);
+                }
+            }
+            None => {}
+        },
+    }
+}

@@ -1,0 +1,221 @@
+//! The embedded broker: a [`Node`] opens the fabric, listens for subscribers, runs the
+//! connection-manager thread and creates publishers and subscriptions.
+//!
+//! Threads: one CM thread per node (accepts subscribers of local publishers, routes connection
+//! events to subscriptions). Data never passes through it: a publisher's thread writes its ring
+//! and handles acks inline; a subscription's thread posts READs and polls its own CQ.
+
+mod cm;
+mod publisher;
+mod subscription;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam::channel::Sender;
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::fabric::{self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, Listener, ProtectionDomain, SoftOptions};
+use crate::protocol::TopicId;
+
+pub use publisher::{Claim, Policy, Publisher, PublisherCounters, PublisherOptions};
+pub use subscription::{
+    Message, MessageRef, PublisherInfo, Start, Subscription, SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
+};
+
+/// Identifies a node (random at start).
+pub type NodeId = u64;
+
+/// Builds a [`Node`].
+#[derive(Debug, Clone)]
+pub struct NodeBuilder {
+    fabric: FabricConfig,
+    port: u16,
+}
+
+impl Default for NodeBuilder {
+    fn default() -> Self {
+        NodeBuilder { fabric: FabricConfig::default(), port: 0 }
+    }
+}
+
+impl NodeBuilder {
+    /// Chooses the fabric provider (default: auto).
+    pub fn fabric(mut self, kind: FabricKind) -> Self {
+        self.fabric.kind = kind;
+        self
+    }
+    /// Chooses the RDMA device by name (verbs).
+    pub fn device(mut self, name: impl Into<String>) -> Self {
+        self.fabric.device = Some(name.into());
+        self
+    }
+    /// The address subscribers connect to (default 127.0.0.1, port 0 = any free port).
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.fabric.bind = addr.ip();
+        self.port = addr.port();
+        self
+    }
+    /// Settings of the soft fabric.
+    pub fn soft_options(mut self, options: SoftOptions) -> Self {
+        self.fabric.soft = options;
+        self
+    }
+    /// Opens the fabric, starts listening and starts the CM thread.
+    pub fn build(self) -> Result<Node> {
+        let fabric = fabric::open(&self.fabric)?;
+        let pd = fabric.alloc_pd()?;
+        let channel = fabric.create_event_channel()?;
+        let listener = channel.listen(SocketAddr::new(self.fabric.bind, self.port), 128)?;
+        let addr = listener.local_addr();
+        let shared = Arc::new(NodeShared {
+            id: rand::random(),
+            epoch: epoch_now(),
+            addr,
+            fabric,
+            pd,
+            channel,
+            publishers: Mutex::new(HashMap::new()),
+            routes: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+            counters: NodeCounters::default(),
+        });
+        let thread_shared = shared.clone();
+        let cm = std::thread::Builder::new()
+            .name(format!("pubsub-cm-{}", addr.port()))
+            .spawn(move || cm::run(thread_shared, listener))
+            .map_err(|e| fabric::Error::os("spawn CM thread", None, e))?;
+        tracing::debug!(node = shared.id, %addr, fabric = %shared.fabric.kind(), "node started");
+        Ok(Node { shared, cm: Some(cm) })
+    }
+}
+
+/// An embedded pub/sub node: the entry point of the API.
+///
+/// Dropping the node stops its CM thread: it accepts no new subscribers and its subscriptions
+/// connect to no new publishers; publishers and subscriptions already created keep working
+/// until they are dropped.
+pub struct Node {
+    shared: Arc<NodeShared>,
+    cm: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("id", &self.shared.id).field("addr", &self.shared.addr).finish()
+    }
+}
+
+impl Node {
+    /// A builder with defaults: auto fabric, 127.0.0.1, any port.
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder::default()
+    }
+    /// The node's id.
+    pub fn id(&self) -> NodeId {
+        self.shared.id
+    }
+    /// The node's epoch (start time in microseconds; a restarted node has a larger one).
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch
+    }
+    /// Where subscribers connect to this node.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+    /// The fabric the node runs on.
+    pub fn fabric(&self) -> &Fabric {
+        &self.shared.fabric
+    }
+    /// The node's counters.
+    pub fn counters(&self) -> &NodeCounters {
+        &self.shared.counters
+    }
+    /// Creates the publisher of `topic` on this node, with default options.
+    pub fn publisher(&self, topic: &str) -> Result<Publisher> {
+        self.publisher_with(topic, PublisherOptions::default())
+    }
+    /// Creates the publisher of `topic` on this node.
+    pub fn publisher_with(&self, topic: &str, options: PublisherOptions) -> Result<Publisher> {
+        Publisher::create(self.shared.clone(), topic, options)
+    }
+    /// Creates a subscription to `topic` with default options; connect it to publishers with
+    /// [`Subscription::connect`].
+    pub fn subscribe(&self, topic: &str) -> Result<Subscription> {
+        self.subscribe_with(topic, SubscriptionOptions::default())
+    }
+    /// Creates a subscription to `topic`.
+    pub fn subscribe_with(&self, topic: &str, options: SubscriptionOptions) -> Result<Subscription> {
+        Subscription::create(self.shared.clone(), topic, options)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(cm) = self.cm.take() {
+            let _ = cm.join();
+        }
+    }
+}
+
+/// What the node's parts share.
+pub(crate) struct NodeShared {
+    pub(crate) id: NodeId,
+    pub(crate) epoch: u64,
+    pub(crate) addr: SocketAddr,
+    pub(crate) fabric: Fabric,
+    pub(crate) pd: ProtectionDomain,
+    pub(crate) channel: EventChannel,
+    /// Local publishers by topic, for incoming connect requests.
+    pub(crate) publishers: Mutex<HashMap<TopicId, Weak<publisher::PublisherShared>>>,
+    /// Where events of each connection go.
+    pub(crate) routes: Mutex<HashMap<ConnId, Route>>,
+    pub(crate) stop: AtomicBool,
+    pub(crate) counters: NodeCounters,
+}
+
+/// Counters of a node, readable while it runs.
+#[derive(Debug, Default)]
+pub struct NodeCounters {
+    /// Connect requests refused (bad private data, unknown topic, limits).
+    pub rejected_connects: AtomicU64,
+}
+
+/// The owner of a connection, for routing its CM events.
+#[derive(Clone)]
+pub(crate) enum Route {
+    /// A subscriber connected to a local publisher.
+    Subscriber(Weak<publisher::PublisherShared>),
+    /// A local subscription's connection to a publisher.
+    Feed(Sender<cm::FeedEvent>),
+}
+
+/// Validates a topic name.
+pub(crate) fn check_topic(topic: &str) -> Result<()> {
+    let detail = if topic.is_empty() {
+        "it is empty"
+    } else if topic.len() > 200 {
+        "it is longer than 200 bytes"
+    } else if topic.chars().any(|c| c.is_control()) {
+        "it contains control characters"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidTopic { topic: topic.chars().take(64).collect(), detail })
+}
+
+fn epoch_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1).max(1)
+}
+
+/// The default bind address of a node: loopback.
+pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// How long blocking internals wait per slice before they re-check for shutdown.
+pub(crate) const SLICE: Duration = Duration::from_millis(20);

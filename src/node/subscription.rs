@@ -1,0 +1,905 @@
+//! The subscribing side of a topic: one feed per publisher connection, each pulling its
+//! publisher's ring with batched RDMA READs into a local READ buffer, validating and
+//! reassembling records, acknowledging consumption with coalesced SENDs (the publisher's
+//! credits), and parking on a doorbell when the topic is idle.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{self, Receiver, Sender};
+use serde::de::DeserializeOwned;
+use slab::Slab;
+
+use crate::error::{Error, Result};
+use crate::fabric::{
+    Access, CompletionQueue, ConnId, MemoryRegion, QpCaps, QpInit, QueuePair, ReadBuffer, RejectReason as CmReject,
+    RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
+};
+use crate::protocol::{
+    self, AcceptData, ConnectData, FromPublisher, FromSubscriber, PolicyKind, RejectData, RejectReason, StartFrom,
+    TopicId,
+};
+use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, ReaderConfig, RingReader, StartPoint, Stop};
+
+use super::cm::FeedEvent;
+use super::{check_topic, NodeShared, Route, SLICE};
+
+/// Where a new subscription starts in each publisher's stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Start {
+    /// Only messages published after the subscription connects.
+    #[default]
+    Latest,
+    /// Every message the publisher still retains.
+    Earliest,
+}
+
+/// Options of a subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionOptions {
+    /// Where to start.
+    pub start: Start,
+    /// Bytes one READ brings at most (default 256 KiB).
+    pub batch: usize,
+    /// Never park: keep READing while idle (lowest latency, one busy core).
+    pub busy_poll: bool,
+    /// How long empty READs continue before the subscription asks for a doorbell and parks.
+    pub spin: Duration,
+    /// Largest message reassembled (default 64 MiB); larger ones break the feed.
+    pub max_message_len: u64,
+}
+
+impl Default for SubscriptionOptions {
+    fn default() -> Self {
+        SubscriptionOptions {
+            start: Start::Latest,
+            batch: 256 * 1024,
+            busy_poll: false,
+            spin: Duration::from_micros(200),
+            max_message_len: 64 << 20,
+        }
+    }
+}
+
+/// Who published a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublisherInfo {
+    /// The publisher's id (stable for a node and topic).
+    pub id: u64,
+    /// Its node's epoch: a restarted node has a larger one.
+    pub epoch: u64,
+    /// Its node's address.
+    pub addr: SocketAddr,
+    /// Its slow-subscriber policy.
+    pub policy: PolicyKind,
+}
+
+/// A delivered message (owned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Who published it.
+    pub publisher: PublisherInfo,
+    /// Its sequence number in that publisher's stream (1, 2, ...).
+    pub seq: u64,
+    /// The payload.
+    pub data: Vec<u8>,
+}
+
+/// A delivered message borrowed from the subscription's READ buffer (zero copy). Valid until
+/// the next call on the subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    /// Who published it.
+    pub publisher: PublisherInfo,
+    /// Its sequence number in that publisher's stream.
+    pub seq: u64,
+    /// The payload.
+    pub data: &'a [u8],
+}
+
+/// Something that happened to a subscription's connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubscriptionEvent {
+    /// Connected to a publisher.
+    Connected(PublisherInfo),
+    /// The publisher overran this subscription (Overwrite policy): `count` messages were lost
+    /// just before the next one delivered from it.
+    Lost {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// How many messages.
+        count: u64,
+    },
+    /// The publisher closed its stream; `complete` tells whether everything up to `final_seq`
+    /// was delivered.
+    Ended {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// Its last sequence number.
+        final_seq: u64,
+        /// Whether nothing was missed.
+        complete: bool,
+    },
+    /// The publisher dropped this subscription (DropSlow policy), saying why.
+    Dropped {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// Its reason.
+        reason: String,
+    },
+    /// The connection broke (the publisher's node died or the network failed).
+    Disconnected {
+        /// The publisher's node.
+        addr: SocketAddr,
+        /// The publisher, when the connection had been established.
+        publisher: Option<PublisherInfo>,
+    },
+    /// A publisher's node refused the subscription.
+    Rejected {
+        /// The node.
+        addr: SocketAddr,
+        /// Why.
+        reason: RejectReason,
+        /// Its explanation.
+        detail: String,
+    },
+    /// A publisher's node could not be reached.
+    Unreachable {
+        /// The node.
+        addr: SocketAddr,
+        /// What failed.
+        detail: String,
+    },
+}
+
+/// Counters of a subscription.
+#[derive(Debug, Default)]
+pub struct SubscriptionCounters {
+    /// Messages delivered.
+    pub delivered: AtomicU64,
+    /// Payload bytes delivered.
+    pub bytes: AtomicU64,
+    /// READs issued.
+    pub reads: AtomicU64,
+    /// READs that brought nothing new.
+    pub empty_reads: AtomicU64,
+    /// Records re-read because a READ raced a write.
+    pub torn: AtomicU64,
+    /// Messages lost to overruns.
+    pub lost: AtomicU64,
+    /// Acks sent.
+    pub acks: AtomicU64,
+    /// Doorbells requested.
+    pub doorbell_requests: AtomicU64,
+    /// Doorbells received.
+    pub doorbells: AtomicU64,
+}
+
+const KIND_READ: u64 = 1;
+const KIND_ACK: u64 = 2;
+const KIND_DOORBELL_REQ: u64 = 3;
+const KIND_RECV: u64 = 4;
+
+/// Control slots per feed: [ack send, doorbell-request send, receives...].
+const RECV_SLOTS: usize = 4;
+const SLOT: usize = 64;
+const CTRL_LEN: usize = (2 + RECV_SLOTS) * SLOT;
+/// Longest a parked feed waits before READing anyway (guards against a lost wake-up).
+const PARK_RECHECK: Duration = Duration::from_millis(100);
+
+fn wr_id(key: usize, gen: u32, kind: u64, slot: usize) -> u64 {
+    ((key as u64) << 40) | ((gen as u64 & 0xffff) << 24) | (kind << 16) | slot as u64
+}
+
+fn split_wr_id(id: u64) -> (usize, u32, u64, usize) {
+    ((id >> 40) as usize, ((id >> 24) & 0xffff) as u32, (id >> 16) & 0xff, (id & 0xffff) as usize)
+}
+
+/// A parsed message waiting for delivery.
+enum Payload {
+    /// In the feed's READ buffer.
+    Slice { offset: usize, len: usize },
+    /// Reassembled from fragments.
+    Owned(Vec<u8>),
+}
+
+struct Ready {
+    seq: u64,
+    payload: Payload,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// READing.
+    Active,
+    /// A doorbell was requested; the READ that follows it decides whether to park.
+    Requested,
+    /// Waiting for the doorbell.
+    Parked { since: Instant },
+}
+
+/// A connection to one publisher.
+struct Feed {
+    qp: QueuePair,
+    conn: ConnId,
+    addr: SocketAddr,
+    gen: u32,
+    ctrl: MemoryRegion,
+    active: Option<Box<ActiveFeed>>,
+    /// No more READs: closed, waiting for its ready messages to be delivered.
+    closed: bool,
+}
+
+struct ActiveFeed {
+    info: PublisherInfo,
+    reader: RingReader,
+    landing: ReadBuffer,
+    ring: RemoteAddr,
+    capacity: u64,
+    /// The READ in flight.
+    plan: Option<ReadPlan>,
+    ready: VecDeque<Ready>,
+    acked: u64,
+    ack_in_flight: bool,
+    doorbell_req_in_flight: bool,
+    idle: Idle,
+    empty_since: Option<Instant>,
+    /// The publisher announced the end of its stream at this position.
+    end: Option<(u64, u64)>,
+}
+
+/// A subscription to one topic: receives the messages of every publisher it is connected to,
+/// in order per publisher.
+pub struct Subscription {
+    node: Arc<NodeShared>,
+    topic: String,
+    topic_id: TopicId,
+    options: SubscriptionOptions,
+    cq: CompletionQueue,
+    feeds: Slab<Feed>,
+    by_conn: HashMap<ConnId, usize>,
+    next_gen: u32,
+    events_tx: Sender<FeedEvent>,
+    events_rx: Receiver<FeedEvent>,
+    user_events: VecDeque<SubscriptionEvent>,
+    cursor: usize,
+    ever_connected: bool,
+    /// Holds a reassembled message lent by `recv_ref`.
+    stash: Vec<u8>,
+    counters: Arc<SubscriptionCounters>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").field("topic", &self.topic).field("feeds", &self.feeds.len()).finish()
+    }
+}
+
+impl Subscription {
+    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: SubscriptionOptions) -> Result<Subscription> {
+        check_topic(topic)?;
+        if options.batch < 4096 || options.batch > 64 << 20 {
+            return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
+        }
+        let depth = 4096.min(node.fabric.attributes().max_cqe);
+        let cq = node.fabric.create_cq(depth)?;
+        let (events_tx, events_rx) = channel::unbounded();
+        Ok(Subscription {
+            topic: topic.to_owned(),
+            topic_id: protocol::topic_id(topic),
+            node,
+            options,
+            cq,
+            feeds: Slab::new(),
+            by_conn: HashMap::new(),
+            next_gen: 1,
+            events_tx,
+            events_rx,
+            user_events: VecDeque::new(),
+            cursor: 0,
+            ever_connected: false,
+            stash: Vec::new(),
+            counters: Arc::new(SubscriptionCounters::default()),
+        })
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &SubscriptionCounters {
+        &self.counters
+    }
+
+    /// Publishers currently connected.
+    pub fn publishers(&self) -> Vec<PublisherInfo> {
+        self.feeds.iter().filter(|(_, f)| !f.closed).filter_map(|(_, f)| f.active.as_ref().map(|a| a.info)).collect()
+    }
+
+    /// Starts connecting to the publisher of this topic on the node at `addr`. The outcome
+    /// arrives as a [`SubscriptionEvent`] (see [`try_event`](Self::try_event)) while receiving,
+    /// or wait for it with [`wait_connected`](Self::wait_connected).
+    pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
+        if self.feeds.len() >= 1 << 16 {
+            return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
+        }
+        let data = ConnectData {
+            topic: self.topic_id,
+            start: match self.options.start {
+                Start::Latest => StartFrom::Latest,
+                Start::Earliest => StartFrom::Earliest,
+            },
+            accepts: protocol::ALL_POLICIES,
+            node_id: self.node.id,
+            wants_doorbells: !self.options.busy_poll,
+        }
+        .encode()?;
+        let ctrl = self.node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
+        let init = QpInit {
+            pd: &self.node.pd,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            srq: None,
+            caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
+            rnr_retry: RNR_RETRY_INFINITE,
+            min_rnr_timer: Duration::from_micros(640),
+        };
+        let key = self.feeds.vacant_key();
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1);
+        // Hold the routes while connecting so the CM thread cannot see the outcome first.
+        let mut routes = self.node.routes.lock();
+        let qp = self.node.channel.connect(addr, &init, &data, Duration::from_secs(5))?;
+        let conn = qp.conn_id();
+        routes.insert(conn, Route::Feed(self.events_tx.clone()));
+        drop(routes);
+        for slot in 0..RECV_SLOTS {
+            let offset = (2 + slot) * SLOT;
+            qp.post_recv(wr_id(key, gen, KIND_RECV, slot), &[ctrl.sge(offset, SLOT)])?;
+        }
+        self.by_conn.insert(conn, key);
+        self.feeds.insert(Feed { qp, conn, addr, gen, ctrl, active: None, closed: false });
+        Ok(())
+    }
+
+    /// Connects to `addr` and waits until the publisher accepted or refused.
+    pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
+        self.connect(addr)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.drain_feed_events();
+            if let Some(pos) = self.user_events.iter().position(|e| match e {
+                SubscriptionEvent::Connected(info) => info.addr == addr,
+                SubscriptionEvent::Rejected { addr: a, .. } | SubscriptionEvent::Unreachable { addr: a, .. } => *a == addr,
+                SubscriptionEvent::Disconnected { addr: a, .. } => *a == addr,
+                _ => false,
+            }) {
+                let event = self.user_events.remove(pos).expect("position is valid");
+                return match event {
+                    SubscriptionEvent::Connected(info) => {
+                        self.user_events.push_back(SubscriptionEvent::Connected(info));
+                        Ok(info)
+                    }
+                    SubscriptionEvent::Rejected { addr, reason, detail } => Err(Error::Rejected { peer: addr, reason, detail }),
+                    SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Fabric(crate::fabric::Error::invalid(
+                        "connect",
+                        format!("{addr} is unreachable: {detail}"),
+                    ))),
+                    _ => Err(Error::Closed("the connection closed while it was being set up")),
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout { what: "connect", millis: timeout.as_millis() as u64 });
+            }
+            if let Ok(ev) = self.events_rx.recv_timeout(left.min(SLICE)) {
+                self.on_feed_event(ev);
+            }
+        }
+    }
+
+    /// The next event about this subscription's connections, if any.
+    pub fn try_event(&mut self) -> Option<SubscriptionEvent> {
+        self.drain_feed_events();
+        self.user_events.pop_front()
+    }
+
+    /// Waits for the next message (until every publisher has gone: then [`Error::Closed`]).
+    pub fn recv(&mut self) -> Result<Message> {
+        loop {
+            if let Some(m) = self.recv_timeout(Duration::from_secs(3600))? {
+                return Ok(m);
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the next message; `None` on timeout.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Message>> {
+        let deadline = Instant::now() + timeout;
+        Ok(self.next_ready(Some(deadline))?.map(|key| self.take_owned(key)))
+    }
+
+    /// Returns a message that has already arrived, making progress without blocking.
+    pub fn try_recv(&mut self) -> Result<Option<Message>> {
+        Ok(self.next_ready(None)?.map(|key| self.take_owned(key)))
+    }
+
+    /// Waits up to `timeout` for the next message and lends it without copying: the payload
+    /// stays in the READ buffer it arrived in (reassembled messages in a buffer of the
+    /// subscription) until the next call.
+    pub fn recv_ref(&mut self, timeout: Duration) -> Result<Option<MessageRef<'_>>> {
+        let deadline = Instant::now() + timeout;
+        let Some(key) = self.next_ready(Some(deadline))? else { return Ok(None) };
+        let Subscription { feeds, stash, counters, .. } = self;
+        let feed = feeds[key].active.as_mut().expect("a ready feed is active");
+        let ready = feed.ready.pop_front().expect("a ready feed has a message");
+        let data: &[u8] = match ready.payload {
+            Payload::Slice { offset, len } => &feed.landing.bytes()[offset..offset + len],
+            Payload::Owned(v) => {
+                *stash = v;
+                stash
+            }
+        };
+        counters.delivered.fetch_add(1, Ordering::Relaxed);
+        counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(Some(MessageRef { publisher: feed.info, seq: ready.seq, data }))
+    }
+
+    /// Waits up to `timeout` for the next message and deserializes it (bincode 2, serde).
+    pub fn recv_value<T: DeserializeOwned>(&mut self, timeout: Duration) -> Result<Option<(T, Message)>> {
+        let Some(m) = self.recv_timeout(timeout)? else { return Ok(None) };
+        let (value, _) = bincode::serde::decode_from_slice(&m.data, bincode::config::standard())
+            .map_err(|e| Error::Decode(e.to_string()))?;
+        Ok(Some((value, m)))
+    }
+
+    /// An iterator over messages; it ends when the subscription closes or fails.
+    pub fn iter(&mut self) -> impl Iterator<Item = Message> + '_ {
+        std::iter::from_fn(move || self.recv().ok())
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut routes = self.node.routes.lock();
+        for (_, feed) in self.feeds.iter() {
+            routes.remove(&feed.conn);
+        }
+    }
+}
+
+/// The machinery: connection events, READs, completions, acks, doorbells.
+impl Subscription {
+    fn take_owned(&mut self, key: usize) -> Message {
+        let feed = self.feeds[key].active.as_mut().expect("a ready feed is active");
+        let ready = feed.ready.pop_front().expect("a ready feed has a message");
+        let data = match ready.payload {
+            Payload::Slice { offset, len } => feed.landing.bytes()[offset..offset + len].to_vec(),
+            Payload::Owned(v) => v,
+        };
+        self.counters.delivered.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        Message { publisher: feed.info, seq: ready.seq, data }
+    }
+
+    /// Runs the feeds until one has a message ready and returns its key; `None` when the
+    /// deadline passes (with no deadline: after one pass that does not block).
+    fn next_ready(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
+        let mut wcs = [WorkCompletion::default(); 64];
+        loop {
+            self.drain_feed_events();
+            self.reap_closed();
+            if let Some(key) = self.pick_ready() {
+                return Ok(Some(key));
+            }
+            if self.ever_connected && self.feeds.is_empty() {
+                return Err(Error::Closed("every publisher of this subscription has gone"));
+            }
+            self.housekeeping();
+            let n = self.cq.poll(&mut wcs)?;
+            if n > 0 {
+                self.handle_completions(&wcs[..n]);
+                continue;
+            }
+            let Some(deadline) = deadline else { return Ok(None) };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let wait = deadline.saturating_duration_since(now).min(SLICE);
+            let any_active = self.feeds.iter().any(|(_, f)| f.active.is_some() && !f.closed);
+            if !any_active {
+                if let Ok(ev) = self.events_rx.recv_timeout(wait) {
+                    self.on_feed_event(ev);
+                }
+                continue;
+            }
+            let reading = self.feeds.iter().any(|(_, f)| f.active.as_ref().is_some_and(|a| a.plan.is_some()));
+            let spin = if reading || self.options.busy_poll { Duration::from_micros(30) } else { Duration::ZERO };
+            let wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
+            let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
+            self.handle_completions(&wcs[..n]);
+        }
+    }
+
+    fn pick_ready(&mut self) -> Option<usize> {
+        let n = self.feeds.capacity();
+        for i in 0..n {
+            let key = (self.cursor + i) % n.max(1);
+            if let Some(feed) = self.feeds.get(key) {
+                if feed.active.as_ref().is_some_and(|a| !a.ready.is_empty()) {
+                    self.cursor = key + 1;
+                    return Some(key);
+                }
+            }
+        }
+        None
+    }
+
+    fn drain_feed_events(&mut self) {
+        while let Ok(ev) = self.events_rx.try_recv() {
+            self.on_feed_event(ev);
+        }
+    }
+
+    fn on_feed_event(&mut self, ev: FeedEvent) {
+        match ev {
+            FeedEvent::Established { conn, private_data } => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                match self.activate(key, &private_data) {
+                    Ok(info) => {
+                        self.ever_connected = true;
+                        self.user_events.push_back(SubscriptionEvent::Connected(info));
+                    }
+                    Err(e) => {
+                        let addr = self.feeds[key].addr;
+                        tracing::warn!(topic = %self.topic, %addr, "unusable accept from publisher: {e}");
+                        self.user_events.push_back(SubscriptionEvent::Rejected {
+                            addr,
+                            reason: RejectReason::Malformed,
+                            detail: format!("the publisher's accept data is unusable: {e}"),
+                        });
+                        self.remove_feed(key);
+                    }
+                }
+            }
+            FeedEvent::Rejected { conn, reason, private_data } => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                let addr = self.feeds[key].addr;
+                let event = match (reason, RejectData::decode(&private_data)) {
+                    (_, Ok(r)) => SubscriptionEvent::Rejected { addr, reason: r.reason, detail: r.detail },
+                    (CmReject::NoListener, Err(_)) => {
+                        SubscriptionEvent::Unreachable { addr, detail: "no node listens at that address".into() }
+                    }
+                    (other, Err(e)) => SubscriptionEvent::Rejected {
+                        addr,
+                        reason: RejectReason::Malformed,
+                        detail: format!("rejected ({other:?}) without a readable reason: {e}"),
+                    },
+                };
+                self.user_events.push_back(event);
+                self.remove_feed(key);
+            }
+            FeedEvent::Unreachable { conn, detail } => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                let addr = self.feeds[key].addr;
+                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail });
+                self.remove_feed(key);
+            }
+            FeedEvent::Disconnected { conn } => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                let feed = &mut self.feeds[key];
+                if feed.closed {
+                    return;
+                }
+                let event = match &feed.active {
+                    Some(a) => match a.end {
+                        Some((final_seq, _)) => {
+                            SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: false }
+                        }
+                        None => SubscriptionEvent::Disconnected { addr: feed.addr, publisher: Some(a.info) },
+                    },
+                    None => SubscriptionEvent::Disconnected { addr: feed.addr, publisher: None },
+                };
+                self.user_events.push_back(event);
+                self.close_feed(key);
+            }
+        }
+    }
+
+    /// Sets up reading of the publisher's ring from its accept data.
+    fn activate(&mut self, key: usize, private_data: &[u8]) -> Result<PublisherInfo> {
+        let accept = AcceptData::decode(private_data)?;
+        let reader = RingReader::new(ReaderConfig {
+            capacity: accept.capacity as usize,
+            max_record_payload: accept.max_record_payload as usize,
+            epoch: accept.epoch,
+            start: StartPoint { position: accept.start_position, seq: accept.start_seq, first_seq: accept.first_seq },
+            max_message_len: self.options.max_message_len,
+        })
+        .map_err(|e| Error::Protocol(protocol::ProtocolError::Invalid(e.to_string())))?;
+        let landing_len = self
+            .options
+            .batch
+            .max(accept.max_record_payload as usize + crate::ring::HEADER_LEN)
+            .max(crate::ring::CONTROL_READ_LEN);
+        let landing = ReadBuffer::new(&self.node.pd, landing_len)?;
+        let feed = &mut self.feeds[key];
+        let info = PublisherInfo { id: accept.publisher_id, epoch: accept.epoch, addr: feed.addr, policy: accept.policy };
+        feed.active = Some(Box::new(ActiveFeed {
+            info,
+            reader,
+            landing,
+            ring: accept.ring,
+            capacity: accept.capacity,
+            plan: None,
+            ready: VecDeque::new(),
+            acked: accept.start_position,
+            ack_in_flight: false,
+            doorbell_req_in_flight: false,
+            idle: Idle::Active,
+            empty_since: None,
+            end: None,
+        }));
+        Ok(info)
+    }
+
+    /// Stops READing a feed; it is removed once its ready messages are delivered.
+    fn close_feed(&mut self, key: usize) {
+        if let Some(feed) = self.feeds.get_mut(key) {
+            feed.closed = true;
+            let _ = feed.qp.disconnect();
+        }
+    }
+
+    fn remove_feed(&mut self, key: usize) {
+        if self.feeds.contains(key) {
+            let feed = self.feeds.remove(key);
+            self.by_conn.remove(&feed.conn);
+            self.node.routes.lock().remove(&feed.conn);
+        }
+    }
+
+    fn reap_closed(&mut self) {
+        let done: Vec<usize> = self
+            .feeds
+            .iter()
+            .filter(|(_, f)| {
+                f.closed && f.active.as_ref().is_none_or(|a| a.ready.is_empty() && !a.landing.in_flight())
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for key in done {
+            self.remove_feed(key);
+        }
+    }
+
+    /// Posts the READs, acks and doorbell requests each feed needs now.
+    fn housekeeping(&mut self) {
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        for (key, feed) in self.feeds.iter_mut() {
+            if feed.closed {
+                continue;
+            }
+            let Some(a) = feed.active.as_deref_mut() else { continue };
+            let idle = a.empty_since.is_some() || a.idle != Idle::Active;
+            if !a.ack_in_flight {
+                let consumed = a.reader.consumed_position();
+                if consumed > a.acked && (idle || consumed - a.acked >= a.capacity / 4) {
+                    if let Err(e) = send_ack(feed.gen, key, &feed.qp, &feed.ctrl, a) {
+                        failed.push((key, e));
+                        continue;
+                    }
+                    self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if a.plan.is_some() || !a.ready.is_empty() || a.landing.in_flight() {
+                continue;
+            }
+            if let Idle::Parked { since } = a.idle {
+                if now.duration_since(since) < PARK_RECHECK {
+                    continue;
+                }
+                a.idle = Idle::Requested;
+            }
+            let plan = if a.reader.needs_control() { ReadPlan::control() } else { a.reader.next_read(self.options.batch) };
+            let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
+            match a.landing.post_read(&feed.qp, wr_id(key, feed.gen, KIND_READ, 0), remote, plan.len) {
+                Ok(()) => {
+                    a.plan = Some(plan);
+                    self.counters.reads.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => failed.push((key, e.into())),
+            }
+        }
+        for (key, e) in failed {
+            self.fail_feed(key, e);
+        }
+    }
+
+    fn fail_feed(&mut self, key: usize, e: Error) {
+        let Some(feed) = self.feeds.get(key) else { return };
+        if feed.closed {
+            return;
+        }
+        tracing::warn!(topic = %self.topic, addr = %feed.addr, "feed failed: {e}");
+        let publisher = feed.active.as_ref().map(|a| a.info);
+        self.user_events.push_back(SubscriptionEvent::Disconnected { addr: feed.addr, publisher });
+        self.close_feed(key);
+    }
+
+    fn handle_completions(&mut self, wcs: &[WorkCompletion]) {
+        for wc in wcs {
+            let (key, gen, kind, slot) = split_wr_id(wc.wr_id);
+            let Some(feed) = self.feeds.get_mut(key) else { continue };
+            if feed.gen & 0xffff != gen {
+                continue;
+            }
+            match kind {
+                KIND_READ => {
+                    let Some(a) = feed.active.as_deref_mut() else { continue };
+                    let plan = a.plan.take();
+                    if wc.status != WcStatus::Success {
+                        a.landing.complete(None);
+                        let e = crate::fabric::Error::invalid("RDMA READ", format!("completed with {:?}", wc.status));
+                        self.fail_feed(key, e.into());
+                        continue;
+                    }
+                    a.landing.complete(plan.map(|p| p.len));
+                    if let Some(plan) = plan {
+                        if let Err(e) = self.on_read(key, plan) {
+                            self.fail_feed(key, e);
+                        }
+                    }
+                }
+                KIND_ACK => {
+                    if let Some(a) = feed.active.as_deref_mut() {
+                        a.ack_in_flight = false;
+                    }
+                }
+                KIND_DOORBELL_REQ => {
+                    if let Some(a) = feed.active.as_deref_mut() {
+                        a.doorbell_req_in_flight = false;
+                    }
+                }
+                KIND_RECV if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv => {
+                    self.on_control(key, slot, wc.byte_len as usize);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A READ completed: validate and queue what it brought.
+    fn on_read(&mut self, key: usize, plan: ReadPlan) -> Result<()> {
+        let feed = &mut self.feeds[key];
+        let a = feed.active.as_deref_mut().expect("a READ completes on an active feed");
+        if plan == ReadPlan::control() && a.reader.needs_control() {
+            let snapshot = ControlSnapshot::decode(a.landing.bytes())
+                .map_err(|e| Error::Protocol(protocol::ProtocolError::Invalid(e.to_string())))?;
+            match a.reader.apply_control(&snapshot) {
+                Ok(ControlOutcome::Resync { .. }) | Ok(ControlOutcome::NoOverrun) => {}
+                Err(e) => return Err(Error::Protocol(protocol::ProtocolError::Invalid(e.to_string()))),
+            }
+            return Ok(());
+        }
+        let bytes = a.landing.bytes();
+        let base = bytes.as_ptr() as usize;
+        let end = base + bytes.len();
+        let ready = &mut a.ready;
+        let parsed = a
+            .reader
+            .parse(bytes, plan.position, |seq, payload| {
+                let p = payload.as_ptr() as usize;
+                let payload = if p >= base && p + payload.len() <= end {
+                    Payload::Slice { offset: p - base, len: payload.len() }
+                } else {
+                    Payload::Owned(payload.to_vec())
+                };
+                ready.push_back(Ready { seq, payload });
+            })
+            .map_err(|e| Error::Protocol(protocol::ProtocolError::Invalid(e.to_string())))?;
+        if parsed.lost > 0 {
+            self.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
+            self.user_events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });
+        }
+        if parsed.stop == Stop::Torn {
+            self.counters.torn.fetch_add(1, Ordering::Relaxed);
+        }
+        if parsed.consumed == 0 && parsed.stop == Stop::NotYetWritten {
+            self.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
+            let now = Instant::now();
+            match a.idle {
+                Idle::Active => {
+                    let since = *a.empty_since.get_or_insert(now);
+                    if !self.options.busy_poll && now.duration_since(since) >= self.options.spin {
+                        request_doorbell(feed.gen, key, &feed.qp, &feed.ctrl, a)?;
+                        self.counters.doorbell_requests.fetch_add(1, Ordering::Relaxed);
+                        a.idle = Idle::Requested;
+                    }
+                }
+                Idle::Requested | Idle::Parked { .. } => a.idle = Idle::Parked { since: now },
+            }
+        } else {
+            a.empty_since = None;
+            a.idle = Idle::Active;
+        }
+        if let Some((final_seq, tail)) = a.end {
+            if a.reader.consumed_position() >= tail {
+                self.user_events.push_back(SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: true });
+                self.close_feed(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// A control message from the publisher arrived in receive slot `slot`.
+    fn on_control(&mut self, key: usize, slot: usize, len: usize) {
+        let feed = &mut self.feeds[key];
+        let offset = (2 + slot) * SLOT;
+        let mut bytes = [0u8; SLOT];
+        let len = len.min(SLOT);
+        let decoded = feed.ctrl.buffer().read(offset, &mut bytes[..len]).map_err(Error::from).and_then(|_| {
+            FromPublisher::decode(&bytes[..len]).map_err(Error::from)
+        });
+        if !feed.closed {
+            if let Err(e) = feed.qp.post_recv(wr_id(key, feed.gen, KIND_RECV, slot), &[feed.ctrl.sge(offset, SLOT)]) {
+                tracing::debug!("reposting a receive: {e}");
+            }
+        }
+        let Some(a) = feed.active.as_deref_mut() else { return };
+        match decoded {
+            Ok(FromPublisher::Doorbell { .. }) => {
+                self.counters.doorbells.fetch_add(1, Ordering::Relaxed);
+                a.idle = Idle::Active;
+                a.empty_since = None;
+            }
+            Ok(FromPublisher::Dropped { reason }) => {
+                self.user_events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason });
+                self.close_feed(key);
+            }
+            Ok(FromPublisher::EndOfStream { final_seq, tail }) => {
+                a.end = Some((final_seq, tail));
+                a.idle = Idle::Active;
+                if a.reader.consumed_position() >= tail {
+                    self.user_events.push_back(SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: true });
+                    self.close_feed(key);
+                }
+            }
+            Err(e) => tracing::debug!(topic = %self.topic, "undecodable control message from the publisher: {e}"),
+        }
+    }
+}
+
+fn post_control(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, kind: u64, slot: usize, msg: &FromSubscriber) -> Result<()> {
+    let bytes = msg.encode()?;
+    let offset = slot * SLOT;
+    ctrl.buffer().write(offset, &bytes)?;
+    let sge = [ctrl.sge(offset, bytes.len())];
+    qp.post_send(&SendRequest { wr_id: wr_id(key, gen, kind, slot), op: SendOp::Send, sges: &sge, signaled: true })?;
+    Ok(())
+}
+
+fn send_ack(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut ActiveFeed) -> Result<()> {
+    let position = a.reader.consumed_position();
+    post_control(gen, key, qp, ctrl, KIND_ACK, 0, &FromSubscriber::Ack { position, seq: a.reader.next_seq() })?;
+    a.ack_in_flight = true;
+    a.acked = position;
+    Ok(())
+}
+
+fn request_doorbell(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut ActiveFeed) -> Result<()> {
+    if a.doorbell_req_in_flight {
+        return Ok(());
+    }
+    let position = a.reader.consumed_position();
+    post_control(gen, key, qp, ctrl, KIND_DOORBELL_REQ, 1, &FromSubscriber::DoorbellRequest { armed: true, position })?;
+    a.doorbell_req_in_flight = true;
+    Ok(())
+}

@@ -1,0 +1,450 @@
+//! End-to-end publish/subscribe on the soft fabric over loopback: delivery guarantees of each
+//! slow-subscriber policy, late joins, several publishers, stream end, fragmentation, rejects.
+//!
+//! Every wait is bounded; payloads are a deterministic function of (sequence, size) so a
+//! subscriber checks each byte without the publisher keeping copies.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rdma_pubsub::fabric::{self, CmEvent, FabricConfig, FabricKind, QpInit};
+use rdma_pubsub::protocol::{self, ConnectData, RejectData, RejectReason, StartFrom};
+use rdma_pubsub::{Error, Message, Node, Policy, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn node() -> Node {
+    Node::builder().fabric(FabricKind::Soft).build().expect("soft node")
+}
+
+/// xorshift64*: the payload and size generator.
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// The payload of message `seq` with `len` bytes.
+fn payload(seq: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len + 8);
+    let mut x = mix(seq.wrapping_add(0x9e37_79b9_7f4a_7c15));
+    while v.len() < len {
+        x = mix(x);
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Checks a delivered message against what its sequence implies.
+fn check(m: &Message, size_of: impl Fn(u64) -> usize) {
+    let len = size_of(m.seq);
+    assert_eq!(m.data.len(), len, "length of message {}", m.seq);
+    assert!(m.data == payload(m.seq, len), "content of message {}", m.seq);
+}
+
+/// The mixed size distribution: most under 1 KiB, some up to 64 KiB, a few of 4 MiB.
+fn mixed_size(seq: u64) -> usize {
+    let r = mix(seq ^ 0x5151);
+    if seq % 25_000 == 7 {
+        4 << 20
+    } else if r % 1000 < 11 {
+        1024 + (r >> 20) as usize % (63 * 1024)
+    } else {
+        (r >> 32) as usize % 1024
+    }
+}
+
+fn recv_until(sub: &mut rdma_pubsub::Subscription, deadline: Instant) -> Message {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(!left.is_zero(), "timed out waiting for a message");
+        if let Some(m) = sub.recv_timeout(left).expect("recv") {
+            return m;
+        }
+    }
+}
+
+fn subscribe(sub_node: &Node, topic: &str, start: Start, addr: SocketAddr) -> rdma_pubsub::Subscription {
+    let mut sub = sub_node
+        .subscribe_with(topic, SubscriptionOptions { start, ..Default::default() })
+        .expect("subscription");
+    sub.connect_wait(addr, WAIT).expect("connected");
+    sub
+}
+
+fn wait_subscribers(p: &rdma_pubsub::Publisher, n: usize) {
+    let deadline = Instant::now() + WAIT;
+    while p.subscriber_count() < n {
+        assert!(Instant::now() < deadline, "subscribers did not arrive");
+        thread::yield_now();
+    }
+}
+
+#[test]
+fn block_delivers_a_million_mixed_messages_exactly_once_in_order_to_four_subscribers() {
+    const COUNT: u64 = 1_000_000;
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node
+        .publisher_with("bulk", PublisherOptions { policy: Policy::Block { timeout: WAIT }, ..Default::default() })
+        .unwrap();
+    let subs: Vec<_> = (0..4).map(|_| subscribe(&sub_node, "bulk", Start::Latest, pub_node.local_addr())).collect();
+    wait_subscribers(&publisher, 4);
+    let readers: Vec<_> = subs
+        .into_iter()
+        .map(|mut sub| {
+            thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(600);
+                let mut bytes = 0u64;
+                for expected in 1..=COUNT {
+                    let m = recv_until(&mut sub, deadline);
+                    assert_eq!(m.seq, expected, "in order, nothing lost or repeated");
+                    check(&m, mixed_size);
+                    bytes += m.data.len() as u64;
+                }
+                assert!(sub.try_recv().unwrap().is_none(), "nothing beyond the last message");
+                bytes
+            })
+        })
+        .collect();
+    let mut total = 0u64;
+    for seq in 1..=COUNT {
+        let len = mixed_size(seq);
+        total += len as u64;
+        assert_eq!(publisher.publish(&payload(seq, len)).unwrap(), seq);
+    }
+    assert!(total > 900 << 20, "about 1 GiB in all ({total} bytes)");
+    for r in readers {
+        assert_eq!(r.join().expect("reader thread"), total);
+    }
+}
+
+#[test]
+fn overwrite_reports_exact_lost_counts() {
+    const COUNT: u64 = 20_000;
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node
+        .publisher_with(
+            "lossy",
+            PublisherOptions { policy: Policy::Overwrite, ring_capacity: 64 * 1024, ..Default::default() },
+        )
+        .unwrap();
+    let mut sub = subscribe(&sub_node, "lossy", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let size = |seq: u64| 16 + (seq % 200) as usize;
+    // The subscriber reads nothing while the publisher laps the ring many times.
+    for seq in 1..=COUNT {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    let (mut delivered, mut lost, mut last) = (0u64, 0u64, 0u64);
+    while last < COUNT {
+        let m = recv_until(&mut sub, deadline);
+        let mut lost_before = 0;
+        while let Some(ev) = sub.try_event() {
+            if let SubscriptionEvent::Lost { count, .. } = ev {
+                lost_before += count;
+            }
+        }
+        assert_eq!(m.seq, last + 1 + lost_before, "the lost count accounts exactly for the gap");
+        check(&m, size);
+        lost += lost_before;
+        delivered += 1;
+        last = m.seq;
+    }
+    assert!(lost > 0, "the ring was overrun");
+    assert_eq!(delivered + lost, COUNT);
+    assert_eq!(sub.counters().lost.load(Ordering::Relaxed), lost);
+}
+
+#[test]
+fn drop_slow_disconnects_the_slow_subscriber_and_keeps_the_fast_one() {
+    const COUNT: u64 = 5_000;
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node
+        .publisher_with(
+            "dropslow",
+            PublisherOptions {
+                policy: Policy::DropSlow { grace: Duration::from_millis(50) },
+                ring_capacity: 64 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut fast = subscribe(&sub_node, "dropslow", Start::Latest, pub_node.local_addr());
+    let mut slow = subscribe(&sub_node, "dropslow", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 2);
+    let size = |_| 100;
+    let fast_reader = thread::spawn(move || {
+        let deadline = Instant::now() + WAIT;
+        for expected in 1..=COUNT {
+            let m = recv_until(&mut fast, deadline);
+            assert_eq!(m.seq, expected);
+            check(&m, size);
+        }
+    });
+    for seq in 1..=COUNT {
+        publisher.publish(&payload(seq, 100)).unwrap();
+    }
+    fast_reader.join().expect("the fast subscriber got everything");
+    assert_eq!(publisher.subscriber_count(), 1, "the slow one was dropped");
+    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 1);
+    // The slow subscriber learns why, after the messages it had room for.
+    let deadline = Instant::now() + WAIT;
+    let reason = loop {
+        assert!(Instant::now() < deadline, "the slow subscriber was not told");
+        match slow.recv_timeout(Duration::from_millis(50)) {
+            Ok(Some(m)) => check(&m, size),
+            Ok(None) | Err(Error::Closed(_)) => {}
+            Err(e) => panic!("unexpected error {e}"),
+        }
+        if let Some(SubscriptionEvent::Dropped { reason, .. }) =
+            std::iter::from_fn(|| slow.try_event()).find(|e| matches!(e, SubscriptionEvent::Dropped { .. }))
+        {
+            break reason;
+        }
+    };
+    assert!(reason.contains("behind"), "reason: {reason}");
+}
+
+#[test]
+fn late_join_from_latest_and_from_earliest() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher("late").unwrap();
+    let size = |seq: u64| seq as usize * 10;
+    for seq in 1..=10 {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    let mut earliest = subscribe(&sub_node, "late", Start::Earliest, pub_node.local_addr());
+    let mut latest = subscribe(&sub_node, "late", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 2);
+    for seq in 11..=20 {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    for expected in 1..=20 {
+        let m = recv_until(&mut earliest, deadline);
+        assert_eq!(m.seq, expected);
+        check(&m, size);
+    }
+    for expected in 11..=20 {
+        let m = recv_until(&mut latest, deadline);
+        assert_eq!(m.seq, expected, "latest starts after what was published before it joined");
+        check(&m, size);
+    }
+}
+
+#[test]
+fn two_publishers_on_one_topic_are_merged_in_order_per_publisher() {
+    let a = node();
+    let b = node();
+    let sub_node = node();
+    let pa = a.publisher("shared").unwrap();
+    let pb = b.publisher("shared").unwrap();
+    let mut sub = sub_node.subscribe("shared").unwrap();
+    let ia = sub.connect_wait(a.local_addr(), WAIT).unwrap();
+    let ib = sub.connect_wait(b.local_addr(), WAIT).unwrap();
+    assert_ne!(ia.id, ib.id);
+    wait_subscribers(&pa, 1);
+    wait_subscribers(&pb, 1);
+    for seq in 1..=500u64 {
+        pa.publish(&payload(seq, 64)).unwrap();
+        pb.publish(&payload(seq, 32)).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    let (mut next_a, mut next_b) = (1, 1);
+    while next_a <= 500 || next_b <= 500 {
+        let m = recv_until(&mut sub, deadline);
+        if m.publisher.id == ia.id {
+            assert_eq!(m.seq, next_a);
+            check(&m, |_| 64);
+            next_a += 1;
+        } else {
+            assert_eq!(m.publisher.id, ib.id);
+            assert_eq!(m.seq, next_b);
+            check(&m, |_| 32);
+            next_b += 1;
+        }
+    }
+}
+
+#[test]
+fn a_dropped_publisher_ends_the_stream_after_its_last_message() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher("ending").unwrap();
+    let mut sub = subscribe(&sub_node, "ending", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let reader = thread::spawn(move || {
+        let deadline = Instant::now() + WAIT;
+        let mut got = Vec::new();
+        loop {
+            assert!(Instant::now() < deadline, "the stream did not end");
+            match sub.recv_timeout(Duration::from_millis(100)) {
+                Ok(Some(m)) => got.push(m.seq),
+                Ok(None) => {}
+                Err(Error::Closed(_)) => break,
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        stop2.store(true, Ordering::Release);
+        let events: Vec<_> = std::iter::from_fn(|| sub.try_event()).collect();
+        (got, events)
+    });
+    for seq in 1..=100 {
+        publisher.publish(&payload(seq, 256)).unwrap();
+    }
+    drop(publisher);
+    let (got, events) = reader.join().unwrap();
+    assert!(stop.load(Ordering::Acquire));
+    assert_eq!(got, (1..=100).collect::<Vec<_>>());
+    assert!(
+        events.iter().any(|e| matches!(e, SubscriptionEvent::Ended { final_seq: 100, complete: true, .. })),
+        "events: {events:?}"
+    );
+}
+
+#[test]
+fn a_sixteen_mib_message_passes_through_a_one_mib_ring() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher_with("huge", PublisherOptions { ring_capacity: 1 << 20, ..Default::default() }).unwrap();
+    let mut sub = subscribe(&sub_node, "huge", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let size = |seq: u64| if seq == 2 { 16 << 20 } else { 1000 };
+    let reader = thread::spawn(move || {
+        let deadline = Instant::now() + WAIT;
+        for expected in 1..=3 {
+            let m = recv_until(&mut sub, deadline);
+            assert_eq!(m.seq, expected);
+            check(&m, size);
+        }
+    });
+    for seq in 1..=3 {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    reader.join().unwrap();
+}
+
+#[test]
+fn sixty_four_subscribers_on_one_publisher() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher("wide").unwrap();
+    let mut subs: Vec<_> = (0..64).map(|_| subscribe(&sub_node, "wide", Start::Latest, pub_node.local_addr())).collect();
+    wait_subscribers(&publisher, 64);
+    for seq in 1..=200 {
+        publisher.publish(&payload(seq, 128)).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    for sub in &mut subs {
+        for expected in 1..=200 {
+            let m = recv_until(sub, deadline);
+            assert_eq!(m.seq, expected);
+            check(&m, |_| 128);
+        }
+    }
+}
+
+#[test]
+fn block_times_out_when_a_subscriber_does_not_read() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node
+        .publisher_with(
+            "stuck",
+            PublisherOptions {
+                policy: Policy::Block { timeout: Duration::from_millis(200) },
+                ring_capacity: 64 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let _sub = subscribe(&sub_node, "stuck", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let mut published = 0;
+    let err = loop {
+        match publisher.publish(&[7u8; 1000]) {
+            Ok(_) => published += 1,
+            Err(e) => break e,
+        }
+        assert!(published < 1000, "the ring should fill");
+    };
+    assert!(matches!(err, Error::Timeout { .. }), "error: {err}");
+    assert!(published >= 60, "a whole ring was published first ({published})");
+}
+
+#[test]
+fn zero_copy_claim_and_view_and_typed_messages() {
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Quote {
+        symbol: String,
+        price: f64,
+        size: u32,
+    }
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher("zc").unwrap();
+    let mut sub = subscribe(&sub_node, "zc", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let mut claim = publisher.claim(11).unwrap();
+    claim.write_at(0, b"hello").unwrap();
+    claim.write_at(5, b" world").unwrap();
+    assert_eq!(claim.commit().unwrap(), 1);
+    let quote = Quote { symbol: "RDMA".into(), price: 42.5, size: 7 };
+    assert_eq!(publisher.publish_value(&quote).unwrap(), 2);
+    let view = sub.recv_ref(WAIT).unwrap().expect("a message");
+    assert_eq!((view.seq, view.data), (1, &b"hello world"[..]));
+    let (value, meta) = sub.recv_value::<Quote>(WAIT).unwrap().expect("a typed message");
+    assert_eq!((value, meta.seq), (quote, 2));
+}
+
+#[test]
+fn bad_private_data_is_rejected_with_a_reason_and_counted() {
+    let pub_node = node();
+    let _publisher = pub_node.publisher("guarded").unwrap();
+    let fabric = fabric::open(&FabricConfig::new(FabricKind::Soft)).unwrap();
+    let pd = fabric.alloc_pd().unwrap();
+    let cq = fabric.create_cq(64).unwrap();
+    let channel = fabric.create_event_channel().unwrap();
+    let cases: Vec<(Vec<u8>, RejectReason)> = vec![
+        (vec![0xff; 40], RejectReason::Malformed),
+        (vec![], RejectReason::Malformed),
+        (
+            ConnectData {
+                topic: protocol::topic_id("nobody-publishes-this"),
+                start: StartFrom::Latest,
+                accepts: protocol::ALL_POLICIES,
+                node_id: 1,
+                wants_doorbells: true,
+            }
+            .encode()
+            .unwrap(),
+            RejectReason::UnknownTopic,
+        ),
+    ];
+    for (data, expected) in cases {
+        let _qp = channel.connect(pub_node.local_addr(), &QpInit::new(&pd, &cq), &data, WAIT).unwrap();
+        let deadline = Instant::now() + WAIT;
+        let reject = loop {
+            assert!(Instant::now() < deadline, "no answer to the connect");
+            match channel.get_event(Duration::from_millis(100)).unwrap() {
+                Some(CmEvent::Rejected { private_data, .. }) => break RejectData::decode(&private_data).unwrap(),
+                Some(other) => panic!("expected a reject, got {other:?}"),
+                None => {}
+            }
+        };
+        assert_eq!(reject.reason, expected);
+    }
+    assert_eq!(pub_node.counters().rejected_connects.load(Ordering::Relaxed), 3);
+}
