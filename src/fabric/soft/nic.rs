@@ -323,10 +323,8 @@ impl Nic {
                 true
             }
             Some(e) => {
-                if st.phase == Phase::Connecting {
-                    st.event(connect_failure(c.id, c.peer, &e));
-                }
-                self.close(c, st);
+                let ev = (st.phase == Phase::Connecting).then(|| connect_failure(c.id, c.peer, &e));
+                self.close_with(c, st, ev);
                 false
             }
         }
@@ -715,8 +713,7 @@ impl Nic {
                 Step::Continue
             }
             (FrameType::Reject, Phase::Connecting) => {
-                st.event(Ev::Rejected { conn: c.id, reason: RejectReason::Consumer, data });
-                self.close(c, &mut st);
+                self.close_with(c, &mut st, Some(Ev::Rejected { conn: c.id, reason: RejectReason::Consumer, data }));
                 Step::Done
             }
             (FrameType::Disconnect, Phase::Established) => {
@@ -728,8 +725,7 @@ impl Nic {
                     qp.error = true;
                     qp.flush(WcStatus::WorkRequestFlushed);
                 }
-                st.event(Ev::Disconnected { conn: c.id });
-                self.close(c, &mut st);
+                self.close_with(c, &mut st, Some(Ev::Disconnected { conn: c.id }));
                 Step::Done
             }
             (FrameType::Disconnect, _) | (_, Phase::Closed) => {
@@ -760,13 +756,13 @@ impl Nic {
         tracing::debug!("soft NIC: connection {} to {} broken: {why}", c.id, c.peer);
         self.abort_rx(c, rx);
         let mut st = c.st.lock();
-        match st.phase {
+        let ev = match st.phase {
             Phase::Established => {
                 if let Some(qp) = st.qp.as_mut() {
                     qp.error = true;
                     qp.flush(WcStatus::TransportRetryExceeded);
                 }
-                st.event(Ev::Disconnected { conn: c.id });
+                Some(Ev::Disconnected { conn: c.id })
             }
             Phase::Connecting => {
                 let detail = format!("connection to {} lost before it was accepted: {why}", c.peer);
@@ -774,21 +770,30 @@ impl Nic {
                     qp.error = true;
                     qp.flush(WcStatus::WorkRequestFlushed);
                 }
-                st.event(Ev::Unreachable { conn: c.id, detail });
+                Some(Ev::Unreachable { conn: c.id, detail })
             }
-            Phase::Incoming | Phase::Requested | Phase::Closed => {}
-        }
+            Phase::Incoming | Phase::Requested | Phase::Closed => None,
+        };
         st.clear_output();
-        self.close(c, &mut st);
+        self.close_with(c, &mut st, ev);
     }
 
     /// Removes a connection from the NIC: no more events, the socket is shut.
     fn close(&mut self, c: &Conn, st: &mut ConnState) {
+        self.close_with(c, st, None);
+    }
+
+    /// Removes a connection, then delivers its last event (so that whoever sees the event
+    /// finds the connection gone).
+    fn close_with(&mut self, c: &Conn, st: &mut ConnState, ev: Option<Ev>) {
         st.phase = Phase::Closed;
-        st.channel = None;
+        self.shared.conns.lock().remove(&c.id);
         c.deregister();
         let _ = c.sock.shutdown(std::net::Shutdown::Both);
-        self.shared.conns.lock().remove(&c.id);
+        if let Some(ev) = ev {
+            st.event(ev);
+        }
+        st.channel = None;
     }
 
     /// Runs due timers; returns whether any fired.
@@ -806,15 +811,12 @@ impl Nic {
                 TimerKind::ConnectTimeout => {
                     let mut st = c.st.lock();
                     if st.phase == Phase::Connecting {
-                        st.event(Ev::Unreachable {
-                            conn: id,
-                            detail: format!("no answer from {} within the connect timeout", c.peer),
-                        });
                         if let Some(qp) = st.qp.as_mut() {
                             qp.error = true;
                             qp.flush(WcStatus::WorkRequestFlushed);
                         }
-                        self.close(&c, &mut st);
+                        let detail = format!("no answer from {} within the connect timeout", c.peer);
+                        self.close_with(&c, &mut st, Some(Ev::Unreachable { conn: id, detail }));
                     }
                 }
                 TimerKind::Close => {
