@@ -203,7 +203,11 @@ impl RingProducer {
 
     /// Start point of a subscriber that wants only new messages.
     pub fn latest(&self) -> StartPoint {
-        StartPoint { position: self.tail, seq: self.tail_seq, first_seq: self.tail_seq + self.in_progress.is_some() as u64 }
+        StartPoint {
+            position: self.tail,
+            seq: self.tail_seq,
+            first_seq: self.tail_seq + self.in_progress.is_some() as u64,
+        }
     }
 
     /// Start point of a subscriber that wants every retained message.

@@ -72,7 +72,13 @@ impl Seen {
 }
 
 /// One READ-and-parse round; applies the control block when asked.
-fn step(reader: &mut RingReader, buf: &RegisteredBuffer, batch: usize, seen: &mut Seen, lens: &dyn Fn(u64) -> usize) -> Stop {
+fn step(
+    reader: &mut RingReader,
+    buf: &RegisteredBuffer,
+    batch: usize,
+    seen: &mut Seen,
+    lens: &dyn Fn(u64) -> usize,
+) -> Stop {
     let plan = reader.next_read(batch);
     let bytes = sim_read(buf, plan);
     let mut got = Vec::new();
@@ -158,8 +164,11 @@ fn padding_fills_the_lap_and_head_moves_past_whole_messages() {
     }
     let before = prod.tail();
     prod.append(&payload(8, mrp), NO_LIMIT).unwrap();
-    let pad = RecordHeader::decode(&sim_read(&buf, ReadPlan { ring_offset: layout::data_offset(before, CAP), len: 32, position: before }))
-        .unwrap();
+    let pad = RecordHeader::decode(&sim_read(
+        &buf,
+        ReadPlan { ring_offset: layout::data_offset(before, CAP), len: 32, position: before },
+    ))
+    .unwrap();
     assert!(pad.is_padding());
     assert_eq!(pad.seq, 8, "padding carries the sequence of the record after it");
     assert_eq!(pad.position + pad.size(), 3 * CAP as u64);
