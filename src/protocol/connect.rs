@@ -1,0 +1,289 @@
+//! What travels in connection-manager private data: the subscriber's request
+//! ([`ConnectData`], at most 56 bytes), the publisher's acceptance with everything needed to
+//! READ its ring ([`AcceptData`], at most 196 bytes), or its refusal ([`RejectData`], at most
+//! 148 bytes).
+
+use serde::{Deserialize, Serialize};
+
+use super::codec::{self, kind};
+use super::error::ProtocolError;
+use super::topic::TopicId;
+use crate::fabric::{RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
+use crate::ring::{ReaderConfig, StartPoint};
+
+/// Where a new subscriber starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum StartAt {
+    /// Only messages published after the subscription.
+    #[default]
+    Latest,
+    /// Every message the ring still retains.
+    Earliest,
+}
+
+/// What a publisher does with a subscriber that falls a whole ring behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Policy {
+    /// The publisher waits for the slowest subscriber (no loss).
+    Block,
+    /// The publisher drops a subscriber that is too slow and tells it why.
+    DropSlow,
+    /// The publisher never waits; slow subscribers lose (and count) the oldest messages.
+    Overwrite,
+}
+
+impl Policy {
+    fn bit(self) -> u8 {
+        match self {
+            Policy::Block => 1,
+            Policy::DropSlow => 2,
+            Policy::Overwrite => 4,
+        }
+    }
+}
+
+/// A set of [`Policy`] values (the policies a subscriber accepts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct PolicySet(u8);
+
+impl PolicySet {
+    /// No policy.
+    pub const NONE: PolicySet = PolicySet(0);
+    /// Every policy.
+    pub const ALL: PolicySet = PolicySet(7);
+
+    /// The set holding `policies`.
+    pub fn of(policies: &[Policy]) -> PolicySet {
+        PolicySet(policies.iter().fold(0, |s, p| s | p.bit()))
+    }
+    /// Whether `policy` is in the set.
+    pub fn contains(self, policy: Policy) -> bool {
+        self.0 & policy.bit() != 0
+    }
+    /// The set with `policy` added.
+    pub fn with(self, policy: Policy) -> PolicySet {
+        PolicySet(self.0 | policy.bit())
+    }
+}
+
+impl TryFrom<u8> for PolicySet {
+    type Error = String;
+    fn try_from(bits: u8) -> Result<Self, String> {
+        if bits & !PolicySet::ALL.0 != 0 {
+            return Err(format!("unknown policy bits {bits:#04x}"));
+        }
+        Ok(PolicySet(bits))
+    }
+}
+
+impl From<PolicySet> for u8 {
+    fn from(s: PolicySet) -> u8 {
+        s.0
+    }
+}
+
+/// Options of a subscription request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct ConnectFlags(u8);
+
+impl ConnectFlags {
+    /// No option.
+    pub const NONE: ConnectFlags = ConnectFlags(0);
+    /// The subscriber wants doorbell SENDs when new data arrives (instead of only polling).
+    pub const WANTS_DOORBELLS: ConnectFlags = ConnectFlags(1);
+    const KNOWN: u8 = 1;
+
+    /// Whether every flag of `other` is set.
+    pub fn contains(self, other: ConnectFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for ConnectFlags {
+    type Output = ConnectFlags;
+    fn bitor(self, rhs: ConnectFlags) -> ConnectFlags {
+        ConnectFlags(self.0 | rhs.0)
+    }
+}
+
+impl TryFrom<u8> for ConnectFlags {
+    type Error = String;
+    fn try_from(bits: u8) -> Result<Self, String> {
+        if bits & !ConnectFlags::KNOWN != 0 {
+            return Err(format!("unknown connect flags {bits:#04x}"));
+        }
+        Ok(ConnectFlags(bits))
+    }
+}
+
+impl From<ConnectFlags> for u8 {
+    fn from(f: ConnectFlags) -> u8 {
+        f.0
+    }
+}
+
+/// A subscriber's connect request (connect private data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectData {
+    /// The topic subscribed to.
+    pub topic: TopicId,
+    /// Where to start.
+    pub start: StartAt,
+    /// The policies the subscriber accepts.
+    pub accepts: PolicySet,
+    /// The subscriber's node id.
+    pub node_id: u64,
+    /// Options.
+    pub flags: ConnectFlags,
+}
+
+impl ConnectData {
+    const WHAT: &'static str = "connect private data";
+
+    /// Encodes (at most [`MAX_CONNECT_PRIVATE_DATA`] bytes).
+    pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
+        codec::encode(Self::WHAT, kind::CONNECT, self, MAX_CONNECT_PRIVATE_DATA)
+    }
+
+    /// Decodes, accepting trailing zero padding.
+    pub fn decode(bytes: &[u8]) -> Result<ConnectData, ProtocolError> {
+        codec::decode(Self::WHAT, kind::CONNECT, bytes, MAX_CONNECT_PRIVATE_DATA)
+    }
+}
+
+/// Serialises a [`RemoteAddr`] as `(addr, rkey)`.
+mod remote_addr {
+    use super::RemoteAddr;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(r: &RemoteAddr, s: S) -> Result<S::Ok, S::Error> {
+        (r.addr, r.rkey).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RemoteAddr, D::Error> {
+        let (addr, rkey) = <(u64, u32)>::deserialize(d)?;
+        Ok(RemoteAddr { addr, rkey })
+    }
+}
+
+/// A publisher's acceptance (accept private data): everything the subscriber needs to READ
+/// the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptData {
+    /// The topic (echoed).
+    pub topic: TopicId,
+    /// Address and rkey of the ring's memory region (control block first).
+    #[serde(with = "remote_addr")]
+    pub ring: RemoteAddr,
+    /// Length of the region (control block + data).
+    pub region_len: u64,
+    /// Data-area capacity.
+    pub capacity: u64,
+    /// Publisher epoch (changes when the publisher restarts).
+    pub epoch: u64,
+    /// The publisher's node id.
+    pub publisher_id: u64,
+    /// The policy this subscription runs under.
+    pub policy: Policy,
+    /// Largest payload of one ring record.
+    pub max_record_payload: u32,
+    /// Absolute ring position the subscriber starts reading at.
+    pub start_position: u64,
+    /// Sequence the record at `start_position` carries.
+    pub start_seq: u64,
+    /// First message sequence the subscriber is owed (`start_seq`, or `start_seq + 1` when
+    /// the start is inside a message).
+    pub first_seq: u64,
+}
+
+impl AcceptData {
+    const WHAT: &'static str = "accept private data";
+
+    /// Encodes (at most [`MAX_ACCEPT_PRIVATE_DATA`] bytes).
+    pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
+        codec::encode(Self::WHAT, kind::ACCEPT, self, MAX_ACCEPT_PRIVATE_DATA)
+    }
+
+    /// Decodes, accepting trailing zero padding.
+    pub fn decode(bytes: &[u8]) -> Result<AcceptData, ProtocolError> {
+        codec::decode(Self::WHAT, kind::ACCEPT, bytes, MAX_ACCEPT_PRIVATE_DATA)
+    }
+
+    /// The start point carried.
+    pub fn start_point(&self) -> StartPoint {
+        StartPoint { position: self.start_position, seq: self.start_seq, first_seq: self.first_seq }
+    }
+
+    /// The ring reader configuration for this subscription (validated by `RingReader::new`).
+    pub fn reader_config(&self, max_message_len: u64) -> ReaderConfig {
+        ReaderConfig {
+            capacity: usize::try_from(self.capacity).unwrap_or(usize::MAX),
+            max_record_payload: self.max_record_payload as usize,
+            epoch: self.epoch,
+            start: self.start_point(),
+            max_message_len,
+        }
+    }
+}
+
+/// Why a publisher refused a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RejectCode {
+    /// No publisher of that topic on this node.
+    UnknownTopic,
+    /// The connect data has another protocol version.
+    VersionMismatch,
+    /// The connect data does not decode.
+    Malformed,
+    /// The topic's policy is not one the subscriber accepts.
+    PolicyNotAccepted,
+    /// The publisher has as many subscribers as it serves.
+    TooManySubscribers,
+    /// The publisher is closing.
+    ShuttingDown,
+}
+
+/// Longest detail string a [`RejectData`] carries, in bytes.
+pub const MAX_REJECT_DETAIL: usize = 140;
+
+/// A publisher's refusal (reject private data).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectData {
+    /// Why.
+    pub reason: RejectCode,
+    /// A short human-readable detail (at most [`MAX_REJECT_DETAIL`] bytes).
+    pub detail: String,
+}
+
+impl RejectData {
+    const WHAT: &'static str = "reject private data";
+
+    /// A refusal whose detail is truncated (at a character boundary) to fit.
+    pub fn new(reason: RejectCode, detail: &str) -> RejectData {
+        let mut end = detail.len().min(MAX_REJECT_DETAIL);
+        while !detail.is_char_boundary(end) {
+            end -= 1;
+        }
+        RejectData { reason, detail: detail[..end].to_string() }
+    }
+
+    /// Encodes (at most [`MAX_REJECT_PRIVATE_DATA`] bytes; the detail is truncated to fit).
+    pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
+        let fitted = RejectData::new(self.reason, &self.detail);
+        codec::encode(Self::WHAT, kind::REJECT, &fitted, MAX_REJECT_PRIVATE_DATA)
+    }
+
+    /// Decodes, accepting trailing zero padding.
+    pub fn decode(bytes: &[u8]) -> Result<RejectData, ProtocolError> {
+        let r: RejectData = codec::decode(Self::WHAT, kind::REJECT, bytes, MAX_REJECT_PRIVATE_DATA)?;
+        if r.detail.len() > MAX_REJECT_DETAIL {
+            return Err(ProtocolError::Malformed {
+                what: Self::WHAT,
+                detail: format!("{}-byte detail", r.detail.len()),
+            });
+        }
+        Ok(r)
+    }
+}

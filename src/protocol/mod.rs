@@ -1,0 +1,29 @@
+//! The wire protocol between nodes, independent of the transport: connection-manager private
+//! data ([`ConnectData`], [`AcceptData`], [`RejectData`]), control SENDs ([`Control`]) and
+//! discovery datagrams ([`Announcement`]).
+//!
+//! Every message is `[PROTOCOL_VERSION, kind, body]` with a bincode 2 body
+//! (`config::standard()`) decoded under a size limit; decoding never panics, and trailing zero
+//! padding (as the connection manager adds to private data) is accepted. Topics travel as
+//! [`TopicId`], a stable FNV-1a hash of their name.
+
+mod announce;
+pub mod codec;
+mod connect;
+mod control;
+mod error;
+mod topic;
+
+#[cfg(test)]
+mod tests;
+
+pub use announce::{AnnounceKind, Announcement, ANNOUNCE_MTU, MAX_ANNOUNCEMENT};
+pub use connect::{
+    AcceptData, ConnectData, ConnectFlags, Policy, PolicySet, RejectCode, RejectData, StartAt, MAX_REJECT_DETAIL,
+};
+pub use control::{Control, DropReason, CONTROL_MSG_MAX};
+pub use error::ProtocolError;
+pub use topic::TopicId;
+
+/// Version of this protocol (first byte of every message).
+pub const PROTOCOL_VERSION: u8 = 1;

@@ -1,0 +1,258 @@
+//! Round trips, size limits at the largest values, and hostile input.
+
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::fabric::{RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
+
+fn largest_connect() -> ConnectData {
+    ConnectData {
+        topic: TopicId(u64::MAX),
+        start: StartAt::Earliest,
+        accepts: PolicySet::ALL,
+        node_id: u64::MAX,
+        flags: ConnectFlags::WANTS_DOORBELLS,
+    }
+}
+
+fn largest_accept() -> AcceptData {
+    AcceptData {
+        topic: TopicId(u64::MAX),
+        ring: RemoteAddr { addr: u64::MAX, rkey: u32::MAX },
+        region_len: u64::MAX,
+        capacity: u64::MAX,
+        epoch: u64::MAX,
+        publisher_id: u64::MAX,
+        policy: Policy::Overwrite,
+        max_record_payload: u32::MAX,
+        start_position: u64::MAX,
+        start_seq: u64::MAX,
+        first_seq: u64::MAX,
+    }
+}
+
+fn largest_controls() -> Vec<Control> {
+    vec![
+        Control::Ack { position: u64::MAX, seq: u64::MAX },
+        Control::DoorbellRequest { armed: true, position: u64::MAX },
+        Control::Bye,
+        Control::Doorbell { tail: u64::MAX },
+        Control::Dropped { reason: DropReason::TooSlow { lag: u64::MAX } },
+        Control::Dropped { reason: DropReason::ProtocolViolation },
+        Control::Dropped { reason: DropReason::ShuttingDown },
+        Control::EndOfStream { final_seq: u64::MAX },
+    ]
+}
+
+fn v6() -> SocketAddr {
+    SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::new(0xffff, 1, 2, 3, 4, 5, 6, 7), 65535, 0, 0))
+}
+
+#[test]
+fn connect_roundtrip_fits_in_56_bytes() {
+    let c = largest_connect();
+    let b = c.encode().unwrap();
+    assert!(b.len() <= MAX_CONNECT_PRIVATE_DATA, "{} bytes", b.len());
+    assert_eq!(ConnectData::decode(&b).unwrap(), c);
+    let small = ConnectData {
+        topic: TopicId::of("t"),
+        start: StartAt::Latest,
+        accepts: PolicySet::of(&[Policy::Block]),
+        node_id: 1,
+        flags: ConnectFlags::NONE,
+    };
+    assert_eq!(ConnectData::decode(&small.encode().unwrap()).unwrap(), small);
+    assert!(small.accepts.contains(Policy::Block) && !small.accepts.contains(Policy::Overwrite));
+    assert!(PolicySet::NONE.with(Policy::DropSlow).contains(Policy::DropSlow));
+}
+
+#[test]
+fn accept_roundtrip_fits_in_196_bytes() {
+    let a = largest_accept();
+    let b = a.encode().unwrap();
+    assert!(b.len() <= MAX_ACCEPT_PRIVATE_DATA, "{} bytes", b.len());
+    assert_eq!(AcceptData::decode(&b).unwrap(), a);
+    let sp = a.start_point();
+    assert_eq!((sp.position, sp.seq, sp.first_seq), (u64::MAX, u64::MAX, u64::MAX));
+    assert_eq!(a.reader_config(99).max_message_len, 99);
+}
+
+#[test]
+fn reject_detail_is_truncated_to_fit_148_bytes() {
+    let long = "é".repeat(500);
+    let r = RejectData::new(RejectCode::TooManySubscribers, &long);
+    assert!(r.detail.len() <= MAX_REJECT_DETAIL && r.detail.len() >= MAX_REJECT_DETAIL - 1);
+    let b = r.encode().unwrap();
+    assert!(b.len() <= MAX_REJECT_PRIVATE_DATA, "{} bytes", b.len());
+    assert_eq!(RejectData::decode(&b).unwrap(), r);
+    // Encoding a hand-built reject with an oversized detail truncates too.
+    let raw = RejectData { reason: RejectCode::ShuttingDown, detail: "x".repeat(1000) };
+    let back = RejectData::decode(&raw.encode().unwrap()).unwrap();
+    assert_eq!(back.detail.len(), MAX_REJECT_DETAIL);
+    for code in [
+        RejectCode::UnknownTopic,
+        RejectCode::VersionMismatch,
+        RejectCode::Malformed,
+        RejectCode::PolicyNotAccepted,
+        RejectCode::TooManySubscribers,
+        RejectCode::ShuttingDown,
+    ] {
+        let r = RejectData::new(code, "why");
+        assert_eq!(RejectData::decode(&r.encode().unwrap()).unwrap(), r);
+    }
+}
+
+#[test]
+fn control_messages_fit_the_receive_buffer() {
+    for c in largest_controls() {
+        let b = c.encode().unwrap();
+        assert!(b.len() <= CONTROL_MSG_MAX, "{c:?}: {} bytes", b.len());
+        assert_eq!(Control::decode(&b).unwrap(), c);
+    }
+}
+
+#[test]
+fn private_data_padding_is_accepted_but_not_garbage() {
+    let mut b = largest_connect().encode().unwrap();
+    b.resize(MAX_CONNECT_PRIVATE_DATA, 0);
+    assert_eq!(ConnectData::decode(&b).unwrap(), largest_connect());
+    let mut b = largest_accept().encode().unwrap();
+    b.resize(MAX_ACCEPT_PRIVATE_DATA, 0);
+    assert_eq!(AcceptData::decode(&b).unwrap(), largest_accept());
+    let r = RejectData::new(RejectCode::UnknownTopic, "no such topic");
+    let mut b = r.encode().unwrap();
+    b.resize(MAX_REJECT_PRIVATE_DATA, 0);
+    assert_eq!(RejectData::decode(&b).unwrap(), r);
+    let last = b.len() - 1;
+    b[last] = 1;
+    assert!(matches!(RejectData::decode(&b), Err(ProtocolError::Malformed { .. })));
+}
+
+#[test]
+fn version_kind_and_truncation_errors() {
+    let b = largest_connect().encode().unwrap();
+    let mut other = b.clone();
+    other[0] = PROTOCOL_VERSION + 1;
+    assert!(matches!(ConnectData::decode(&other), Err(ProtocolError::VersionMismatch { got: 2, expected: 1, .. })));
+    assert!(matches!(AcceptData::decode(&b), Err(ProtocolError::WrongKind { .. })));
+    assert!(matches!(ConnectData::decode(&[]), Err(ProtocolError::Truncated { len: 0, .. })));
+    assert!(matches!(ConnectData::decode(&[PROTOCOL_VERSION]), Err(ProtocolError::Truncated { .. })));
+    assert!(matches!(ConnectData::decode(&[0; 57]), Err(ProtocolError::TooLarge { .. })));
+    // A length prefix claiming far more than the input is refused without allocating it.
+    let mut huge = vec![PROTOCOL_VERSION, 5];
+    huge.extend_from_slice(&[0, 1, 1, 0, 127, 0, 0, 1, 0, 0, 0, 1, 253]);
+    huge.extend_from_slice(&u64::MAX.to_le_bytes());
+    assert!(matches!(Announcement::decode(&huge), Err(ProtocolError::Malformed { .. })));
+    for cut in 2..b.len() {
+        assert!(ConnectData::decode(&b[..cut]).is_err(), "truncated to {cut}");
+    }
+    let a = largest_accept().encode().unwrap();
+    for cut in 0..a.len() {
+        assert!(AcceptData::decode(&a[..cut]).is_err(), "truncated to {cut}");
+    }
+    // Unknown policy or flag bits are refused.
+    let mut bad = ConnectData { accepts: PolicySet::NONE, ..largest_connect() }.encode().unwrap();
+    let pos = bad.len() - 1 - 9 - 1; // flags(1) node_id(9) accepts(1)
+    assert_eq!(bad[pos], 0);
+    bad[pos] = 0x80;
+    assert!(matches!(ConnectData::decode(&bad), Err(ProtocolError::Malformed { .. })));
+    let mut bad = largest_connect().encode().unwrap();
+    let last = bad.len() - 1;
+    bad[last] = 0x40;
+    assert!(matches!(ConnectData::decode(&bad), Err(ProtocolError::Malformed { .. })));
+}
+
+#[test]
+fn announcement_roundtrip_and_part_check() {
+    let a = Announcement {
+        kind: AnnounceKind::Heartbeat,
+        node_id: 9,
+        epoch: 3,
+        connect: v6(),
+        part: 0,
+        parts: 1,
+        topics: vec![("prices".into(), TopicId::of("prices"))],
+    };
+    assert_eq!(Announcement::decode(&a.encode().unwrap()).unwrap(), a);
+    let bad = Announcement { part: 1, ..a };
+    assert!(matches!(Announcement::decode(&bad.encode().unwrap()), Err(ProtocolError::Malformed { .. })));
+}
+
+#[test]
+fn announcement_split_packs_many_long_topics_under_the_mtu() {
+    let topics: Vec<(String, TopicId)> = (0..2000)
+        .map(|i| {
+            let name = format!("{}-{i}", "segment/".repeat(i % 60));
+            let id = TopicId::of(&name);
+            (name, id)
+        })
+        .collect();
+    for kind in [AnnounceKind::Hello, AnnounceKind::Heartbeat, AnnounceKind::Goodbye] {
+        let parts = Announcement::split(kind, u64::MAX, u64::MAX, v6(), &topics, ANNOUNCE_MTU).unwrap();
+        assert!(parts.len() > 1);
+        let mut back = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            let b = p.encode().unwrap();
+            assert!(b.len() <= ANNOUNCE_MTU, "part {i}: {} bytes", b.len());
+            let d = Announcement::decode(&b).unwrap();
+            assert_eq!((d.part as usize, d.parts as usize, d.kind), (i, parts.len(), kind));
+            back.extend(d.topics);
+        }
+        assert_eq!(back, topics);
+        // Packing is tight: no two consecutive parts could have been merged.
+        let sizes: Vec<usize> = parts.iter().map(|p| p.encode().unwrap().len()).collect();
+        assert!(sizes.windows(2).all(|w| w[0] + w[1] > ANNOUNCE_MTU));
+    }
+    let one = Announcement::split(AnnounceKind::Goodbye, 1, 1, v6(), &[], ANNOUNCE_MTU).unwrap();
+    assert_eq!((one.len(), one[0].parts, one[0].topics.len()), (1, 1, 0));
+    let huge = vec![("x".repeat(2000), TopicId(1))];
+    assert!(matches!(
+        Announcement::split(AnnounceKind::Hello, 1, 1, v6(), &huge, ANNOUNCE_MTU),
+        Err(ProtocolError::TooLarge { .. })
+    ));
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300), version_ok in any::<bool>(), kind in 0u8..7) {
+        let mut bytes = bytes;
+        if version_ok && bytes.len() >= 2 {
+            bytes[0] = PROTOCOL_VERSION;
+            bytes[1] = kind;
+        }
+        let _ = ConnectData::decode(&bytes);
+        let _ = AcceptData::decode(&bytes);
+        let _ = RejectData::decode(&bytes);
+        let _ = Control::decode(&bytes);
+        let _ = Announcement::decode(&bytes);
+    }
+
+    #[test]
+    fn connect_roundtrips(topic in any::<u64>(), node in any::<u64>(), earliest in any::<bool>(), bits in 0u8..8, doorbells in any::<bool>()) {
+        let c = ConnectData {
+            topic: TopicId(topic),
+            start: if earliest { StartAt::Earliest } else { StartAt::Latest },
+            accepts: PolicySet::try_from(bits).unwrap(),
+            node_id: node,
+            flags: if doorbells { ConnectFlags::WANTS_DOORBELLS } else { ConnectFlags::NONE },
+        };
+        let b = c.encode().unwrap();
+        prop_assert!(b.len() <= MAX_CONNECT_PRIVATE_DATA);
+        prop_assert_eq!(ConnectData::decode(&b).unwrap(), c);
+    }
+
+    #[test]
+    fn control_roundtrips(a in any::<u64>(), b in any::<u64>(), armed in any::<bool>(), which in 0usize..6) {
+        let c = match which {
+            0 => Control::Ack { position: a, seq: b },
+            1 => Control::DoorbellRequest { armed, position: a },
+            2 => Control::Bye,
+            3 => Control::Doorbell { tail: a },
+            4 => Control::Dropped { reason: DropReason::TooSlow { lag: b } },
+            _ => Control::EndOfStream { final_seq: a },
+        };
+        prop_assert_eq!(Control::decode(&c.encode().unwrap()).unwrap(), c);
+    }
+}

@@ -1,0 +1,54 @@
+//! Errors of the ring layer.
+
+/// An error of the ring producer or reader.
+#[derive(Debug, thiserror::Error)]
+pub enum RingError {
+    /// A capacity, payload limit or start point that the layout does not allow.
+    #[error("invalid ring configuration: {0}")]
+    InvalidConfig(String),
+    /// A message larger than a record header can describe (`u32::MAX` bytes) or than the
+    /// reader accepts.
+    #[error("message of {len} bytes exceeds the limit of {max} bytes")]
+    MessageTooLarge {
+        /// The message length.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// `append` was given a payload that is not the message whose fragments are being written.
+    #[error("a {in_progress_len}-byte message (seq {seq}) is partly written; append got {len} bytes")]
+    MessageInProgress {
+        /// Sequence of the partly written message.
+        seq: u64,
+        /// Its length.
+        in_progress_len: u64,
+        /// The length given to `append`.
+        len: u64,
+    },
+    /// A write outside a claim.
+    #[error("write of [{offset}, +{len}) is outside the {claim_len}-byte claim")]
+    ClaimBounds {
+        /// Offset in the claim.
+        offset: usize,
+        /// Length written.
+        len: usize,
+        /// Length of the claim.
+        claim_len: usize,
+    },
+    /// The control block read from the publisher is not a ring of this layout, or is not the
+    /// ring this reader was set up for.
+    #[error("bad ring control block: {0}")]
+    BadControl(String),
+    /// A record whose checksum is valid but which breaks the layout rules: the publisher is
+    /// broken (or not this protocol). The subscription cannot continue.
+    #[error("corrupt ring record at position {position}: {detail}")]
+    Corrupt {
+        /// Absolute position of the record.
+        position: u64,
+        /// The rule it breaks.
+        detail: String,
+    },
+    /// The registered buffer refused an access (a bug: the ring checks its own bounds).
+    #[error(transparent)]
+    Memory(#[from] crate::fabric::Error),
+}
