@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 
 use crate::fabric;
-use crate::protocol::{ProtocolError, RejectReason};
+use crate::protocol::{ProtocolError, RejectCode};
+use crate::ring::RingError;
 
 /// Result alias of the public API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -17,6 +18,9 @@ pub enum Error {
     /// Bytes from a peer did not decode.
     #[error("protocol: {0}")]
     Protocol(#[from] ProtocolError),
+    /// A ring record or control block broke the layout rules, or an option does not fit it.
+    #[error("ring: {0}")]
+    Ring(#[from] RingError),
     /// A blocking call ran out of time.
     #[error("{what} timed out after {millis} ms")]
     Timeout {
@@ -53,7 +57,7 @@ pub enum Error {
         /// The publisher's node.
         peer: SocketAddr,
         /// Why.
-        reason: RejectReason,
+        reason: RejectCode,
         /// The publisher's explanation.
         detail: String,
     },

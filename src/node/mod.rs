@@ -20,7 +20,7 @@ use crossbeam::channel::Sender;
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::fabric::{self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, Listener, ProtectionDomain, SoftOptions};
+use crate::fabric::{self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, ProtectionDomain, SoftOptions};
 use crate::protocol::TopicId;
 
 pub use publisher::{Claim, Policy, Publisher, PublisherCounters, PublisherOptions};

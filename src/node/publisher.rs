@@ -12,6 +12,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
+
+pub use crate::ring::Claim;
 use serde::Serialize;
 use slab::Slab;
 
@@ -21,7 +23,7 @@ use crate::fabric::{
     SendRequest, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
 };
 use crate::protocol::{
-    self, AcceptData, ConnectData, FromPublisher, FromSubscriber, PolicyKind, RejectData, RejectReason, StartFrom,
+    AcceptData, ConnectData, Control, DropReason, Policy as WirePolicy, ProtocolError, RejectCode, RejectData, StartAt,
     TopicId, CONTROL_MSG_MAX,
 };
 use crate::ring::{Append, RingConfig, RingProducer, NO_LIMIT};
@@ -55,11 +57,11 @@ impl Default for Policy {
 }
 
 impl Policy {
-    fn kind(self) -> PolicyKind {
+    fn kind(self) -> WirePolicy {
         match self {
-            Policy::Block { .. } => PolicyKind::Block,
-            Policy::DropSlow { .. } => PolicyKind::DropSlow,
-            Policy::Overwrite => PolicyKind::Overwrite,
+            Policy::Block { .. } => WirePolicy::Block,
+            Policy::DropSlow { .. } => WirePolicy::DropSlow,
+            Policy::Overwrite => WirePolicy::Overwrite,
         }
     }
 }
@@ -167,8 +169,9 @@ pub(crate) struct PublisherShared {
     writer: Mutex<()>,
     state: Mutex<PubState>,
     counters: PublisherCounters,
-    // Declared last: deregistered after every queue pair that could READ it is gone.
-    ring: MemoryRegion,
+    // Declared last: deregistered after every queue pair that could READ it is gone. Only
+    // held: the producer writes through its buffer.
+    _ring: MemoryRegion,
 }
 
 /// Publishes messages on one topic. `Send + Sync`: share it between threads with an `Arc`.
@@ -188,16 +191,16 @@ impl Publisher {
         if options.max_subscribers == 0 || options.max_subscribers > 4096 {
             return Err(Error::InvalidOption { option: "max_subscribers", detail: "must be in 1..=4096".into() });
         }
-        let topic_id = protocol::topic_id(topic);
+        let topic_id = TopicId::of(topic);
         let mut config = RingConfig::new(options.ring_capacity, node.epoch);
         if let Some(m) = options.max_record_payload {
             config.max_record_payload = m;
         }
-        crate::ring::check_config(&config)
+        crate::ring::layout::check_geometry(config.capacity, config.max_record_payload)
             .map_err(|e| Error::InvalidOption { option: "ring_capacity/max_record_payload", detail: e.to_string() })?;
         let attrs = node.fabric.attributes().clone();
         let ring = node.pd.register(config.region_len(), Access::REMOTE_READ)?;
-        let producer = RingProducer::new(Arc::clone(ring.buffer_arc()), config).map_err(ring_err)?;
+        let producer = RingProducer::new(Arc::clone(ring.buffer_arc()), config)?;
         let srq_wanted = (options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER).min(attrs.max_srq_wr);
         let srq = if attrs.max_srq_wr > 0 { Some(node.pd.create_srq(srq_wanted, 1)?) } else { None };
         let recv_slots = if srq.is_some() { srq_wanted } else { options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER };
@@ -210,7 +213,7 @@ impl Publisher {
             }
         }
         let shared = Arc::new(PublisherShared {
-            id: protocol::publisher_id(node.id, topic_id),
+            id: node.id ^ topic_id.0.rotate_left(29),
             topic: topic.to_owned(),
             topic_id,
             max_record_payload: config.max_record_payload,
@@ -231,7 +234,7 @@ impl Publisher {
             }),
             counters: PublisherCounters::default(),
             ctrl,
-            ring,
+            _ring: ring,
             options,
             node: node.clone(),
         });
@@ -288,20 +291,31 @@ impl Publisher {
         self.publish(&bytes)
     }
 
-    /// Reserves room for a message of `len` bytes (at most one ring record) to be written in
-    /// place, without an intermediate copy; nothing is visible until [`Claim::commit`].
-    pub fn claim(&self, len: usize) -> Result<Claim<'_>> {
+    /// Writes a message of `len` bytes (at most one ring record) in place: `fill` gets the
+    /// reserved record and writes the payload straight into the ring (no intermediate copy),
+    /// then the message is committed and its sequence number returned. If `fill` fails,
+    /// nothing is published.
+    pub fn publish_with<F>(&self, len: usize, fill: F) -> Result<u64>
+    where
+        F: FnOnce(&mut Claim<'_>) -> Result<()>,
+    {
         if len > self.shared.max_record_payload {
             return Err(Error::InvalidOption {
-                option: "claim length",
+                option: "in-place message length",
                 detail: format!("{len} bytes exceeds one ring record ({}); use publish", self.shared.max_record_payload),
             });
         }
-        let writer = self.shared.writer.lock();
+        let _writer = self.shared.writer.lock();
         let deadline = self.shared.deadline();
         self.shared.finish_unfinished(deadline)?;
-        let needed = self.shared.wait_for_room(len, deadline)?;
-        Ok(Claim { shared: &self.shared, _writer: writer, state: Some(needed), buf: vec![0; 0], len })
+        let mut st = self.shared.wait_for_room(len, deadline)?;
+        let seq = {
+            let mut claim = st.producer.claim(len, NO_LIMIT)?.ok_or(Error::Closed("the ring has no room"))?;
+            fill(&mut claim)?;
+            claim.commit()?
+        };
+        self.shared.after_commit(&mut st, len);
+        Ok(seq)
     }
 
     /// Waits (under Block, up to the timeout) until every connected subscriber has consumed
@@ -321,52 +335,6 @@ impl Publisher {
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.shared.close();
-    }
-}
-
-/// A message being written in place: fill it with [`write_at`](Claim::write_at), then
-/// [`commit`](Claim::commit). Dropping it publishes nothing.
-pub struct Claim<'a> {
-    shared: &'a Arc<PublisherShared>,
-    _writer: MutexGuard<'a, ()>,
-    state: Option<MutexGuard<'a, PubState>>,
-    buf: Vec<u8>,
-    len: usize,
-}
-
-impl Claim<'_> {
-    /// Payload length.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// Whether the payload is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// Writes `bytes` at `offset` of the payload, straight into the ring.
-    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<()> {
-        let st = self.state.as_mut().expect("claim state");
-        let mut claim = st.producer.claim(self.len, NO_LIMIT).map_err(ring_err)?.ok_or(Error::Closed("ring"))?;
-        let _ = &self.buf;
-        claim.write_at(offset, bytes).map_err(ring_err)?;
-        // The claim is re-derived on each call: the producer's state is unchanged until commit.
-        std::mem::forget(claim);
-        Ok(())
-    }
-    /// Publishes the message; returns its sequence number.
-    pub fn commit(mut self) -> Result<u64> {
-        let mut st = self.state.take().expect("claim state");
-        let claim = st.producer.claim(self.len, NO_LIMIT).map_err(ring_err)?.ok_or(Error::Closed("ring"))?;
-        let seq = claim.commit().map_err(ring_err)?;
-        self.shared.after_commit(&mut st, self.len);
-        Ok(seq)
-    }
-}
-
-fn ring_err(e: crate::ring::RingError) -> Error {
-    match e {
-        crate::ring::RingError::Memory(f) => Error::Fabric(f),
-        other => Error::InvalidOption { option: "message", detail: other.to_string() },
     }
 }
 
@@ -402,7 +370,7 @@ impl PublisherShared {
             let mut st = self.state.lock();
             self.progress(&mut st);
             let limit = self.limit(&st);
-            match st.producer.append(payload, limit).map_err(ring_err)? {
+            match st.producer.append(payload, limit)? {
                 Append::Complete { seq } => {
                     self.after_commit(&mut st, payload.len());
                     return Ok(seq);
@@ -457,8 +425,10 @@ impl PublisherShared {
                 }
             }
             if !to_drop.is_empty() {
+                let tail = st.producer.tail();
                 for key in to_drop {
-                    self.drop_subscriber(&mut st, key, "fell a whole ring behind (DropSlow policy)");
+                    let lag = tail - st.subs[key].acked;
+                    self.drop_subscriber(&mut st, key, DropReason::TooSlow { lag });
                 }
                 return Ok(());
             }
@@ -553,8 +523,8 @@ impl PublisherShared {
             return;
         };
         let tail = st.producer.tail();
-        match FromSubscriber::decode(&bytes[..len]) {
-            Ok(FromSubscriber::Ack { position, .. }) => {
+        match Control::decode(&bytes[..len]) {
+            Ok(Control::Ack { position, .. }) => {
                 let sub = &mut st.subs[key];
                 if position > tail || position < sub.acked {
                     self.counters.bad_acks.fetch_add(1, Ordering::Relaxed);
@@ -565,11 +535,15 @@ impl PublisherShared {
                 sub.acked = position;
                 sub.slow_since = None;
             }
-            Ok(FromSubscriber::DoorbellRequest { armed, position }) => {
+            Ok(Control::DoorbellRequest { armed, position }) => {
                 st.subs[key].doorbell_at = armed.then_some(position);
                 self.ring_doorbells(st);
             }
-            Ok(FromSubscriber::Bye) => {}
+            Ok(Control::Bye) => {}
+            Ok(other) => {
+                self.counters.bad_acks.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(topic = %self.topic, ?other, "a subscriber sent a publisher's control message");
+            }
             Err(e) => {
                 self.counters.bad_acks.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(topic = %self.topic, "undecodable control message: {e}");
@@ -583,7 +557,7 @@ impl PublisherShared {
         let due: Vec<usize> =
             st.subs.iter().filter(|(_, s)| s.doorbell_at.is_some_and(|p| tail > p)).map(|(k, _)| k).collect();
         for key in due {
-            if self.send_control(st, key, &FromPublisher::Doorbell { tail }).is_ok() {
+            if self.send_control(st, key, &Control::Doorbell { tail }).is_ok() {
                 st.subs[key].doorbell_at = None;
                 self.counters.doorbells.fetch_add(1, Ordering::Relaxed);
             }
@@ -591,7 +565,7 @@ impl PublisherShared {
     }
 
     /// Posts a control SEND to subscriber `key`; returns the slot used.
-    fn send_control(&self, st: &mut PubState, key: usize, msg: &FromPublisher) -> Result<u32> {
+    fn send_control(&self, st: &mut PubState, key: usize, msg: &Control) -> Result<u32> {
         if st.free_send_slots.is_empty() {
             self.progress(st);
         }
@@ -616,10 +590,10 @@ impl PublisherShared {
     }
 
     /// Tells subscriber `key` why, waits briefly for that to leave, and disconnects it.
-    fn drop_subscriber(&self, st: &mut PubState, key: usize, reason: &str) {
+    fn drop_subscriber(&self, st: &mut PubState, key: usize, reason: DropReason) {
         self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(topic = %self.topic, "dropping a subscriber: {reason}");
-        let msg = FromPublisher::Dropped { reason: protocol::truncate_reason(reason) };
+        tracing::info!(topic = %self.topic, ?reason, "dropping a subscriber");
+        let msg = Control::Dropped { reason };
         if let Ok(slot) = self.send_control(st, key, &msg) {
             self.await_send(st, slot, Duration::from_millis(100));
         }
@@ -688,11 +662,10 @@ impl PublisherShared {
         self.wait_consumed(deadline);
         let mut st = self.state.lock();
         let final_seq = st.producer.tail_seq().saturating_sub(1);
-        let tail = st.producer.tail();
         let keys: Vec<usize> = st.subs.iter().map(|(k, _)| k).collect();
         let mut slots = Vec::new();
         for &key in &keys {
-            if let Ok(slot) = self.send_control(&mut st, key, &FromPublisher::EndOfStream { final_seq, tail }) {
+            if let Ok(slot) = self.send_control(&mut st, key, &Control::EndOfStream { final_seq }) {
                 slots.push(slot);
             }
         }
@@ -708,11 +681,11 @@ impl PublisherShared {
     fn accept(self: &Arc<Self>, req: ConnectRequest, data: &ConnectData) {
         let mut st = self.state.lock();
         let refuse = if st.closing {
-            Some((RejectReason::ShuttingDown, "the publisher is closing".to_string()))
+            Some((RejectCode::ShuttingDown, "the publisher is closing".to_string()))
         } else if st.subs.len() >= self.options.max_subscribers {
-            Some((RejectReason::TooManySubscribers, format!("limit {}", self.options.max_subscribers)))
-        } else if !data.accepts(self.options.policy.kind()) {
-            Some((RejectReason::PolicyNotAccepted, format!("{:?}", self.options.policy.kind())))
+            Some((RejectCode::TooManySubscribers, format!("limit {}", self.options.max_subscribers)))
+        } else if !data.accepts.contains(self.options.policy.kind()) {
+            Some((RejectCode::PolicyNotAccepted, format!("{:?}", self.options.policy.kind())))
         } else {
             None
         };
@@ -722,10 +695,11 @@ impl PublisherShared {
             return;
         }
         let start = match data.start {
-            StartFrom::Latest => st.producer.latest(),
-            StartFrom::Earliest => st.producer.earliest(),
+            StartAt::Latest => st.producer.latest(),
+            StartAt::Earliest => st.producer.earliest(),
         };
         let accept = AcceptData {
+            topic: self.topic_id,
             ring: self.remote,
             region_len: self.region_len as u64,
             capacity: st.producer.capacity() as u64,
@@ -801,7 +775,7 @@ impl PublisherShared {
 }
 
 /// Rejects a connect request with a reason, counting it.
-fn reject(node: &NodeShared, req: ConnectRequest, reason: RejectReason, detail: &str) {
+fn reject(node: &NodeShared, req: ConnectRequest, reason: RejectCode, detail: &str) {
     tracing::debug!(peer = %req.peer_addr(), ?reason, detail, "rejecting a subscriber");
     node.counters.rejected_connects.fetch_add(1, Ordering::Relaxed);
     let data = RejectData::new(reason, detail).encode().unwrap_or_default();
@@ -815,10 +789,10 @@ pub(crate) fn handle_connect_request(node: &Arc<NodeShared>, req: ConnectRequest
     let data = match ConnectData::decode(req.private_data()) {
         Ok(d) => d,
         Err(e) => {
-            let reason = if matches!(e, protocol::ProtocolError::Version { .. }) {
-                RejectReason::VersionMismatch
+            let reason = if matches!(e, ProtocolError::VersionMismatch { .. }) {
+                RejectCode::VersionMismatch
             } else {
-                RejectReason::Malformed
+                RejectCode::Malformed
             };
             reject(node, req, reason, &e.to_string());
             return;
@@ -827,6 +801,6 @@ pub(crate) fn handle_connect_request(node: &Arc<NodeShared>, req: ConnectRequest
     let publisher = node.publishers.lock().get(&data.topic).and_then(Weak::upgrade);
     match publisher {
         Some(p) => p.accept(req, &data),
-        None => reject(node, req, RejectReason::UnknownTopic, "no publisher of that topic on this node"),
+        None => reject(node, req, RejectCode::UnknownTopic, "no publisher of that topic on this node"),
     }
 }

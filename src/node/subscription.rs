@@ -19,10 +19,10 @@ use crate::fabric::{
     RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
 };
 use crate::protocol::{
-    self, AcceptData, ConnectData, FromPublisher, FromSubscriber, PolicyKind, RejectData, RejectReason, StartFrom,
-    TopicId,
+    AcceptData, ConnectData, ConnectFlags, Control, DropReason, Policy as WirePolicy, PolicySet, RejectCode, RejectData,
+    StartAt, TopicId,
 };
-use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, ReaderConfig, RingReader, StartPoint, Stop};
+use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop};
 
 use super::cm::FeedEvent;
 use super::{check_topic, NodeShared, Route, SLICE};
@@ -74,7 +74,7 @@ pub struct PublisherInfo {
     /// Its node's address.
     pub addr: SocketAddr,
     /// Its slow-subscriber policy.
-    pub policy: PolicyKind,
+    pub policy: WirePolicy,
 }
 
 /// A delivered message (owned).
@@ -128,7 +128,7 @@ pub enum SubscriptionEvent {
         /// Which publisher.
         publisher: PublisherInfo,
         /// Its reason.
-        reason: String,
+        reason: DropReason,
     },
     /// The connection broke (the publisher's node died or the network failed).
     Disconnected {
@@ -142,7 +142,7 @@ pub enum SubscriptionEvent {
         /// The node.
         addr: SocketAddr,
         /// Why.
-        reason: RejectReason,
+        reason: RejectCode,
         /// Its explanation.
         detail: String,
     },
@@ -247,8 +247,10 @@ struct ActiveFeed {
     doorbell_req_in_flight: bool,
     idle: Idle,
     empty_since: Option<Instant>,
-    /// The publisher announced the end of its stream at this position.
-    end: Option<(u64, u64)>,
+    /// The publisher announced the end of its stream after this sequence.
+    end: Option<u64>,
+    /// The last parse stopped on a lap: READ the control block next.
+    need_control: bool,
 }
 
 /// A subscription to one topic: receives the messages of every publisher it is connected to,
@@ -289,7 +291,7 @@ impl Subscription {
         let (events_tx, events_rx) = channel::unbounded();
         Ok(Subscription {
             topic: topic.to_owned(),
-            topic_id: protocol::topic_id(topic),
+            topic_id: TopicId::of(topic),
             node,
             options,
             cq,
@@ -331,12 +333,12 @@ impl Subscription {
         let data = ConnectData {
             topic: self.topic_id,
             start: match self.options.start {
-                Start::Latest => StartFrom::Latest,
-                Start::Earliest => StartFrom::Earliest,
+                Start::Latest => StartAt::Latest,
+                Start::Earliest => StartAt::Earliest,
             },
-            accepts: protocol::ALL_POLICIES,
+            accepts: PolicySet::ALL,
             node_id: self.node.id,
-            wants_doorbells: !self.options.busy_poll,
+            flags: if self.options.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
         }
         .encode()?;
         let ctrl = self.node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
@@ -561,7 +563,7 @@ impl Subscription {
                         tracing::warn!(topic = %self.topic, %addr, "unusable accept from publisher: {e}");
                         self.user_events.push_back(SubscriptionEvent::Rejected {
                             addr,
-                            reason: RejectReason::Malformed,
+                            reason: RejectCode::Malformed,
                             detail: format!("the publisher's accept data is unusable: {e}"),
                         });
                         self.remove_feed(key);
@@ -578,7 +580,7 @@ impl Subscription {
                     }
                     (other, Err(e)) => SubscriptionEvent::Rejected {
                         addr,
-                        reason: RejectReason::Malformed,
+                        reason: RejectCode::Malformed,
                         detail: format!("rejected ({other:?}) without a readable reason: {e}"),
                     },
                 };
@@ -599,7 +601,7 @@ impl Subscription {
                 }
                 let event = match &feed.active {
                     Some(a) => match a.end {
-                        Some((final_seq, _)) => {
+                        Some(final_seq) => {
                             SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: false }
                         }
                         None => SubscriptionEvent::Disconnected { addr: feed.addr, publisher: Some(a.info) },
@@ -615,14 +617,13 @@ impl Subscription {
     /// Sets up reading of the publisher's ring from its accept data.
     fn activate(&mut self, key: usize, private_data: &[u8]) -> Result<PublisherInfo> {
         let accept = AcceptData::decode(private_data)?;
-        let reader = RingReader::new(ReaderConfig {
-            capacity: accept.capacity as usize,
-            max_record_payload: accept.max_record_payload as usize,
-            epoch: accept.epoch,
-            start: StartPoint { position: accept.start_position, seq: accept.start_seq, first_seq: accept.first_seq },
-            max_message_len: self.options.max_message_len,
-        })
-        .map_err(|e| Error::Protocol(protocol::ProtocolError::Invalid(e.to_string())))?;
+        if accept.topic != self.topic_id {
+            return Err(Error::Protocol(crate::protocol::ProtocolError::Malformed {
+                what: "accept private data",
+                detail: "the publisher accepted another topic".into(),
+            }));
+        }
+        let reader = RingReader::new(accept.reader_config(self.options.max_message_len))?;
         let landing_len = self
             .options
             .batch
@@ -645,6 +646,7 @@ impl Subscription {
             idle: Idle::Active,
             empty_since: None,
             end: None,
+            need_control: false,
         }));
         Ok(info)
     }
@@ -708,7 +710,7 @@ impl Subscription {
                 }
                 a.idle = Idle::Requested;
             }
-            let plan = if a.reader.needs_control() { ReadPlan::control() } else { a.reader.next_read(self.options.batch) };
+            let plan = if a.need_control { ReadPlan::control() } else { a.reader.next_read(self.options.batch) };
             let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
             match a.landing.post_read(&feed.qp, wr_id(key, feed.gen, KIND_READ, 0), remote, plan.len) {
                 Ok(()) => {
@@ -780,12 +782,14 @@ impl Subscription {
     fn on_read(&mut self, key: usize, plan: ReadPlan) -> Result<()> {
         let feed = &mut self.feeds[key];
         let a = feed.active.as_deref_mut().expect("a READ completes on an active feed");
-        if plan == ReadPlan::control() && a.reader.needs_control() {
+        if plan == ReadPlan::control() && a.need_control {
             let snapshot = ControlSnapshot::decode(a.landing.bytes())
-                .map_err(|e| Error::Protocol(protocol::ProtocolError::Invalid(e.to_string())))?;
+                .map_err(Error::from)?;
+            a.need_control = false;
             match a.reader.apply_control(&snapshot) {
-                Ok(ControlOutcome::Resync { .. }) | Ok(ControlOutcome::NoOverrun) => {}
-                Err(e) => return Err(Error::Protocol(protocol::ProtocolError::Invalid(e.to_string()))),
+                Ok(ControlOutcome::Retry) => a.need_control = true,
+                Ok(ControlOutcome::Resync { .. } | ControlOutcome::Behind { .. } | ControlOutcome::CaughtUp) => {}
+                Err(e) => return Err(e.into()),
             }
             return Ok(());
         }
@@ -804,10 +808,13 @@ impl Subscription {
                 };
                 ready.push_back(Ready { seq, payload });
             })
-            .map_err(|e| Error::Protocol(protocol::ProtocolError::Invalid(e.to_string())))?;
+            .map_err(Error::from)?;
         if parsed.lost > 0 {
             self.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
             self.user_events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });
+        }
+        if parsed.stop == Stop::NeedControl {
+            a.need_control = true;
         }
         if parsed.stop == Stop::Torn {
             self.counters.torn.fetch_add(1, Ordering::Relaxed);
@@ -830,8 +837,8 @@ impl Subscription {
             a.empty_since = None;
             a.idle = Idle::Active;
         }
-        if let Some((final_seq, tail)) = a.end {
-            if a.reader.consumed_position() >= tail {
+        if let Some(final_seq) = a.end {
+            if a.reader.next_seq() > final_seq {
                 self.user_events.push_back(SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: true });
                 self.close_feed(key);
             }
@@ -846,7 +853,7 @@ impl Subscription {
         let mut bytes = [0u8; SLOT];
         let len = len.min(SLOT);
         let decoded = feed.ctrl.buffer().read(offset, &mut bytes[..len]).map_err(Error::from).and_then(|_| {
-            FromPublisher::decode(&bytes[..len]).map_err(Error::from)
+            Control::decode(&bytes[..len]).map_err(Error::from)
         });
         if !feed.closed {
             if let Err(e) = feed.qp.post_recv(wr_id(key, feed.gen, KIND_RECV, slot), &[feed.ctrl.sge(offset, SLOT)]) {
@@ -855,29 +862,30 @@ impl Subscription {
         }
         let Some(a) = feed.active.as_deref_mut() else { return };
         match decoded {
-            Ok(FromPublisher::Doorbell { .. }) => {
+            Ok(Control::Doorbell { .. }) => {
                 self.counters.doorbells.fetch_add(1, Ordering::Relaxed);
                 a.idle = Idle::Active;
                 a.empty_since = None;
             }
-            Ok(FromPublisher::Dropped { reason }) => {
+            Ok(Control::Dropped { reason }) => {
                 self.user_events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason });
                 self.close_feed(key);
             }
-            Ok(FromPublisher::EndOfStream { final_seq, tail }) => {
-                a.end = Some((final_seq, tail));
+            Ok(Control::EndOfStream { final_seq }) => {
+                a.end = Some(final_seq);
                 a.idle = Idle::Active;
-                if a.reader.consumed_position() >= tail {
+                if a.reader.next_seq() > final_seq {
                     self.user_events.push_back(SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: true });
                     self.close_feed(key);
                 }
             }
+            Ok(other) => tracing::debug!(topic = %self.topic, ?other, "the publisher sent a subscriber's control message"),
             Err(e) => tracing::debug!(topic = %self.topic, "undecodable control message from the publisher: {e}"),
         }
     }
 }
 
-fn post_control(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, kind: u64, slot: usize, msg: &FromSubscriber) -> Result<()> {
+fn post_control(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, kind: u64, slot: usize, msg: &Control) -> Result<()> {
     let bytes = msg.encode()?;
     let offset = slot * SLOT;
     ctrl.buffer().write(offset, &bytes)?;
@@ -888,7 +896,7 @@ fn post_control(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, kind:
 
 fn send_ack(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut ActiveFeed) -> Result<()> {
     let position = a.reader.consumed_position();
-    post_control(gen, key, qp, ctrl, KIND_ACK, 0, &FromSubscriber::Ack { position, seq: a.reader.next_seq() })?;
+    post_control(gen, key, qp, ctrl, KIND_ACK, 0, &Control::Ack { position, seq: a.reader.next_seq() })?;
     a.ack_in_flight = true;
     a.acked = position;
     Ok(())
@@ -899,7 +907,7 @@ fn request_doorbell(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a
         return Ok(());
     }
     let position = a.reader.consumed_position();
-    post_control(gen, key, qp, ctrl, KIND_DOORBELL_REQ, 1, &FromSubscriber::DoorbellRequest { armed: true, position })?;
+    post_control(gen, key, qp, ctrl, KIND_DOORBELL_REQ, 1, &Control::DoorbellRequest { armed: true, position })?;
     a.doorbell_req_in_flight = true;
     Ok(())
 }
