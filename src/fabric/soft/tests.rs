@@ -112,7 +112,10 @@ fn read_write_and_send_move_the_bytes() {
     p.b.post_recv(77, &[rbuf.sge(0, 64)]).unwrap();
     p.a.post_send(&SendRequest { wr_id: 3, op: SendOp::SendWithImm(0xfeed), sges: &sge, signaled: true }).unwrap();
     let wc = completion(&p.cq_b);
-    assert_eq!((wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm), (77, WcStatus::Success, WcOpcode::Recv, 7, Some(0xfeed)));
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm),
+        (77, WcStatus::Success, WcOpcode::Recv, 7, Some(0xfeed))
+    );
     assert_eq!(wc.qp_num, p.b.qp_num());
     assert_eq!(completion(&p.cq_a).wr_id, 3);
     let mut r = [0u8; 7];
@@ -120,22 +123,25 @@ fn read_write_and_send_move_the_bytes() {
     assert_eq!(&r, b"written");
 }
 
+/// Where a bad READ aims, given the region it abuses.
+type Target = fn(&MemoryRegion) -> RemoteAddr;
+
 #[test]
 fn remote_access_is_checked_against_rkey_bounds_and_rights() {
     let fab = fabric();
     let pd_other = fab.alloc_pd().unwrap();
     // Each case breaks the requester QP, so each gets its own pair.
-    let cases: Vec<(&str, Box<dyn Fn(&Pair, &MemoryRegion) -> RemoteAddr>)> = vec![
-        ("forged rkey", Box::new(|_, mr| RemoteAddr { addr: mr.addr(), rkey: mr.rkey() ^ 0x5a5a_5a5a })),
-        ("past the end", Box::new(|_, mr| RemoteAddr { addr: mr.addr() + 4096 - 8, rkey: mr.rkey() })),
-        ("below the start", Box::new(|_, mr| RemoteAddr { addr: mr.addr().wrapping_sub(1), rkey: mr.rkey() })),
+    let cases: Vec<(&str, Target)> = vec![
+        ("forged rkey", |mr| RemoteAddr { addr: mr.addr(), rkey: mr.rkey() ^ 0x5a5a_5a5a }),
+        ("past the end", |mr| RemoteAddr { addr: mr.addr() + 4096 - 8, rkey: mr.rkey() }),
+        ("below the start", |mr| RemoteAddr { addr: mr.addr().wrapping_sub(1), rkey: mr.rkey() }),
     ];
     for (what, target) in cases {
         let p = pair(&fab);
         let mr = p.pd.register(4096, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
         mr.buffer().fill(0, 4096, 0xAB).unwrap();
         let dst = p.pd.register(4096, Access::LOCAL_WRITE).unwrap();
-        read(&p.a, 1, &dst, 0, 16, target(&p, &mr));
+        read(&p.a, 1, &dst, 0, 16, target(&mr));
         read(&p.a, 2, &dst, 16, 16, mr.remote());
         let wc = completion(&p.cq_a);
         assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RemoteAccessError), "{what}");
@@ -351,7 +357,9 @@ fn reject_and_no_listener_reach_the_requester() {
     }
     drop(listener);
     let qp = ch.connect(addr, &QpInit::new(&pd, &cq), &[], T).unwrap();
-    assert!(matches!(event(&ch), CmEvent::Rejected { reason: RejectReason::NoListener, conn, .. } if conn == qp.conn_id()));
+    assert!(
+        matches!(event(&ch), CmEvent::Rejected { reason: RejectReason::NoListener, conn, .. } if conn == qp.conn_id())
+    );
 }
 
 fn fd_count() -> usize {
@@ -450,4 +458,34 @@ fn ud_delivers_datagrams_and_applies_seeded_faults() {
         Err(Error::MulticastUnavailable { interface, .. }) => assert_eq!(interface, "127.0.0.1"),
         Err(e) => panic!("unexpected join error {e}"),
     }
+}
+
+#[test]
+fn malformed_frames_from_the_network_close_the_connection_without_an_event() {
+    use super::wire::{FrameType, Header};
+    use std::io::{Read, Write};
+    let fab = fabric();
+    let ch = fab.create_event_channel().unwrap();
+    let listener = ch.listen(loopback(), 4).unwrap();
+    let mut too_long = Header::new(FrameType::ConnectReq);
+    too_long.len = 57;
+    let mut frames = vec![too_long.encode().to_vec(), vec![0xff; 64]];
+    let mut early_read = Header::new(FrameType::ReadReq);
+    early_read.aux = 8;
+    frames.push(early_read.encode().to_vec());
+    let mut bytes = too_long.encode().to_vec();
+    bytes.extend_from_slice(&[1u8; 57]);
+    frames.push(bytes);
+    for frame in frames {
+        let mut s = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        s.write_all(&frame).unwrap();
+        let mut buf = [0u8; 16];
+        // The NIC closes the stream: end of file (or a reset), never an answer.
+        match s.read(&mut buf) {
+            Ok(n) => assert_eq!(n, 0, "the NIC answered a malformed frame"),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+    }
+    assert!(ch.get_event(Duration::from_millis(20)).unwrap().is_none(), "no request may be delivered");
 }
