@@ -489,3 +489,48 @@ fn malformed_frames_from_the_network_close_the_connection_without_an_event() {
     }
     assert!(ch.get_event(Duration::from_millis(20)).unwrap().is_none(), "no request may be delivered");
 }
+
+#[test]
+fn a_shared_receive_queue_serves_several_queue_pairs() {
+    let fab = fabric();
+    let pd = fab.alloc_pd().unwrap();
+    let cq = fab.create_cq(64).unwrap();
+    let srq = pd.create_srq(8, 1).unwrap();
+    let ch_a = fab.create_event_channel().unwrap();
+    let ch_b = fab.create_event_channel().unwrap();
+    let listener = ch_b.listen(loopback(), 4).unwrap();
+    let buf = pd.register(64, Access::LOCAL_WRITE).unwrap();
+    srq.post_recv(1, &[buf.sge(0, 16)]).unwrap();
+    srq.post_recv(2, &[buf.sge(16, 16)]).unwrap();
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..2 {
+        let a = ch_a.connect(listener.local_addr(), &QpInit::new(&pd, &cq), &[], T).unwrap();
+        let CmEvent::ConnectRequest(req) = event(&ch_b) else { panic!("expected a request") };
+        let mut init = QpInit::new(&pd, &cq);
+        init.srq = Some(&srq);
+        let b = req.accept(&init, &[]).unwrap();
+        assert!(matches!(b.post_recv(9, &[buf.sge(0, 8)]), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(event(&ch_a), CmEvent::Established { .. }));
+        assert!(matches!(event(&ch_b), CmEvent::Established { .. }));
+        senders.push(a);
+        receivers.push(b);
+    }
+    for (i, a) in senders.iter().enumerate() {
+        a.post_send(&SendRequest { wr_id: 10 + i as u64, op: SendOp::Send, sges: &[buf.sge(32, 4)], signaled: false })
+            .unwrap();
+    }
+    let mut recvs: Vec<(u64, u32)> = Vec::new();
+    while recvs.len() < 2 {
+        let wc = completion(&cq);
+        assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Recv));
+        recvs.push((wc.wr_id, wc.qp_num));
+    }
+    recvs.sort_unstable();
+    assert_eq!(recvs.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
+    let mut qpns: Vec<u32> = recvs.iter().map(|r| r.1).collect();
+    qpns.sort_unstable();
+    let mut expected: Vec<u32> = receivers.iter().map(|q| q.qp_num()).collect();
+    expected.sort_unstable();
+    assert_eq!(qpns, expected, "each queue pair consumed one shared receive");
+}
