@@ -135,9 +135,18 @@ enum Then {
 
 enum Stage {
     Header,
-    Payload { sink: Sink, remaining: usize, len: u32, then: Then, psn: u32 },
+    Payload {
+        sink: Sink,
+        remaining: usize,
+        len: u32,
+        then: Then,
+        psn: u32,
+    },
     /// A SEND waits for a receive; reading this connection stops (RC ordering).
-    Rnr { hdr: Header, left: u8 },
+    Rnr {
+        hdr: Header,
+        left: u8,
+    },
 }
 
 /// The receive state of a connection (NIC thread only).
@@ -365,7 +374,7 @@ impl Nic {
                 Step::Eof => {
                     let closed = c.st.lock().phase == Phase::Closed;
                     if closed {
-                        self.close(c, &mut c.st.lock());
+                        self.close_disconnected(c, &mut rx);
                     } else {
                         self.broken(c, &mut rx, "the peer closed the connection without DISCONNECT");
                     }
@@ -465,6 +474,9 @@ impl Nic {
 
     fn on_header(&mut self, c: &Arc<Conn>, rx: &mut Rx, hdr: Header) -> Step {
         let mut st = c.st.lock();
+        if matches!(st.phase, Phase::Incoming | Phase::Requested | Phase::Connecting) {
+            return Step::Broken(format!("{:?} frame from {} before the connection is established", hdr.ty, c.peer));
+        }
         let live = st.phase == Phase::Established && st.qp.is_some();
         match hdr.ty {
             FrameType::Ack => {
@@ -729,7 +741,8 @@ impl Nic {
                 Step::Done
             }
             (FrameType::Disconnect, _) | (_, Phase::Closed) => {
-                self.close(c, &mut st);
+                drop(st);
+                self.close_disconnected(c, rx);
                 Step::Done
             }
             (ty, phase) => Step::Broken(format!("{ty:?} frame from {} while {}", c.peer, phase.name())),
@@ -778,9 +791,15 @@ impl Nic {
         self.close_with(c, &mut st, ev);
     }
 
-    /// Removes a connection from the NIC: no more events, the socket is shut.
-    fn close(&mut self, c: &Conn, st: &mut ConnState) {
-        self.close_with(c, st, None);
+    /// Removes a connection whose queue pair was already disconnected: a READ response or
+    /// SEND being received when the stream ends is completed as flushed.
+    fn close_disconnected(&mut self, c: &Conn, rx: &mut Rx) {
+        self.abort_rx(c, rx);
+        let mut st = c.st.lock();
+        if let Some(qp) = st.qp.as_mut() {
+            qp.flush(WcStatus::WorkRequestFlushed);
+        }
+        self.close_with(c, &mut st, None);
     }
 
     /// Removes a connection, then delivers its last event (so that whoever sees the event
@@ -820,9 +839,9 @@ impl Nic {
                     }
                 }
                 TimerKind::Close => {
-                    let mut st = c.st.lock();
-                    if st.phase == Phase::Closed {
-                        self.close(&c, &mut st);
+                    let mut rx = c.rx.lock();
+                    if c.st.lock().phase == Phase::Closed {
+                        self.close_disconnected(&c, &mut rx);
                     }
                 }
                 TimerKind::Rnr => self.rnr_retry(&c),
