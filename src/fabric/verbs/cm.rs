@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,12 +100,20 @@ pub(super) struct IdCtx {
     pub(super) min_rnr_timer: AtomicU8,
     /// Whether the id's queue pair is alive; held while modifying it from an event.
     pub(super) qp_alive: Mutex<bool>,
+    /// Whether `rdma_disconnect` was called (by the owner, or in answer to the peer's).
+    pub(super) disconnected: AtomicBool,
 }
 
 impl IdCtx {
     /// A context for connection `conn`.
     pub(super) fn new(conn: ConnId, active: bool, min_rnr_timer: u8) -> Box<IdCtx> {
-        Box::new(IdCtx { conn, active, min_rnr_timer: AtomicU8::new(min_rnr_timer), qp_alive: Mutex::new(false) })
+        Box::new(IdCtx {
+            conn,
+            active,
+            min_rnr_timer: AtomicU8::new(min_rnr_timer),
+            qp_alive: Mutex::new(false),
+            disconnected: AtomicBool::new(false),
+        })
     }
 }
 
@@ -267,7 +275,11 @@ impl Channel {
             | RDMA_CM_EVENT_ROUTE_ERROR
             | RDMA_CM_EVENT_UNREACHABLE
             | RDMA_CM_EVENT_CONNECT_ERROR => Some(CmEventOps::Unreachable { conn, detail: describe(ev) }),
-            RDMA_CM_EVENT_DISCONNECTED | RDMA_CM_EVENT_DEVICE_REMOVAL => Some(CmEventOps::Disconnected { conn }),
+            RDMA_CM_EVENT_DISCONNECTED => {
+                answer_disconnect(ev, ctx);
+                Some(CmEventOps::Disconnected { conn })
+            }
+            RDMA_CM_EVENT_DEVICE_REMOVAL => Some(CmEventOps::Disconnected { conn }),
             _ => {
                 tracing::debug!("verbs: ignoring CM event {}", describe(ev));
                 None
@@ -435,6 +447,19 @@ fn set_min_rnr_timer_from_event(ev: &rdma_cm_event, ctx: &IdCtx) {
     if *alive && !qp.is_null() {
         if let Err(e) = super::qp::set_min_rnr_timer(qp, ctx.min_rnr_timer.load(Ordering::Relaxed)) {
             tracing::warn!("verbs: setting min_rnr_timer on an established QP failed: {e}");
+        }
+    }
+}
+
+/// Answers the peer's disconnect request (DREP) at once, so that the peer's `Disconnected`
+/// does not wait for the owner of this side to disconnect or drop its queue pair.
+fn answer_disconnect(ev: &rdma_cm_event, ctx: &IdCtx) {
+    let _alive = ctx.qp_alive.lock();
+    if !ctx.disconnected.swap(true, Ordering::AcqRel) {
+        // SAFETY: the id is live until the event is acknowledged; librdmacm touches its QP
+        // only while it exists, and RcQp's Drop destroys the QP under the same lock.
+        if unsafe { rdma_disconnect(ev.id) } != 0 {
+            tracing::debug!("verbs: answering a disconnect: {}", std::io::Error::last_os_error());
         }
     }
 }

@@ -14,6 +14,9 @@
 //!   kernel CM resets it to 0 = 655 ms during RTR): right after `rdma_accept` on the passive
 //!   side and when `ESTABLISHED` is delivered on the active side. Post receives before
 //!   connecting to avoid RNR during that window.
+//! - A `Disconnected` event answers the peer's disconnect request (DREP) when it is delivered,
+//!   so the initiating side sees its own `Disconnected` once the peer's channel was read (or
+//!   after the CM's DREQ timeout when nobody reads it).
 //! - Unicast UD (`send_unicast`) is not supported: it needs address resolution per peer.
 
 mod addr;

@@ -1,7 +1,7 @@
 //! Reliable-connected queue pairs on CM ids, and the posting of work requests.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rdma_sys::*;
@@ -66,7 +66,6 @@ pub(super) struct RcQp {
     caps: QpCaps,
     peer: SocketAddr,
     local: SocketAddr,
-    disconnected: AtomicBool,
     // Dropped in this order after the QP is destroyed in `Drop::drop`: the id, then what the
     // QP used.
     id: CmId,
@@ -128,7 +127,6 @@ impl RcQp {
             caps: c,
             peer,
             local,
-            disconnected: AtomicBool::new(false),
             id,
             _srq: init.srq.clone(),
             _send_cq: init.send_cq.clone(),
@@ -231,7 +229,8 @@ impl QpOps for RcQp {
     }
 
     fn disconnect(&self) -> Result<()> {
-        if self.disconnected.swap(true, Ordering::AcqRel) {
+        let _alive = self.id.ctx().qp_alive.lock();
+        if self.id.ctx().disconnected.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         // SAFETY: the id is live. librdmacm moves the QP to ERR and sends a DREQ (or a DREP
