@@ -38,6 +38,7 @@ fn one_completion(cq: &CompletionQueue) -> WorkCompletion {
 /// Both ends of one connection, with a CQ and a 4 KiB region each.
 struct Pair {
     _fabric: Fabric,
+    srq: Option<SharedReceiveQueue>,
     server_ch: EventChannel,
     client_ch: EventChannel,
     _listener: Listener,
@@ -52,6 +53,18 @@ struct Pair {
 }
 
 fn connect_pair(connect_data: &[u8], accept_data: &[u8]) -> Pair {
+    connect_pair_with(connect_data, accept_data, &|_| {}, &|_| {}, false)
+}
+
+type Tweak<'a> = &'a dyn Fn(&mut QpInit<'_>);
+
+fn connect_pair_with(
+    connect_data: &[u8],
+    accept_data: &[u8],
+    client_tweak: Tweak,
+    server_tweak: Tweak,
+    srq: bool,
+) -> Pair {
     let fabric = fabric();
     let pd = fabric.alloc_pd().unwrap();
     let server_cq = fabric.create_cq(64).unwrap();
@@ -64,14 +77,20 @@ fn connect_pair(connect_data: &[u8], accept_data: &[u8]) -> Pair {
     let listener = server_ch.listen(SocketAddr::new(bind_ip(), 0), 8).unwrap();
     assert_ne!(listener.local_addr().port(), 0);
 
-    let client = client_ch.connect(listener.local_addr(), &QpInit::new(&pd, &client_cq), connect_data, WAIT).unwrap();
+    let srq = srq.then(|| pd.create_srq(16, 1).unwrap());
+    let mut client_init = QpInit::new(&pd, &client_cq);
+    client_tweak(&mut client_init);
+    let mut server_init = QpInit::new(&pd, &server_cq);
+    server_init.srq = srq.as_ref();
+    server_tweak(&mut server_init);
+    let client = client_ch.connect(listener.local_addr(), &client_init, connect_data, WAIT).unwrap();
     let req = match next_event(&server_ch) {
         CmEvent::ConnectRequest(req) => req,
         other => panic!("expected a connect request, got {other:?}"),
     };
     let req_data = req.private_data().to_vec();
     assert_eq!(req.peer_addr().ip(), bind_ip());
-    let server = req.accept(&QpInit::new(&pd, &server_cq), accept_data).unwrap();
+    let server = req.accept(&server_init, accept_data).unwrap();
     let got_accept = match next_event(&client_ch) {
         CmEvent::Established { conn, private_data } => {
             assert_eq!(conn, client.conn_id());
@@ -85,6 +104,7 @@ fn connect_pair(connect_data: &[u8], accept_data: &[u8]) -> Pair {
     }
     Pair {
         _fabric: fabric,
+        srq,
         server_ch,
         client_ch,
         _listener: listener,
@@ -276,4 +296,80 @@ fn ud_multicast_join_send_recv() {
     rx.leave(group).unwrap();
     tx.send_to(group, b"after leave").unwrap();
     assert_eq!(rx.recv(Duration::from_millis(300)).unwrap(), None);
+}
+
+/// Posts a SEND to a peer without a posted receive, posts the receive a little later, and
+/// returns how long the send still took after that: about one RNR timer period of the
+/// responder (655 ms with the CM's default, microseconds when `min_rnr_timer` applied).
+fn rnr_delay(
+    from: &QueuePair,
+    cq: &CompletionQueue,
+    mr: &MemoryRegion,
+    to: &QueuePair,
+    to_mr: &MemoryRegion,
+) -> Duration {
+    let send = SendRequest { wr_id: 99, op: SendOp::Send, sges: &[mr.sge(0, 8)], signaled: true };
+    from.post_send(&send).unwrap();
+    // Not a synchronisation: the delay lets the first attempt meet an empty receive queue.
+    std::thread::sleep(Duration::from_millis(50));
+    let posted = Instant::now();
+    to.post_recv(98, &[to_mr.sge(0, 64)]).unwrap();
+    loop {
+        // The CQ also holds the receive completion of the other direction (wr_id 98).
+        let wc = one_completion(cq);
+        if wc.wr_id == 99 {
+            assert_eq!(wc.status, WcStatus::Success);
+            return posted.elapsed();
+        }
+        assert_eq!((wc.wr_id, wc.status), (98, WcStatus::Success));
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn min_rnr_timer_is_applied_on_both_sides() {
+    let fast = &|init: &mut QpInit<'_>| {
+        init.rnr_retry = RNR_RETRY_INFINITE;
+        init.min_rnr_timer = Duration::from_micros(40);
+    };
+    let p = connect_pair_with(b"rnr", b"", fast, fast, false);
+    let passive_responder = rnr_delay(&p.client, &p.client_cq, &p.client_mr, &p.server, &p.server_mr);
+    let active_responder = rnr_delay(&p.server, &p.server_cq, &p.server_mr, &p.client, &p.client_mr);
+    eprintln!("RNR delays: passive responder {passive_responder:?}, active responder {active_responder:?}");
+    assert!(passive_responder < Duration::from_millis(300), "passive side: {passive_responder:?}");
+    assert!(active_responder < Duration::from_millis(300), "active side: {active_responder:?}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn shared_receive_queue_takes_sends() {
+    let p = connect_pair_with(b"srq", b"", &|_| {}, &|_| {}, true);
+    let srq = p.srq.as_ref().unwrap();
+    assert!(matches!(p.server.post_recv(1, &[p.server_mr.sge(0, 64)]), Err(Error::InvalidArgument { .. })));
+    srq.post_recv(21, &[p.server_mr.sge(0, 64)]).unwrap();
+    p.client_mr.buffer().write(0, b"via srq").unwrap();
+    let send = SendRequest { wr_id: 5, op: SendOp::Send, sges: &[p.client_mr.sge(0, 7)], signaled: false };
+    p.client.post_send(&send).unwrap();
+    let wc = one_completion(&p.server_cq);
+    assert_eq!((wc.wr_id, wc.status, wc.byte_len, wc.qp_num), (21, WcStatus::Success, 7, p.server.qp_num()));
+    let mut got = [0u8; 7];
+    p.server_mr.buffer().read(0, &mut got).unwrap();
+    assert_eq!(&got, b"via srq");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn a_full_receive_queue_is_queue_full() {
+    let small = &|init: &mut QpInit<'_>| init.caps.max_recv_wr = 4;
+    let p = connect_pair_with(b"full", b"", &|_| {}, small, false);
+    let mut posted = 0;
+    let err = loop {
+        match p.server.post_recv(posted, &[p.server_mr.sge(0, 16)]) {
+            Ok(()) => posted += 1,
+            Err(e) => break e,
+        }
+        assert!(posted < 1024, "the receive queue never filled");
+    };
+    assert!(posted >= 4, "only {posted} receives fitted");
+    assert!(matches!(err, Error::QueueFull { queue: "receive queue", .. }), "{err:?}");
 }

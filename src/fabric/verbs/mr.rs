@@ -71,7 +71,8 @@ impl Pd {
 
     /// The shared raw PD of a provider PD.
     pub(super) fn downcast(pd: &Arc<dyn PdOps>) -> Result<Arc<PdInner>> {
-        pd.as_any()
+        (**pd)
+            .as_any()
             .downcast_ref::<Pd>()
             .map(|p| p.inner.clone())
             .ok_or_else(|| Error::invalid("verbs", "the protection domain belongs to another provider"))

@@ -89,7 +89,7 @@ impl RcQp {
             return Err(Error::invalid("create queue pair", "the protection domain belongs to another device"));
         }
         let srq = match &init.srq {
-            Some(s) => s
+            Some(s) => (**s)
                 .as_any()
                 .downcast_ref::<Srq>()
                 .ok_or_else(|| Error::invalid("create queue pair", "the SRQ belongs to another provider"))?
