@@ -1,0 +1,287 @@
+//! Reliable-connected queue pairs on CM ids, and the posting of work requests.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rdma_sys::*;
+
+use super::cm::CmId;
+use super::cq::Cq;
+use super::device::Device;
+use super::errno;
+use super::mr::{Pd, Srq};
+use crate::fabric::provider::*;
+use crate::fabric::{Error, QpCaps, Result, SendOp};
+
+/// SGEs converted on the stack; more go through a heap vector.
+const INLINE_SGES: usize = 8;
+
+/// Calls `f` with the verbs form of `sges` (address = region address + offset, lkey).
+pub(super) fn with_sges(sges: &[Sge<'_>], f: impl FnOnce(*mut ibv_sge, i32) -> i32) -> Result<i32> {
+    let convert = |s: &Sge<'_>| -> Result<ibv_sge> {
+        let length = u32::try_from(s.len)
+            .map_err(|_| Error::invalid("post", format!("SGE of {} bytes exceeds 4 GiB", s.len)))?;
+        Ok(ibv_sge { addr: s.mr.addr() + s.offset as u64, length, lkey: s.mr.lkey() })
+    };
+    if sges.len() <= INLINE_SGES {
+        let mut arr = [ibv_sge { addr: 0, length: 0, lkey: 0 }; INLINE_SGES];
+        for (dst, src) in arr.iter_mut().zip(sges) {
+            *dst = convert(src)?;
+        }
+        let ptr = if sges.is_empty() { std::ptr::null_mut() } else { arr.as_mut_ptr() };
+        Ok(f(ptr, sges.len() as i32))
+    } else {
+        let mut v = sges.iter().map(convert).collect::<Result<Vec<_>>>()?;
+        Ok(f(v.as_mut_ptr(), v.len().min(i32::MAX as usize) as i32))
+    }
+}
+
+/// Maps the return code of a post: ENOMEM means the queue is full.
+pub(super) fn post_error(rc: Result<i32>, verb: &'static str, queue: &'static str, depth: u32) -> Result<()> {
+    match rc? {
+        0 => Ok(()),
+        libc::ENOMEM => Err(Error::QueueFull { queue, depth }),
+        other => Err(errno(verb, other)),
+    }
+}
+
+/// Sets `min_rnr_timer` (IB encoding) on a queue pair in RTR or RTS.
+pub(super) fn set_min_rnr_timer(qp: *mut ibv_qp, code: u8) -> Result<()> {
+    // SAFETY: ibv_qp_attr is plain old data; zero is a valid value.
+    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    attr.min_rnr_timer = code;
+    // SAFETY: the caller passes a live QP; only the masked attribute is read.
+    let rc = unsafe { ibv_modify_qp(qp, &mut attr, ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER.0 as i32) };
+    if rc != 0 {
+        return Err(errno("ibv_modify_qp(min_rnr_timer)", rc));
+    }
+    Ok(())
+}
+
+/// A reliable-connected queue pair on a CM id: the provider's [`QpOps`].
+pub(super) struct RcQp {
+    qp: *mut ibv_qp,
+    qp_num: u32,
+    caps: QpCaps,
+    peer: SocketAddr,
+    local: SocketAddr,
+    // Dropped in this order after the QP is destroyed in `Drop::drop`: the id, then what the
+    // QP used.
+    id: CmId,
+    _srq: Option<Arc<dyn SrqOps>>,
+    _send_cq: Arc<dyn CqOps>,
+    _recv_cq: Arc<dyn CqOps>,
+    _pd: Arc<dyn PdOps>,
+}
+
+// SAFETY: libibverbs QPs are thread-safe (posting is locked by the provider); the CM id is
+// Send + Sync; the raw QP pointer is only used through verbs calls while the QP lives.
+unsafe impl Send for RcQp {}
+// SAFETY: see Send.
+unsafe impl Sync for RcQp {}
+
+impl RcQp {
+    /// Creates the RC queue pair of `id` (bound to `dev`) with `init`.
+    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &QpInitOps) -> Result<RcQp> {
+        let pd = Pd::downcast(&init.pd)?;
+        if !Arc::ptr_eq(pd.dev(), dev) {
+            return Err(Error::invalid("create queue pair", "the protection domain belongs to another device"));
+        }
+        let srq = match &init.srq {
+            Some(s) => (**s)
+                .as_any()
+                .downcast_ref::<Srq>()
+                .ok_or_else(|| Error::invalid("create queue pair", "the SRQ belongs to another provider"))?
+                .raw(),
+            None => std::ptr::null_mut(),
+        };
+        let c = init.caps;
+        let mut attr = ibv_qp_init_attr {
+            qp_context: std::ptr::null_mut(),
+            send_cq: Cq::downcast(&*init.send_cq)?.raw(),
+            recv_cq: Cq::downcast(&*init.recv_cq)?.raw(),
+            srq,
+            cap: ibv_qp_cap {
+                max_send_wr: c.max_send_wr,
+                max_recv_wr: if srq.is_null() { c.max_recv_wr } else { 0 },
+                max_send_sge: c.max_send_sge,
+                max_recv_sge: if srq.is_null() { c.max_recv_sge } else { 0 },
+                max_inline_data: 0,
+            },
+            qp_type: ibv_qp_type::IBV_QPT_RC,
+            sq_sig_all: 0,
+        };
+        // SAFETY: the id is live and bound to the PD's context; attr is valid for the call.
+        if unsafe { rdma_create_qp(id.raw(), pd.raw(), &mut attr) } != 0 {
+            return Err(super::last_os("rdma_create_qp"));
+        }
+        // SAFETY: rdma_create_qp succeeded, so the id's qp is live.
+        let (qp, qp_num) = unsafe { ((*id.raw()).qp, (*(*id.raw()).qp).qp_num) };
+        *id.ctx().qp_alive.lock() = true;
+        let peer = id.peer_addr().unwrap_or_else(|| super::addr::unspecified_like([0, 0, 0, 0].into()));
+        let local = id.local_addr().unwrap_or_else(|| super::addr::unspecified_like(peer.ip()));
+        Ok(RcQp {
+            qp,
+            qp_num,
+            caps: c,
+            peer,
+            local,
+            id,
+            _srq: init.srq.clone(),
+            _send_cq: init.send_cq.clone(),
+            _recv_cq: init.recv_cq.clone(),
+            _pd: init.pd.clone(),
+        })
+    }
+
+    /// The CM id.
+    pub(super) fn id(&self) -> &CmId {
+        &self.id
+    }
+    /// The raw QP.
+    pub(super) fn raw_qp(&self) -> *mut ibv_qp {
+        self.qp
+    }
+
+    /// Moves the QP to the error state (flushing what is outstanding).
+    fn to_error(&self) -> Result<()> {
+        // SAFETY: plain old data.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: the QP is live; only the state is read.
+        let rc = unsafe { ibv_modify_qp(self.qp, &mut attr, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
+        if rc != 0 {
+            return Err(errno("ibv_modify_qp(ERR)", rc));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RcQp {
+    fn drop(&mut self) {
+        if let Err(e) = self.disconnect() {
+            tracing::debug!("verbs: disconnect on drop: {e}");
+        }
+        let mut alive = self.id.ctx().qp_alive.lock();
+        *alive = false;
+        // SAFETY: the QP was created on this id and is destroyed once; events that might
+        // touch it check `qp_alive` under the same lock.
+        unsafe { rdma_destroy_qp(self.id.raw()) };
+    }
+}
+
+impl QpOps for RcQp {
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    fn conn_id(&self) -> ConnId {
+        self.id.ctx().conn
+    }
+    fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        if self._srq.is_some() {
+            return Err(Error::invalid("post_recv", "the queue pair uses a shared receive queue"));
+        }
+        let rc = with_sges(sges, |sg_list, num_sge| {
+            let mut wr = ibv_recv_wr { wr_id, next: std::ptr::null_mut(), sg_list, num_sge };
+            let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
+            // SAFETY: the QP is live; wr and its SGE list are valid for the call.
+            unsafe { ibv_post_recv(self.qp, &mut wr, &mut bad) }
+        });
+        post_error(rc, "ibv_post_recv", "receive queue", self.caps.max_recv_wr)
+    }
+
+    fn post_send(&self, req: &SendRequest<'_>) -> Result<()> {
+        let rc = with_sges(req.sges, |sg_list, num_sge| {
+            // SAFETY: ibv_send_wr is plain old data (pointers, integers, unions of those).
+            let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+            wr.wr_id = req.wr_id;
+            wr.sg_list = sg_list;
+            wr.num_sge = num_sge;
+            wr.send_flags = if req.signaled { ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+            match req.op {
+                SendOp::Send => wr.opcode = ibv_wr_opcode::IBV_WR_SEND,
+                SendOp::SendWithImm(imm) => {
+                    wr.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
+                    wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+                }
+                SendOp::RdmaRead(remote) => {
+                    wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+                    wr.wr.rdma = rdma_t { remote_addr: remote.addr, rkey: remote.rkey };
+                }
+                SendOp::RdmaWrite(remote) => {
+                    wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+                    wr.wr.rdma = rdma_t { remote_addr: remote.addr, rkey: remote.rkey };
+                }
+            }
+            let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+            // SAFETY: the QP is live; wr and its SGE list are valid for the call.
+            unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) }
+        });
+        post_error(rc, "ibv_post_send", "send queue", self.caps.max_send_wr)
+    }
+
+    fn disconnect(&self) -> Result<()> {
+        let _alive = self.id.ctx().qp_alive.lock();
+        if self.id.ctx().disconnected.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        // SAFETY: the id is live. librdmacm moves the QP to ERR and sends a DREQ (or a DREP
+        // when the peer disconnected first).
+        if unsafe { rdma_disconnect(self.id.raw()) } != 0 {
+            // Not connected (yet, or any more): still flush what is outstanding.
+            tracing::debug!("verbs: rdma_disconnect: {}", std::io::Error::last_os_error());
+            self.to_error()?;
+        }
+        Ok(())
+    }
+}
+
+/// The queue pair of a connect whose address or route resolution failed: the failure is
+/// reported as an `Unreachable` event; every post is refused.
+pub(super) struct DeadQp {
+    conn: ConnId,
+    peer: SocketAddr,
+    local: SocketAddr,
+}
+
+impl DeadQp {
+    /// A dead queue pair for connection `conn`.
+    pub(super) fn new(conn: ConnId, peer: SocketAddr, local: SocketAddr) -> Self {
+        DeadQp { conn, peer, local }
+    }
+    fn refuse(&self, verb: &'static str) -> Result<()> {
+        Err(Error::NotConnected { verb, qp_num: 0, state: "unreachable" })
+    }
+}
+
+impl QpOps for DeadQp {
+    fn qp_num(&self) -> u32 {
+        0
+    }
+    fn conn_id(&self) -> ConnId {
+        self.conn
+    }
+    fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+    fn post_recv(&self, _wr_id: u64, _sges: &[Sge<'_>]) -> Result<()> {
+        self.refuse("post_recv")
+    }
+    fn post_send(&self, _wr: &SendRequest<'_>) -> Result<()> {
+        self.refuse("post_send")
+    }
+    fn disconnect(&self) -> Result<()> {
+        Ok(())
+    }
+}
