@@ -187,6 +187,8 @@ const KIND_RECV: u64 = 4;
 const RECV_SLOTS: usize = 4;
 const SLOT: usize = 64;
 const CTRL_LEN: usize = (2 + RECV_SLOTS) * SLOT;
+/// Longest a closed feed waits for the flush of its work requests before it is removed.
+const FLUSH_GRACE: Duration = Duration::from_secs(2);
 /// Longest a parked feed waits before READing anyway (guards against a lost wake-up).
 const PARK_RECHECK: Duration = Duration::from_millis(100);
 
@@ -231,6 +233,10 @@ struct Feed {
     active: Option<Box<ActiveFeed>>,
     /// No more READs: closed, waiting for its ready messages to be delivered.
     closed: bool,
+    /// Work requests posted and not completed yet: a closed feed is removed only when the
+    /// provider has flushed them all (or after [`FLUSH_GRACE`]).
+    outstanding: u32,
+    closed_at: Option<Instant>,
 }
 
 struct ActiveFeed {
@@ -365,7 +371,17 @@ impl Subscription {
             qp.post_recv(wr_id(key, gen, KIND_RECV, slot), &[ctrl.sge(offset, SLOT)])?;
         }
         self.by_conn.insert(conn, key);
-        self.feeds.insert(Feed { qp, conn, addr, gen, ctrl, active: None, closed: false });
+        self.feeds.insert(Feed {
+            qp,
+            conn,
+            addr,
+            gen,
+            ctrl,
+            active: None,
+            closed: false,
+            outstanding: RECV_SLOTS as u32,
+            closed_at: None,
+        });
         Ok(())
     }
 
@@ -655,6 +671,7 @@ impl Subscription {
     fn close_feed(&mut self, key: usize) {
         if let Some(feed) = self.feeds.get_mut(key) {
             feed.closed = true;
+            feed.closed_at.get_or_insert_with(Instant::now);
             let _ = feed.qp.disconnect();
         }
     }
@@ -672,7 +689,8 @@ impl Subscription {
             .feeds
             .iter()
             .filter(|(_, f)| {
-                f.closed && f.active.as_ref().is_none_or(|a| a.ready.is_empty() && !a.landing.in_flight())
+                let flushed = f.outstanding == 0 || f.closed_at.is_some_and(|t| t.elapsed() >= FLUSH_GRACE);
+                f.closed && flushed && f.active.as_ref().is_none_or(|a| a.ready.is_empty())
             })
             .map(|(k, _)| k)
             .collect();
@@ -698,6 +716,7 @@ impl Subscription {
                         failed.push((key, e));
                         continue;
                     }
+                    feed.outstanding += 1;
                     self.counters.acks.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -715,6 +734,7 @@ impl Subscription {
             match a.landing.post_read(&feed.qp, wr_id(key, feed.gen, KIND_READ, 0), remote, plan.len) {
                 Ok(()) => {
                     a.plan = Some(plan);
+                    feed.outstanding += 1;
                     self.counters.reads.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => failed.push((key, e.into())),
@@ -743,6 +763,7 @@ impl Subscription {
             if feed.gen & 0xffff != gen {
                 continue;
             }
+            feed.outstanding = feed.outstanding.saturating_sub(1);
             match kind {
                 KIND_READ => {
                     let Some(a) = feed.active.as_deref_mut() else { continue };
@@ -826,7 +847,9 @@ impl Subscription {
                 Idle::Active => {
                     let since = *a.empty_since.get_or_insert(now);
                     if !self.options.busy_poll && now.duration_since(since) >= self.options.spin {
-                        request_doorbell(feed.gen, key, &feed.qp, &feed.ctrl, a)?;
+                        if request_doorbell(feed.gen, key, &feed.qp, &feed.ctrl, a)? {
+                            feed.outstanding += 1;
+                        }
                         self.counters.doorbell_requests.fetch_add(1, Ordering::Relaxed);
                         a.idle = Idle::Requested;
                     }
@@ -856,8 +879,9 @@ impl Subscription {
             Control::decode(&bytes[..len]).map_err(Error::from)
         });
         if !feed.closed {
-            if let Err(e) = feed.qp.post_recv(wr_id(key, feed.gen, KIND_RECV, slot), &[feed.ctrl.sge(offset, SLOT)]) {
-                tracing::debug!("reposting a receive: {e}");
+            match feed.qp.post_recv(wr_id(key, feed.gen, KIND_RECV, slot), &[feed.ctrl.sge(offset, SLOT)]) {
+                Ok(()) => feed.outstanding += 1,
+                Err(e) => tracing::debug!("reposting a receive: {e}"),
             }
         }
         let Some(a) = feed.active.as_deref_mut() else { return };
@@ -902,12 +926,13 @@ fn send_ack(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut A
     Ok(())
 }
 
-fn request_doorbell(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut ActiveFeed) -> Result<()> {
+/// Asks the publisher for a doorbell; returns whether a request was posted.
+fn request_doorbell(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut ActiveFeed) -> Result<bool> {
     if a.doorbell_req_in_flight {
-        return Ok(());
+        return Ok(false);
     }
     let position = a.reader.consumed_position();
     post_control(gen, key, qp, ctrl, KIND_DOORBELL_REQ, 1, &Control::DoorbellRequest { armed: true, position })?;
     a.doorbell_req_in_flight = true;
-    Ok(())
+    Ok(true)
 }
