@@ -7,6 +7,7 @@
 //! - `read_latency/soft_read/64`: one READ of 64 bytes outstanding at a time.
 //!
 //! Run: `taskset -c 0,1 cargo bench --bench fabric`. Each point measures ~2 s.
+//! `FABRIC_BENCH_SPIN_US` sets how long the requester polls before blocking (default 0).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -24,8 +25,13 @@ const SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
 const WINDOW_BYTES: usize = 8 << 20;
 const MAX_OUTSTANDING: usize = 16;
 const WAIT: Duration = Duration::from_secs(10);
-/// How long the requester spins on its CQ before it blocks on the completion channel.
-const SPIN: Duration = Duration::from_micros(50);
+/// How long the requester spins on its CQ before it blocks on the completion channel
+/// (`FABRIC_BENCH_SPIN_US`, default 0: with the NIC threads of both fabrics on the same two
+/// CPUs, a spinning requester slows them down more than a wakeup costs).
+fn spin() -> Duration {
+    let us = std::env::var("FABRIC_BENCH_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    Duration::from_micros(us)
+}
 
 fn soft_fabric() -> Fabric {
     fabric::open(&FabricConfig::new(FabricKind::Soft)).expect("open the soft fabric")
@@ -94,6 +100,7 @@ impl ReadPair {
     /// Issues `count` READs of `size` bytes with up to `depth` outstanding; returns the time.
     fn reads(&self, count: u64, size: usize, depth: usize) -> Duration {
         let mut wcs = [WorkCompletion::default(); 32];
+        let spin = spin();
         let (mut posted, mut done) = (0u64, 0u64);
         let start = Instant::now();
         while done < count {
@@ -105,7 +112,7 @@ impl ReadPair {
                 self.qp.post_send(&wr).expect("post READ");
                 posted += 1;
             }
-            let n = self.cq.poll_wait(&mut wcs, SPIN, WAIT).expect("poll");
+            let n = self.cq.poll_wait(&mut wcs, spin, WAIT).expect("poll");
             assert!(n > 0, "no READ completion within {WAIT:?}");
             for wc in &wcs[..n] {
                 assert!(wc.status.is_success(), "READ {} failed: {:?}", wc.wr_id, wc.status);

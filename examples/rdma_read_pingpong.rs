@@ -5,7 +5,8 @@
 //! client READs the buffer `-n` times, verifies the pattern each time, and acknowledges each
 //! READ with a SEND carrying its iteration number, which the server checks. Connection-manager
 //! events are handled on their own thread; completions are taken with completion events (arm,
-//! wait, poll), not by busy polling. The client prints READ latency statistics.
+//! wait, poll), not by busy polling (`--spin-us` adds a short poll before arming). The client
+//! prints READ latency statistics.
 //!
 //! ```text
 //! rdma_read_pingpong --server [--port 7471] -z 4096
@@ -42,6 +43,9 @@ struct Args {
     /// Iterations (client side).
     #[arg(short = 'n', long, default_value_t = 1000)]
     iters: u32,
+    /// Microseconds the client polls its CQ before it arms and blocks (0: completion events only).
+    #[arg(long, default_value_t = 0)]
+    spin_us: u64,
 }
 
 fn main() -> ExitCode {
@@ -55,12 +59,12 @@ fn run(args: Args) -> Res<()> {
     }
     let role = args.net.role(DEFAULT_PORT)?;
     let (net_s, net_c) = (args.net.clone(), args.net.clone());
-    let (size, iters) = (args.size, args.iters);
+    let (size, iters, spin) = (args.size, args.iters, Duration::from_micros(args.spin_us));
     run_roles(
         role,
         args.net.timeout(),
         Box::new(move |addr, ready| server(&net_s, size, addr, ready)),
-        Box::new(move |addr| client(&net_c, size, iters, addr)),
+        Box::new(move |addr| client(&net_c, size, iters, spin, addr)),
     )
 }
 
@@ -118,7 +122,7 @@ fn server(net: &NetArgs, size: u32, addr: SocketAddr, mut ready: Ready) -> Res<(
     Ok(())
 }
 
-fn client(net: &NetArgs, size: u32, iters: u32, addr: SocketAddr) -> Res<()> {
+fn client(net: &NetArgs, size: u32, iters: u32, spin: Duration, addr: SocketAddr) -> Res<()> {
     let timeout = net.timeout();
     let fabric = net.open()?;
     let pd = fabric.alloc_pd()?;
@@ -141,7 +145,7 @@ fn client(net: &NetArgs, size: u32, iters: u32, addr: SocketAddr) -> Res<()> {
         server.remote.addr, server.remote.rkey, server.len
     );
 
-    let mut completions = Completions::new(cq, timeout);
+    let mut completions = Completions::new(cq, timeout).with_spin(spin);
     let mut read_lat = Histogram::<u64>::new(3)?;
     let mut round_lat = Histogram::<u64>::new(3)?;
     let mut data = vec![0u8; size as usize];

@@ -319,6 +319,7 @@ pub fn wait_disconnected(events: &dyn Events, conn: ConnId, timeout: Duration) -
 pub struct Completions {
     cq: CompletionQueue,
     timeout: Duration,
+    spin: Duration,
     batch: Vec<WorkCompletion>,
     pending: std::collections::VecDeque<WorkCompletion>,
 }
@@ -326,18 +327,36 @@ pub struct Completions {
 impl Completions {
     /// Takes completions of `cq`, waiting at most `timeout` for each.
     pub fn new(cq: CompletionQueue, timeout: Duration) -> Self {
-        Completions { cq, timeout, batch: vec![WorkCompletion::default(); 16], pending: Default::default() }
+        Completions {
+            cq,
+            timeout,
+            spin: Duration::ZERO,
+            batch: vec![WorkCompletion::default(); 16],
+            pending: Default::default(),
+        }
+    }
+
+    /// Polls for up to `spin` before arming and blocking (waking a thread blocked on the other
+    /// CPU costs far more than a short spin on small machines). Zero: block at once.
+    pub fn with_spin(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
     }
 
     /// The next completion, successful, whatever it is.
     pub fn next(&mut self, what: &str) -> Res<WorkCompletion> {
         if self.pending.is_empty() {
-            let deadline = Instant::now() + self.timeout;
+            let start = Instant::now();
+            let deadline = start + self.timeout;
             loop {
                 let n = self.cq.poll(&mut self.batch)?;
                 if n > 0 {
                     self.pending.extend(&self.batch[..n]);
                     break;
+                }
+                if start.elapsed() < self.spin {
+                    std::hint::spin_loop();
+                    continue;
                 }
                 // Arm, then poll again: a completion that arrived before the arm raises no event.
                 self.cq.arm()?;

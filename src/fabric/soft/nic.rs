@@ -135,9 +135,18 @@ enum Then {
 
 enum Stage {
     Header,
-    Payload { sink: Sink, remaining: usize, len: u32, then: Then, psn: u32 },
+    Payload {
+        sink: Sink,
+        remaining: usize,
+        len: u32,
+        then: Then,
+        psn: u32,
+    },
     /// A SEND waits for a receive; reading this connection stops (RC ordering).
-    Rnr { hdr: Header, left: u8 },
+    Rnr {
+        hdr: Header,
+        left: u8,
+    },
 }
 
 /// The receive state of a connection (NIC thread only).

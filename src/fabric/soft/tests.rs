@@ -112,7 +112,10 @@ fn read_write_and_send_move_the_bytes() {
     p.b.post_recv(77, &[rbuf.sge(0, 64)]).unwrap();
     p.a.post_send(&SendRequest { wr_id: 3, op: SendOp::SendWithImm(0xfeed), sges: &sge, signaled: true }).unwrap();
     let wc = completion(&p.cq_b);
-    assert_eq!((wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm), (77, WcStatus::Success, WcOpcode::Recv, 7, Some(0xfeed)));
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm),
+        (77, WcStatus::Success, WcOpcode::Recv, 7, Some(0xfeed))
+    );
     assert_eq!(wc.qp_num, p.b.qp_num());
     assert_eq!(completion(&p.cq_a).wr_id, 3);
     let mut r = [0u8; 7];
@@ -351,7 +354,9 @@ fn reject_and_no_listener_reach_the_requester() {
     }
     drop(listener);
     let qp = ch.connect(addr, &QpInit::new(&pd, &cq), &[], T).unwrap();
-    assert!(matches!(event(&ch), CmEvent::Rejected { reason: RejectReason::NoListener, conn, .. } if conn == qp.conn_id()));
+    assert!(
+        matches!(event(&ch), CmEvent::Rejected { reason: RejectReason::NoListener, conn, .. } if conn == qp.conn_id())
+    );
 }
 
 fn fd_count() -> usize {
