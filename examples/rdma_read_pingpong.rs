@@ -114,7 +114,11 @@ fn server(net: &NetArgs, size: u32, addr: SocketAddr, mut ready: Ready) -> Res<(
         if got != i {
             return Err(err(format!("acknowledgement {got} arrived where {i} was expected")));
         }
-        qp.post_recv(wc.wr_id, &[acks.sge(slot * ACK_LEN, ACK_LEN)])?;
+        // Repost only for acknowledgements still to come: after the last one the client may
+        // already have disconnected.
+        if i + (ACK_SLOTS as u64) < u64::from(iters) {
+            qp.post_recv(wc.wr_id, &[acks.sge(slot * ACK_LEN, ACK_LEN)])?;
+        }
     }
     println!("server: received {iters} acknowledgements in order");
     wait_disconnected(&cm, qp.conn_id(), timeout)?;
