@@ -1,9 +1,11 @@
 //! Runs every example with `--fabric soft --both` (server and client in one process, over
 //! loopback) and checks that it exits 0 and prints its verification line.
 //!
-//! The examples are built by cargo for the test run (`cargo test` builds examples by default);
-//! this test only locates them next to its own executable: `<profile>/deps/examples-*` ->
-//! `<profile>/examples/<name>`.
+//! The examples are built by cargo for the test run: plain `cargo test` builds the example
+//! binaries by default. This test builds nothing; it locates them next to its own executable
+//! (`<profile>/deps/examples-*` -> `<profile>/examples/<name>`). A target filter (`--test
+//! examples`, `--all-targets`) does not build those binaries: run `cargo build --examples` with
+//! the same profile first. A binary older than the sources is refused rather than tested.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -24,7 +26,47 @@ fn example_path(name: &str) -> PathBuf {
          (run `cargo build --examples` with the same profile)",
         path.display()
     );
+    let built = modified(&path);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let sources = [root.join("examples").join(format!("{name}.rs")), root.join("examples/common"), root.join("src")];
+    let newest_source = sources.iter().filter_map(|p| newest(p)).max();
+    if let Some((when, source)) = newest_source {
+        assert!(
+            when <= built,
+            "example binary {} is older than {}: rebuild it (`cargo build --examples` with the same profile)",
+            path.display(),
+            source.display()
+        );
+    }
     path
+}
+
+fn modified(path: &std::path::Path) -> std::time::SystemTime {
+    std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or_else(|e| panic!("mtime of {}: {e}", path.display()))
+}
+
+/// The most recently modified `.rs` file at or under `dir`.
+fn newest(dir: &std::path::Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    if dir.is_file() {
+        return Some((modified(dir), dir.to_path_buf()));
+    }
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let candidate = if path.is_dir() {
+            newest(&path)
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            Some((modified(&path), path))
+        } else {
+            None
+        };
+        if let Some(c) = candidate {
+            if best.as_ref().is_none_or(|b| c.0 > b.0) {
+                best = Some(c);
+            }
+        }
+    }
+    best
 }
 
 struct Outcome {
