@@ -340,8 +340,9 @@ impl RingProducer {
         }
         self.floor = keep_from;
         self.store(ctrl::FLOOR, keep_from)?;
-        // Head and floor must be visible before any byte below the floor changes.
-        fence(Ordering::SeqCst);
+        // Head and floor must be visible before any byte below the floor changes: the release
+        // fence orders these stores before the overwriting stores that follow.
+        fence(Ordering::Release);
         Ok(())
     }
 
