@@ -1,8 +1,27 @@
 //! The soft provider: verbs semantics in user space over TCP (RC) and UDP multicast (UD).
+//!
+//! Each opened device runs one NIC thread ([`nic`]) with a `mio` loop over its listeners and
+//! connections. An RC queue pair is one TCP connection carrying the frames of [`wire`]; the NIC
+//! serves remote READs and WRITEs straight from and into registered memory (checked against
+//! the region table of the queue pair's protection domain) without the owner's threads, and
+//! posting threads write their frames to the socket themselves when nothing is queued.
 
-use super::{Error, Fabric, FabricConfig, Result};
+mod cm;
+mod conn;
+mod cq;
+mod device;
+mod nic;
+mod qp;
+mod ud;
+pub mod wire;
 
-/// Opens a soft device.
-pub fn open(_config: &FabricConfig) -> Result<Fabric> {
-    Err(Error::ProviderUnavailable { provider: "soft", hint: "not written yet" })
+#[cfg(test)]
+mod tests;
+
+use super::{Fabric, FabricConfig, Result};
+
+/// Opens a soft device (`soft0`) with its own NIC thread, which stops when the last handle
+/// of the device is dropped.
+pub fn open(config: &FabricConfig) -> Result<Fabric> {
+    device::open(config)
 }

@@ -1,0 +1,289 @@
+//! The connection manager: event channels, listeners, connect, accept and reject.
+
+use std::collections::VecDeque;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Interest, Token};
+use parking_lot::{Condvar, Mutex};
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::conn::{Conn, OutFrame, Phase, QpData, Tail};
+use super::cq::{SoftCq, SoftSrq};
+use super::device::{Device, SoftPd};
+use super::nic::{Cmd, ListenerEntry, TimerKind, LISTENER_BIT};
+use super::qp::SoftQp;
+use super::wire::{FrameType, Header};
+use crate::fabric::error::{Error, Result};
+use crate::fabric::provider::*;
+use crate::fabric::types::RejectReason;
+
+/// How long a closing connection waits for the peer to close before it is dropped.
+pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+/// An event as the NIC produces it; the channel turns requests into handles.
+pub(crate) enum Ev {
+    Request { conn: Arc<Conn>, data: Vec<u8> },
+    Established { conn: ConnId, data: Vec<u8> },
+    Rejected { conn: ConnId, reason: RejectReason, data: Vec<u8> },
+    Unreachable { conn: ConnId, detail: String },
+    Disconnected { conn: ConnId },
+}
+
+/// The event queue of a channel.
+pub(crate) struct ChannelInner {
+    queue: Mutex<VecDeque<Ev>>,
+    cv: Condvar,
+    /// The owner dropped the channel: requests arriving now are rejected.
+    closed: AtomicBool,
+}
+
+impl ChannelInner {
+    /// Delivers an event; a request to a dropped channel is rejected.
+    pub(crate) fn push(&self, ev: Ev) {
+        if self.closed.load(Ordering::Acquire) {
+            if let Ev::Request { conn, .. } = ev {
+                reject_conn(&conn, &[]);
+            }
+            return;
+        }
+        self.queue.lock().push_back(ev);
+        self.cv.notify_one();
+    }
+}
+
+/// Rejects a requested connection with `data` (nothing happens if it is not waiting).
+fn reject_conn(conn: &Conn, data: &[u8]) {
+    let mut st = conn.st.lock();
+    if st.phase != Phase::Requested {
+        return;
+    }
+    let mut h = Header::new(FrameType::Reject);
+    h.len = data.len() as u32;
+    st.push_out(OutFrame::new(&h, Tail::Bytes(data.to_vec())));
+    st.phase = Phase::Closed;
+    st.shut_after_flush = true;
+    st.channel = None;
+    conn.flush_from_user(&mut st);
+    conn.shared.command(Cmd::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
+}
+
+/// An event channel.
+pub(crate) struct SoftChannel {
+    inner: Arc<ChannelInner>,
+    dev: Arc<Device>,
+}
+
+impl SoftChannel {
+    pub(crate) fn new(dev: Arc<Device>) -> Self {
+        let inner = ChannelInner { queue: Mutex::new(VecDeque::new()), cv: Condvar::new(), closed: AtomicBool::new(false) };
+        SoftChannel { inner: Arc::new(inner), dev }
+    }
+}
+
+impl Drop for SoftChannel {
+    fn drop(&mut self) {
+        self.inner.closed.store(true, Ordering::Release);
+        let pending: Vec<Ev> = self.inner.queue.lock().drain(..).collect();
+        for ev in pending {
+            if let Ev::Request { conn, .. } = ev {
+                reject_conn(&conn, &[]);
+            }
+        }
+    }
+}
+
+/// The provider objects a queue pair is made of, checked to be soft ones.
+fn qp_data(init: &QpInitOps, shared: &super::device::Shared, verb: &'static str) -> Result<QpData> {
+    let foreign = || Error::invalid(verb, "queue pair objects come from another provider");
+    let pd = (*init.pd).as_any().downcast_ref::<SoftPd>().ok_or_else(foreign)?;
+    let send_cq = (*init.send_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
+    let recv_cq = (*init.recv_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
+    let srq = match &init.srq {
+        Some(s) => Some((**s).as_any().downcast_ref::<SoftSrq>().ok_or_else(foreign)?.inner.clone()),
+        None => None,
+    };
+    Ok(QpData::new(
+        shared.next_qpn(),
+        pd.id,
+        send_cq.inner.clone(),
+        recv_cq.inner.clone(),
+        srq,
+        init.caps,
+        init.min_rnr_timer,
+    ))
+}
+
+impl CmChannelOps for SoftChannel {
+    fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<Box<dyn ListenerOps>> {
+        let shared = &self.dev.shared;
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| Error::os("listen: socket", None, e))?;
+        sock.set_reuse_address(true).map_err(|e| Error::os("listen: SO_REUSEADDR", None, e))?;
+        sock.bind(&addr.into()).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AddrInUse => Error::AddrInUse { verb: "listen", addr },
+            _ => Error::os("listen: bind", Some(addr), e),
+        })?;
+        sock.listen(backlog.clamp(1, i32::MAX as u32) as i32).map_err(|e| Error::os("listen", Some(addr), e))?;
+        sock.set_nonblocking(true).map_err(|e| Error::os("listen: O_NONBLOCK", None, e))?;
+        let listener: std::net::TcpListener = sock.into();
+        let local = listener.local_addr().map_err(|e| Error::os("listen: getsockname", None, e))?;
+        let id = shared.next_id();
+        let entry = Arc::new(ListenerEntry { sock: listener, channel: self.inner.clone() });
+        shared.listeners.lock().insert(id, entry.clone());
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&entry.sock);
+        if let Err(e) = shared.registry.register(&mut SourceFd(&fd), Token(LISTENER_BIT | id as usize), Interest::READABLE) {
+            shared.listeners.lock().remove(&id);
+            return Err(Error::os("listen: epoll_ctl", None, e));
+        }
+        Ok(Box::new(SoftListener { id, local, dev: self.dev.clone() }))
+    }
+
+    fn connect(
+        &self,
+        addr: SocketAddr,
+        init: QpInitOps,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<Box<dyn QpOps>> {
+        let shared = &self.dev.shared;
+        let qp = qp_data(&init, shared, "connect")?;
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(|e| Error::os("connect: socket", Some(addr), e))?;
+        sock.set_nonblocking(true).map_err(|e| Error::os("connect: O_NONBLOCK", Some(addr), e))?;
+        sock.set_nodelay(true).map_err(|e| Error::os("connect: TCP_NODELAY", Some(addr), e))?;
+        let failed = match sock.connect(&addr.into()) {
+            Ok(()) => None,
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => None,
+            Err(e) => Some(e),
+        };
+        let stream: TcpStream = sock.into();
+        let conn = Conn::new(shared.clone(), stream, addr, Phase::Connecting, Some(qp), Some(self.inner.clone()));
+        {
+            let mut st = conn.st.lock();
+            if let Some(e) = failed {
+                st.phase = Phase::Closed;
+                self.inner.push(connect_failure(conn.id, addr, &e));
+            } else {
+                let mut h = Header::new(FrameType::ConnectReq);
+                h.len = private_data.len() as u32;
+                h.aux = u32::from(init.rnr_retry);
+                st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
+                shared.conns.lock().insert(conn.id, conn.clone());
+                if let Err(e) = conn.register(&mut st, true) {
+                    shared.conns.lock().remove(&conn.id);
+                    return Err(Error::os("connect: epoll_ctl", Some(addr), e));
+                }
+                shared.command(Cmd::Timer(Instant::now() + timeout, conn.id, TimerKind::ConnectTimeout));
+            }
+        }
+        Ok(Box::new(SoftQp::new(conn, init, self.dev.clone(), Some(self.inner.clone()))))
+    }
+
+    fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOps>> {
+        let deadline = Instant::now() + timeout;
+        let mut q = self.inner.queue.lock();
+        let ev = loop {
+            if let Some(ev) = q.pop_front() {
+                break ev;
+            }
+            if self.inner.cv.wait_until(&mut q, deadline).timed_out() {
+                match q.pop_front() {
+                    Some(ev) => break ev,
+                    None => return Ok(None),
+                }
+            }
+        };
+        drop(q);
+        Ok(Some(match ev {
+            Ev::Request { conn, data } => CmEventOps::ConnectRequest(Box::new(SoftConnRequest {
+                conn,
+                data,
+                channel: self.inner.clone(),
+                dev: self.dev.clone(),
+            })),
+            Ev::Established { conn, data } => CmEventOps::Established { conn, private_data: data },
+            Ev::Rejected { conn, reason, data } => CmEventOps::Rejected { conn, reason, private_data: data },
+            Ev::Unreachable { conn, detail } => CmEventOps::Unreachable { conn, detail },
+            Ev::Disconnected { conn } => CmEventOps::Disconnected { conn },
+        }))
+    }
+}
+
+/// The event a failed TCP connect produces: refused means nobody listens.
+pub(crate) fn connect_failure(conn: ConnId, addr: SocketAddr, e: &std::io::Error) -> Ev {
+    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        Ev::Rejected { conn, reason: RejectReason::NoListener, data: Vec::new() }
+    } else {
+        Ev::Unreachable { conn, detail: format!("connect to {addr}: {e}") }
+    }
+}
+
+/// A listening socket; dropping it stops listening.
+struct SoftListener {
+    id: u64,
+    local: SocketAddr,
+    dev: Arc<Device>,
+}
+
+impl ListenerOps for SoftListener {
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+impl Drop for SoftListener {
+    fn drop(&mut self) {
+        let shared = &self.dev.shared;
+        if let Some(entry) = shared.listeners.lock().remove(&self.id) {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&entry.sock);
+            let _ = shared.registry.deregister(&mut SourceFd(&fd));
+        }
+    }
+}
+
+/// A delivered connect request.
+struct SoftConnRequest {
+    conn: Arc<Conn>,
+    data: Vec<u8>,
+    channel: Arc<ChannelInner>,
+    dev: Arc<Device>,
+}
+
+impl ConnRequestOps for SoftConnRequest {
+    fn conn_id(&self) -> ConnId {
+        self.conn.id
+    }
+    fn private_data(&self) -> &[u8] {
+        &self.data
+    }
+    fn peer_addr(&self) -> SocketAddr {
+        self.conn.peer
+    }
+    fn accept(self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
+        let qp = qp_data(&init, &self.dev.shared, "accept")?;
+        let qp_num = qp.qp_num;
+        {
+            let mut st = self.conn.st.lock();
+            if st.phase != Phase::Requested {
+                return Err(Error::NotConnected { verb: "accept", qp_num, state: "the requester went away" });
+            }
+            st.qp = Some(qp);
+            st.phase = Phase::Established;
+            let mut h = Header::new(FrameType::Accept);
+            h.len = private_data.len() as u32;
+            h.aux = u32::from(init.rnr_retry);
+            st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
+            self.conn.flush_from_user(&mut st);
+            st.event(Ev::Established { conn: self.conn.id, data: Vec::new() });
+        }
+        Ok(Box::new(SoftQp::new(self.conn.clone(), init, self.dev.clone(), Some(self.channel.clone()))))
+    }
+    fn reject(self: Box<Self>, private_data: &[u8]) -> Result<()> {
+        reject_conn(&self.conn, private_data);
+        Ok(())
+    }
+}

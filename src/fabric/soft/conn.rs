@@ -1,0 +1,444 @@
+//! One RC connection (a TCP stream) and the queue-pair state it carries: the output queue with
+//! its partial-write state, the in-flight send work requests and the receive list.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Interest, Token};
+use parking_lot::Mutex;
+
+use super::cm::ChannelInner;
+use super::cq::{CqInner, SrqInner};
+use super::device::{Shared, SoftMr};
+use super::nic::{Cmd, Rx};
+use super::wire::{FrameType, Header, HEADER_LEN};
+use crate::fabric::error::{Error, Result};
+use crate::fabric::memory::{self, IoPart, RegisteredBuffer, MAX_IOV};
+use crate::fabric::provider::{ConnId, Sge};
+use crate::fabric::types::*;
+
+/// A range of registered memory an operation reads or writes; holds the memory alive.
+#[derive(Clone)]
+pub(crate) struct Seg {
+    pub(crate) buf: Arc<RegisteredBuffer>,
+    pub(crate) off: usize,
+    pub(crate) len: usize,
+}
+
+impl Seg {
+    /// A bounds-checked segment.
+    pub(crate) fn new(buf: Arc<RegisteredBuffer>, off: usize, len: usize) -> Result<Seg> {
+        buf.check_range(off, len)?;
+        Ok(Seg { buf, off, len })
+    }
+
+    /// The segment of an SGE if its region is a soft region of protection domain `pd` that
+    /// grants `need`; `None` is a local protection error.
+    pub(crate) fn from_sge(sge: &Sge<'_>, pd: u32, need: Access) -> Option<Seg> {
+        let mr = sge.mr.ops().as_any().downcast_ref::<SoftMr>()?;
+        if mr.pd != pd || !mr.access.contains(need) {
+            return None;
+        }
+        Seg::new(sge.mr.buffer_arc().clone(), sge.offset, sge.len).ok()
+    }
+}
+
+/// A posted receive.
+pub(crate) struct RecvWr {
+    pub(crate) wr_id: u64,
+    pub(crate) segs: Vec<Seg>,
+    pub(crate) cap: usize,
+}
+
+impl RecvWr {
+    /// Checks the SGEs (soft regions of `pd` with LOCAL_WRITE) and builds the receive.
+    pub(crate) fn new(wr_id: u64, sges: &[Sge<'_>], pd: u32, verb: &'static str) -> Result<RecvWr> {
+        let mut segs = Vec::with_capacity(sges.len());
+        for sge in sges {
+            let seg = Seg::from_sge(sge, pd, Access::LOCAL_WRITE).ok_or_else(|| {
+                Error::invalid(verb, "receive buffer is not a LOCAL_WRITE region of this protection domain")
+            })?;
+            segs.push(seg);
+        }
+        let cap = segs.iter().map(|s| s.len).sum();
+        Ok(RecvWr { wr_id, segs, cap })
+    }
+}
+
+/// A send-queue work request the peer has not answered yet.
+pub(crate) struct InFlight {
+    pub(crate) psn: u32,
+    pub(crate) wr_id: u64,
+    pub(crate) op: WcOpcode,
+    pub(crate) signaled: bool,
+    pub(crate) len: u32,
+    /// READ destination.
+    pub(crate) dest: Vec<Seg>,
+    /// The NIC is writing the READ response into `dest`: only the NIC may complete it.
+    pub(crate) busy: bool,
+}
+
+/// The queue-pair half of a connection.
+pub(crate) struct QpData {
+    pub(crate) qp_num: u32,
+    pub(crate) pd: u32,
+    pub(crate) send_cq: Arc<CqInner>,
+    pub(crate) recv_cq: Arc<CqInner>,
+    pub(crate) srq: Option<Arc<SrqInner>>,
+    pub(crate) caps: QpCaps,
+    pub(crate) min_rnr_timer: Duration,
+    /// Send-queue slots in use: in flight, plus unsignaled ones completed since the last
+    /// signaled completion (the verbs rule).
+    pub(crate) sq_used: u32,
+    unreaped: u32,
+    pub(crate) inflight: VecDeque<InFlight>,
+    pub(crate) next_psn: u32,
+    pub(crate) rq: VecDeque<RecvWr>,
+    /// The queue pair is in the error state.
+    pub(crate) error: bool,
+}
+
+impl QpData {
+    pub(crate) fn new(
+        qp_num: u32,
+        pd: u32,
+        send_cq: Arc<CqInner>,
+        recv_cq: Arc<CqInner>,
+        srq: Option<Arc<SrqInner>>,
+        caps: QpCaps,
+        min_rnr_timer: Duration,
+    ) -> Self {
+        QpData {
+            qp_num,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            caps,
+            min_rnr_timer,
+            sq_used: 0,
+            unreaped: 0,
+            inflight: VecDeque::new(),
+            next_psn: 0,
+            rq: VecDeque::new(),
+            error: false,
+        }
+    }
+
+    /// Completes `f` with `status`: a signaled or failed request produces a completion and
+    /// frees its slot and those of the unsignaled requests before it.
+    pub(crate) fn retire(&mut self, f: InFlight, status: WcStatus) {
+        if status.is_success() && !f.signaled {
+            self.unreaped += 1;
+            return;
+        }
+        self.sq_used = self.sq_used.saturating_sub(1 + self.unreaped);
+        self.unreaped = 0;
+        let byte_len = if status.is_success() { f.len } else { 0 };
+        self.send_cq.push(WorkCompletion {
+            wr_id: f.wr_id,
+            status,
+            opcode: f.op,
+            byte_len,
+            imm: None,
+            qp_num: self.qp_num,
+        });
+    }
+
+    /// A receive completion on this queue pair.
+    pub(crate) fn complete_recv(&self, wr_id: u64, status: WcStatus, byte_len: u32, imm: Option<u32>) {
+        self.recv_cq.push(WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, byte_len, imm, qp_num: self.qp_num });
+    }
+
+    /// Completes every send work request the NIC is not busy with using `send_status` and
+    /// flushes the receive list.
+    pub(crate) fn flush(&mut self, send_status: WcStatus) {
+        let all = std::mem::take(&mut self.inflight);
+        for f in all {
+            if f.busy {
+                self.inflight.push_back(f);
+            } else {
+                self.retire(f, send_status);
+            }
+        }
+        self.sq_used = self.inflight.len() as u32;
+        self.unreaped = 0;
+        while let Some(r) = self.rq.pop_front() {
+            self.complete_recv(r.wr_id, WcStatus::WorkRequestFlushed, 0, None);
+        }
+    }
+}
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Active side: TCP connecting or waiting for ACCEPT.
+    Connecting,
+    /// Passive side: waiting for CONNECT_REQ.
+    Incoming,
+    /// Passive side: the request was delivered, waiting for accept or reject.
+    Requested,
+    /// Connected.
+    Established,
+    /// Disconnected, rejected, failed or broken.
+    Closed,
+}
+
+impl Phase {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Phase::Connecting => "connecting",
+            Phase::Incoming | Phase::Requested => "awaiting accept",
+            Phase::Established => "established",
+            Phase::Closed => "disconnected",
+        }
+    }
+}
+
+/// The payload following a queued header.
+pub(crate) enum Tail {
+    None,
+    Bytes(Vec<u8>),
+    Segs(Vec<Seg>),
+}
+
+/// A queued frame.
+pub(crate) struct OutFrame {
+    hdr: [u8; HEADER_LEN],
+    tail: Tail,
+    /// A request of our send queue (dropped unsent when the queue pair fails).
+    request: bool,
+}
+
+impl OutFrame {
+    pub(crate) fn new(hdr: &Header, tail: Tail) -> Self {
+        let request = matches!(hdr.ty, FrameType::Send | FrameType::SendImm | FrameType::Write | FrameType::ReadReq);
+        OutFrame { hdr: hdr.encode(), tail, request }
+    }
+
+    fn len(&self) -> usize {
+        HEADER_LEN
+            + match &self.tail {
+                Tail::None => 0,
+                Tail::Bytes(b) => b.len(),
+                Tail::Segs(s) => s.iter().map(|s| s.len).sum(),
+            }
+    }
+}
+
+/// Connection state guarded by the connection's lock.
+pub(crate) struct ConnState {
+    pub(crate) phase: Phase,
+    /// Active side: the TCP handshake finished.
+    pub(crate) tcp_up: bool,
+    out: VecDeque<OutFrame>,
+    out_pos: usize,
+    write_armed: bool,
+    /// Shut the write side once the output queue drains (after DISCONNECT or REJECT).
+    pub(crate) shut_after_flush: bool,
+    pub(crate) qp: Option<QpData>,
+    /// Where CM events of this connection go.
+    pub(crate) channel: Option<Arc<ChannelInner>>,
+    pub(crate) peer_rnr_retry: u8,
+}
+
+impl ConnState {
+    /// Queues a frame; returns whether the queue was empty before (the caller then writes).
+    pub(crate) fn push_out(&mut self, frame: OutFrame) -> bool {
+        let was_empty = self.out.is_empty();
+        self.out.push_back(frame);
+        was_empty
+    }
+
+    /// Whether frames wait to be written.
+    pub(crate) fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Drops queued requests not yet started (a failed or disconnected queue pair must not
+    /// execute them at the peer); a partly written frame stays to keep the stream framed.
+    pub(crate) fn drop_unsent_requests(&mut self) {
+        let keep_first = self.out_pos > 0;
+        let mut i = 0;
+        self.out.retain(|f| {
+            let keep = (i == 0 && keep_first) || !f.request;
+            i += 1;
+            keep
+        });
+    }
+
+    /// Drops all queued output but a partly written frame.
+    pub(crate) fn clear_output(&mut self) {
+        let keep = if self.out_pos > 0 { self.out.pop_front() } else { None };
+        self.out.clear();
+        self.out.extend(keep);
+    }
+
+    /// Moves the queue pair to the error state: later and outstanding requests are flushed.
+    pub(crate) fn qp_error(&mut self) {
+        self.drop_unsent_requests();
+        if let Some(qp) = self.qp.as_mut() {
+            qp.error = true;
+            qp.flush(WcStatus::WorkRequestFlushed);
+        }
+    }
+
+    /// Sends a CM event to the connection's channel.
+    pub(crate) fn event(&self, ev: super::cm::Ev) {
+        if let Some(ch) = &self.channel {
+            ch.push(ev);
+        }
+    }
+}
+
+/// A connection shared by the NIC thread and the user's queue pair.
+pub(crate) struct Conn {
+    pub(crate) id: ConnId,
+    pub(crate) sock: TcpStream,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) peer: SocketAddr,
+    pub(crate) local: SocketAddr,
+    pub(crate) st: Mutex<ConnState>,
+    /// Receive state: used by the NIC thread only (lock order: `rx` before `st`).
+    pub(crate) rx: Mutex<Rx>,
+}
+
+impl Conn {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        sock: TcpStream,
+        peer: SocketAddr,
+        phase: Phase,
+        qp: Option<QpData>,
+        channel: Option<Arc<ChannelInner>>,
+    ) -> Arc<Conn> {
+        let local = sock.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let id = shared.next_id();
+        Arc::new(Conn {
+            id,
+            sock,
+            shared,
+            peer,
+            local,
+            st: Mutex::new(ConnState {
+                phase,
+                tcp_up: phase != Phase::Connecting,
+                out: VecDeque::new(),
+                out_pos: 0,
+                write_armed: false,
+                shut_after_flush: false,
+                qp,
+                channel,
+                peer_rnr_retry: 0,
+            }),
+            rx: Mutex::new(Rx::new()),
+        })
+    }
+
+    /// The poll token of this connection.
+    pub(crate) fn token(&self) -> Token {
+        Token(self.id as usize)
+    }
+
+    /// Registers the socket with the NIC's poll (readable, and writable when `writable`).
+    pub(crate) fn register(&self, st: &mut ConnState, writable: bool) -> io::Result<()> {
+        st.write_armed = writable;
+        let interest = if writable { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+        self.shared.registry.register(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)
+    }
+
+    /// Removes the socket from the NIC's poll.
+    pub(crate) fn deregister(&self) {
+        let _ = self.shared.registry.deregister(&mut SourceFd(&self.sock.as_raw_fd()));
+    }
+
+    /// Writes queued frames until the socket is full or the queue is empty (non-blocking),
+    /// then asks for WRITABLE events only while something is left.
+    pub(crate) fn flush_out(&self, st: &mut ConnState) -> io::Result<()> {
+        if !st.tcp_up {
+            return Ok(());
+        }
+        while !st.out.is_empty() {
+            let sent = {
+                let mut parts: Vec<IoPart<'_>> = Vec::with_capacity(16);
+                let mut skip = st.out_pos;
+                'frames: for f in &st.out {
+                    // Header.
+                    if skip >= HEADER_LEN {
+                        skip -= HEADER_LEN;
+                    } else {
+                        parts.push(IoPart::Bytes(&f.hdr[skip..]));
+                        skip = 0;
+                    }
+                    match &f.tail {
+                        Tail::None => {}
+                        Tail::Bytes(b) => {
+                            if skip >= b.len() {
+                                skip -= b.len();
+                            } else {
+                                parts.push(IoPart::Bytes(&b[skip..]));
+                                skip = 0;
+                            }
+                        }
+                        Tail::Segs(segs) => {
+                            for s in segs {
+                                if skip >= s.len {
+                                    skip -= s.len;
+                                    continue;
+                                }
+                                let r = s.buf.range(s.off + skip, s.len - skip).map_err(io::Error::other)?;
+                                parts.push(IoPart::Region(r));
+                                skip = 0;
+                                if parts.len() >= MAX_IOV {
+                                    break 'frames;
+                                }
+                            }
+                        }
+                    }
+                    if parts.len() >= MAX_IOV - 4 {
+                        break;
+                    }
+                }
+                match memory::send_vectored(self.sock.as_fd(), &parts) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            let mut n = st.out_pos + sent;
+            while let Some(f) = st.out.front() {
+                let l = f.len();
+                if n < l {
+                    break;
+                }
+                n -= l;
+                st.out.pop_front();
+            }
+            st.out_pos = n;
+        }
+        let want = !st.out.is_empty();
+        if want != st.write_armed {
+            st.write_armed = want;
+            let interest = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+            self.shared.registry.reregister(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)?;
+        }
+        if !want && st.shut_after_flush {
+            let _ = self.sock.shutdown(std::net::Shutdown::Write);
+        }
+        Ok(())
+    }
+
+    /// `flush_out` from a user thread: a failure is handed to the NIC thread as a broken
+    /// connection (the user's call itself succeeded in queueing).
+    pub(crate) fn flush_from_user(&self, st: &mut ConnState) {
+        if let Err(e) = self.flush_out(st) {
+            self.shared.command(Cmd::Broken(self.id, format!("write to {}: {e}", self.peer)));
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Completion queues and shared receive queues of the soft provider.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::device::Device;
+use super::conn::RecvWr;
+use crate::fabric::error::{Error, Result};
+use crate::fabric::provider::{CqOps, Sge, SrqOps};
+use crate::fabric::types::WorkCompletion;
+
+/// The state of a completion queue shared by the NIC (producer) and the owner (consumer).
+pub(crate) struct CqInner {
+    depth: u32,
+    st: Mutex<CqState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct CqState {
+    queue: VecDeque<WorkCompletion>,
+    overrun: bool,
+    armed: bool,
+    notified: bool,
+}
+
+impl CqInner {
+    pub(crate) fn new(depth: u32) -> Self {
+        CqInner { depth, st: Mutex::new(CqState::default()), cv: Condvar::new() }
+    }
+
+    /// Adds a completion; past `depth` the queue is overrun (sticky, as on hardware).
+    pub(crate) fn push(&self, wc: WorkCompletion) {
+        let mut st = self.st.lock();
+        if st.queue.len() >= self.depth as usize {
+            st.overrun = true;
+        } else {
+            st.queue.push_back(wc);
+        }
+        if st.armed {
+            st.armed = false;
+            st.notified = true;
+            self.cv.notify_all();
+        }
+    }
+
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        let mut st = self.st.lock();
+        if st.overrun {
+            return Err(Error::CqOverrun { depth: self.depth });
+        }
+        let n = out.len().min(st.queue.len());
+        for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
+            *slot = wc;
+        }
+        Ok(n)
+    }
+
+    fn arm(&self) {
+        let mut st = self.st.lock();
+        st.armed = true;
+    }
+
+    fn wait(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.st.lock();
+        while !st.notified {
+            if self.cv.wait_until(&mut st, deadline).timed_out() {
+                break;
+            }
+        }
+        std::mem::take(&mut st.notified)
+    }
+}
+
+/// A completion queue handle.
+pub(crate) struct SoftCq {
+    pub(crate) inner: Arc<CqInner>,
+    _dev: Arc<Device>,
+}
+
+impl SoftCq {
+    pub(crate) fn new(dev: Arc<Device>, depth: u32) -> Self {
+        SoftCq { inner: Arc::new(CqInner::new(depth)), _dev: dev }
+    }
+}
+
+impl CqOps for SoftCq {
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        self.inner.poll(out)
+    }
+    fn arm(&self) -> Result<()> {
+        self.inner.arm();
+        Ok(())
+    }
+    fn wait(&self, timeout: Duration) -> Result<bool> {
+        Ok(self.inner.wait(timeout))
+    }
+    fn depth(&self) -> u32 {
+        self.inner.depth
+    }
+}
+
+/// The receive list of a shared receive queue.
+pub(crate) struct SrqInner {
+    pub(crate) pd: u32,
+    max_wr: u32,
+    max_sge: u32,
+    queue: Mutex<VecDeque<RecvWr>>,
+}
+
+impl SrqInner {
+    /// Takes the oldest posted receive.
+    pub(crate) fn take(&self) -> Option<RecvWr> {
+        self.queue.lock().pop_front()
+    }
+}
+
+/// A shared receive queue handle.
+pub(crate) struct SoftSrq {
+    pub(crate) inner: Arc<SrqInner>,
+    _dev: Arc<Device>,
+}
+
+impl SoftSrq {
+    pub(crate) fn new(dev: Arc<Device>, pd: u32, max_wr: u32, max_sge: u32) -> Self {
+        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(VecDeque::new()) }), _dev: dev }
+    }
+}
+
+impl SrqOps for SoftSrq {
+    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        let s = &self.inner;
+        if sges.len() > s.max_sge as usize {
+            return Err(Error::invalid("post_srq_recv", format!("{} SGEs, the limit is {}", sges.len(), s.max_sge)));
+        }
+        let wr = RecvWr::new(wr_id, sges, s.pd, "post_srq_recv")?;
+        let mut q = s.queue.lock();
+        if q.len() >= s.max_wr as usize {
+            return Err(Error::QueueFull { queue: "shared receive queue", depth: s.max_wr });
+        }
+        q.push_back(wr);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrun_is_sticky_and_arm_wakes_a_waiter() {
+        let cq = Arc::new(CqInner::new(2));
+        let mut out = [WorkCompletion::default(); 4];
+        assert!(!cq.wait(Duration::from_millis(1)), "no notification without a completion");
+        cq.arm();
+        let waiter = {
+            let cq = cq.clone();
+            std::thread::spawn(move || cq.wait(Duration::from_secs(10)))
+        };
+        cq.push(WorkCompletion { wr_id: 1, ..Default::default() });
+        assert!(waiter.join().unwrap());
+        cq.push(WorkCompletion { wr_id: 2, ..Default::default() });
+        assert_eq!(cq.poll(&mut out).unwrap(), 2);
+        assert_eq!((out[0].wr_id, out[1].wr_id), (1, 2));
+        for i in 0..3 {
+            cq.push(WorkCompletion { wr_id: i, ..Default::default() });
+        }
+        assert!(matches!(cq.poll(&mut out), Err(Error::CqOverrun { depth: 2 })));
+        assert!(matches!(cq.poll(&mut out), Err(Error::CqOverrun { .. })), "overrun is sticky");
+    }
+}

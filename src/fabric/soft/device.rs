@@ -1,0 +1,262 @@
+//! An opened soft device: its NIC thread, region table, protection domains, memory regions,
+//! and fault injector.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+use super::cm::SoftChannel;
+use super::conn::{Conn, Seg};
+use super::cq::{SoftCq, SoftSrq};
+use super::nic::{self, Cmd, ListenerEntry};
+use super::ud::SoftUd;
+use crate::fabric::error::{Error, Result};
+use crate::fabric::memory::RegisteredBuffer;
+use crate::fabric::provider::*;
+use crate::fabric::types::*;
+use crate::fabric::FabricConfig;
+
+/// Name of every soft device.
+pub(crate) const DEVICE_NAME: &str = "soft0";
+
+/// What the NIC thread and the objects of a device share. It never owns the NIC thread, so
+/// the thread holding it does not keep the device open.
+pub(crate) struct Shared {
+    pub(crate) attrs: DeviceAttributes,
+    pub(crate) nic_spin: Duration,
+    pub(crate) registry: mio::Registry,
+    pub(crate) waker: mio::Waker,
+    pub(crate) cmds: Mutex<Vec<Cmd>>,
+    pub(crate) conns: Mutex<HashMap<ConnId, Arc<Conn>>>,
+    pub(crate) listeners: Mutex<HashMap<u64, Arc<ListenerEntry>>>,
+    regions: RwLock<HashMap<u32, RegionEntry>>,
+    next_id: AtomicU64,
+    next_qpn: AtomicU32,
+    pub(crate) ud_faults: Mutex<Option<FaultGen>>,
+}
+
+struct RegionEntry {
+    buf: Arc<RegisteredBuffer>,
+    access: Access,
+    pd: u32,
+}
+
+/// The seeded generator of UD faults.
+pub(crate) struct FaultGen {
+    pub(crate) faults: UdFaults,
+    pub(crate) rng: StdRng,
+}
+
+impl Shared {
+    /// A fresh connection or listener id (never 0, the waker's token).
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A fresh queue pair number.
+    pub(crate) fn next_qpn(&self) -> u32 {
+        self.next_qpn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Hands a command to the NIC thread and wakes it.
+    pub(crate) fn command(&self, cmd: Cmd) {
+        self.cmds.lock().push(cmd);
+        if let Err(e) = self.waker.wake() {
+            tracing::warn!("soft NIC: waking the NIC thread failed: {e}");
+        }
+    }
+
+    /// The registered range a remote READ or WRITE addresses, if `rkey` names a live region of
+    /// protection domain `pd` that grants `need` and contains `[addr, addr + len)`.
+    pub(crate) fn remote_range(&self, rkey: u32, pd: u32, addr: u64, len: u64, need: Access) -> Option<Seg> {
+        let regions = self.regions.read();
+        let r = regions.get(&rkey)?;
+        if r.pd != pd || !r.access.contains(need) {
+            return None;
+        }
+        let off = addr.checked_sub(r.buf.addr())?;
+        let end = off.checked_add(len)?;
+        if end > r.buf.len() as u64 {
+            return None;
+        }
+        Seg::new(r.buf.clone(), off as usize, len as usize).ok()
+    }
+
+    fn add_region(&self, buf: Arc<RegisteredBuffer>, access: Access, pd: u32) -> u32 {
+        let mut regions = self.regions.write();
+        let mut rng = rand::thread_rng();
+        loop {
+            let key: u32 = rng.gen();
+            if key != 0 && !regions.contains_key(&key) {
+                regions.insert(key, RegionEntry { buf, access, pd });
+                return key;
+            }
+        }
+    }
+
+    fn remove_region(&self, key: u32) {
+        self.regions.write().remove(&key);
+    }
+}
+
+/// An opened soft device. Dropping the last handle stops and joins its NIC thread.
+pub(crate) struct Device {
+    pub(crate) shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Device {
+    fn open(config: &FabricConfig) -> Result<Arc<Device>> {
+        let o = &config.soft;
+        let attrs = DeviceAttributes {
+            max_qp_wr: o.max_qp_wr,
+            max_sge: 4,
+            max_cqe: o.max_cqe,
+            max_mr_size: o.max_mr_size,
+            max_srq_wr: o.max_srq_wr,
+            ud_mtu: o.ud_mtu,
+            max_msg_size: 1 << 31,
+        };
+        let poll = mio::Poll::new().map_err(|e| Error::os("soft open: epoll_create", None, e))?;
+        let registry = poll.registry().try_clone().map_err(|e| Error::os("soft open: epoll dup", None, e))?;
+        let waker = mio::Waker::new(poll.registry(), nic::WAKER)
+            .map_err(|e| Error::os("soft open: eventfd", None, e))?;
+        let shared = Arc::new(Shared {
+            attrs,
+            nic_spin: o.nic_spin,
+            registry,
+            waker,
+            cmds: Mutex::new(Vec::new()),
+            conns: Mutex::new(HashMap::new()),
+            listeners: Mutex::new(HashMap::new()),
+            regions: RwLock::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            next_qpn: AtomicU32::new(rand::thread_rng().gen_range(0x100..0x10000)),
+            ud_faults: Mutex::new(None),
+        });
+        let nic_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("soft0-nic".into())
+            .spawn(move || nic::run(nic_shared, poll))
+            .map_err(|e| Error::os("soft open: spawn NIC thread", None, e))?;
+        Ok(Arc::new(Device { shared, thread: Mutex::new(Some(thread)) }))
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.shared.command(Cmd::Stop);
+        if let Some(t) = self.thread.lock().take() {
+            if t.join().is_err() {
+                tracing::error!("soft NIC thread panicked");
+            }
+        }
+    }
+}
+
+/// Opens a soft device with its own NIC thread.
+pub(crate) fn open(config: &FabricConfig) -> Result<crate::fabric::Fabric> {
+    let dev = Device::open(config)?;
+    let faults = Arc::new(SoftFaults { dev: dev.clone() });
+    Ok(crate::fabric::Fabric::from_ops(Arc::new(SoftFabric { dev, faults })))
+}
+
+/// The device handle.
+struct SoftFabric {
+    dev: Arc<Device>,
+    faults: Arc<SoftFaults>,
+}
+
+impl FabricOps for SoftFabric {
+    fn kind(&self) -> FabricKind {
+        FabricKind::Soft
+    }
+    fn device_name(&self) -> &str {
+        DEVICE_NAME
+    }
+    fn attributes(&self) -> &DeviceAttributes {
+        &self.dev.shared.attrs
+    }
+    fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
+        static NEXT_PD: AtomicU32 = AtomicU32::new(1);
+        Ok(Arc::new(SoftPd { id: NEXT_PD.fetch_add(1, Ordering::Relaxed), dev: self.dev.clone() }))
+    }
+    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CqOps>> {
+        Ok(Arc::new(SoftCq::new(self.dev.clone(), depth)))
+    }
+    fn create_event_channel(&self) -> Result<Arc<dyn CmChannelOps>> {
+        Ok(Arc::new(SoftChannel::new(self.dev.clone())))
+    }
+    fn create_ud(&self, _pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>> {
+        Ok(Box::new(SoftUd::new(self.dev.clone(), init)?))
+    }
+    fn faults(&self) -> Option<Arc<dyn FaultOps>> {
+        Some(self.faults.clone())
+    }
+}
+
+/// A protection domain: a number that regions and queue pairs are matched on.
+pub(crate) struct SoftPd {
+    pub(crate) id: u32,
+    dev: Arc<Device>,
+}
+
+impl PdOps for SoftPd {
+    fn register(&self, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<Box<dyn MrOps>> {
+        let key = self.dev.shared.add_region(buffer, access, self.id);
+        Ok(Box::new(SoftMr { key, pd: self.id, access, dev: self.dev.clone() }))
+    }
+    fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Arc<dyn SrqOps>> {
+        Ok(Arc::new(SoftSrq::new(self.dev.clone(), self.id, max_wr, max_sge)))
+    }
+}
+
+/// A registered region; dropping it removes its key from the device at once.
+pub(crate) struct SoftMr {
+    key: u32,
+    pub(crate) pd: u32,
+    pub(crate) access: Access,
+    dev: Arc<Device>,
+}
+
+impl MrOps for SoftMr {
+    fn lkey(&self) -> u32 {
+        self.key
+    }
+    fn rkey(&self) -> u32 {
+        self.key
+    }
+}
+
+impl Drop for SoftMr {
+    fn drop(&mut self) {
+        self.dev.shared.remove_region(self.key);
+    }
+}
+
+/// The fault injector of a device.
+struct SoftFaults {
+    dev: Arc<Device>,
+}
+
+impl FaultOps for SoftFaults {
+    fn set_ud_faults(&self, faults: UdFaults) {
+        let gen = (faults != UdFaults::default())
+            .then(|| FaultGen { faults, rng: StdRng::seed_from_u64(faults.seed) });
+        *self.dev.shared.ud_faults.lock() = gen;
+    }
+    fn cut(&self, conn: ConnId) -> Result<()> {
+        let shared = &self.dev.shared;
+        let c = shared.conns.lock().get(&conn).cloned();
+        let c = c.ok_or_else(|| Error::invalid("cut", format!("connection {conn} is not open on {DEVICE_NAME}")))?;
+        // An abrupt end of the transport: no DISCONNECT frame, the peer sees the stream end.
+        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+        shared.command(Cmd::Broken(conn, "cut by the fault injector".into()));
+        Ok(())
+    }
+}

@@ -1,0 +1,861 @@
+//! The NIC thread of a soft device: a `mio` loop over the listeners and connections that
+//! parses incoming frames, serves remote READs and WRITEs from registered memory, places
+//! SENDs into posted receives (with RNR waits), and completes work requests.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Poll, Token};
+
+use super::cm::{connect_failure, ChannelInner, Ev};
+use super::conn::{Conn, ConnState, OutFrame, Phase, RecvWr, Seg, Tail};
+use super::device::Shared;
+use super::wire::{FrameType, Header, Status, HEADER_LEN};
+use crate::fabric::memory::{self, RawRange, MAX_IOV};
+use crate::fabric::provider::ConnId;
+use crate::fabric::types::*;
+
+/// Token of the waker.
+pub(crate) const WAKER: Token = Token(0);
+/// Tokens of listeners have this bit set; connections use their id.
+pub(crate) const LISTENER_BIT: usize = 1 << 62;
+/// Receive buffer of a connection (headers and small frames).
+const RX_BUF: usize = 16 * 1024;
+/// Bytes one connection may read before others get a turn.
+const READ_BUDGET: usize = 4 << 20;
+
+/// A request from a user thread to the NIC thread.
+pub(crate) enum Cmd {
+    /// Stop the thread (the device is closing).
+    Stop,
+    /// Run a timer of a connection.
+    Timer(Instant, ConnId, TimerKind),
+    /// The connection's transport failed.
+    Broken(ConnId, String),
+}
+
+/// What a timer does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum TimerKind {
+    /// The connect did not complete in time.
+    ConnectTimeout,
+    /// Retry placing a SEND that found no receive.
+    Rnr,
+    /// Drop a closing connection.
+    Close,
+}
+
+/// A listening socket and the channel its requests go to.
+pub(crate) struct ListenerEntry {
+    pub(crate) sock: std::net::TcpListener,
+    pub(crate) channel: Arc<ChannelInner>,
+}
+
+/// Where incoming bytes go.
+struct Sink {
+    segs: Vec<Seg>,
+    idx: usize,
+    pos: usize,
+}
+
+impl Sink {
+    fn new(segs: Vec<Seg>) -> Self {
+        Sink { segs, idx: 0, pos: 0 }
+    }
+
+    fn is_discard(&self) -> bool {
+        self.segs.is_empty()
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 && self.idx < self.segs.len() {
+            let room = self.segs[self.idx].len - self.pos;
+            let k = room.min(n);
+            self.pos += k;
+            n -= k;
+            if self.pos == self.segs[self.idx].len {
+                self.idx += 1;
+                self.pos = 0;
+            }
+        }
+    }
+
+    /// Copies buffered bytes into the segments; false if they do not fit.
+    fn write(&mut self, mut data: &[u8]) -> bool {
+        while !data.is_empty() {
+            let Some(s) = self.segs.get(self.idx) else { return false };
+            let k = (s.len - self.pos).min(data.len());
+            if s.buf.write(s.off + self.pos, &data[..k]).is_err() {
+                return false;
+            }
+            data = &data[k..];
+            self.advance(k);
+        }
+        true
+    }
+
+    /// The raw ranges of the next `limit` bytes.
+    fn ranges(&self, limit: usize) -> Vec<RawRange<'_>> {
+        let mut out = Vec::new();
+        let mut left = limit;
+        let mut pos = self.pos;
+        for s in self.segs.iter().skip(self.idx) {
+            if left == 0 || out.len() == MAX_IOV {
+                break;
+            }
+            let k = (s.len - pos).min(left);
+            if let Ok(r) = s.buf.range(s.off + pos, k) {
+                if k > 0 {
+                    out.push(r);
+                }
+            }
+            left -= k;
+            pos = 0;
+        }
+        out
+    }
+}
+
+/// What to do once a payload is in.
+enum Then {
+    /// Complete the READ at the front of the send queue.
+    ReadResp,
+    /// Complete the receive and acknowledge the SEND.
+    Recv { recv: RecvWr, imm: Option<u32> },
+    /// Answer the request `psn` with `status`.
+    Reply { psn: u32, status: Status },
+    /// Nothing.
+    Nothing,
+}
+
+enum Stage {
+    Header,
+    Payload { sink: Sink, remaining: usize, len: u32, then: Then, psn: u32 },
+    /// A SEND waits for a receive; reading this connection stops (RC ordering).
+    Rnr { hdr: Header, left: u8 },
+}
+
+/// The receive state of a connection (NIC thread only).
+pub(crate) struct Rx {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    stage: Stage,
+    /// The peer closed its side: SENDs without a receive are dropped rather than waited for.
+    peer_closed: bool,
+}
+
+impl Rx {
+    pub(crate) fn new() -> Self {
+        Rx { buf: Vec::new(), start: 0, end: 0, stage: Stage::Header, peer_closed: false }
+    }
+    fn avail(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+enum Step {
+    Continue,
+    /// Nothing more to read now.
+    Idle,
+    /// Budget used up: continue on the next turn.
+    Yield,
+    /// Waiting for a receive (RNR).
+    Blocked,
+    Eof,
+    /// The connection was closed while processing.
+    Done,
+    Broken(String),
+}
+
+struct Nic {
+    shared: Arc<Shared>,
+    timers: BinaryHeap<Reverse<(Instant, ConnId, TimerKind)>>,
+    ready: Vec<ConnId>,
+}
+
+/// The NIC thread's main loop.
+pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
+    let spin = shared.nic_spin;
+    let mut nic = Nic { shared, timers: BinaryHeap::new(), ready: Vec::new() };
+    let mut events = Events::with_capacity(256);
+    let mut last_busy = Instant::now();
+    loop {
+        let cmds = std::mem::take(&mut *nic.shared.cmds.lock());
+        let mut busy = !cmds.is_empty();
+        for cmd in cmds {
+            match cmd {
+                Cmd::Stop => {
+                    nic.stop();
+                    return;
+                }
+                Cmd::Timer(at, id, kind) => nic.timers.push(Reverse((at, id, kind))),
+                Cmd::Broken(id, why) => {
+                    if let Some(c) = nic.conn(id) {
+                        let mut rx = c.rx.lock();
+                        nic.broken(&c, &mut rx, &why);
+                    }
+                }
+            }
+        }
+        let ready = std::mem::take(&mut nic.ready);
+        busy |= !ready.is_empty();
+        for id in ready {
+            if let Some(c) = nic.conn(id) {
+                nic.drive(&c);
+            }
+        }
+        busy |= nic.fire_timers();
+        let now = Instant::now();
+        if busy {
+            last_busy = now;
+        }
+        let timeout = if !nic.ready.is_empty() || now.duration_since(last_busy) < spin {
+            Some(Duration::ZERO)
+        } else {
+            nic.timers.peek().map(|Reverse((at, _, _))| at.saturating_duration_since(now))
+        };
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!("soft NIC: epoll_wait failed: {e}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            continue;
+        }
+        if !events.is_empty() {
+            last_busy = Instant::now();
+        }
+        for ev in events.iter() {
+            let t = ev.token().0;
+            if ev.token() == WAKER {
+                continue;
+            }
+            if t & LISTENER_BIT != 0 {
+                nic.accept((t & !LISTENER_BIT) as u64);
+                continue;
+            }
+            let Some(c) = nic.conn(t as ConnId) else { continue };
+            if ev.is_read_closed() || ev.is_error() {
+                c.rx.lock().peer_closed = true;
+            }
+            if ev.is_writable() {
+                nic.on_writable(&c);
+            }
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                nic.drive(&c);
+            }
+        }
+    }
+}
+
+impl Nic {
+    fn conn(&self, id: ConnId) -> Option<Arc<Conn>> {
+        self.shared.conns.lock().get(&id).cloned()
+    }
+
+    /// Closes everything: the device is gone.
+    fn stop(&mut self) {
+        let conns: Vec<Arc<Conn>> = self.shared.conns.lock().drain().map(|(_, c)| c).collect();
+        for c in conns {
+            c.deregister();
+            let _ = c.sock.shutdown(std::net::Shutdown::Both);
+            let mut st = c.st.lock();
+            st.phase = Phase::Closed;
+            st.channel = None;
+            st.qp = None;
+        }
+        let listeners: Vec<_> = self.shared.listeners.lock().drain().map(|(_, l)| l).collect();
+        for l in listeners {
+            let _ = self.shared.registry.deregister(&mut SourceFd(&l.sock.as_raw_fd()));
+        }
+    }
+
+    fn accept(&mut self, id: u64) {
+        let Some(entry) = self.shared.listeners.lock().get(&id).cloned() else { return };
+        loop {
+            match entry.sock.accept() {
+                Ok((s, peer)) => {
+                    if let Err(e) = s.set_nonblocking(true).and_then(|_| s.set_nodelay(true)) {
+                        tracing::debug!("soft NIC: setting up a connection from {peer}: {e}");
+                        continue;
+                    }
+                    let conn =
+                        Conn::new(self.shared.clone(), s, peer, Phase::Incoming, None, Some(entry.channel.clone()));
+                    self.shared.conns.lock().insert(conn.id, conn.clone());
+                    let mut st = conn.st.lock();
+                    if let Err(e) = conn.register(&mut st, false) {
+                        tracing::debug!("soft NIC: registering a connection from {peer}: {e}");
+                        self.shared.conns.lock().remove(&conn.id);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::warn!("soft NIC: accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Checks an active connection's TCP handshake; false while it is still in progress or
+    /// when it failed (the connection is then closed).
+    fn check_connect(&mut self, c: &Arc<Conn>, st: &mut ConnState) -> bool {
+        if st.tcp_up {
+            return true;
+        }
+        let err = match c.sock.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) => match c.sock.peer_addr() {
+                Ok(_) => None,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return false,
+                Err(e) => Some(e),
+            },
+        };
+        match err {
+            None => {
+                st.tcp_up = true;
+                true
+            }
+            Some(e) => {
+                if st.phase == Phase::Connecting {
+                    st.event(connect_failure(c.id, c.peer, &e));
+                }
+                self.close(c, st);
+                false
+            }
+        }
+    }
+
+    fn on_writable(&mut self, c: &Arc<Conn>) {
+        let mut st = c.st.lock();
+        if !self.check_connect(c, &mut st) {
+            return;
+        }
+        if let Err(e) = c.flush_out(&mut st) {
+            drop(st);
+            let mut rx = c.rx.lock();
+            self.broken(c, &mut rx, &format!("write: {e}"));
+        }
+    }
+
+    /// Reads and processes frames until the socket is drained, the budget is used, or an RNR
+    /// wait stops the connection; then writes the responses queued meanwhile.
+    fn drive(&mut self, c: &Arc<Conn>) {
+        {
+            let mut st = c.st.lock();
+            if !self.check_connect(c, &mut st) {
+                return;
+            }
+        }
+        let mut rx = c.rx.lock();
+        let mut budget = READ_BUDGET;
+        loop {
+            match self.step(c, &mut rx, &mut budget) {
+                Step::Continue => continue,
+                Step::Idle | Step::Blocked => break,
+                Step::Done => return,
+                Step::Yield => {
+                    self.ready.push(c.id);
+                    break;
+                }
+                Step::Eof => {
+                    let closed = c.st.lock().phase == Phase::Closed;
+                    if closed {
+                        self.close(c, &mut c.st.lock());
+                    } else {
+                        self.broken(c, &mut rx, "the peer closed the connection without DISCONNECT");
+                    }
+                    return;
+                }
+                Step::Broken(why) => {
+                    self.broken(c, &mut rx, &why);
+                    return;
+                }
+            }
+        }
+        let mut st = c.st.lock();
+        if st.has_output() {
+            if let Err(e) = c.flush_out(&mut st) {
+                drop(st);
+                self.broken(c, &mut rx, &format!("write: {e}"));
+            }
+        }
+    }
+
+    fn fill(&mut self, c: &Conn, rx: &mut Rx, budget: &mut usize) -> Step {
+        if rx.buf.is_empty() {
+            rx.buf = vec![0; RX_BUF];
+        }
+        if rx.start > 0 {
+            rx.buf.copy_within(rx.start..rx.end, 0);
+            rx.end -= rx.start;
+            rx.start = 0;
+        }
+        let end = rx.end;
+        match (&c.sock).read(&mut rx.buf[end..]) {
+            Ok(0) => Step::Eof,
+            Ok(n) => {
+                rx.end += n;
+                self.charge(budget, n)
+            }
+            Err(e) => io_step(e),
+        }
+    }
+
+    fn charge(&self, budget: &mut usize, n: usize) -> Step {
+        *budget = budget.saturating_sub(n);
+        if *budget == 0 {
+            Step::Yield
+        } else {
+            Step::Continue
+        }
+    }
+
+    fn step(&mut self, c: &Arc<Conn>, rx: &mut Rx, budget: &mut usize) -> Step {
+        match rx.stage {
+            Stage::Rnr { hdr, .. } if rx.peer_closed => Self::discard(rx, &hdr, Then::Nothing),
+            Stage::Rnr { .. } => Step::Blocked,
+            Stage::Payload { .. } => self.payload(c, rx, budget),
+            Stage::Header => {
+                if rx.avail() < HEADER_LEN {
+                    return self.fill(c, rx, budget);
+                }
+                let mut raw = [0u8; HEADER_LEN];
+                raw.copy_from_slice(&rx.buf[rx.start..rx.start + HEADER_LEN]);
+                let hdr = match Header::decode(&raw, self.shared.attrs.max_msg_size) {
+                    Ok(h) => h,
+                    Err(e) => return Step::Broken(format!("protocol error from {}: {e}", c.peer)),
+                };
+                if hdr.is_control() {
+                    let total = HEADER_LEN + hdr.len as usize;
+                    if rx.avail() < total {
+                        return self.fill(c, rx, budget);
+                    }
+                    let data = rx.buf[rx.start + HEADER_LEN..rx.start + total].to_vec();
+                    rx.start += total;
+                    return self.on_control(c, rx, hdr, data);
+                }
+                rx.start += HEADER_LEN;
+                self.on_header(c, rx, hdr)
+            }
+        }
+    }
+
+    fn discard(rx: &mut Rx, hdr: &Header, then: Then) -> Step {
+        rx.stage = Stage::Payload {
+            sink: Sink::new(Vec::new()),
+            remaining: hdr.len as usize,
+            len: hdr.len,
+            then,
+            psn: hdr.psn,
+        };
+        Step::Continue
+    }
+
+    fn reply(st: &mut ConnState, psn: u32, status: Status) {
+        let mut h = Header::new(FrameType::Ack);
+        h.psn = psn;
+        h.status = status;
+        st.push_out(OutFrame::new(&h, Tail::None));
+    }
+
+    fn on_header(&mut self, c: &Arc<Conn>, rx: &mut Rx, hdr: Header) -> Step {
+        let mut st = c.st.lock();
+        let live = st.phase == Phase::Established && st.qp.is_some();
+        match hdr.ty {
+            FrameType::Ack => {
+                let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else { return Step::Continue };
+                match qp.inflight.front() {
+                    Some(f) if f.psn == hdr.psn && matches!(f.op, WcOpcode::Send | WcOpcode::RdmaWrite) => {}
+                    _ => return Step::Broken(format!("unexpected acknowledgement {} from {}", hdr.psn, c.peer)),
+                }
+                let f = qp.inflight.pop_front().expect("front checked");
+                qp.retire(f, hdr.status.wc_status());
+                if hdr.status != Status::Ok {
+                    st.qp_error();
+                }
+                Step::Continue
+            }
+            FrameType::ReadResp => {
+                let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else {
+                    return Self::discard(rx, &hdr, Then::Nothing);
+                };
+                let front_ok = matches!(qp.inflight.front(), Some(f) if f.psn == hdr.psn && f.op == WcOpcode::RdmaRead);
+                if !front_ok {
+                    return Step::Broken(format!("unexpected READ response {} from {}", hdr.psn, c.peer));
+                }
+                if hdr.status != Status::Ok {
+                    let f = qp.inflight.pop_front().expect("front checked");
+                    qp.retire(f, hdr.status.wc_status());
+                    st.qp_error();
+                    return Step::Continue;
+                }
+                let f = qp.inflight.front_mut().expect("front checked");
+                if f.len != hdr.len {
+                    return Step::Broken(format!("READ response of {} bytes for {} from {}", hdr.len, f.len, c.peer));
+                }
+                f.busy = true;
+                let segs = f.dest.clone();
+                rx.stage = Stage::Payload {
+                    sink: Sink::new(segs),
+                    remaining: hdr.len as usize,
+                    len: hdr.len,
+                    then: Then::ReadResp,
+                    psn: hdr.psn,
+                };
+                Step::Continue
+            }
+            FrameType::ReadReq => {
+                let Some(qp) = st.qp.as_ref().filter(|_| live) else { return Step::Continue };
+                let mut h = Header::new(FrameType::ReadResp);
+                h.psn = hdr.psn;
+                let mut tail = Tail::None;
+                if qp.error {
+                    h.status = Status::OperationError;
+                } else {
+                    match self.shared.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.aux.into(), Access::REMOTE_READ) {
+                        Some(seg) => {
+                            h.len = hdr.aux;
+                            tail = Tail::Segs(vec![seg]);
+                        }
+                        None => h.status = Status::RemoteAccess,
+                    }
+                }
+                st.push_out(OutFrame::new(&h, tail));
+                Step::Continue
+            }
+            FrameType::Write => {
+                let Some(qp) = st.qp.as_ref().filter(|_| live) else {
+                    return Self::discard(rx, &hdr, Then::Nothing);
+                };
+                if qp.error {
+                    return Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::OperationError });
+                }
+                match self.shared.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.len.into(), Access::REMOTE_WRITE) {
+                    Some(seg) => {
+                        rx.stage = Stage::Payload {
+                            sink: Sink::new(vec![seg]),
+                            remaining: hdr.len as usize,
+                            len: hdr.len,
+                            then: Then::Reply { psn: hdr.psn, status: Status::Ok },
+                            psn: hdr.psn,
+                        };
+                        Step::Continue
+                    }
+                    None => Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RemoteAccess }),
+                }
+            }
+            FrameType::Send | FrameType::SendImm => {
+                if !live {
+                    return Self::discard(rx, &hdr, Then::Nothing);
+                }
+                let retries = st.peer_rnr_retry;
+                if self.place_send(&mut st, rx, hdr) {
+                    return Step::Continue;
+                }
+                if retries == 0 {
+                    Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RnrExceeded })
+                } else {
+                    let timer = st.qp.as_ref().map_or(Duration::from_micros(640), |q| q.min_rnr_timer);
+                    self.timers.push(Reverse((Instant::now() + timer, c.id, TimerKind::Rnr)));
+                    rx.stage = Stage::Rnr { hdr, left: retries };
+                    Step::Blocked
+                }
+            }
+            _ => Step::Broken(format!("unexpected {:?} frame from {}", hdr.ty, c.peer)),
+        }
+    }
+
+    /// Tries to place a SEND: takes a receive and sets the payload stage (or an error
+    /// answer). False when no receive is posted (RNR).
+    fn place_send(&mut self, st: &mut ConnState, rx: &mut Rx, hdr: Header) -> bool {
+        let Some(qp) = st.qp.as_mut() else {
+            Self::discard(rx, &hdr, Then::Nothing);
+            return true;
+        };
+        if qp.error {
+            Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::OperationError });
+            return true;
+        }
+        let recv = match &qp.srq {
+            Some(srq) => srq.take(),
+            None => qp.rq.pop_front(),
+        };
+        let Some(recv) = recv else {
+            if rx.peer_closed {
+                Self::discard(rx, &hdr, Then::Nothing);
+                return true;
+            }
+            return false;
+        };
+        if recv.cap < hdr.len as usize {
+            qp.complete_recv(recv.wr_id, WcStatus::LocalLengthError, 0, None);
+            st.qp_error();
+            Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::InvalidRequest });
+            return true;
+        }
+        let imm = (hdr.ty == FrameType::SendImm).then_some(hdr.imm);
+        rx.stage = Stage::Payload {
+            sink: Sink::new(recv.segs.clone()),
+            remaining: hdr.len as usize,
+            len: hdr.len,
+            then: Then::Recv { recv, imm },
+            psn: hdr.psn,
+        };
+        true
+    }
+
+    fn payload(&mut self, c: &Arc<Conn>, rx: &mut Rx, budget: &mut usize) -> Step {
+        let Stage::Payload { sink, remaining, .. } = &mut rx.stage else { return Step::Continue };
+        // Bytes already buffered first.
+        let n = (rx.end - rx.start).min(*remaining);
+        if n > 0 {
+            if !sink.is_discard() && !sink.write(&rx.buf[rx.start..rx.start + n]) {
+                return Step::Broken("payload larger than its destination".into());
+            }
+            rx.start += n;
+            *remaining -= n;
+        }
+        if *remaining > 0 {
+            let got = if sink.is_discard() {
+                if rx.buf.is_empty() {
+                    rx.buf = vec![0; RX_BUF];
+                }
+                rx.start = 0;
+                rx.end = 0;
+                let k = (*remaining).min(rx.buf.len());
+                (&c.sock).read(&mut rx.buf[..k])
+            } else {
+                let ranges = sink.ranges(*remaining);
+                if ranges.is_empty() {
+                    return Step::Broken("payload larger than its destination".into());
+                }
+                memory::recv_vectored(c.sock.as_fd(), &ranges)
+            };
+            match got {
+                Ok(0) => return Step::Eof,
+                Ok(k) => {
+                    if !sink.is_discard() {
+                        sink.advance(k);
+                    }
+                    *remaining -= k;
+                    if *remaining > 0 {
+                        return self.charge(budget, k);
+                    }
+                    *budget = budget.saturating_sub(k);
+                }
+                Err(e) => return io_step(e),
+            }
+        }
+        if *remaining > 0 {
+            return Step::Continue;
+        }
+        let Stage::Payload { then, len, psn, .. } = std::mem::replace(&mut rx.stage, Stage::Header) else {
+            return Step::Continue;
+        };
+        self.finish(c, then, len, psn)
+    }
+
+    fn finish(&mut self, c: &Arc<Conn>, then: Then, len: u32, psn: u32) -> Step {
+        let mut st = c.st.lock();
+        let live = st.phase == Phase::Established;
+        match then {
+            Then::Nothing => {}
+            Then::Reply { psn, status } => {
+                if live {
+                    Self::reply(&mut st, psn, status);
+                }
+            }
+            Then::ReadResp => {
+                let Some(qp) = st.qp.as_mut() else { return Step::Continue };
+                match qp.inflight.front() {
+                    Some(f) if f.busy && f.psn == psn => {}
+                    _ => return Step::Continue,
+                }
+                let f = qp.inflight.pop_front().expect("front checked");
+                let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
+                qp.retire(f, status);
+            }
+            Then::Recv { recv, imm } => {
+                let Some(qp) = st.qp.as_mut() else { return Step::Continue };
+                if live && !qp.error {
+                    qp.complete_recv(recv.wr_id, WcStatus::Success, len, imm);
+                    Self::reply(&mut st, psn, Status::Ok);
+                } else {
+                    qp.complete_recv(recv.wr_id, WcStatus::WorkRequestFlushed, 0, None);
+                }
+            }
+        }
+        Step::Continue
+    }
+
+    fn on_control(&mut self, c: &Arc<Conn>, rx: &mut Rx, hdr: Header, data: Vec<u8>) -> Step {
+        let mut st = c.st.lock();
+        match (hdr.ty, st.phase) {
+            (FrameType::ConnectReq, Phase::Incoming) => {
+                st.peer_rnr_retry = hdr.aux as u8;
+                st.phase = Phase::Requested;
+                let ch = st.channel.clone();
+                drop(st);
+                if let Some(ch) = ch {
+                    ch.push(Ev::Request { conn: c.clone(), data });
+                }
+                Step::Continue
+            }
+            (FrameType::Accept, Phase::Connecting) => {
+                st.peer_rnr_retry = hdr.aux as u8;
+                st.phase = Phase::Established;
+                st.event(Ev::Established { conn: c.id, data });
+                Step::Continue
+            }
+            (FrameType::Reject, Phase::Connecting) => {
+                st.event(Ev::Rejected { conn: c.id, reason: RejectReason::Consumer, data });
+                self.close(c, &mut st);
+                Step::Done
+            }
+            (FrameType::Disconnect, Phase::Established) => {
+                drop(st);
+                self.abort_rx(c, rx);
+                let mut st = c.st.lock();
+                st.clear_output();
+                if let Some(qp) = st.qp.as_mut() {
+                    qp.error = true;
+                    qp.flush(WcStatus::WorkRequestFlushed);
+                }
+                st.event(Ev::Disconnected { conn: c.id });
+                self.close(c, &mut st);
+                Step::Done
+            }
+            (FrameType::Disconnect, _) | (_, Phase::Closed) => {
+                self.close(c, &mut st);
+                Step::Done
+            }
+            (ty, phase) => Step::Broken(format!("{ty:?} frame from {} while {}", c.peer, phase.name())),
+        }
+    }
+
+    /// Abandons the payload being received: a receive taken for it is flushed and a READ
+    /// being filled is handed back to the flush.
+    fn abort_rx(&mut self, c: &Conn, rx: &mut Rx) {
+        let stage = std::mem::replace(&mut rx.stage, Stage::Header);
+        let mut st = c.st.lock();
+        let Some(qp) = st.qp.as_mut() else { return };
+        for f in qp.inflight.iter_mut() {
+            f.busy = false;
+        }
+        if let Stage::Payload { then: Then::Recv { recv, .. }, .. } = stage {
+            qp.complete_recv(recv.wr_id, WcStatus::WorkRequestFlushed, 0, None);
+        }
+    }
+
+    /// The transport failed (or was cut): outstanding sends fail with
+    /// `TransportRetryExceeded`, receives are flushed, the owner gets `Disconnected`.
+    fn broken(&mut self, c: &Arc<Conn>, rx: &mut Rx, why: &str) {
+        tracing::debug!("soft NIC: connection {} to {} broken: {why}", c.id, c.peer);
+        self.abort_rx(c, rx);
+        let mut st = c.st.lock();
+        match st.phase {
+            Phase::Established => {
+                if let Some(qp) = st.qp.as_mut() {
+                    qp.error = true;
+                    qp.flush(WcStatus::TransportRetryExceeded);
+                }
+                st.event(Ev::Disconnected { conn: c.id });
+            }
+            Phase::Connecting => {
+                let detail = format!("connection to {} lost before it was accepted: {why}", c.peer);
+                if let Some(qp) = st.qp.as_mut() {
+                    qp.error = true;
+                    qp.flush(WcStatus::WorkRequestFlushed);
+                }
+                st.event(Ev::Unreachable { conn: c.id, detail });
+            }
+            Phase::Incoming | Phase::Requested | Phase::Closed => {}
+        }
+        st.clear_output();
+        self.close(c, &mut st);
+    }
+
+    /// Removes a connection from the NIC: no more events, the socket is shut.
+    fn close(&mut self, c: &Conn, st: &mut ConnState) {
+        st.phase = Phase::Closed;
+        st.channel = None;
+        c.deregister();
+        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+        self.shared.conns.lock().remove(&c.id);
+    }
+
+    /// Runs due timers; returns whether any fired.
+    fn fire_timers(&mut self) -> bool {
+        let now = Instant::now();
+        let mut fired = false;
+        while let Some(Reverse((at, id, kind))) = self.timers.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            fired = true;
+            let Some(c) = self.conn(id) else { continue };
+            match kind {
+                TimerKind::ConnectTimeout => {
+                    let mut st = c.st.lock();
+                    if st.phase == Phase::Connecting {
+                        st.event(Ev::Unreachable {
+                            conn: id,
+                            detail: format!("no answer from {} within the connect timeout", c.peer),
+                        });
+                        if let Some(qp) = st.qp.as_mut() {
+                            qp.error = true;
+                            qp.flush(WcStatus::WorkRequestFlushed);
+                        }
+                        self.close(&c, &mut st);
+                    }
+                }
+                TimerKind::Close => {
+                    let mut st = c.st.lock();
+                    if st.phase == Phase::Closed {
+                        self.close(&c, &mut st);
+                    }
+                }
+                TimerKind::Rnr => self.rnr_retry(&c),
+            }
+        }
+        fired
+    }
+
+    fn rnr_retry(&mut self, c: &Arc<Conn>) {
+        let mut rx = c.rx.lock();
+        let Stage::Rnr { hdr, left } = rx.stage else { return };
+        let mut st = c.st.lock();
+        if st.phase != Phase::Established {
+            Self::discard(&mut rx, &hdr, Then::Nothing);
+        } else if !self.place_send(&mut st, &mut rx, hdr) {
+            let left = if left == RNR_RETRY_INFINITE { left } else { left - 1 };
+            if left == 0 {
+                Self::discard(&mut rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RnrExceeded });
+            } else {
+                let timer = st.qp.as_ref().map_or(Duration::from_micros(640), |q| q.min_rnr_timer);
+                self.timers.push(Reverse((Instant::now() + timer, c.id, TimerKind::Rnr)));
+                rx.stage = Stage::Rnr { hdr, left };
+                return;
+            }
+        }
+        drop(st);
+        drop(rx);
+        self.drive(c);
+    }
+}
+
+fn io_step(e: io::Error) -> Step {
+    match e.kind() {
+        io::ErrorKind::WouldBlock => Step::Idle,
+        io::ErrorKind::Interrupted => Step::Continue,
+        _ => Step::Broken(format!("read: {e}")),
+    }
+}

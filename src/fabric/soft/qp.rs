@@ -1,0 +1,205 @@
+//! The queue-pair handle: posting from user threads. The posting thread writes the frame to
+//! the socket itself when nothing is queued before it, so the hot path needs no NIC wake-up.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::cm::{ChannelInner, Ev, CLOSE_LINGER};
+use super::conn::{Conn, InFlight, OutFrame, Phase, RecvWr, Seg, Tail};
+use super::device::Device;
+use super::nic::{Cmd, TimerKind};
+use super::wire::{FrameType, Header};
+use crate::fabric::error::{Error, Result};
+use crate::fabric::provider::*;
+use crate::fabric::types::*;
+
+/// A reliable-connected queue pair.
+pub(crate) struct SoftQp {
+    conn: Arc<Conn>,
+    qp_num: u32,
+    // Kept alive for as long as the queue pair exists (CQs, PD, SRQ, channel, device).
+    _init: QpInitOps,
+    _channel: Option<Arc<ChannelInner>>,
+    _dev: Arc<Device>,
+}
+
+impl SoftQp {
+    pub(crate) fn new(conn: Arc<Conn>, init: QpInitOps, dev: Arc<Device>, channel: Option<Arc<ChannelInner>>) -> Self {
+        let qp_num = conn.st.lock().qp.as_ref().map_or(0, |q| q.qp_num);
+        SoftQp { conn, qp_num, _init: init, _channel: channel, _dev: dev }
+    }
+
+    fn not_connected(&self, verb: &'static str, phase: Phase) -> Error {
+        Error::NotConnected { verb, qp_num: self.qp_num, state: phase.name() }
+    }
+}
+
+impl QpOps for SoftQp {
+    fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+    fn conn_id(&self) -> ConnId {
+        self.conn.id
+    }
+    fn peer_addr(&self) -> SocketAddr {
+        self.conn.peer
+    }
+    fn local_addr(&self) -> SocketAddr {
+        self.conn.local
+    }
+
+    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        let mut st = self.conn.st.lock();
+        let phase = st.phase;
+        let Some(qp) = st.qp.as_mut() else { return Err(self.not_connected("post_recv", phase)) };
+        if qp.srq.is_some() {
+            return Err(Error::invalid("post_recv", "the queue pair uses a shared receive queue"));
+        }
+        if sges.len() > qp.caps.max_recv_sge as usize {
+            return Err(Error::invalid(
+                "post_recv",
+                format!("{} SGEs, the queue pair allows {}", sges.len(), qp.caps.max_recv_sge),
+            ));
+        }
+        let wr = RecvWr::new(wr_id, sges, qp.pd, "post_recv")?;
+        if phase == Phase::Closed {
+            return Err(self.not_connected("post_recv", phase));
+        }
+        if qp.error {
+            qp.complete_recv(wr_id, WcStatus::WorkRequestFlushed, 0, None);
+            return Ok(());
+        }
+        if qp.rq.len() >= qp.caps.max_recv_wr as usize {
+            return Err(Error::QueueFull { queue: "receive queue", depth: qp.caps.max_recv_wr });
+        }
+        qp.rq.push_back(wr);
+        Ok(())
+    }
+
+    fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
+        let max_msg = self.conn.shared.attrs.max_msg_size;
+        let total: u64 = wr.sges.iter().map(|s| s.len as u64).sum();
+        if total > max_msg {
+            return Err(Error::invalid("post_send", format!("{total} bytes exceed the message limit of {max_msg}")));
+        }
+        let mut st = self.conn.st.lock();
+        let phase = st.phase;
+        if phase != Phase::Established {
+            return Err(self.not_connected("post_send", phase));
+        }
+        let Some(qp) = st.qp.as_mut() else { return Err(self.not_connected("post_send", phase)) };
+        if wr.sges.len() > qp.caps.max_send_sge as usize {
+            return Err(Error::invalid(
+                "post_send",
+                format!("{} SGEs, the queue pair allows {}", wr.sges.len(), qp.caps.max_send_sge),
+            ));
+        }
+        let (opcode, need) = match wr.op {
+            SendOp::Send | SendOp::SendWithImm(_) => (WcOpcode::Send, Access::NONE),
+            SendOp::RdmaWrite(_) => (WcOpcode::RdmaWrite, Access::NONE),
+            SendOp::RdmaRead(_) => (WcOpcode::RdmaRead, Access::LOCAL_WRITE),
+        };
+        let entry = |psn: u32, dest: Vec<Seg>| InFlight {
+            psn,
+            wr_id: wr.wr_id,
+            op: opcode,
+            signaled: wr.signaled,
+            len: total as u32,
+            dest,
+            busy: false,
+        };
+        if qp.error {
+            qp.retire(entry(0, Vec::new()), WcStatus::WorkRequestFlushed);
+            return Ok(());
+        }
+        if qp.sq_used >= qp.caps.max_send_wr {
+            return Err(Error::QueueFull { queue: "send queue", depth: qp.caps.max_send_wr });
+        }
+        let segs: Option<Vec<Seg>> = wr.sges.iter().map(|s| Seg::from_sge(s, qp.pd, need)).collect();
+        let Some(segs) = segs else {
+            // Like hardware: the request fails with a completion and the queue pair errors.
+            qp.sq_used += 1;
+            qp.retire(entry(0, Vec::new()), WcStatus::LocalProtectionError);
+            st.qp_error();
+            return Ok(());
+        };
+        let psn = qp.next_psn;
+        qp.next_psn = psn.wrapping_add(1);
+        let mut h;
+        let tail;
+        let mut dest = Vec::new();
+        match wr.op {
+            SendOp::Send => {
+                h = Header::new(FrameType::Send);
+                tail = Tail::Segs(segs);
+            }
+            SendOp::SendWithImm(imm) => {
+                h = Header::new(FrameType::SendImm);
+                h.imm = imm;
+                tail = Tail::Segs(segs);
+            }
+            SendOp::RdmaWrite(r) => {
+                h = Header::new(FrameType::Write);
+                h.addr = r.addr;
+                h.rkey = r.rkey;
+                tail = Tail::Segs(segs);
+            }
+            SendOp::RdmaRead(r) => {
+                h = Header::new(FrameType::ReadReq);
+                h.addr = r.addr;
+                h.rkey = r.rkey;
+                h.aux = total as u32;
+                dest = segs;
+                tail = Tail::None;
+            }
+        }
+        h.psn = psn;
+        if !matches!(wr.op, SendOp::RdmaRead(_)) {
+            h.len = total as u32;
+        }
+        qp.sq_used += 1;
+        qp.inflight.push_back(entry(psn, dest));
+        if st.push_out(OutFrame::new(&h, tail)) {
+            self.conn.flush_from_user(&mut st);
+        }
+        Ok(())
+    }
+
+    fn disconnect(&self) -> Result<()> {
+        let conn = &self.conn;
+        let mut st = conn.st.lock();
+        match st.phase {
+            Phase::Closed => return Ok(()),
+            Phase::Established => {
+                st.drop_unsent_requests();
+                st.push_out(OutFrame::new(&Header::new(FrameType::Disconnect), Tail::None));
+                st.shut_after_flush = true;
+                if let Some(qp) = st.qp.as_mut() {
+                    qp.error = true;
+                    qp.flush(WcStatus::WorkRequestFlushed);
+                }
+                st.phase = Phase::Closed;
+                st.event(Ev::Disconnected { conn: conn.id });
+                conn.flush_from_user(&mut st);
+                conn.shared.command(Cmd::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
+            }
+            Phase::Connecting | Phase::Incoming | Phase::Requested => {
+                st.clear_output();
+                if let Some(qp) = st.qp.as_mut() {
+                    qp.error = true;
+                    qp.flush(WcStatus::WorkRequestFlushed);
+                }
+                st.phase = Phase::Closed;
+                conn.shared.command(Cmd::Timer(Instant::now(), conn.id, TimerKind::Close));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SoftQp {
+    fn drop(&mut self) {
+        let _ = self.disconnect();
+    }
+}
