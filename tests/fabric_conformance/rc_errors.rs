@@ -38,11 +38,24 @@ pub fn read_with_forged_rkey(spec: &ProviderSpec) {
     read_expecting_access_error(&p, forged, 256);
 }
 
-/// A READ that runs past the end of the remote region fails with RemoteAccessError.
+/// A READ not inside the remote region fails with RemoteAccessError, to the byte: straddling
+/// its end, entirely past it, starting before it. The region's length (1000) is not a page
+/// multiple, so the check is the registered length, not the allocation.
 pub fn read_out_of_bounds(spec: &ProviderSpec) {
-    let p = Pair::connect(spec);
-    let remote = p.server.register(4096, Access::REMOTE_READ);
-    read_expecting_access_error(&p, at(remote.remote(), 4096 - 8), 16);
+    const LEN: u64 = 1000;
+    for (what, offset, len) in
+        [("straddling the end", LEN - 8, 16), ("past the end", LEN, 8), ("before the start", 0, 8)]
+    {
+        let p = Pair::connect(spec);
+        let remote = p.server.register(LEN as usize, Access::REMOTE_READ);
+        let from = if what == "before the start" {
+            RemoteAddr { addr: remote.addr() - 8, rkey: remote.rkey() }
+        } else {
+            at(remote.remote(), offset)
+        };
+        eprintln!("READ {what}: [{:#x}, +{len}) of region {:?}", from.addr, remote);
+        read_expecting_access_error(&p, from, len);
+    }
 }
 
 /// A READ of a region registered without REMOTE_READ fails with RemoteAccessError.
@@ -62,6 +75,14 @@ pub fn write_without_remote_write(spec: &ProviderSpec) {
     p.client_qp.post_send(&wr(2, SendOp::RdmaWrite(remote.remote()), &[local.sge(0, 64)])).expect("post WRITE");
     expect_failed(&p.client.cq, 2, WcStatus::RemoteAccessError, p.client_qp.qp_num());
     assert!(read_mr(&remote, 0, 4096).iter().all(|&b| b == 0), "a refused WRITE changed the region");
+}
+
+/// A READ of a region of another protection domain than the responder's queue pair fails.
+pub fn read_of_region_in_another_pd(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let other_pd = p.server.fabric.alloc_pd().expect("alloc_pd");
+    let remote = other_pd.register(4096, Access::REMOTE_READ).expect("register");
+    read_expecting_access_error(&p, remote.remote(), 64);
 }
 
 /// Once the owner drops (deregisters) a region, READs with its old rkey fail.
