@@ -117,6 +117,12 @@ pub struct McastSlot {
 }
 
 impl McastSlot {
+    /// A second group of this test (same port), distinct from `group`.
+    pub fn second_group(&self) -> Ipv4Addr {
+        let [a, b, c, d] = self.group.octets();
+        Ipv4Addr::new(a, b, c ^ 0x80, d)
+    }
+
     /// A payload of `len` bytes (at least 16): the tag, `seq`, then a pattern derived from both.
     pub fn payload(&self, seq: u64, len: usize) -> Vec<u8> {
         assert!(len >= 16, "a tagged payload needs 16 bytes");

@@ -165,3 +165,58 @@ pub fn cm_private_data_too_long(spec: &ProviderSpec) {
         }
     }
 }
+
+/// Queue-pair settings outside the device limits are refused with `InvalidArgument` by connect
+/// (nothing is sent) and by accept (the dropped request then rejects the peer).
+pub fn cm_invalid_queue_pair_settings(spec: &ProviderSpec) {
+    let client = Node::open(spec);
+    let server = Node::open(spec);
+    let listener = server.events.listen(spec.listen_addr(), 8).expect("listen");
+    let attrs = client.fabric.attributes().clone();
+    let bad: Vec<(&str, Box<dyn Fn(&mut QpInit<'_>)>)> = vec![
+        ("max_send_wr 0", Box::new(|i| i.caps.max_send_wr = 0)),
+        ("max_send_wr over max_qp_wr", Box::new(move |i| i.caps.max_send_wr = attrs.max_qp_wr + 1)),
+        ("max_recv_wr over max_qp_wr", Box::new(move |i| i.caps.max_recv_wr = attrs.max_qp_wr + 1)),
+        ("max_send_sge 0", Box::new(|i| i.caps.max_send_sge = 0)),
+        ("max_send_sge over max_sge", Box::new(move |i| i.caps.max_send_sge = attrs.max_sge + 1)),
+        ("rnr_retry 8", Box::new(|i| i.rnr_retry = RNR_RETRY_INFINITE + 1)),
+    ];
+    for (what, spoil) in &bad {
+        let mut init = client.qp_init();
+        spoil(&mut init);
+        match client.events.connect(listener.local_addr(), &init, &[], WAIT) {
+            Err(Error::InvalidArgument { verb, .. }) => assert_eq!(verb, "connect", "{what}"),
+            other => panic!("connect with {what}: {other:?}"),
+        }
+    }
+    assert_no_event(&server.events, "refused connects send nothing");
+    for (what, spoil) in &bad {
+        let qp = client.events.connect(listener.local_addr(), &client.qp_init(), &[], WAIT).expect("connect");
+        let req = expect_connect_request(&server.events);
+        let mut init = server.qp_init();
+        spoil(&mut init);
+        match req.accept(&init, &[]) {
+            Err(Error::InvalidArgument { verb, .. }) => assert_eq!(verb, "accept", "{what}"),
+            other => panic!("accept with {what}: {other:?}"),
+        }
+        match next_event(&client.events, "Rejected") {
+            CmEvent::Rejected { conn, reason: RejectReason::Consumer, .. } => assert_eq!(conn, qp.conn_id()),
+            other => panic!("expected Rejected after a refused accept, got {other:?}"),
+        }
+    }
+}
+
+/// Dropping a queue pair disconnects it: the peer gets Disconnected, and the peer's receives
+/// flush once it disconnects in turn.
+pub fn cm_drop_queue_pair_disconnects(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let buf = p.server.register(64, Access::LOCAL_WRITE);
+    p.server_qp.post_recv(5, &[buf.sge(0, 64)]).expect("post_recv");
+    let Pair { client_qp, server_qp, client, server, listener: _listener } = p;
+    drop(client_qp);
+    expect_disconnected(&server.events, server_qp.conn_id());
+    server_qp.disconnect().expect("disconnect after the peer left");
+    let wc = poll_one(&server.cq);
+    assert_eq!((wc.wr_id, wc.status, wc.qp_num), (5, WcStatus::WorkRequestFlushed, server_qp.qp_num()));
+    assert_cq_empty(&client.cq, "the dropped side had no work");
+}

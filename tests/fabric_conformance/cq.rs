@@ -125,3 +125,39 @@ pub fn cq_poll_wait_returns_on_completion(spec: &ProviderSpec) {
     assert_success(&wc, 3, WcOpcode::Recv, p.server_qp.qp_num());
     assert_eq!(wc.byte_len, 16);
 }
+
+/// More completions than a CQ's depth make `poll` fail with `CqOverrun`. The receive CQ of the
+/// server is the small one; the client's SENDs complete (after the receiver queued their
+/// completions) on a separate large CQ, so the test knows when the overrun has happened.
+pub fn cq_overrun(spec: &ProviderSpec) {
+    let client = Node::open(spec);
+    let server = Node::open(spec);
+    let listener = server.events.listen(spec.listen_addr(), 8).expect("listen");
+    let small = server.fabric.create_cq(4).expect("create_cq");
+    let depth = small.depth();
+    let n = depth as usize + 4;
+    let qp = client.events.connect(listener.local_addr(), &client.qp_init(), &[], WAIT).expect("connect");
+    let req = expect_connect_request(&server.events);
+    let conn = req.conn_id();
+    let caps = QpCaps { max_recv_wr: n as u32, ..QpCaps::default() };
+    let init = QpInit { recv_cq: &small, caps, ..server.qp_init() };
+    let server_qp = req.accept(&init, &[]).expect("accept");
+    expect_established(&client.events, qp.conn_id());
+    expect_established(&server.events, conn);
+
+    let rbuf = server.register(64, Access::LOCAL_WRITE);
+    let sbuf = client.register(64, Access::NONE);
+    for i in 0..n {
+        server_qp.post_recv(i as u64, &[rbuf.sge(0, 64)]).expect("post_recv");
+    }
+    for i in 0..n {
+        qp.post_send(&wr(i as u64, SendOp::Send, &[sbuf.sge(0, 8)])).expect("post SEND");
+    }
+    let acks = poll_n(&client.cq, n);
+    assert!(acks.iter().take(depth as usize).all(|wc| wc.status.is_success()), "{acks:?}");
+    let mut out = [WorkCompletion::default(); 64];
+    match small.poll(&mut out) {
+        Err(Error::CqOverrun { depth: d }) => assert_eq!(d, depth),
+        other => panic!("{n} completions into a CQ of depth {depth}: poll gave {other:?}"),
+    }
+}

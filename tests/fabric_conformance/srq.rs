@@ -15,6 +15,13 @@ pub fn srq_shared_by_two_queue_pairs(spec: &ProviderSpec) {
         assert!(matches!(server.pd.create_srq(4, 1), Err(Error::InvalidArgument { .. })));
         return;
     }
+    let attrs = server.fabric.attributes().clone();
+    for (wr, sge) in [(0, 1), (attrs.max_srq_wr + 1, 1), (4, 0), (4, attrs.max_sge + 1)] {
+        assert!(
+            matches!(server.pd.create_srq(wr, sge), Err(Error::InvalidArgument { .. })),
+            "create_srq({wr}, {sge}) on {attrs:?}"
+        );
+    }
     let srq = server.pd.create_srq(16, 1).expect("create_srq");
     let listener = server.events.listen(spec.listen_addr(), 8).expect("listen");
     let clients = [Node::open(spec), Node::open(spec)];
