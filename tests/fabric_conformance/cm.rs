@@ -166,6 +166,9 @@ pub fn cm_private_data_too_long(spec: &ProviderSpec) {
     }
 }
 
+/// Makes a queue-pair setting invalid for a device with these attributes.
+type Spoil = fn(&mut QpInit<'_>, &DeviceAttributes);
+
 /// Queue-pair settings outside the device limits are refused with `InvalidArgument` by connect
 /// (nothing is sent) and by accept (the dropped request then rejects the peer).
 pub fn cm_invalid_queue_pair_settings(spec: &ProviderSpec) {
@@ -173,17 +176,17 @@ pub fn cm_invalid_queue_pair_settings(spec: &ProviderSpec) {
     let server = Node::open(spec);
     let listener = server.events.listen(spec.listen_addr(), 8).expect("listen");
     let attrs = client.fabric.attributes().clone();
-    let bad: Vec<(&str, Box<dyn Fn(&mut QpInit<'_>)>)> = vec![
-        ("max_send_wr 0", Box::new(|i| i.caps.max_send_wr = 0)),
-        ("max_send_wr over max_qp_wr", Box::new(move |i| i.caps.max_send_wr = attrs.max_qp_wr + 1)),
-        ("max_recv_wr over max_qp_wr", Box::new(move |i| i.caps.max_recv_wr = attrs.max_qp_wr + 1)),
-        ("max_send_sge 0", Box::new(|i| i.caps.max_send_sge = 0)),
-        ("max_send_sge over max_sge", Box::new(move |i| i.caps.max_send_sge = attrs.max_sge + 1)),
-        ("rnr_retry 8", Box::new(|i| i.rnr_retry = RNR_RETRY_INFINITE + 1)),
+    let bad: [(&str, Spoil); 6] = [
+        ("max_send_wr 0", |i, _| i.caps.max_send_wr = 0),
+        ("max_send_wr over max_qp_wr", |i, a| i.caps.max_send_wr = a.max_qp_wr + 1),
+        ("max_recv_wr over max_qp_wr", |i, a| i.caps.max_recv_wr = a.max_qp_wr + 1),
+        ("max_send_sge 0", |i, _| i.caps.max_send_sge = 0),
+        ("max_send_sge over max_sge", |i, a| i.caps.max_send_sge = a.max_sge + 1),
+        ("rnr_retry 8", |i, _| i.rnr_retry = RNR_RETRY_INFINITE + 1),
     ];
     for (what, spoil) in &bad {
         let mut init = client.qp_init();
-        spoil(&mut init);
+        spoil(&mut init, &attrs);
         match client.events.connect(listener.local_addr(), &init, &[], WAIT) {
             Err(Error::InvalidArgument { verb, .. }) => assert_eq!(verb, "connect", "{what}"),
             other => panic!("connect with {what}: {other:?}"),
@@ -194,7 +197,7 @@ pub fn cm_invalid_queue_pair_settings(spec: &ProviderSpec) {
         let qp = client.events.connect(listener.local_addr(), &client.qp_init(), &[], WAIT).expect("connect");
         let req = expect_connect_request(&server.events);
         let mut init = server.qp_init();
-        spoil(&mut init);
+        spoil(&mut init, &attrs);
         match req.accept(&init, &[]) {
             Err(Error::InvalidArgument { verb, .. }) => assert_eq!(verb, "accept", "{what}"),
             other => panic!("accept with {what}: {other:?}"),
