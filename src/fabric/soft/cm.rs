@@ -79,7 +79,8 @@ pub(crate) struct SoftChannel {
 
 impl SoftChannel {
     pub(crate) fn new(dev: Arc<Device>) -> Self {
-        let inner = ChannelInner { queue: Mutex::new(VecDeque::new()), cv: Condvar::new(), closed: AtomicBool::new(false) };
+        let inner =
+            ChannelInner { queue: Mutex::new(VecDeque::new()), cv: Condvar::new(), closed: AtomicBool::new(false) };
         SoftChannel { inner: Arc::new(inner), dev }
     }
 }
@@ -135,7 +136,9 @@ impl CmChannelOps for SoftChannel {
         let entry = Arc::new(ListenerEntry { sock: listener, channel: self.inner.clone() });
         shared.listeners.lock().insert(id, entry.clone());
         let fd = std::os::fd::AsRawFd::as_raw_fd(&entry.sock);
-        if let Err(e) = shared.registry.register(&mut SourceFd(&fd), Token(LISTENER_BIT | id as usize), Interest::READABLE) {
+        if let Err(e) =
+            shared.registry.register(&mut SourceFd(&fd), Token(LISTENER_BIT | id as usize), Interest::READABLE)
+        {
             shared.listeners.lock().remove(&id);
             return Err(Error::os("listen: epoll_ctl", None, e));
         }

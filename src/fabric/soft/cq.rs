@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::device::Device;
 use super::conn::RecvWr;
+use super::device::Device;
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::{CqOps, Sge, SrqOps};
 use crate::fabric::types::WorkCompletion;

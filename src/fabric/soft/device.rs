@@ -124,8 +124,8 @@ impl Device {
         };
         let poll = mio::Poll::new().map_err(|e| Error::os("soft open: epoll_create", None, e))?;
         let registry = poll.registry().try_clone().map_err(|e| Error::os("soft open: epoll dup", None, e))?;
-        let waker = mio::Waker::new(poll.registry(), nic::WAKER)
-            .map_err(|e| Error::os("soft open: eventfd", None, e))?;
+        let waker =
+            mio::Waker::new(poll.registry(), nic::WAKER).map_err(|e| Error::os("soft open: eventfd", None, e))?;
         let shared = Arc::new(Shared {
             attrs,
             nic_spin: o.nic_spin,
@@ -246,8 +246,7 @@ struct SoftFaults {
 
 impl FaultOps for SoftFaults {
     fn set_ud_faults(&self, faults: UdFaults) {
-        let gen = (faults != UdFaults::default())
-            .then(|| FaultGen { faults, rng: StdRng::seed_from_u64(faults.seed) });
+        let gen = (faults != UdFaults::default()).then(|| FaultGen { faults, rng: StdRng::seed_from_u64(faults.seed) });
         *self.dev.shared.ud_faults.lock() = gen;
     }
     fn cut(&self, conn: ConnId) -> Result<()> {

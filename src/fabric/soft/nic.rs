@@ -135,9 +135,18 @@ enum Then {
 
 enum Stage {
     Header,
-    Payload { sink: Sink, remaining: usize, len: u32, then: Then, psn: u32 },
+    Payload {
+        sink: Sink,
+        remaining: usize,
+        len: u32,
+        then: Then,
+        psn: u32,
+    },
     /// A SEND waits for a receive; reading this connection stops (RC ordering).
-    Rnr { hdr: Header, left: u8 },
+    Rnr {
+        hdr: Header,
+        left: u8,
+    },
 }
 
 /// The receive state of a connection (NIC thread only).
@@ -323,10 +332,8 @@ impl Nic {
                 true
             }
             Some(e) => {
-                if st.phase == Phase::Connecting {
-                    st.event(connect_failure(c.id, c.peer, &e));
-                }
-                self.close(c, st);
+                let ev = (st.phase == Phase::Connecting).then(|| connect_failure(c.id, c.peer, &e));
+                self.close_with(c, st, ev);
                 false
             }
         }
@@ -367,7 +374,7 @@ impl Nic {
                 Step::Eof => {
                     let closed = c.st.lock().phase == Phase::Closed;
                     if closed {
-                        self.close(c, &mut c.st.lock());
+                        self.close_disconnected(c, &mut rx);
                     } else {
                         self.broken(c, &mut rx, "the peer closed the connection without DISCONNECT");
                     }
@@ -467,6 +474,9 @@ impl Nic {
 
     fn on_header(&mut self, c: &Arc<Conn>, rx: &mut Rx, hdr: Header) -> Step {
         let mut st = c.st.lock();
+        if matches!(st.phase, Phase::Incoming | Phase::Requested | Phase::Connecting) {
+            return Step::Broken(format!("{:?} frame from {} before the connection is established", hdr.ty, c.peer));
+        }
         let live = st.phase == Phase::Established && st.qp.is_some();
         match hdr.ty {
             FrameType::Ack => {
@@ -715,8 +725,7 @@ impl Nic {
                 Step::Continue
             }
             (FrameType::Reject, Phase::Connecting) => {
-                st.event(Ev::Rejected { conn: c.id, reason: RejectReason::Consumer, data });
-                self.close(c, &mut st);
+                self.close_with(c, &mut st, Some(Ev::Rejected { conn: c.id, reason: RejectReason::Consumer, data }));
                 Step::Done
             }
             (FrameType::Disconnect, Phase::Established) => {
@@ -728,12 +737,12 @@ impl Nic {
                     qp.error = true;
                     qp.flush(WcStatus::WorkRequestFlushed);
                 }
-                st.event(Ev::Disconnected { conn: c.id });
-                self.close(c, &mut st);
+                self.close_with(c, &mut st, Some(Ev::Disconnected { conn: c.id }));
                 Step::Done
             }
             (FrameType::Disconnect, _) | (_, Phase::Closed) => {
-                self.close(c, &mut st);
+                drop(st);
+                self.close_disconnected(c, rx);
                 Step::Done
             }
             (ty, phase) => Step::Broken(format!("{ty:?} frame from {} while {}", c.peer, phase.name())),
@@ -760,13 +769,13 @@ impl Nic {
         tracing::debug!("soft NIC: connection {} to {} broken: {why}", c.id, c.peer);
         self.abort_rx(c, rx);
         let mut st = c.st.lock();
-        match st.phase {
+        let ev = match st.phase {
             Phase::Established => {
                 if let Some(qp) = st.qp.as_mut() {
                     qp.error = true;
                     qp.flush(WcStatus::TransportRetryExceeded);
                 }
-                st.event(Ev::Disconnected { conn: c.id });
+                Some(Ev::Disconnected { conn: c.id })
             }
             Phase::Connecting => {
                 let detail = format!("connection to {} lost before it was accepted: {why}", c.peer);
@@ -774,21 +783,36 @@ impl Nic {
                     qp.error = true;
                     qp.flush(WcStatus::WorkRequestFlushed);
                 }
-                st.event(Ev::Unreachable { conn: c.id, detail });
+                Some(Ev::Unreachable { conn: c.id, detail })
             }
-            Phase::Incoming | Phase::Requested | Phase::Closed => {}
-        }
+            Phase::Incoming | Phase::Requested | Phase::Closed => None,
+        };
         st.clear_output();
-        self.close(c, &mut st);
+        self.close_with(c, &mut st, ev);
     }
 
-    /// Removes a connection from the NIC: no more events, the socket is shut.
-    fn close(&mut self, c: &Conn, st: &mut ConnState) {
+    /// Removes a connection whose queue pair was already disconnected: a READ response or
+    /// SEND being received when the stream ends is completed as flushed.
+    fn close_disconnected(&mut self, c: &Conn, rx: &mut Rx) {
+        self.abort_rx(c, rx);
+        let mut st = c.st.lock();
+        if let Some(qp) = st.qp.as_mut() {
+            qp.flush(WcStatus::WorkRequestFlushed);
+        }
+        self.close_with(c, &mut st, None);
+    }
+
+    /// Removes a connection, then delivers its last event (so that whoever sees the event
+    /// finds the connection gone).
+    fn close_with(&mut self, c: &Conn, st: &mut ConnState, ev: Option<Ev>) {
         st.phase = Phase::Closed;
-        st.channel = None;
+        self.shared.conns.lock().remove(&c.id);
         c.deregister();
         let _ = c.sock.shutdown(std::net::Shutdown::Both);
-        self.shared.conns.lock().remove(&c.id);
+        if let Some(ev) = ev {
+            st.event(ev);
+        }
+        st.channel = None;
     }
 
     /// Runs due timers; returns whether any fired.
@@ -806,21 +830,18 @@ impl Nic {
                 TimerKind::ConnectTimeout => {
                     let mut st = c.st.lock();
                     if st.phase == Phase::Connecting {
-                        st.event(Ev::Unreachable {
-                            conn: id,
-                            detail: format!("no answer from {} within the connect timeout", c.peer),
-                        });
                         if let Some(qp) = st.qp.as_mut() {
                             qp.error = true;
                             qp.flush(WcStatus::WorkRequestFlushed);
                         }
-                        self.close(&c, &mut st);
+                        let detail = format!("no answer from {} within the connect timeout", c.peer);
+                        self.close_with(&c, &mut st, Some(Ev::Unreachable { conn: id, detail }));
                     }
                 }
                 TimerKind::Close => {
-                    let mut st = c.st.lock();
-                    if st.phase == Phase::Closed {
-                        self.close(&c, &mut st);
+                    let mut rx = c.rx.lock();
+                    if c.st.lock().phase == Phase::Closed {
+                        self.close_disconnected(&c, &mut rx);
                     }
                 }
                 TimerKind::Rnr => self.rnr_retry(&c),

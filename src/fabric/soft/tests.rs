@@ -112,7 +112,10 @@ fn read_write_and_send_move_the_bytes() {
     p.b.post_recv(77, &[rbuf.sge(0, 64)]).unwrap();
     p.a.post_send(&SendRequest { wr_id: 3, op: SendOp::SendWithImm(0xfeed), sges: &sge, signaled: true }).unwrap();
     let wc = completion(&p.cq_b);
-    assert_eq!((wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm), (77, WcStatus::Success, WcOpcode::Recv, 7, Some(0xfeed)));
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm),
+        (77, WcStatus::Success, WcOpcode::Recv, 7, Some(0xfeed))
+    );
     assert_eq!(wc.qp_num, p.b.qp_num());
     assert_eq!(completion(&p.cq_a).wr_id, 3);
     let mut r = [0u8; 7];
@@ -120,22 +123,25 @@ fn read_write_and_send_move_the_bytes() {
     assert_eq!(&r, b"written");
 }
 
+/// Where a bad READ aims, given the region it abuses.
+type Target = fn(&MemoryRegion) -> RemoteAddr;
+
 #[test]
 fn remote_access_is_checked_against_rkey_bounds_and_rights() {
     let fab = fabric();
     let pd_other = fab.alloc_pd().unwrap();
     // Each case breaks the requester QP, so each gets its own pair.
-    let cases: Vec<(&str, Box<dyn Fn(&Pair, &MemoryRegion) -> RemoteAddr>)> = vec![
-        ("forged rkey", Box::new(|_, mr| RemoteAddr { addr: mr.addr(), rkey: mr.rkey() ^ 0x5a5a_5a5a })),
-        ("past the end", Box::new(|_, mr| RemoteAddr { addr: mr.addr() + 4096 - 8, rkey: mr.rkey() })),
-        ("below the start", Box::new(|_, mr| RemoteAddr { addr: mr.addr().wrapping_sub(1), rkey: mr.rkey() })),
+    let cases: Vec<(&str, Target)> = vec![
+        ("forged rkey", |mr| RemoteAddr { addr: mr.addr(), rkey: mr.rkey() ^ 0x5a5a_5a5a }),
+        ("past the end", |mr| RemoteAddr { addr: mr.addr() + 4096 - 8, rkey: mr.rkey() }),
+        ("below the start", |mr| RemoteAddr { addr: mr.addr().wrapping_sub(1), rkey: mr.rkey() }),
     ];
     for (what, target) in cases {
         let p = pair(&fab);
         let mr = p.pd.register(4096, Access::LOCAL_WRITE | Access::REMOTE_READ).unwrap();
         mr.buffer().fill(0, 4096, 0xAB).unwrap();
         let dst = p.pd.register(4096, Access::LOCAL_WRITE).unwrap();
-        read(&p.a, 1, &dst, 0, 16, target(&p, &mr));
+        read(&p.a, 1, &dst, 0, 16, target(&mr));
         read(&p.a, 2, &dst, 16, 16, mr.remote());
         let wc = completion(&p.cq_a);
         assert_eq!((wc.wr_id, wc.status), (1, WcStatus::RemoteAccessError), "{what}");
@@ -351,7 +357,9 @@ fn reject_and_no_listener_reach_the_requester() {
     }
     drop(listener);
     let qp = ch.connect(addr, &QpInit::new(&pd, &cq), &[], T).unwrap();
-    assert!(matches!(event(&ch), CmEvent::Rejected { reason: RejectReason::NoListener, conn, .. } if conn == qp.conn_id()));
+    assert!(
+        matches!(event(&ch), CmEvent::Rejected { reason: RejectReason::NoListener, conn, .. } if conn == qp.conn_id())
+    );
 }
 
 fn fd_count() -> usize {
@@ -450,4 +458,79 @@ fn ud_delivers_datagrams_and_applies_seeded_faults() {
         Err(Error::MulticastUnavailable { interface, .. }) => assert_eq!(interface, "127.0.0.1"),
         Err(e) => panic!("unexpected join error {e}"),
     }
+}
+
+#[test]
+fn malformed_frames_from_the_network_close_the_connection_without_an_event() {
+    use super::wire::{FrameType, Header};
+    use std::io::{Read, Write};
+    let fab = fabric();
+    let ch = fab.create_event_channel().unwrap();
+    let listener = ch.listen(loopback(), 4).unwrap();
+    let mut too_long = Header::new(FrameType::ConnectReq);
+    too_long.len = 57;
+    let mut frames = vec![too_long.encode().to_vec(), vec![0xff; 64]];
+    let mut early_read = Header::new(FrameType::ReadReq);
+    early_read.aux = 8;
+    frames.push(early_read.encode().to_vec());
+    let mut bytes = too_long.encode().to_vec();
+    bytes.extend_from_slice(&[1u8; 57]);
+    frames.push(bytes);
+    for frame in frames {
+        let mut s = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        s.write_all(&frame).unwrap();
+        let mut buf = [0u8; 16];
+        // The NIC closes the stream: end of file (or a reset), never an answer.
+        match s.read(&mut buf) {
+            Ok(n) => assert_eq!(n, 0, "the NIC answered a malformed frame"),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+        }
+    }
+    assert!(ch.get_event(Duration::from_millis(20)).unwrap().is_none(), "no request may be delivered");
+}
+
+#[test]
+fn a_shared_receive_queue_serves_several_queue_pairs() {
+    let fab = fabric();
+    let pd = fab.alloc_pd().unwrap();
+    let cq = fab.create_cq(64).unwrap();
+    let srq = pd.create_srq(8, 1).unwrap();
+    let ch_a = fab.create_event_channel().unwrap();
+    let ch_b = fab.create_event_channel().unwrap();
+    let listener = ch_b.listen(loopback(), 4).unwrap();
+    let buf = pd.register(64, Access::LOCAL_WRITE).unwrap();
+    srq.post_recv(1, &[buf.sge(0, 16)]).unwrap();
+    srq.post_recv(2, &[buf.sge(16, 16)]).unwrap();
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for _ in 0..2 {
+        let a = ch_a.connect(listener.local_addr(), &QpInit::new(&pd, &cq), &[], T).unwrap();
+        let CmEvent::ConnectRequest(req) = event(&ch_b) else { panic!("expected a request") };
+        let mut init = QpInit::new(&pd, &cq);
+        init.srq = Some(&srq);
+        let b = req.accept(&init, &[]).unwrap();
+        assert!(matches!(b.post_recv(9, &[buf.sge(0, 8)]), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(event(&ch_a), CmEvent::Established { .. }));
+        assert!(matches!(event(&ch_b), CmEvent::Established { .. }));
+        senders.push(a);
+        receivers.push(b);
+    }
+    for (i, a) in senders.iter().enumerate() {
+        a.post_send(&SendRequest { wr_id: 10 + i as u64, op: SendOp::Send, sges: &[buf.sge(32, 4)], signaled: false })
+            .unwrap();
+    }
+    let mut recvs: Vec<(u64, u32)> = Vec::new();
+    while recvs.len() < 2 {
+        let wc = completion(&cq);
+        assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Recv));
+        recvs.push((wc.wr_id, wc.qp_num));
+    }
+    recvs.sort_unstable();
+    assert_eq!(recvs.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
+    let mut qpns: Vec<u32> = recvs.iter().map(|r| r.1).collect();
+    qpns.sort_unstable();
+    let mut expected: Vec<u32> = receivers.iter().map(|q| q.qp_num()).collect();
+    expected.sort_unstable();
+    assert_eq!(qpns, expected, "each queue pair consumed one shared receive");
 }

@@ -60,8 +60,7 @@ impl SoftUd {
         s.set_reuse_port(true).map_err(|e| os("create_ud: SO_REUSEPORT", e))?;
         let mtu = dev.shared.attrs.ud_mtu;
         let _ = s.set_recv_buffer_size((init.recv_depth as usize).saturating_mul(mtu + 256));
-        s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, init.port)).into())
-            .map_err(|e| os("create_ud: bind", e))?;
+        s.bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, init.port)).into()).map_err(|e| os("create_ud: bind", e))?;
         s.set_multicast_if_v4(&init.interface)
             .map_err(|e| unavailable(init.interface, "IP_MULTICAST_IF".into(), &e))?;
         s.set_multicast_loop_v4(true).map_err(|e| os("create_ud: IP_MULTICAST_LOOP", e))?;
