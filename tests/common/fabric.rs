@@ -84,6 +84,28 @@ pub fn expect_disconnected(ch: &EventChannel, conn: ConnId) {
     }
 }
 
+/// Waits for `Disconnected` of each `(channel, conn)`, serving the channels in turn (as an
+/// application with one event loop per channel would): with librdmacm the disconnecting side's
+/// event needs the peer's DREP, which the peer sends when its own event is delivered.
+pub fn expect_disconnected_each(waits: &[(&EventChannel, ConnId)]) {
+    let deadline = Instant::now() + WAIT;
+    let mut pending = vec![true; waits.len()];
+    while pending.contains(&true) {
+        let conns: Vec<ConnId> = waits.iter().map(|w| w.1).collect();
+        assert!(Instant::now() < deadline, "no Disconnected within {WAIT:?}: pending {pending:?} of {conns:?}");
+        for (i, (ch, conn)) in waits.iter().enumerate() {
+            if !pending[i] {
+                continue;
+            }
+            match ch.get_event(Duration::from_millis(1)).expect("get_event") {
+                None => {}
+                Some(CmEvent::Disconnected { conn: c }) if c == *conn => pending[i] = false,
+                Some(other) => panic!("expected Disconnected of connection {conn}, got {other:?}"),
+            }
+        }
+    }
+}
+
 /// Asserts that no CM event is pending on `ch`.
 pub fn assert_no_event(ch: &EventChannel, context: &str) {
     if let Some(event) = ch.get_event(Duration::ZERO).expect("get_event") {
@@ -178,6 +200,23 @@ pub fn poll_n(cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             panic!("{} of {n} completions within {WAIT:?}: {got:?}", got.len());
+        }
+        let want = (n - got.len()).min(buf.len());
+        let k = cq.poll_wait(&mut buf[..want], SPIN, left).expect("poll_wait");
+        got.extend_from_slice(&buf[..k]);
+    }
+    got
+}
+
+/// Takes up to `n` completions from `cq`, waiting up to `timeout` in all.
+pub fn poll_up_to(cq: &CompletionQueue, n: usize, timeout: Duration) -> Vec<WorkCompletion> {
+    let deadline = Instant::now() + timeout;
+    let mut got = Vec::with_capacity(n);
+    let mut buf = [WorkCompletion::default(); 64];
+    while got.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
         }
         let want = (n - got.len()).min(buf.len());
         let k = cq.poll_wait(&mut buf[..want], SPIN, left).expect("poll_wait");

@@ -34,8 +34,7 @@ pub fn leak_connect_disconnect_cycles(spec: &ProviderSpec) {
         assert_eq!(read_mr(&rbuf, 0, 8), (i as u64).to_le_bytes());
         assert_success(&poll_one(&client.cq), i as u64, WcOpcode::Send, client_qp.qp_num());
         client_qp.disconnect().expect("disconnect");
-        expect_disconnected(&client.events, client_qp.conn_id());
-        expect_disconnected(&server.events, server_qp.conn_id());
+        expect_disconnected_each(&[(&client.events, client_qp.conn_id()), (&server.events, server_qp.conn_id())]);
     };
 
     for i in 0..spec.leak_warmup {

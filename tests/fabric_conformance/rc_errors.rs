@@ -161,8 +161,7 @@ pub fn send_queue_full_then_flushed(spec: &ProviderSpec) {
     for wc in &wcs {
         assert_eq!((wc.status, wc.qp_num), (WcStatus::WorkRequestFlushed, p.client_qp.qp_num()), "{wc:?}");
     }
-    expect_disconnected(&p.client.events, p.client_qp.conn_id());
-    expect_disconnected(&p.server.events, p.server_qp.conn_id());
+    expect_disconnected_each(&[(&p.client.events, p.client_qp.conn_id()), (&p.server.events, p.server_qp.conn_id())]);
     assert_cq_empty(&p.server.cq, "no receive was posted");
 }
 
@@ -276,8 +275,7 @@ pub fn post_after_disconnect(spec: &ProviderSpec) {
     let p = Pair::connect(spec);
     let buf = p.client.register(64, Access::LOCAL_WRITE);
     p.client_qp.disconnect().expect("disconnect");
-    expect_disconnected(&p.client.events, p.client_qp.conn_id());
-    expect_disconnected(&p.server.events, p.server_qp.conn_id());
+    expect_disconnected_each(&[(&p.client.events, p.client_qp.conn_id()), (&p.server.events, p.server_qp.conn_id())]);
     let send = p.client_qp.post_send(&wr(1, SendOp::Send, &[buf.sge(0, 8)]));
     let recv = p.client_qp.post_recv(2, &[buf.sge(0, 64)]);
     let accepted: Vec<u64> = [(1, send.is_ok()), (2, recv.is_ok())].into_iter().filter(|x| x.1).map(|x| x.0).collect();
@@ -313,8 +311,7 @@ pub fn disconnect_flushes_and_notifies(spec: &ProviderSpec) {
         }
     };
     flushed(&p.client.cq, 0, p.client_qp.qp_num());
-    expect_disconnected(&p.client.events, p.client_qp.conn_id());
-    expect_disconnected(&p.server.events, p.server_qp.conn_id());
+    expect_disconnected_each(&[(&p.client.events, p.client_qp.conn_id()), (&p.server.events, p.server_qp.conn_id())]);
     p.server_qp.disconnect().expect("disconnect on the passive side");
     flushed(&p.server.cq, 100, p.server_qp.qp_num());
     assert_no_event(&p.client.events, "after Disconnected");
