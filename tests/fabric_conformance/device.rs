@@ -96,7 +96,7 @@ pub fn memory_regions_of_every_access(spec: &ProviderSpec) {
     assert_eq!(addrs.len(), mrs.len(), "regions do not overlap");
 
     let max = fabric.attributes().max_mr_size;
-    if let Ok(len) = usize::try_from(max + 1) {
+    if let Some(len) = max.checked_add(1).and_then(|l| usize::try_from(l).ok()) {
         assert!(
             matches!(pds[0].register(len, Access::NONE), Err(Error::InvalidArgument { .. })),
             "a region larger than max_mr_size is refused"
