@@ -17,7 +17,10 @@
 //! Where providers legitimately differ the suite asserts the common part: CM private data is
 //! checked as a prefix everywhere and for exact length only where the provider delivers exact
 //! lengths (librdmacm pads to the CM field size); queue depths are exact only where the provider
-//! does not round them up; soft-only fault injection asserts `faults()` is `None` on verbs.
+//! does not round them up; rkeys must be distinct only for regions with remote access (Soft-RoCE
+//! gives the others rkey 0); both sides' `Disconnected` events are awaited in turn, since with
+//! librdmacm the disconnecting side's event needs the peer's DREP, sent when the peer's own event
+//! is delivered; soft-only fault injection asserts `faults()` is `None` on verbs.
 
 mod common;
 
