@@ -1,0 +1,127 @@
+//! Conformance suite of the fabric contract (`src/fabric`), run against every provider.
+//!
+//! Every case is a generic function of a [`ProviderSpec`] (how to open the provider, which local
+//! address to use, the few facts the contract leaves to providers). [`for_each_case!`] lists the
+//! cases once; each provider module instantiates the whole list as `#[test]`s:
+//!
+//! - `soft::*`: the user-space provider on 127.0.0.1, run by a plain `cargo test`;
+//! - `verbs::*` (feature `verbs`): libibverbs/librdmacm on the Soft-RoCE device at `RXE_IP`
+//!   (default 10.0.2.15); ignored unless run with `--ignored`, as `scripts/verbs-vm-tests.sh`
+//!   does inside the rxe VM.
+//!
+//! Tests of one binary run in parallel: listeners use port 0, each multicast test has its own
+//! group, port and payload tag ([`ProviderSpec::multicast`]), and the leak test runs alone in a
+//! child process. Every wait is bounded (`common::fabric::WAIT`); absence is checked with an
+//! ordering barrier where one exists, otherwise for `common::fabric::QUIET`.
+//!
+//! Where providers legitimately differ the suite asserts the common part: CM private data is
+//! checked as a prefix everywhere and for exact length only where the provider delivers exact
+//! lengths (librdmacm pads to the CM field size); queue depths are exact only where the provider
+//! does not round them up; rkeys must be distinct only for regions with remote access (Soft-RoCE
+//! gives the others rkey 0); both sides' `Disconnected` events are awaited in turn, since with
+//! librdmacm the disconnecting side's event needs the peer's DREP, sent when the peer's own event
+//! is delivered; soft-only fault injection asserts `faults()` is `None` on verbs.
+
+mod common;
+
+/// The cases, one module per part of the contract (files under `tests/fabric_conformance/`).
+#[path = "fabric_conformance"]
+mod cases {
+    pub mod cm;
+    pub mod cq;
+    pub mod device;
+    pub mod faults;
+    pub mod leaks;
+    pub mod rc;
+    pub mod rc_errors;
+    pub mod srq;
+    pub mod ud;
+}
+
+use common::provider::ProviderSpec;
+
+/// Expands `$instantiate! { module::case, ... }` with every case of the suite.
+macro_rules! for_each_case {
+    ($instantiate:ident) => {
+        $instantiate! {
+            device::device_attributes,
+            device::memory_regions_of_every_access,
+            device::remote_write_requires_local_write,
+            cq::cq_depth_limits,
+            cq::cq_poll_in_batches,
+            cq::cq_poll_wait_times_out_when_empty,
+            cq::cq_arm_wait_poll,
+            cq::cq_poll_wait_returns_on_completion,
+            cq::cq_overrun,
+            cm::cm_listen_port_zero_and_addr_in_use,
+            cm::cm_connect_accept_private_data,
+            cm::cm_private_data_at_the_limits,
+            cm::cm_reject_with_private_data,
+            cm::cm_no_listener,
+            cm::cm_private_data_too_long,
+            cm::cm_invalid_queue_pair_settings,
+            cm::cm_drop_queue_pair_disconnects,
+            rc::rc_send_recv,
+            rc::rc_send_with_immediate,
+            rc::rc_send_gathers_two_sges,
+            rc::rc_rdma_read,
+            rc::rc_rdma_write,
+            rc::rc_unsignaled_success_has_no_completion,
+            rc::rc_batched_reads,
+            rc::rc_read_one_mib,
+            rc_errors::read_with_forged_rkey,
+            rc_errors::read_out_of_bounds,
+            rc_errors::read_without_remote_read,
+            rc_errors::write_without_remote_write,
+            rc_errors::read_of_region_in_another_pd,
+            rc_errors::read_after_remote_deregistered,
+            rc_errors::read_into_region_without_local_write,
+            rc_errors::send_rnr_retry_exceeded,
+            rc_errors::send_queue_full_then_flushed,
+            rc_errors::recv_queue_full,
+            rc_errors::local_sge_out_of_bounds,
+            rc_errors::send_larger_than_recv,
+            rc_errors::post_before_established,
+            rc_errors::post_after_disconnect,
+            rc_errors::disconnect_flushes_and_notifies,
+            srq::srq_shared_by_two_queue_pairs,
+            ud::ud_multicast_delivery,
+            ud::ud_unicast_between_endpoints,
+            ud::ud_mtu_limits,
+            ud::ud_leave_stops_delivery,
+            faults::fault_drop_all,
+            faults::fault_drop_half_deterministic,
+            faults::fault_duplicate,
+            faults::fault_cut_connection,
+            leaks::leak_connect_disconnect_cycles,
+        }
+    };
+}
+
+/// The suite against the soft provider on loopback.
+mod soft {
+    macro_rules! instantiate {
+        ($($module:ident :: $case:ident),* $(,)?) => {$(
+            #[test]
+            fn $case() {
+                super::cases::$module::$case(&super::ProviderSpec::soft())
+            }
+        )*};
+    }
+    for_each_case!(instantiate);
+}
+
+/// The suite against the verbs provider (Soft-RoCE in the test VM).
+#[cfg(feature = "verbs")]
+mod verbs {
+    macro_rules! instantiate {
+        ($($module:ident :: $case:ident),* $(,)?) => {$(
+            #[test]
+            #[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+            fn $case() {
+                super::cases::$module::$case(&super::ProviderSpec::verbs())
+            }
+        )*};
+    }
+    for_each_case!(instantiate);
+}

@@ -1,0 +1,188 @@
+//! Reliable-connected data path: SEND/RECV (with immediate, gathered), RDMA READ and WRITE,
+//! signaled and unsignaled requests, many outstanding READs, a large READ.
+
+use rdma_pubsub::fabric::*;
+
+use crate::common::fabric::*;
+use crate::common::provider::ProviderSpec;
+
+/// A SEND lands in the posted receive at its offset, nothing beyond; the receive completion
+/// reports wr_id, Recv, the byte count, no immediate and the receiving queue pair.
+pub fn rc_send_recv(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let rbuf = p.server.register(256, Access::LOCAL_WRITE);
+    rbuf.buffer().fill(0, 256, 0xEE).expect("fill");
+    let sbuf = p.client.register(256, Access::NONE);
+    let msg = pattern(100, 0x41);
+    sbuf.buffer().write(8, &msg).expect("write");
+
+    p.server_qp.post_recv(7, &[rbuf.sge(64, 128)]).expect("post_recv");
+    p.client_qp.post_send(&wr(70, SendOp::Send, &[sbuf.sge(8, 100)])).expect("post SEND");
+
+    let wc = poll_one(&p.server.cq);
+    assert_success(&wc, 7, WcOpcode::Recv, p.server_qp.qp_num());
+    assert_eq!((wc.byte_len, wc.imm), (100, None));
+    assert_success(&poll_one(&p.client.cq), 70, WcOpcode::Send, p.client_qp.qp_num());
+    assert_eq!(read_mr(&rbuf, 64, 100), msg);
+    assert!(read_mr(&rbuf, 0, 64).iter().chain(&read_mr(&rbuf, 164, 92)).all(|&b| b == 0xEE), "bytes outside changed");
+
+    // And the other way round, on the same connection.
+    let back = pattern(33, 0x42);
+    let rbuf2 = p.client.register(64, Access::LOCAL_WRITE);
+    let sbuf2 = p.server.register(64, Access::NONE);
+    sbuf2.buffer().write(0, &back).expect("write");
+    p.client_qp.post_recv(8, &[rbuf2.sge(0, 64)]).expect("post_recv");
+    p.server_qp.post_send(&wr(80, SendOp::Send, &[sbuf2.sge(0, 33)])).expect("post SEND");
+    let wc = poll_one(&p.client.cq);
+    assert_success(&wc, 8, WcOpcode::Recv, p.client_qp.qp_num());
+    assert_eq!(wc.byte_len, 33);
+    assert_eq!(read_mr(&rbuf2, 0, 33), back);
+    assert_success(&poll_one(&p.server.cq), 80, WcOpcode::Send, p.server_qp.qp_num());
+    assert_cq_empty(&p.client.cq, "client");
+    assert_cq_empty(&p.server.cq, "server");
+}
+
+/// A SEND with immediate delivers the immediate in the receive completion; a plain SEND after
+/// it carries none; a zero-length SEND with immediate works too.
+pub fn rc_send_with_immediate(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let rbuf = p.server.register(128, Access::LOCAL_WRITE);
+    let sbuf = p.client.register(64, Access::NONE);
+    sbuf.buffer().write(0, &pattern(40, 0x43)).expect("write");
+    for i in 0..3 {
+        p.server_qp.post_recv(i, &[rbuf.sge(0, 128)]).expect("post_recv");
+    }
+    p.client_qp.post_send(&wr(10, SendOp::SendWithImm(0xDEAD_BEEF), &[sbuf.sge(0, 40)])).expect("SEND imm");
+    p.client_qp.post_send(&wr(11, SendOp::Send, &[sbuf.sge(0, 40)])).expect("SEND");
+    p.client_qp.post_send(&wr(12, SendOp::SendWithImm(7), &[])).expect("SEND imm without data");
+
+    let wcs = poll_n(&p.server.cq, 3);
+    let expect = [(0, 40, Some(0xDEAD_BEEF)), (1, 40, None), (2, 0, Some(7))];
+    for (wc, (wr_id, len, imm)) in wcs.iter().zip(expect) {
+        assert_success(wc, wr_id, WcOpcode::Recv, p.server_qp.qp_num());
+        assert_eq!((wc.byte_len, wc.imm), (len, imm), "{wc:?}");
+    }
+    assert_eq!(read_mr(&rbuf, 0, 40), pattern(40, 0x43));
+    let sends = poll_n(&p.client.cq, 3);
+    for (wc, wr_id) in sends.iter().zip(10..) {
+        assert_success(wc, wr_id, WcOpcode::Send, p.client_qp.qp_num());
+    }
+}
+
+/// A SEND gathers its SGEs in order; a receive scatters into its SGE.
+pub fn rc_send_gathers_two_sges(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let rbuf = p.server.register(4096, Access::LOCAL_WRITE);
+    let a = p.client.register(100, Access::NONE);
+    let b = p.client.register(300, Access::LOCAL_WRITE);
+    a.buffer().write(0, &pattern(100, 1)).expect("write");
+    b.buffer().write(0, &pattern(300, 2)).expect("write");
+    p.server_qp.post_recv(1, &[rbuf.sge(1000, 3000)]).expect("post_recv");
+    let sges = [a.sge(10, 90), b.sge(50, 250)];
+    p.client_qp.post_send(&wr(2, SendOp::Send, &sges)).expect("post SEND");
+    let wc = poll_one(&p.server.cq);
+    assert_success(&wc, 1, WcOpcode::Recv, p.server_qp.qp_num());
+    assert_eq!(wc.byte_len, 340);
+    let mut expect = pattern(100, 1)[10..].to_vec();
+    expect.extend_from_slice(&pattern(300, 2)[50..]);
+    assert_eq!(read_mr(&rbuf, 1000, 340), expect);
+    assert_success(&poll_one(&p.client.cq), 2, WcOpcode::Send, p.client_qp.qp_num());
+}
+
+/// An RDMA READ copies the remote range into the local SGE; the completion reports the length.
+pub fn rc_rdma_read(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let remote = p.server.register(8192, Access::REMOTE_READ);
+    remote.buffer().write(0, &pattern(8192, 0x51)).expect("write");
+    let local = p.client.register(4096, Access::LOCAL_WRITE);
+    local.buffer().fill(0, 4096, 0xEE).expect("fill");
+    let sge = [local.sge(100, 3000)];
+    p.client_qp.post_send(&wr(5, SendOp::RdmaRead(at(remote.remote(), 5000)), &sge)).expect("post READ");
+    let wc = poll_one(&p.client.cq);
+    assert_success(&wc, 5, WcOpcode::RdmaRead, p.client_qp.qp_num());
+    assert_eq!(wc.byte_len, 3000);
+    assert_eq!(read_mr(&local, 100, 3000), pattern(8192, 0x51)[5000..8000]);
+    assert!(read_mr(&local, 0, 100).iter().chain(&read_mr(&local, 3100, 996)).all(|&b| b == 0xEE));
+    assert_cq_empty(&p.server.cq, "a READ completes only at the requester");
+}
+
+/// An RDMA WRITE lands in the peer's region at the given address once it completed.
+pub fn rc_rdma_write(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let remote = p.server.register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    remote.buffer().fill(0, 4096, 0xEE).expect("fill");
+    let local = p.client.register(2048, Access::NONE);
+    local.buffer().write(0, &pattern(2048, 0x61)).expect("write");
+    let sge = [local.sge(48, 1500)];
+    p.client_qp.post_send(&wr(6, SendOp::RdmaWrite(at(remote.remote(), 1024)), &sge)).expect("post WRITE");
+    assert_success(&poll_one(&p.client.cq), 6, WcOpcode::RdmaWrite, p.client_qp.qp_num());
+    assert_eq!(read_mr(&remote, 1024, 1500), pattern(2048, 0x61)[48..1548]);
+    assert!(read_mr(&remote, 0, 1024).iter().chain(&read_mr(&remote, 2524, 1572)).all(|&b| b == 0xEE));
+    assert_cq_empty(&p.server.cq, "a WRITE completes only at the requester");
+}
+
+/// Unsignaled requests that succeed produce no completion, yet execute; a later signaled one
+/// completes (and, the send queue being ordered, proves the earlier ones done).
+pub fn rc_unsignaled_success_has_no_completion(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let remote = p.server.register(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let rbuf = p.server.register(64, Access::LOCAL_WRITE);
+    let local = p.client.register(4096, Access::NONE);
+    local.buffer().write(0, &pattern(4096, 0x71)).expect("write");
+    p.server_qp.post_recv(1, &[rbuf.sge(0, 64)]).expect("post_recv");
+
+    let first = [local.sge(0, 1000)];
+    let send = [local.sge(0, 10)];
+    let last = [local.sge(1000, 1000)];
+    let unsignaled = |wr_id, op, sges| SendRequest { signaled: false, ..wr(wr_id, op, sges) };
+    p.client_qp.post_send(&unsignaled(1, SendOp::RdmaWrite(remote.remote()), &first)).expect("WRITE");
+    p.client_qp.post_send(&unsignaled(2, SendOp::Send, &send)).expect("SEND");
+    p.client_qp.post_send(&wr(3, SendOp::RdmaWrite(at(remote.remote(), 1000)), &last)).expect("WRITE");
+
+    assert_success(&poll_one(&p.client.cq), 3, WcOpcode::RdmaWrite, p.client_qp.qp_num());
+    assert_cq_empty(&p.client.cq, "unsignaled successes");
+    assert_eq!(read_mr(&remote, 0, 2000), pattern(4096, 0x71)[..2000]);
+    let wc = poll_one(&p.server.cq);
+    assert_success(&wc, 1, WcOpcode::Recv, p.server_qp.qp_num());
+    assert_eq!(wc.byte_len, 10);
+}
+
+/// Many READs outstanding at once all complete, in order, each with its own data.
+pub fn rc_batched_reads(spec: &ProviderSpec) {
+    const N: usize = 64;
+    const LEN: usize = 1024;
+    let p = Pair::connect(spec);
+    let remote = p.server.register(N * LEN, Access::REMOTE_READ);
+    let data = pattern(N * LEN, 0x81);
+    remote.buffer().write(0, &data).expect("write");
+    let local = p.client.register(N * LEN, Access::LOCAL_WRITE);
+    for i in 0..N {
+        // Read block i into slot N-1-i, so that a mixed-up request shows.
+        let sge = [local.sge((N - 1 - i) * LEN, LEN)];
+        let op = SendOp::RdmaRead(at(remote.remote(), (i * LEN) as u64));
+        p.client_qp.post_send(&wr(i as u64, op, &sge)).expect("post READ");
+    }
+    let wcs = poll_n(&p.client.cq, N);
+    for (i, wc) in wcs.iter().enumerate() {
+        assert_success(wc, i as u64, WcOpcode::RdmaRead, p.client_qp.qp_num());
+        assert_eq!(wc.byte_len, LEN as u32);
+    }
+    for i in 0..N {
+        assert_eq!(read_mr(&local, (N - 1 - i) * LEN, LEN), data[i * LEN..(i + 1) * LEN], "block {i}");
+    }
+}
+
+/// One READ of 1 MiB (many MTUs) arrives whole.
+pub fn rc_read_one_mib(spec: &ProviderSpec) {
+    const LEN: usize = 1 << 20;
+    let p = Pair::connect(spec);
+    let remote = p.server.register(LEN, Access::REMOTE_READ);
+    let data = pattern(LEN, 0x91);
+    remote.buffer().write(0, &data).expect("write");
+    let local = p.client.register(LEN, Access::LOCAL_WRITE);
+    p.client_qp.post_send(&wr(1, SendOp::RdmaRead(remote.remote()), &[local.sge(0, LEN)])).expect("post READ");
+    let wc = poll_one(&p.client.cq);
+    assert_success(&wc, 1, WcOpcode::RdmaRead, p.client_qp.qp_num());
+    assert_eq!(wc.byte_len, LEN as u32);
+    assert!(read_mr(&local, 0, LEN) == data, "1 MiB READ content differs");
+}
