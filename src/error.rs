@@ -38,7 +38,9 @@ pub enum Error {
         detail: &'static str,
     },
     /// This node already publishes the topic.
-    #[error("this node already publishes topic {topic:?}: share the Publisher (it is Send + Sync) or use another node")]
+    #[error(
+        "this node already publishes topic {topic:?}: share the Publisher (it is Send + Sync) or use another node"
+    )]
     AlreadyPublishing {
         /// The topic.
         topic: String,

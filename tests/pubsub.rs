@@ -11,7 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::{self, CmEvent, FabricConfig, FabricKind, QpInit};
-use rdma_pubsub::protocol::{ConnectData, ConnectFlags, DropReason, PolicySet, RejectCode, RejectData, StartAt, TopicId};
+use rdma_pubsub::protocol::{
+    ConnectData, ConnectFlags, DropReason, PolicySet, RejectCode, RejectData, StartAt, TopicId,
+};
 use rdma_pubsub::{Error, Message, Node, Policy, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -70,9 +72,8 @@ fn recv_until(sub: &mut rdma_pubsub::Subscription, deadline: Instant) -> Message
 }
 
 fn subscribe(sub_node: &Node, topic: &str, start: Start, addr: SocketAddr) -> rdma_pubsub::Subscription {
-    let mut sub = sub_node
-        .subscribe_with(topic, SubscriptionOptions { start, ..Default::default() })
-        .expect("subscription");
+    let mut sub =
+        sub_node.subscribe_with(topic, SubscriptionOptions { start, ..Default::default() }).expect("subscription");
     sub.connect_wait(addr, WAIT).expect("connected");
     sub
 }
@@ -320,7 +321,8 @@ fn a_dropped_publisher_ends_the_stream_after_its_last_message() {
 fn a_sixteen_mib_message_passes_through_a_one_mib_ring() {
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node.publisher_with("huge", PublisherOptions { ring_capacity: 1 << 20, ..Default::default() }).unwrap();
+    let publisher =
+        pub_node.publisher_with("huge", PublisherOptions { ring_capacity: 1 << 20, ..Default::default() }).unwrap();
     let mut sub = subscribe(&sub_node, "huge", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
     let size = |seq: u64| if seq == 2 { 16 << 20 } else { 1000 };
@@ -343,7 +345,8 @@ fn sixty_four_subscribers_on_one_publisher() {
     let pub_node = node();
     let sub_node = node();
     let publisher = pub_node.publisher("wide").unwrap();
-    let mut subs: Vec<_> = (0..64).map(|_| subscribe(&sub_node, "wide", Start::Latest, pub_node.local_addr())).collect();
+    let mut subs: Vec<_> =
+        (0..64).map(|_| subscribe(&sub_node, "wide", Start::Latest, pub_node.local_addr())).collect();
     wait_subscribers(&publisher, 64);
     for seq in 1..=200 {
         publisher.publish(&payload(seq, 128)).unwrap();

@@ -91,12 +91,20 @@ struct SubReport {
 
 fn demo(fabric: FabricKind, run_for: Duration) -> Result<bool, Box<dyn std::error::Error>> {
     let topics = [
-        TopicPlan { name: "prices", policy: Policy::Block { timeout: Duration::from_secs(5) }, size: |s| 32 + (s % 200) as usize },
+        TopicPlan {
+            name: "prices",
+            policy: Policy::Block { timeout: Duration::from_secs(5) },
+            size: |s| 32 + (s % 200) as usize,
+        },
         TopicPlan { name: "frames", policy: Policy::Block { timeout: Duration::from_secs(5) }, size: |_| 64 * 1024 },
         TopicPlan { name: "telemetry", policy: Policy::Overwrite, size: |s| 16 + (s % 48) as usize },
     ];
     let nodes: Vec<Node> = (0..3).map(|_| Node::builder().fabric(fabric).build()).collect::<Result<_, _>>()?;
-    println!("rdma-pubsub demo on the {} fabric ({}): 3 nodes", nodes[0].fabric().kind(), nodes[0].fabric().device_name());
+    println!(
+        "rdma-pubsub demo on the {} fabric ({}): 3 nodes",
+        nodes[0].fabric().kind(),
+        nodes[0].fabric().device_name()
+    );
     for (i, n) in nodes.iter().enumerate() {
         println!("  node {i} at {}", n.local_addr());
     }
@@ -120,10 +128,16 @@ fn demo(fabric: FabricKind, run_for: Duration) -> Result<bool, Box<dyn std::erro
             if sub_node == publisher_node {
                 continue;
             }
-            let mut sub = nodes[sub_node].subscribe_with(plan.name, SubscriptionOptions { start: Start::Earliest, ..Default::default() })?;
+            let mut sub = nodes[sub_node]
+                .subscribe_with(plan.name, SubscriptionOptions { start: Start::Earliest, ..Default::default() })?;
             sub.connect_wait(nodes[publisher_node].local_addr(), Duration::from_secs(5))?;
             let tally = Arc::new(Tally::default());
-            reports.push(SubReport { label: format!("node {sub_node}"), topic: plan.name, policy: plan.policy, tally: tally.clone() });
+            reports.push(SubReport {
+                label: format!("node {sub_node}"),
+                topic: plan.name,
+                policy: plan.policy,
+                tally: tally.clone(),
+            });
             let (stop, size, stream) = (stop.clone(), plan.size, t as u64);
             readers.push(thread::spawn(move || {
                 let mut next = 1u64;
@@ -149,7 +163,11 @@ fn demo(fabric: FabricKind, run_for: Duration) -> Result<bool, Box<dyn std::erro
                                 return;
                             }
                         }
-                        Err(_) => return,
+                        Err(rdma_pubsub::Error::Closed(_)) => return,
+                        Err(e) => {
+                            eprintln!("subscriber failed: {e}");
+                            return;
+                        }
                     }
                 }
             }));
@@ -184,7 +202,9 @@ fn demo(fabric: FabricKind, run_for: Duration) -> Result<bool, Box<dyn std::erro
                 let rate = (bytes - last[i]) as f64 / 1e6;
                 last[i] = bytes;
                 let t = topics.iter().position(|p| p.name == r.topic).unwrap_or(0);
-                let lag = published[t].load(Ordering::Relaxed).saturating_sub(r.tally.delivered.load(Ordering::Relaxed) + r.tally.lost.load(Ordering::Relaxed));
+                let lag = published[t]
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(r.tally.delivered.load(Ordering::Relaxed) + r.tally.lost.load(Ordering::Relaxed));
                 r.tally.lag.store(lag, Ordering::Relaxed);
                 format!("{}@{} {:>7.1} MB/s lag {:>5}", r.topic, r.label, rate, lag)
             })
@@ -203,7 +223,8 @@ fn demo(fabric: FabricKind, run_for: Duration) -> Result<bool, Box<dyn std::erro
     while Instant::now() < drain_deadline
         && reports.iter().any(|r| {
             let t = topics.iter().position(|p| p.name == r.topic).unwrap_or(0);
-            r.tally.delivered.load(Ordering::Relaxed) + r.tally.lost.load(Ordering::Relaxed) < published[t].load(Ordering::Relaxed)
+            r.tally.delivered.load(Ordering::Relaxed) + r.tally.lost.load(Ordering::Relaxed)
+                < published[t].load(Ordering::Relaxed)
         })
     {
         thread::sleep(Duration::from_millis(20));
@@ -214,7 +235,10 @@ fn demo(fabric: FabricKind, run_for: Duration) -> Result<bool, Box<dyn std::erro
     }
     let secs = start.elapsed().as_secs_f64();
     println!();
-    println!("{:<10} {:<8} {:<10} {:>10} {:>10} {:>8} {:>9} {:>8} {:>6}", "topic", "sub", "policy", "published", "delivered", "lost", "MB", "corrupt", "result");
+    println!(
+        "{:<10} {:<8} {:<10} {:>10} {:>10} {:>8} {:>9} {:>8} {:>6}",
+        "topic", "sub", "policy", "published", "delivered", "lost", "MB", "corrupt", "result"
+    );
     for r in &reports {
         let t = topics.iter().position(|p| p.name == r.topic).unwrap_or(0);
         let published = published[t].load(Ordering::Relaxed);
@@ -245,6 +269,9 @@ fn demo(fabric: FabricKind, run_for: Duration) -> Result<bool, Box<dyn std::erro
             if good { "ok" } else { "FAIL" }
         );
     }
-    println!("\n{} in {secs:.1} s", if ok { "every message arrived intact" } else { "SOME MESSAGES WERE LOST OR DAMAGED" });
+    println!(
+        "\n{} in {secs:.1} s",
+        if ok { "every message arrived intact" } else { "SOME MESSAGES WERE LOST OR DAMAGED" }
+    );
     Ok(ok)
 }

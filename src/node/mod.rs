@@ -25,7 +25,8 @@ use crate::protocol::TopicId;
 
 pub use publisher::{Claim, Policy, Publisher, PublisherCounters, PublisherOptions};
 pub use subscription::{
-    Message, MessageRef, PublisherInfo, Start, Subscription, SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
+    Message, MessageRef, PublisherInfo, Start, Subscription, SubscriptionCounters, SubscriptionEvent,
+    SubscriptionOptions,
 };
 
 /// Identifies a node (random at start).

@@ -302,7 +302,10 @@ impl Publisher {
         if len > self.shared.max_record_payload {
             return Err(Error::InvalidOption {
                 option: "in-place message length",
-                detail: format!("{len} bytes exceeds one ring record ({}); use publish", self.shared.max_record_payload),
+                detail: format!(
+                    "{len} bytes exceeds one ring record ({}); use publish",
+                    self.shared.max_record_payload
+                ),
             });
         }
         let _writer = self.shared.writer.lock();

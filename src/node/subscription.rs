@@ -19,8 +19,8 @@ use crate::fabric::{
     RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
 };
 use crate::protocol::{
-    AcceptData, ConnectData, ConnectFlags, Control, DropReason, Policy as WirePolicy, PolicySet, RejectCode, RejectData,
-    StartAt, TopicId,
+    AcceptData, ConnectData, ConnectFlags, Control, DropReason, Policy as WirePolicy, PolicySet, RejectCode,
+    RejectData, StartAt, TopicId,
 };
 use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop};
 
@@ -259,6 +259,28 @@ struct ActiveFeed {
     need_control: bool,
 }
 
+impl ActiveFeed {
+    /// A READ brought something (or the control block showed data waiting).
+    fn note_progress(&mut self) {
+        self.empty_since = None;
+        self.idle = Idle::Active;
+    }
+
+    /// A READ found nothing new; returns whether it is time to ask for a doorbell.
+    fn note_empty(&mut self, options: &SubscriptionOptions, now: Instant) -> bool {
+        match self.idle {
+            Idle::Active => {
+                let since = *self.empty_since.get_or_insert(now);
+                !options.busy_poll && now.duration_since(since) >= options.spin
+            }
+            Idle::Requested | Idle::Parked { .. } => {
+                self.idle = Idle::Parked { since: now };
+                false
+            }
+        }
+    }
+}
+
 /// A subscription to one topic: receives the messages of every publisher it is connected to,
 /// in order per publisher.
 pub struct Subscription {
@@ -393,7 +415,9 @@ impl Subscription {
             self.drain_feed_events();
             if let Some(pos) = self.user_events.iter().position(|e| match e {
                 SubscriptionEvent::Connected(info) => info.addr == addr,
-                SubscriptionEvent::Rejected { addr: a, .. } | SubscriptionEvent::Unreachable { addr: a, .. } => *a == addr,
+                SubscriptionEvent::Rejected { addr: a, .. } | SubscriptionEvent::Unreachable { addr: a, .. } => {
+                    *a == addr
+                }
                 SubscriptionEvent::Disconnected { addr: a, .. } => *a == addr,
                 _ => false,
             }) {
@@ -403,7 +427,9 @@ impl Subscription {
                         self.user_events.push_back(SubscriptionEvent::Connected(info));
                         Ok(info)
                     }
-                    SubscriptionEvent::Rejected { addr, reason, detail } => Err(Error::Rejected { peer: addr, reason, detail }),
+                    SubscriptionEvent::Rejected { addr, reason, detail } => {
+                        Err(Error::Rejected { peer: addr, reason, detail })
+                    }
                     SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Fabric(crate::fabric::Error::invalid(
                         "connect",
                         format!("{addr} is unreachable: {detail}"),
@@ -617,9 +643,7 @@ impl Subscription {
                 }
                 let event = match &feed.active {
                     Some(a) => match a.end {
-                        Some(final_seq) => {
-                            SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: false }
-                        }
+                        Some(final_seq) => SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: false },
                         None => SubscriptionEvent::Disconnected { addr: feed.addr, publisher: Some(a.info) },
                     },
                     None => SubscriptionEvent::Disconnected { addr: feed.addr, publisher: None },
@@ -647,7 +671,8 @@ impl Subscription {
             .max(crate::ring::CONTROL_READ_LEN);
         let landing = ReadBuffer::new(&self.node.pd, landing_len)?;
         let feed = &mut self.feeds[key];
-        let info = PublisherInfo { id: accept.publisher_id, epoch: accept.epoch, addr: feed.addr, policy: accept.policy };
+        let info =
+            PublisherInfo { id: accept.publisher_id, epoch: accept.epoch, addr: feed.addr, policy: accept.policy };
         feed.active = Some(Box::new(ActiveFeed {
             info,
             reader,
@@ -750,7 +775,12 @@ impl Subscription {
         if feed.closed {
             return;
         }
-        tracing::warn!(topic = %self.topic, addr = %feed.addr, "feed failed: {e}");
+        if matches!(e, Error::Fabric(crate::fabric::Error::NotConnected { .. })) {
+            // The connection went away; the CM's Disconnected event says the same.
+            tracing::debug!(topic = %self.topic, addr = %feed.addr, "feed closed: {e}");
+        } else {
+            tracing::warn!(topic = %self.topic, addr = %feed.addr, "feed failed: {e}");
+        }
         let publisher = feed.active.as_ref().map(|a| a.info);
         self.user_events.push_back(SubscriptionEvent::Disconnected { addr: feed.addr, publisher });
         self.close_feed(key);
@@ -801,16 +831,21 @@ impl Subscription {
 
     /// A READ completed: validate and queue what it brought.
     fn on_read(&mut self, key: usize, plan: ReadPlan) -> Result<()> {
-        let feed = &mut self.feeds[key];
-        let a = feed.active.as_deref_mut().expect("a READ completes on an active feed");
+        let Feed { qp, ctrl, gen, active, outstanding, .. } = &mut self.feeds[key];
+        let a = active.as_deref_mut().expect("a READ completes on an active feed");
+        let post = (*gen, key, &*qp, &*ctrl);
         if plan == ReadPlan::control() && a.need_control {
-            let snapshot = ControlSnapshot::decode(a.landing.bytes())
-                .map_err(Error::from)?;
+            let snapshot = ControlSnapshot::decode(a.landing.bytes()).map_err(Error::from)?;
             a.need_control = false;
-            match a.reader.apply_control(&snapshot) {
-                Ok(ControlOutcome::Retry) => a.need_control = true,
-                Ok(ControlOutcome::Resync { .. } | ControlOutcome::Behind { .. } | ControlOutcome::CaughtUp) => {}
-                Err(e) => return Err(e.into()),
+            match a.reader.apply_control(&snapshot)? {
+                ControlOutcome::Retry => a.need_control = true,
+                ControlOutcome::Resync { .. } | ControlOutcome::Behind { .. } => a.note_progress(),
+                ControlOutcome::CaughtUp => {
+                    self.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
+                    if a.note_empty(&self.options, Instant::now()) {
+                        request_doorbell_counted(post, outstanding, a, &self.counters)?;
+                    }
+                }
             }
             return Ok(());
         }
@@ -834,31 +869,24 @@ impl Subscription {
             self.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
             self.user_events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });
         }
-        if parsed.stop == Stop::NeedControl {
-            a.need_control = true;
-        }
         if parsed.stop == Stop::Torn {
             self.counters.torn.fetch_add(1, Ordering::Relaxed);
         }
-        if parsed.consumed == 0 && parsed.stop == Stop::NotYetWritten {
+        // Only the control block tells "not written yet" from "overwritten by a later lap" when
+        // the publisher may overwrite; otherwise a lap is proven by the record itself.
+        let overwrites = a.info.policy == WirePolicy::Overwrite;
+        a.need_control = match parsed.stop {
+            Stop::NeedControl => true,
+            Stop::NotYetWritten | Stop::Torn => overwrites,
+            Stop::End | Stop::Stale => false,
+        };
+        if parsed.consumed > 0 || parsed.stop != Stop::NotYetWritten {
+            a.note_progress();
+        } else if !a.need_control {
             self.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
-            let now = Instant::now();
-            match a.idle {
-                Idle::Active => {
-                    let since = *a.empty_since.get_or_insert(now);
-                    if !self.options.busy_poll && now.duration_since(since) >= self.options.spin {
-                        if request_doorbell(feed.gen, key, &feed.qp, &feed.ctrl, a)? {
-                            feed.outstanding += 1;
-                        }
-                        self.counters.doorbell_requests.fetch_add(1, Ordering::Relaxed);
-                        a.idle = Idle::Requested;
-                    }
-                }
-                Idle::Requested | Idle::Parked { .. } => a.idle = Idle::Parked { since: now },
+            if a.note_empty(&self.options, Instant::now()) {
+                request_doorbell_counted(post, outstanding, a, &self.counters)?;
             }
-        } else {
-            a.empty_since = None;
-            a.idle = Idle::Active;
         }
         if let Some(final_seq) = a.end {
             if a.reader.next_seq() > final_seq {
@@ -875,9 +903,12 @@ impl Subscription {
         let offset = (2 + slot) * SLOT;
         let mut bytes = [0u8; SLOT];
         let len = len.min(SLOT);
-        let decoded = feed.ctrl.buffer().read(offset, &mut bytes[..len]).map_err(Error::from).and_then(|_| {
-            Control::decode(&bytes[..len]).map_err(Error::from)
-        });
+        let decoded = feed
+            .ctrl
+            .buffer()
+            .read(offset, &mut bytes[..len])
+            .map_err(Error::from)
+            .and_then(|_| Control::decode(&bytes[..len]).map_err(Error::from));
         if !feed.closed {
             match feed.qp.post_recv(wr_id(key, feed.gen, KIND_RECV, slot), &[feed.ctrl.sge(offset, SLOT)]) {
                 Ok(()) => feed.outstanding += 1,
@@ -899,17 +930,31 @@ impl Subscription {
                 a.end = Some(final_seq);
                 a.idle = Idle::Active;
                 if a.reader.next_seq() > final_seq {
-                    self.user_events.push_back(SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: true });
+                    self.user_events.push_back(SubscriptionEvent::Ended {
+                        publisher: a.info,
+                        final_seq,
+                        complete: true,
+                    });
                     self.close_feed(key);
                 }
             }
-            Ok(other) => tracing::debug!(topic = %self.topic, ?other, "the publisher sent a subscriber's control message"),
+            Ok(other) => {
+                tracing::debug!(topic = %self.topic, ?other, "the publisher sent a subscriber's control message")
+            }
             Err(e) => tracing::debug!(topic = %self.topic, "undecodable control message from the publisher: {e}"),
         }
     }
 }
 
-fn post_control(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, kind: u64, slot: usize, msg: &Control) -> Result<()> {
+fn post_control(
+    gen: u32,
+    key: usize,
+    qp: &QueuePair,
+    ctrl: &MemoryRegion,
+    kind: u64,
+    slot: usize,
+    msg: &Control,
+) -> Result<()> {
     let bytes = msg.encode()?;
     let offset = slot * SLOT;
     ctrl.buffer().write(offset, &bytes)?;
@@ -923,6 +968,22 @@ fn send_ack(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut A
     post_control(gen, key, qp, ctrl, KIND_ACK, 0, &Control::Ack { position, seq: a.reader.next_seq() })?;
     a.ack_in_flight = true;
     a.acked = position;
+    Ok(())
+}
+
+/// Asks the publisher for a doorbell and counts it; the feed then makes one more READ and
+/// parks if that finds nothing.
+fn request_doorbell_counted(
+    (gen, key, qp, ctrl): (u32, usize, &QueuePair, &MemoryRegion),
+    outstanding: &mut u32,
+    a: &mut ActiveFeed,
+    counters: &SubscriptionCounters,
+) -> Result<()> {
+    if request_doorbell(gen, key, qp, ctrl, a)? {
+        *outstanding += 1;
+        counters.doorbell_requests.fetch_add(1, Ordering::Relaxed);
+    }
+    a.idle = Idle::Requested;
     Ok(())
 }
 
