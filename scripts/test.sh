@@ -24,6 +24,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --all-features -- -D warnings
-echo "== cargo test (soft fabric)"
-cargo test --release --all-targets
-cargo test --release --doc
+echo "== cargo test (soft fabric: unit, integration, examples, doc tests)"
+# Plain `cargo test` also builds the example programs that tests/examples.rs runs.
+cargo test --release
+echo "== verbs provider inside the Soft-RoCE guest"
+scripts/verbs-vm-tests.sh

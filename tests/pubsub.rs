@@ -3,6 +3,11 @@
 //!
 //! Every wait is bounded; payloads are a deterministic function of (sequence, size) so a
 //! subscriber checks each byte without the publisher keeping copies.
+//!
+//! The same tests run on the verbs provider inside the Soft-RoCE guest
+//! (`scripts/verbs-vm-tests.sh`): `RDMA_PUBSUB_TEST_FABRIC=verbs` selects it, `RXE_IP` the
+//! address to bind, and `RDMA_PUBSUB_TEST_SCALE=N` divides the message counts of the bulk tests
+//! (the guest is emulated and about 100 times slower).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,8 +23,27 @@ use rdma_pubsub::{Error, Message, Node, Policy, PublisherOptions, Start, Subscri
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The provider under test: soft unless `RDMA_PUBSUB_TEST_FABRIC` says otherwise.
+fn fabric_kind() -> FabricKind {
+    std::env::var("RDMA_PUBSUB_TEST_FABRIC").ok().and_then(|v| v.parse().ok()).unwrap_or(FabricKind::Soft)
+}
+
+/// Divides the message counts of the bulk tests (1 on soft).
+fn scale(count: u64) -> u64 {
+    let divisor = std::env::var("RDMA_PUBSUB_TEST_SCALE").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
+    (count / divisor.max(1)).max(1)
+}
+
+fn bind_addr() -> SocketAddr {
+    let ip = match fabric_kind() {
+        FabricKind::Verbs => std::env::var("RXE_IP").unwrap_or_else(|_| "10.0.2.15".into()),
+        _ => "127.0.0.1".into(),
+    };
+    SocketAddr::new(ip.parse().expect("RXE_IP is an IP address"), 0)
+}
+
 fn node() -> Node {
-    Node::builder().fabric(FabricKind::Soft).build().expect("soft node")
+    Node::builder().fabric(fabric_kind()).bind(bind_addr()).build().expect("node")
 }
 
 /// xorshift64*: the payload and size generator.
@@ -88,7 +112,7 @@ fn wait_subscribers(p: &rdma_pubsub::Publisher, n: usize) {
 
 #[test]
 fn block_delivers_a_million_mixed_messages_exactly_once_in_order_to_four_subscribers() {
-    const COUNT: u64 = 1_000_000;
+    let count = scale(1_000_000);
     let pub_node = node();
     let sub_node = node();
     let publisher = pub_node
@@ -102,7 +126,7 @@ fn block_delivers_a_million_mixed_messages_exactly_once_in_order_to_four_subscri
             thread::spawn(move || {
                 let deadline = Instant::now() + Duration::from_secs(600);
                 let mut bytes = 0u64;
-                for expected in 1..=COUNT {
+                for expected in 1..=count {
                     let m = recv_until(&mut sub, deadline);
                     assert_eq!(m.seq, expected, "in order, nothing lost or repeated");
                     check(&m, mixed_size);
@@ -114,12 +138,12 @@ fn block_delivers_a_million_mixed_messages_exactly_once_in_order_to_four_subscri
         })
         .collect();
     let mut total = 0u64;
-    for seq in 1..=COUNT {
+    for seq in 1..=count {
         let len = mixed_size(seq);
         total += len as u64;
         assert_eq!(publisher.publish(&payload(seq, len)).unwrap(), seq);
     }
-    assert!(total > 900 << 20, "about 1 GiB in all ({total} bytes)");
+    assert!(total > (900 << 20) / (1_000_000 / count), "about 1 GiB in all ({total} bytes)");
     for r in readers {
         assert_eq!(r.join().expect("reader thread"), total);
     }
@@ -127,7 +151,7 @@ fn block_delivers_a_million_mixed_messages_exactly_once_in_order_to_four_subscri
 
 #[test]
 fn overwrite_reports_exact_lost_counts() {
-    const COUNT: u64 = 20_000;
+    let count = scale(20_000).max(2_000);
     let pub_node = node();
     let sub_node = node();
     let publisher = pub_node
@@ -140,12 +164,12 @@ fn overwrite_reports_exact_lost_counts() {
     wait_subscribers(&publisher, 1);
     let size = |seq: u64| 16 + (seq % 200) as usize;
     // The subscriber reads nothing while the publisher laps the ring many times.
-    for seq in 1..=COUNT {
+    for seq in 1..=count {
         publisher.publish(&payload(seq, size(seq))).unwrap();
     }
     let deadline = Instant::now() + WAIT;
     let (mut delivered, mut lost, mut last) = (0u64, 0u64, 0u64);
-    while last < COUNT {
+    while last < count {
         let m = recv_until(&mut sub, deadline);
         let mut lost_before = 0;
         while let Some(ev) = sub.try_event() {
@@ -160,7 +184,7 @@ fn overwrite_reports_exact_lost_counts() {
         last = m.seq;
     }
     assert!(lost > 0, "the ring was overrun");
-    assert_eq!(delivered + lost, COUNT);
+    assert_eq!(delivered + lost, count);
     assert_eq!(sub.counters().lost.load(Ordering::Relaxed), lost);
 }
 
@@ -422,7 +446,8 @@ fn zero_copy_claim_and_view_and_typed_messages() {
 fn bad_private_data_is_rejected_with_a_reason_and_counted() {
     let pub_node = node();
     let _publisher = pub_node.publisher("guarded").unwrap();
-    let fabric = fabric::open(&FabricConfig::new(FabricKind::Soft)).unwrap();
+    let config = FabricConfig { bind: bind_addr().ip(), ..FabricConfig::new(fabric_kind()) };
+    let fabric = fabric::open(&config).unwrap();
     let pd = fabric.alloc_pd().unwrap();
     let cq = fabric.create_cq(64).unwrap();
     let channel = fabric.create_event_channel().unwrap();
