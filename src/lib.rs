@@ -28,6 +28,7 @@ pub mod fabric;
 pub mod node;
 pub mod protocol;
 pub mod ring;
+pub mod stats;
 
 pub use error::{Error, Result};
 pub use fabric::FabricKind;

@@ -11,6 +11,7 @@ mod subscription;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -22,6 +23,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::fabric::{self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, ProtectionDomain, SoftOptions};
 use crate::protocol::TopicId;
+use crate::stats;
 
 pub use publisher::{Claim, Policy, Publisher, PublisherCounters, PublisherOptions};
 pub use subscription::{
@@ -37,11 +39,19 @@ pub type NodeId = u64;
 pub struct NodeBuilder {
     fabric: FabricConfig,
     port: u16,
+    /// Where the stats file goes (`None`: no file).
+    stats_dir: Option<PathBuf>,
+    stats_interval: Duration,
 }
 
 impl Default for NodeBuilder {
     fn default() -> Self {
-        NodeBuilder { fabric: FabricConfig::default(), port: 0 }
+        NodeBuilder {
+            fabric: FabricConfig::default(),
+            port: 0,
+            stats_dir: Some(stats::default_dir()),
+            stats_interval: stats::DEFAULT_INTERVAL,
+        }
     }
 }
 
@@ -67,6 +77,17 @@ impl NodeBuilder {
         self.fabric.soft = options;
         self
     }
+    /// Where the node writes its stats file (default [`stats::default_dir`]); `None` writes
+    /// none. The counters stay readable through [`Node::stats`].
+    pub fn stats_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.stats_dir = dir;
+        self
+    }
+    /// How often the stats file is rewritten (default 100 ms, at least 1 ms).
+    pub fn stats_interval(mut self, interval: Duration) -> Self {
+        self.stats_interval = interval.max(Duration::from_millis(1));
+        self
+    }
     /// Opens the fabric, starts listening and starts the CM thread.
     pub fn build(self) -> Result<Node> {
         let fabric = fabric::open(&self.fabric)?;
@@ -85,14 +106,16 @@ impl NodeBuilder {
             routes: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             counters: NodeCounters::default(),
+            stats: stats::Registry::default(),
         });
         let thread_shared = shared.clone();
         let cm = std::thread::Builder::new()
             .name(format!("pubsub-cm-{}", addr.port()))
             .spawn(move || cm::run(thread_shared, listener))
             .map_err(|e| fabric::Error::os("spawn CM thread", None, e))?;
+        let exporter = self.stats_dir.and_then(|dir| start_exporter(&shared, &dir, self.stats_interval));
         tracing::debug!(node = shared.id, %addr, fabric = %shared.fabric.kind(), "node started");
-        Ok(Node { shared, cm: Some(cm) })
+        Ok(Node { shared, cm: Some(cm), exporter })
     }
 }
 
@@ -104,6 +127,7 @@ impl NodeBuilder {
 pub struct Node {
     shared: Arc<NodeShared>,
     cm: Option<JoinHandle<()>>,
+    exporter: Option<stats::Exporter>,
 }
 
 impl std::fmt::Debug for Node {
@@ -137,6 +161,14 @@ impl Node {
     pub fn counters(&self) -> &NodeCounters {
         &self.shared.counters
     }
+    /// A snapshot of the counters of the node and of its live publishers and subscriptions.
+    pub fn stats(&self) -> stats::Snapshot {
+        stats::snapshot_of(&self.shared)
+    }
+    /// The stats file this node keeps up to date, if it writes one.
+    pub fn stats_path(&self) -> Option<&Path> {
+        self.exporter.as_ref().map(|e| e.path())
+    }
     /// Creates the publisher of `topic` on this node, with default options.
     pub fn publisher(&self, topic: &str) -> Result<Publisher> {
         self.publisher_with(topic, PublisherOptions::default())
@@ -158,6 +190,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        self.exporter.take();
         self.shared.stop.store(true, Ordering::Release);
         if let Some(cm) = self.cm.take() {
             let _ = cm.join();
@@ -179,6 +212,8 @@ pub(crate) struct NodeShared {
     pub(crate) routes: Mutex<HashMap<ConnId, Route>>,
     pub(crate) stop: AtomicBool,
     pub(crate) counters: NodeCounters,
+    /// Publishers and subscriptions whose counters are exported.
+    pub(crate) stats: stats::Registry,
 }
 
 /// Counters of a node, readable while it runs.
@@ -195,6 +230,20 @@ pub(crate) enum Route {
     Subscriber(Weak<publisher::PublisherShared>),
     /// A local subscription's connection to a publisher.
     Feed(Sender<cm::FeedEvent>),
+}
+
+/// Starts the stats exporter; a node without one still works (the failure is logged).
+fn start_exporter(shared: &Arc<NodeShared>, dir: &Path, interval: Duration) -> Option<stats::Exporter> {
+    let name = format!("{}-{:016x}.stats", std::process::id(), shared.id);
+    let weak = Arc::downgrade(shared);
+    let snapshot = move || weak.upgrade().map(|node| stats::snapshot_of(&node));
+    match stats::Exporter::start(dir, name, interval, snapshot) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), "no stats file for this node: {e}");
+            None
+        }
+    }
 }
 
 /// Validates a topic name.

@@ -113,6 +113,13 @@ pub struct PublisherCounters {
     pub dropped: AtomicU64,
     /// Times `publish` waited for credit.
     pub waits: AtomicU64,
+    /// Subscribers connected now (a gauge).
+    pub subscribers: AtomicU64,
+    /// Ring position after the last message published (a gauge, bytes).
+    pub position: AtomicU64,
+    /// Position acknowledged by the slowest connected subscriber (a gauge, bytes): the lag is
+    /// `position - slowest_ack`.
+    pub slowest_ack: AtomicU64,
 }
 
 /// Receive slots kept posted per subscriber (acks are coalesced; a few suffice).
@@ -168,7 +175,7 @@ pub(crate) struct PublisherShared {
     recv_slots: u32,
     writer: Mutex<()>,
     state: Mutex<PubState>,
-    counters: PublisherCounters,
+    counters: Arc<PublisherCounters>,
     // Declared last: deregistered after every queue pair that could READ it is gone. Only
     // held: the producer writes through its buffer.
     _ring: MemoryRegion,
@@ -232,7 +239,7 @@ impl Publisher {
                 unfinished: None,
                 closing: false,
             }),
-            counters: PublisherCounters::default(),
+            counters: Arc::new(PublisherCounters::default()),
             ctrl,
             _ring: ring,
             options,
@@ -245,6 +252,7 @@ impl Publisher {
             }
             publishers.insert(topic_id, Arc::downgrade(&shared));
         }
+        node.stats.add_publisher(topic, shared.id, &shared.counters);
         Ok(Publisher { shared })
     }
 
@@ -457,8 +465,16 @@ impl PublisherShared {
     fn after_commit(&self, st: &mut PubState, len: usize) {
         self.counters.published.fetch_add(1, Ordering::Relaxed);
         self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.counters.position.store(st.producer.tail(), Ordering::Relaxed);
         self.progress(st);
         self.ring_doorbells(st);
+    }
+
+    /// Refreshes the subscriber-count and slowest-ack gauges.
+    fn update_gauges(&self, st: &PubState) {
+        let slowest = st.subs.iter().map(|(_, s)| s.acked).min().unwrap_or(st.producer.tail());
+        self.counters.subscribers.store(st.subs.len() as u64, Ordering::Relaxed);
+        self.counters.slowest_ack.store(slowest, Ordering::Relaxed);
     }
 
     /// Drains the completion queue without blocking.
@@ -537,6 +553,7 @@ impl PublisherShared {
                 self.counters.acks.fetch_add(1, Ordering::Relaxed);
                 sub.acked = position;
                 sub.slow_since = None;
+                self.update_gauges(st);
             }
             Ok(Control::DoorbellRequest { armed, position }) => {
                 st.subs[key].doorbell_at = armed.then_some(position);
@@ -618,6 +635,7 @@ impl PublisherShared {
             return;
         }
         let sub = st.subs.remove(key);
+        self.update_gauges(st);
         st.by_conn.remove(&sub.conn);
         st.by_qp.remove(&sub.qp.qp_num());
         self.node.routes.lock().remove(&sub.conn);
@@ -759,6 +777,7 @@ impl PublisherShared {
         st.by_conn.insert(conn, key);
         st.by_qp.insert(qp.qp_num(), key);
         st.subs.insert(SubConn { qp, conn, acked: start.position, doorbell_at: None, slow_since: None });
+        self.update_gauges(&st);
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(topic = %self.topic, %peer, position = start.position, "subscriber accepted");
     }

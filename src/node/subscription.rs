@@ -317,6 +317,8 @@ impl Subscription {
         let depth = 4096.min(node.fabric.attributes().max_cqe);
         let cq = node.fabric.create_cq(depth)?;
         let (events_tx, events_rx) = channel::unbounded();
+        let counters = Arc::new(SubscriptionCounters::default());
+        node.stats.add_subscription(topic, &counters);
         Ok(Subscription {
             topic: topic.to_owned(),
             topic_id: TopicId::of(topic),
@@ -332,7 +334,7 @@ impl Subscription {
             cursor: 0,
             ever_connected: false,
             stash: Vec::new(),
-            counters: Arc::new(SubscriptionCounters::default()),
+            counters,
         })
     }
 
