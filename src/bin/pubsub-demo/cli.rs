@@ -1,0 +1,285 @@
+//! The command line: subcommands, their options, and one-line explanations of errors.
+
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use rdma_pubsub::fabric::Error as FabricError;
+use rdma_pubsub::protocol::RejectCode;
+use rdma_pubsub::{Error, FabricKind, Node, Policy};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pubsub-demo",
+    version,
+    about = "rdma-pubsub demo and tools: pub/sub over RDMA (or its soft emulation)",
+    after_help = "Without a subcommand: the embedded demo on the soft fabric (exits 0 only if every message arrived intact)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub demo: DemoArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The embedded demo (the default): publishers and subscribers on a few topics in one process.
+    Demo(DemoArgs),
+    /// Publish a topic for `sub` processes to connect to.
+    Pub(PubArgs),
+    /// Subscribe to a `pub` process, verify every message, print a summary.
+    Sub(SubArgs),
+    /// Throughput and latency matrix (sizes × subscribers × policy) in one process.
+    Bench(BenchArgs),
+    /// One publisher to many subscribers for a while, then subscribe/unsubscribe cycles:
+    /// checks for loss and for growth of memory, descriptors and threads.
+    Soak(SoakArgs),
+    /// The counters of the rdma-pubsub nodes running on this host, refreshed live.
+    Stat(StatArgs),
+}
+
+/// Which fabric and where.
+#[derive(Args, Debug, Clone)]
+pub struct FabricArgs {
+    /// Fabric provider: auto, soft or verbs.
+    #[arg(long, default_value = "soft")]
+    pub fabric: FabricKind,
+    /// RDMA device name (verbs), e.g. rxe0.
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+impl FabricArgs {
+    /// Builds a node bound to `bind`.
+    pub fn node(&self, bind: SocketAddr) -> Result<Node, Error> {
+        let mut b = Node::builder().fabric(self.fabric).bind(bind);
+        if let Some(d) = &self.device {
+            b = b.device(d.clone());
+        }
+        b.build()
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    /// How long publishers run, in seconds (1..=60).
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub seconds: u64,
+}
+
+/// A slow-subscriber policy on the command line.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyArg {
+    /// Lossless: the publisher waits for the slowest subscriber.
+    Block,
+    /// A subscriber that holds the publisher up too long is disconnected.
+    DropSlow,
+    /// The publisher never waits; overrun subscribers learn how many messages they lost.
+    Overwrite,
+}
+
+impl PolicyArg {
+    /// The library's policy (Block waits up to 5 s, DropSlow allows 1 s).
+    pub fn policy(self) -> Policy {
+        match self {
+            PolicyArg::Block => Policy::Block { timeout: Duration::from_secs(5) },
+            PolicyArg::DropSlow => Policy::DropSlow { grace: Duration::from_secs(1) },
+            PolicyArg::Overwrite => Policy::Overwrite,
+        }
+    }
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyArg::Block => "block",
+            PolicyArg::DropSlow => "drop-slow",
+            PolicyArg::Overwrite => "overwrite",
+        }
+    }
+}
+
+/// The name of a library policy.
+pub fn policy_name(p: Policy) -> &'static str {
+    match p {
+        Policy::Block { .. } => "block",
+        Policy::DropSlow { .. } => "drop-slow",
+        Policy::Overwrite => "overwrite",
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PubArgs {
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    /// Address to listen on for subscribers: IP or IP:PORT (port 0 = any free port).
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
+    pub bind: SocketAddr,
+    /// Topic to publish.
+    #[arg(long, default_value = "demo")]
+    pub topic: String,
+    /// Message size in bytes (at least 24: sequence, time stamp, length, stream).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(24..=(64 << 20)))]
+    pub size: u64,
+    /// Messages per second (0 = as fast as the subscribers allow).
+    #[arg(long, default_value_t = 0)]
+    pub rate: u64,
+    /// Messages to publish (0 = until killed).
+    #[arg(long, default_value_t = 100_000)]
+    pub count: u64,
+    /// Slow-subscriber policy.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Block)]
+    pub policy: PolicyArg,
+    /// Subscribers to wait for before publishing.
+    #[arg(long, default_value_t = 1)]
+    pub subscribers: usize,
+    /// Longest wait for those subscribers, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub wait: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SubArgs {
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    /// Local address: IP or IP:PORT.
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
+    pub bind: SocketAddr,
+    /// The publisher's node, IP:PORT (what `pub` printed).
+    #[arg(long, value_parser = parse_peer)]
+    pub connect: SocketAddr,
+    /// Topic to subscribe to.
+    #[arg(long, default_value = "demo")]
+    pub topic: String,
+    /// Expected message size (checked when given).
+    #[arg(long)]
+    pub size: Option<u64>,
+    /// Stop after this many messages (default: when the publisher ends its stream).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Give up after this many seconds without a message.
+    #[arg(long, default_value_t = 30)]
+    pub idle: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub fabric: FabricArgs,
+    /// IP address both nodes bind to.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind: IpAddr,
+    /// Message sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "64,1024,65536,1048576",
+          value_parser = clap::value_parser!(u64).range(24..=(64 << 20)))]
+    pub sizes: Vec<u64>,
+    /// Subscriber counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16",
+          value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub subscribers: Vec<u64>,
+    /// Slow-subscriber policy.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Block)]
+    pub policy: PolicyArg,
+    /// Most messages per throughput run.
+    #[arg(long, default_value_t = 200_000)]
+    pub messages: u64,
+    /// Longest time per point (throughput run plus latency run), in seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Print JSON (an array of objects) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SoakArgs {
+    /// How long the publisher runs, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Subscribers.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub subscribers: u64,
+    /// Subscribe/unsubscribe cycles after the run.
+    #[arg(long, default_value_t = 10_000)]
+    pub cycles: u64,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(24..=(1 << 20)))]
+    pub size: u64,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StatArgs {
+    /// Directory of the stats files (default: $RDMA_PUBSUB_STATS_DIR or /dev/shm/rdma-pubsub).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+    /// Print one snapshot and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Refresh interval in milliseconds.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub interval: u64,
+}
+
+/// `IP` or `IP:PORT`.
+fn parse_bind(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, 0));
+    }
+    s.parse::<SocketAddr>().map_err(|_| format!("'{s}' is not an address: give IP or IP:PORT, e.g. 127.0.0.1:7000"))
+}
+
+/// `IP:PORT` with a port.
+fn parse_peer(s: &str) -> Result<SocketAddr, String> {
+    match s.parse::<SocketAddr>() {
+        Ok(a) if a.port() != 0 => Ok(a),
+        _ => Err(format!("'{s}' is not IP:PORT: give the address `pubsub-demo pub` printed, e.g. 127.0.0.1:7000")),
+    }
+}
+
+/// Prints a command-line error in one line (help and version as clap prints them).
+pub fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or("invalid command line").trim_start_matches("error: ");
+    eprintln!("pubsub-demo: {first} (see pubsub-demo --help)");
+    ExitCode::from(2)
+}
+
+/// One line: what went wrong and what to do.
+pub fn explain(e: &Error) -> String {
+    match e {
+        Error::Fabric(FabricError::NoDevice { .. }) => {
+            format!("{e}; use --fabric soft, or create a Soft-RoCE device (rdma link add rxe0 type rxe netdev <if>)")
+        }
+        Error::Fabric(FabricError::ProviderUnavailable { .. }) => format!("{e}; or use --fabric soft"),
+        Error::Fabric(FabricError::AddrInUse { .. }) => {
+            format!("{e}; choose another port with --bind IP:PORT (port 0 picks a free one) or stop the other process")
+        }
+        Error::Fabric(f) if f.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
+            format!("{e}; --bind must be an address of this host (e.g. 127.0.0.1)")
+        }
+        Error::Fabric(f) if f.raw_os_error() == Some(libc::EADDRINUSE) => {
+            format!("{e}; choose another port with --bind IP:PORT or stop the other process")
+        }
+        Error::Fabric(f) if f.raw_os_error() == Some(libc::ECONNREFUSED) => {
+            format!("{e}; is `pubsub-demo pub` running at that address? check --connect")
+        }
+        Error::Fabric(FabricError::InvalidArgument { verb: "connect", .. }) => {
+            format!("{e}; is `pubsub-demo pub` running at that address? check --connect")
+        }
+        Error::Rejected { reason: RejectCode::UnknownTopic, .. } => {
+            format!("{e}; the node there does not publish that topic: check --topic")
+        }
+        Error::Timeout { what: "connect", .. } => {
+            format!("{e}; is `pubsub-demo pub` running at that address? check --connect")
+        }
+        Error::InvalidTopic { .. } => format!("{e}; choose another --topic"),
+        _ => e.to_string(),
+    }
+}
