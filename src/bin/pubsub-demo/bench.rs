@@ -5,7 +5,7 @@
 //!    or 60 % of `--seconds`; the rate is messages / time until every subscriber has the last
 //!    one; `mb_per_sec` is the publisher's payload goodput (each message counted once);
 //! 2. latency: one message at a time, the next when every subscriber has the previous one, for
-//!    the rest of `--seconds` (at most 10 000 messages); each message carries its send time and
+//!    the rest of `--seconds` (at least 200, at most 10 000 messages); each message carries its send time and
 //!    each subscriber records now − send time (same process, same clock) in an HDR histogram.
 
 use std::net::SocketAddr;
@@ -19,6 +19,9 @@ use rdma_pubsub::{Node, PublisherOptions, Start, SubscriptionEvent, Subscription
 
 use crate::cli::{BenchArgs, PolicyArg};
 use crate::{payload, procinfo, Fail};
+
+/// Latency messages per point even when its time is up.
+const MIN_LATENCY_SAMPLES: u64 = 200;
 
 /// One point of the matrix.
 struct Point {
@@ -160,8 +163,9 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
 
     // Latency.
     let latency_count = args.messages.clamp(1, 10_000);
-    for _ in 0..latency_count {
-        if Instant::now() >= deadline && seq > published {
+    for i in 0..latency_count {
+        // At least MIN_LATENCY_SAMPLES, then until the point's time is up.
+        if i >= MIN_LATENCY_SAMPLES && Instant::now() >= deadline {
             break;
         }
         seq += 1;

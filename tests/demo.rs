@@ -1,0 +1,221 @@
+//! Runs the built `pubsub-demo` binary: every subcommand in a short run, `stat --once`
+//! against a running `pub`/`sub` pair, and the user errors (one line, exit code 2, no panic).
+//! Every child is killed after a deadline, which fails the test.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pubsub-demo");
+
+/// A stats directory of this test alone.
+fn stats_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pubsub-demo-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the stats directory");
+    dir
+}
+
+fn command(dir: &PathBuf, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args).env("RDMA_PUBSUB_STATS_DIR", dir).env_remove("RUST_LOG");
+    c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+struct Output {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+/// Waits for `child` up to `limit`; kills it and fails the test when it runs longer.
+fn finish(mut child: Child, limit: Duration, what: &str) -> Output {
+    let out = child.stdout.take().map(drain);
+    let err = child.stderr.take().map(drain);
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait for the child") {
+            break Some(s);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let stdout = out.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+    let stderr = err.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+    let status =
+        status.unwrap_or_else(|| panic!("{what} ran longer than {limit:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"));
+    Output { code: status.code(), stdout, stderr }
+}
+
+fn run(dir: &PathBuf, args: &[&str], limit: Duration) -> Output {
+    let child = command(dir, args).spawn().expect("start pubsub-demo");
+    finish(child, limit, &format!("pubsub-demo {}", args.join(" ")))
+}
+
+/// Asserts a user error: exit code 2, one line on stderr naming `needle`, no panic.
+fn assert_user_error(out: &Output, needle: &str) {
+    assert_eq!(out.code, Some(2), "exit code; stderr: {}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "one line: {:?}", out.stderr);
+    assert!(out.stderr.starts_with("pubsub-demo: "), "{:?}", out.stderr);
+    assert!(out.stderr.contains(needle), "{needle:?} in {:?}", out.stderr);
+    assert!(!out.stderr.contains("panicked") && !out.stderr.contains("backtrace"), "{:?}", out.stderr);
+}
+
+#[test]
+fn the_default_demo_delivers_everything_intact_and_exits_0() {
+    let dir = stats_dir("demo");
+    let out = run(&dir, &[], Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("every message arrived intact"), "{}", out.stdout);
+    for topic in ["prices", "frames", "telemetry"] {
+        let rows: Vec<&str> = out.stdout.lines().filter(|l| l.trim_start().starts_with(topic)).collect();
+        assert!(rows.iter().any(|l| l.trim_end().ends_with(" ok")), "a summary row of {topic}: {}", out.stdout);
+    }
+    // Every node removed its stats file when it was dropped.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "stats files left behind");
+}
+
+#[test]
+fn pub_and_sub_in_two_processes_deliver_everything_and_stat_shows_them() {
+    let dir = stats_dir("pair");
+    let mut publisher =
+        command(&dir, &["pub", "--count", "4000", "--rate", "1000", "--size", "512"]).spawn().expect("start pub");
+    let pub_pid = publisher.id();
+    // The first line names the address to connect to.
+    let mut lines = BufReader::new(publisher.stdout.take().expect("pub stdout")).lines();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+        let _ = tx.send(first);
+        lines.map_while(Result::ok).count()
+    });
+    let first = rx.recv_timeout(Duration::from_secs(20)).expect("pub printed its address");
+    let addr = first.split(" at ").nth(1).and_then(|r| r.split_whitespace().next()).expect("an address").to_owned();
+    let subscriber = command(&dir, &["sub", "--connect", &addr, "--size", "512"]).spawn().expect("start sub");
+    let sub_pid = subscriber.id();
+
+    // stat --once sees both processes' nodes, with traffic on the publisher and the subscription.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let snapshot = loop {
+        let out = run(&dir, &["stat", "--once"], Duration::from_secs(10));
+        assert_eq!(out.code, Some(0), "stat: {}", out.stderr);
+        let published = out.stdout.lines().any(|l| l.contains("pub  demo") && !l.contains("published=0 "));
+        let delivered = out.stdout.lines().any(|l| l.contains("sub  demo") && !l.contains("delivered=0 "));
+        if published && delivered {
+            break out.stdout;
+        }
+        assert!(Instant::now() < deadline, "stat never showed traffic:\n{}", out.stdout);
+        thread::sleep(Duration::from_millis(50));
+    };
+    assert!(snapshot.contains(&format!("pid {pub_pid} ")), "{snapshot}");
+    assert!(snapshot.contains(&format!("pid {sub_pid} ")), "{snapshot}");
+    assert!(snapshot.contains("lag_bytes="), "{snapshot}");
+
+    let sub_out = finish(subscriber, Duration::from_secs(30), "sub");
+    assert_eq!(sub_out.code, Some(0), "sub:\n{}\n{}", sub_out.stdout, sub_out.stderr);
+    assert!(sub_out.stdout.contains("delivered 4000 messages"), "{}", sub_out.stdout);
+    assert!(sub_out.stdout.contains("ended at 4000, complete"), "{}", sub_out.stdout);
+    let pub_out = finish(publisher, Duration::from_secs(30), "pub");
+    assert_eq!(pub_out.code, Some(0), "pub: {}", pub_out.stderr);
+    // Both processes removed their stats files.
+    let out = run(&dir, &["stat", "--once"], Duration::from_secs(10));
+    assert!(out.stdout.contains("): 0"), "{}", out.stdout);
+}
+
+#[test]
+fn sub_fails_when_messages_are_not_the_expected_size() {
+    let dir = stats_dir("size");
+    let mut publisher = command(&dir, &["pub", "--count", "100", "--size", "100"]).spawn().expect("start pub");
+    let mut first = String::new();
+    BufReader::new(publisher.stdout.as_mut().expect("pub stdout")).read_line(&mut first).expect("read");
+    let addr = first.split(" at ").nth(1).and_then(|r| r.split_whitespace().next()).expect("an address").to_owned();
+    let out = run(&dir, &["sub", "--connect", &addr, "--size", "200"], Duration::from_secs(30));
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(out.stdout.contains("damaged 100") && out.stdout.contains("FAIL"), "{}", out.stdout);
+    finish(publisher, Duration::from_secs(30), "pub");
+}
+
+#[test]
+fn bench_prints_the_matrix_as_json() {
+    let dir = stats_dir("bench");
+    let args =
+        ["bench", "--sizes", "64,4096", "--subscribers", "1,2", "--messages", "2000", "--seconds", "0.3", "--json"];
+    let out = run(&dir, &args, Duration::from_secs(90));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let points: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).expect("stdout is a JSON array");
+    assert_eq!(points.len(), 4);
+    for p in &points {
+        for field in ["size", "subscribers", "msgs_per_sec", "mb_per_sec", "p50_us", "p99_us", "p999_us", "max_us"] {
+            assert!(p[field].as_f64().is_some_and(|v| v > 0.0), "{field} of {p}");
+        }
+        assert_eq!(p["policy"], "block");
+        assert!(p["p50_us"].as_f64() <= p["p99_us"].as_f64() && p["p99_us"].as_f64() <= p["max_us"].as_f64());
+    }
+    assert_eq!(points[3]["size"], 4096);
+    assert_eq!(points[3]["subscribers"], 2);
+    assert!(out.stderr.contains("taskset"), "the thread placement note: {}", out.stderr);
+}
+
+#[test]
+fn soak_reports_no_loss_and_no_growth() {
+    let dir = stats_dir("soak");
+    let out = run(&dir, &["soak", "--seconds", "2", "--subscribers", "3", "--cycles", "100"], Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("lost 0, damaged 0"), "{}", out.stdout);
+    assert!(out.stdout.contains("ok: no loss, no growth"), "{}", out.stdout);
+}
+
+#[test]
+fn stat_once_with_no_nodes_says_so() {
+    let dir = stats_dir("empty");
+    // A file of a process that does not exist is skipped.
+    std::fs::write(dir.join("4194305-0000000000000001.stats"), "rdma-pubsub-stats 1\npid 4194305\n").unwrap();
+    let out = run(&dir, &["stat", "--once", "--dir", dir.to_str().unwrap()], Duration::from_secs(10));
+    assert_eq!(out.code, Some(0));
+    assert!(out.stdout.contains("): 0"), "{}", out.stdout);
+}
+
+#[test]
+fn user_mistakes_get_one_line_and_exit_code_2() {
+    let dir = stats_dir("errors");
+    let limit = Duration::from_secs(20);
+    assert_user_error(&run(&dir, &["--fabric", "infiniband"], limit), "unknown fabric 'infiniband'");
+    assert_user_error(&run(&dir, &["pub", "--bind", "nonsense"], limit), "'nonsense' is not an address");
+    assert_user_error(&run(&dir, &["sub", "--connect", "127.0.0.1"], limit), "is not IP:PORT");
+    // 192.0.2.0/24 is reserved for documentation: no host has it.
+    assert_user_error(
+        &run(&dir, &["pub", "--bind", "192.0.2.1:7000"], limit),
+        "--bind must be an address of this host",
+    );
+    let verbs = run(&dir, &["pub", "--fabric", "verbs"], limit);
+    assert_user_error(&verbs, "verbs");
+    assert!(verbs.stderr.contains("--fabric soft"), "{}", verbs.stderr);
+    // Nobody listens on the port of a socket this test holds.
+    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    assert_user_error(&run(&dir, &["sub", "--connect", &unused], limit), "is `pubsub-demo pub` running");
+
+    // Port in use: a first publisher holds it while it waits for a subscriber.
+    let mut first = command(&dir, &["pub", "--wait", "20"]).spawn().expect("start pub");
+    let mut line = String::new();
+    BufReader::new(first.stdout.as_mut().expect("pub stdout")).read_line(&mut line).expect("read");
+    let addr = line.split(" at ").nth(1).and_then(|r| r.split_whitespace().next()).expect("an address").to_owned();
+    assert_user_error(&run(&dir, &["pub", "--bind", &addr], limit), "already in use");
+    let _ = first.kill();
+    let _ = first.wait();
+}
