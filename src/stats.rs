@@ -510,11 +510,8 @@ impl Exporter {
         let (thread_path, thread_tmp) = (path.clone(), tmp);
         let thread = std::thread::Builder::new().name("pubsub-stats".into()).spawn(move || {
             let mut warned = false;
-            loop {
-                match stopped.recv_timeout(interval) {
-                    Err(RecvTimeoutError::Timeout) => {}
-                    _ => break,
-                }
+            // Until the node drops the sender (or the node is gone).
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
                 let Some(s) = snapshot() else { break };
                 if let Err(e) = write_atomically(&thread_tmp, &thread_path, &s.render()) {
                     if !warned {

@@ -1,0 +1,314 @@
+//! Publish/subscribe benchmarks on the soft fabric over loopback.
+//!
+//! - `pubsub_goodput/subs<N>/<size>`: one publisher (Block) on one node, N subscribers on
+//!   another, each in its own thread; an iteration is one message, timed until every
+//!   subscriber has the last one. Criterion's throughput is the publisher's payload goodput.
+//! - `raw_read/<size>`: the fabric's READ goodput at the same sizes, measured as
+//!   `benches/fabric.rs` does (two soft fabrics, one RC connection, up to 16 READs of `size`
+//!   outstanding within an 8 MiB window): the ceiling pub/sub goodput is compared with.
+//! - After the run, a summary: pub/sub goodput ÷ raw READ goodput per size and subscriber
+//!   count, and the publisher thread's CPU time per message (`/proc/thread-self/schedstat`)
+//!   with 16 subscribers ÷ with 1.
+//!
+//! Run: `taskset -c 0,1 cargo bench --bench pubsub`. Each point measures ~2 s.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
+use rdma_pubsub::fabric::{
+    self, Access, CmEvent, CompletionQueue, EventChannel, Fabric, FabricConfig, FabricKind, MemoryRegion, QpCaps,
+    QpInit, QueuePair, RemoteAddr, SendOp, SendRequest, WorkCompletion,
+};
+use rdma_pubsub::{Node, Policy, Publisher, PublisherOptions, Start, SubscriptionOptions};
+
+const SIZES: [usize; 4] = [64, 1 << 10, 64 << 10, 1 << 20];
+const SUBSCRIBERS: [usize; 3] = [1, 4, 16];
+const WAIT: Duration = Duration::from_secs(30);
+const WINDOW_BYTES: usize = 8 << 20;
+const MAX_OUTSTANDING: usize = 16;
+
+/// Totals of one benchmark point: (bytes, wall time, publisher CPU time, messages).
+#[derive(Default, Clone, Copy)]
+struct Totals {
+    bytes: u64,
+    wall: Duration,
+    cpu: Duration,
+    messages: u64,
+}
+
+impl Totals {
+    fn goodput(&self) -> f64 {
+        self.bytes as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+    fn cpu_per_message(&self) -> Duration {
+        self.cpu / self.messages.max(1) as u32
+    }
+}
+
+static TOTALS: Mutex<BTreeMap<(&'static str, usize, usize), Totals>> = Mutex::new(BTreeMap::new());
+
+fn record(kind: &'static str, subs: usize, size: usize, t: Totals) {
+    let mut all = TOTALS.lock().expect("totals");
+    let e = all.entry((kind, subs, size)).or_default();
+    e.bytes += t.bytes;
+    e.wall += t.wall;
+    e.cpu += t.cpu;
+    e.messages += t.messages;
+}
+
+/// CPU time of the calling thread (nanosecond resolution from schedstat).
+fn thread_cpu() -> Duration {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .map(Duration::from_nanos)
+        .unwrap_or_default()
+}
+
+fn node() -> Node {
+    Node::builder()
+        .fabric(FabricKind::Soft)
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .stats_dir(None)
+        .build()
+        .expect("node")
+}
+
+/// One publisher and `subs` subscriber threads that report the last sequence they received.
+struct Fanout {
+    publisher: Option<Publisher>,
+    progress: Arc<Vec<AtomicU64>>,
+    threads: Vec<JoinHandle<()>>,
+    buf: Vec<u8>,
+    next: u64,
+    // Declared last: dropped after the publisher and the subscriptions.
+    _nodes: (Node, Node),
+}
+
+impl Fanout {
+    fn new(subs: usize, size: usize) -> Fanout {
+        let (pub_node, sub_node) = (node(), node());
+        let ring_capacity = (size * 16).next_power_of_two().clamp(1 << 20, 64 << 20);
+        let publisher = pub_node
+            .publisher_with(
+                "bench",
+                PublisherOptions { policy: Policy::Block { timeout: WAIT }, ring_capacity, ..Default::default() },
+            )
+            .expect("publisher");
+        let progress: Arc<Vec<AtomicU64>> = Arc::new((0..subs).map(|_| AtomicU64::new(0)).collect());
+        let threads = (0..subs)
+            .map(|i| {
+                let mut sub = sub_node
+                    .subscribe_with("bench", SubscriptionOptions { start: Start::Earliest, ..Default::default() })
+                    .expect("subscription");
+                sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+                let progress = progress.clone();
+                thread::spawn(move || loop {
+                    match sub.recv_ref(Duration::from_millis(100)) {
+                        Ok(Some(m)) => progress[i].store(m.seq, Ordering::Release),
+                        Ok(None) => {}
+                        Err(_) => return,
+                    }
+                })
+            })
+            .collect();
+        Fanout {
+            publisher: Some(publisher),
+            progress,
+            threads,
+            buf: vec![0xa5; size],
+            next: 1,
+            _nodes: (pub_node, sub_node),
+        }
+    }
+
+    /// Publishes `count` messages; returns the time until every subscriber has them.
+    fn run(&mut self, count: u64, subs: usize) -> Duration {
+        let publisher = self.publisher.as_ref().expect("publisher");
+        let cpu = thread_cpu();
+        let start = Instant::now();
+        for _ in 0..count {
+            publisher.publish(&self.buf).expect("publish");
+        }
+        let cpu = thread_cpu() - cpu;
+        self.next += count;
+        let last = self.next - 1;
+        let deadline = Instant::now() + WAIT;
+        while self.progress.iter().any(|p| p.load(Ordering::Acquire) < last) {
+            assert!(Instant::now() < deadline, "subscribers did not receive everything within {WAIT:?}");
+            thread::yield_now();
+        }
+        let wall = start.elapsed();
+        let size = self.buf.len();
+        record("pubsub", subs, size, Totals { bytes: count * size as u64, wall, cpu, messages: count });
+        wall
+    }
+}
+
+impl Drop for Fanout {
+    fn drop(&mut self) {
+        // Dropping the publisher ends the stream: the subscriber threads return.
+        self.publisher.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn pubsub_goodput(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pubsub_goodput");
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    for size in SIZES {
+        group.throughput(Throughput::Bytes(size as u64));
+        for subs in SUBSCRIBERS {
+            let mut fanout = Fanout::new(subs, size);
+            group.bench_with_input(BenchmarkId::new(format!("subs{subs}"), size), &size, |b, _| {
+                b.iter_custom(|iters| fanout.run(iters, subs))
+            });
+        }
+    }
+    group.finish();
+}
+
+fn soft_fabric() -> Fabric {
+    fabric::open(&FabricConfig::new(FabricKind::Soft)).expect("open the soft fabric")
+}
+
+fn next_event(channel: &EventChannel) -> CmEvent {
+    channel.get_event(WAIT).expect("get CM event").expect("a CM event in time")
+}
+
+/// A requester READing a responder's exposed window (as in `benches/fabric.rs`). Field order
+/// is drop order: queue pairs, regions, channels, fabrics.
+struct ReadPair {
+    qp: QueuePair,
+    _responder_qp: QueuePair,
+    cq: CompletionQueue,
+    local: MemoryRegion,
+    remote: RemoteAddr,
+    _exposed: MemoryRegion,
+    _channels: (EventChannel, EventChannel),
+    _fabrics: (Fabric, Fabric),
+}
+
+impl ReadPair {
+    fn new() -> Self {
+        let responder = soft_fabric();
+        let rpd = responder.alloc_pd().expect("responder pd");
+        let rcq = responder.create_cq(64).expect("responder cq");
+        let exposed = rpd.register(WINDOW_BYTES, Access::REMOTE_READ).expect("register exposed window");
+        let rch = responder.create_event_channel().expect("responder channel");
+        let listener = rch.listen(SocketAddr::from(([127, 0, 0, 1], 0)), 4).expect("listen");
+        let requester = soft_fabric();
+        let pd = requester.alloc_pd().expect("requester pd");
+        let cq = requester.create_cq(256).expect("requester cq");
+        let local = pd.register(WINDOW_BYTES, Access::LOCAL_WRITE).expect("register local window");
+        let ch = requester.create_event_channel().expect("requester channel");
+        let mut init = QpInit::new(&pd, &cq);
+        init.caps = QpCaps { max_send_wr: 64, ..QpCaps::default() };
+        let qp = ch.connect(listener.local_addr(), &init, &[], WAIT).expect("connect");
+        let CmEvent::ConnectRequest(req) = next_event(&rch) else { panic!("expected a connect request") };
+        let responder_qp = req.accept(&QpInit::new(&rpd, &rcq), &[]).expect("accept");
+        for channel in [&ch, &rch] {
+            assert!(matches!(next_event(channel), CmEvent::Established { .. }), "expected Established");
+        }
+        drop(listener);
+        ReadPair {
+            qp,
+            _responder_qp: responder_qp,
+            cq,
+            local,
+            remote: exposed.remote(),
+            _exposed: exposed,
+            _channels: (ch, rch),
+            _fabrics: (requester, responder),
+        }
+    }
+
+    /// Issues `count` READs of `size` bytes, up to `depth` outstanding; returns the time.
+    fn reads(&self, count: u64, size: usize, depth: usize) -> Duration {
+        let mut wcs = [WorkCompletion::default(); 32];
+        let (mut posted, mut done) = (0u64, 0u64);
+        let start = Instant::now();
+        while done < count {
+            while posted < count && posted - done < depth as u64 {
+                let slot = (posted % depth as u64) as usize * size;
+                let sges = [self.local.sge(slot, size)];
+                let remote = RemoteAddr { addr: self.remote.addr + slot as u64, rkey: self.remote.rkey };
+                let wr = SendRequest { wr_id: posted, op: SendOp::RdmaRead(remote), sges: &sges, signaled: true };
+                self.qp.post_send(&wr).expect("post READ");
+                posted += 1;
+            }
+            let n = self.cq.poll_wait(&mut wcs, Duration::ZERO, WAIT).expect("poll");
+            assert!(n > 0, "no READ completion within {WAIT:?}");
+            assert!(wcs[..n].iter().all(|wc| wc.status.is_success()), "a READ failed");
+            done += n as u64;
+        }
+        let wall = start.elapsed();
+        record("raw_read", 0, size, Totals { bytes: count * size as u64, wall, cpu: Duration::ZERO, messages: count });
+        wall
+    }
+}
+
+fn raw_read(c: &mut Criterion) {
+    let pair = ReadPair::new();
+    let mut group = c.benchmark_group("raw_read");
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
+    for size in SIZES {
+        let depth = MAX_OUTSTANDING.min(WINDOW_BYTES / size);
+        group.throughput(Throughput::Bytes(size as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, &size| {
+            b.iter_custom(|iters| pair.reads(iters, size, depth))
+        });
+    }
+    group.finish();
+}
+
+/// Prints the ratios the benchmark exists for.
+fn summary() {
+    let all = TOTALS.lock().expect("totals");
+    println!("\nsummary (totals over warm-up and measurement; CPUs allowed: {})", cpus_allowed());
+    println!(
+        "{:>8} {:>5} {:>12} {:>12} {:>8} {:>12} {:>10}",
+        "size", "subs", "pubsub MB/s", "READ MB/s", "ratio", "pub CPU/msg", "cpu ×1sub"
+    );
+    for size in SIZES {
+        let raw = all.get(&("raw_read", 0, size)).map(Totals::goodput).unwrap_or(0.0);
+        let one = all.get(&("pubsub", 1, size)).map(Totals::cpu_per_message);
+        for subs in SUBSCRIBERS {
+            let Some(t) = all.get(&("pubsub", subs, size)) else { continue };
+            let cpu = t.cpu_per_message();
+            let vs_one = one.map_or(0.0, |o| cpu.as_secs_f64() / o.as_secs_f64().max(1e-12));
+            println!(
+                "{:>8} {:>5} {:>12.1} {:>12.1} {:>8.2} {:>10.2}us {:>10.2}",
+                size,
+                subs,
+                t.goodput() / 1e6,
+                raw / 1e6,
+                t.goodput() / raw.max(1e-9),
+                cpu.as_secs_f64() * 1e6,
+                vs_one
+            );
+        }
+    }
+}
+
+fn cpus_allowed() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_owned())))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+criterion_group!(benches, raw_read, pubsub_goodput);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    summary();
+}
