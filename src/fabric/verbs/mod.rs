@@ -23,6 +23,7 @@ mod addr;
 mod cm;
 mod cq;
 mod device;
+mod events;
 mod mr;
 mod qp;
 mod ud;
