@@ -50,7 +50,8 @@ impl RawChannel {
     fn raw(&self) -> *mut rdma_event_channel {
         self.0
     }
-    fn fd(&self) -> i32 {
+    /// Its descriptor (non-blocking).
+    pub(super) fn fd(&self) -> i32 {
         // SAFETY: the channel is live while self is.
         unsafe { (*self.0).fd }
     }
@@ -425,7 +426,7 @@ fn expect_event(channel: &RawChannel, deadline: Instant, want: rdma_cm_event_typ
 }
 
 /// `event (status N)`.
-fn describe(ev: &rdma_cm_event) -> String {
+pub(super) fn describe(ev: &rdma_cm_event) -> String {
     format!("{} (status {})", event_name(ev.event), ev.status)
 }
 

@@ -78,16 +78,25 @@ impl Cq {
             .ok_or_else(|| Error::invalid("create queue pair", "the completion queue belongs to another provider"))
     }
 
-    /// Polls for up to `timeout`: spins through `poll`, arming and blocking when empty.
+    /// Polls for up to `timeout`: polls, arming and blocking when empty.
     pub(super) fn poll_blocking(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize> {
+        self.blocking(timeout, || self.poll(out))
+    }
+
+    /// As [`Self::poll_blocking`], into raw verbs completions (UD receives need `src_qp`).
+    pub(super) fn poll_raw_blocking(&self, out: &mut [ibv_wc], timeout: Duration) -> Result<usize> {
+        self.blocking(timeout, || self.poll_raw(out))
+    }
+
+    fn blocking(&self, timeout: Duration, mut poll: impl FnMut() -> Result<usize>) -> Result<usize> {
         let deadline = Instant::now() + timeout;
         loop {
-            let n = self.poll(out)?;
+            let n = poll()?;
             if n > 0 {
                 return Ok(n);
             }
             self.arm()?;
-            let n = self.poll(out)?;
+            let n = poll()?;
             if n > 0 {
                 return Ok(n);
             }
@@ -97,6 +106,20 @@ impl Cq {
             }
             self.wait(deadline - now)?;
         }
+    }
+
+    /// Moves up to `out.len()` raw completions into `out` (one `ibv_poll_cq`).
+    fn poll_raw(&self, out: &mut [ibv_wc]) -> Result<usize> {
+        if self.overrun.load(Ordering::Acquire) {
+            return Err(Error::CqOverrun { depth: self.depth });
+        }
+        let want = out.len().min(i32::MAX as usize) as i32;
+        // SAFETY: the CQ is live; `out` has room for `want` entries.
+        let n = unsafe { ibv_poll_cq(self.cq, want, out.as_mut_ptr()) };
+        if n < 0 {
+            return Err(errno("ibv_poll_cq", if n == -1 { libc::EIO } else { n }));
+        }
+        Ok(n as usize)
     }
 }
 
@@ -175,7 +198,7 @@ impl CqOps for Cq {
 }
 
 /// Maps a verbs completion (for errors only wr_id, status and qp_num are defined).
-fn convert(wc: &ibv_wc) -> WorkCompletion {
+pub(super) fn convert(wc: &ibv_wc) -> WorkCompletion {
     use ibv_wc_opcode::*;
     let status = map_status(wc.status);
     let opcode = match wc.opcode {
