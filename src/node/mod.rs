@@ -33,16 +33,10 @@ pub use subscription::{
 pub type NodeId = u64;
 
 /// Builds a [`Node`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NodeBuilder {
     fabric: FabricConfig,
     port: u16,
-}
-
-impl Default for NodeBuilder {
-    fn default() -> Self {
-        NodeBuilder { fabric: FabricConfig::default(), port: 0 }
-    }
 }
 
 impl NodeBuilder {
