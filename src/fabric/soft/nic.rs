@@ -44,6 +44,8 @@ pub(crate) enum Cmd {
 pub(crate) enum TimerKind {
     /// The connect did not complete in time.
     ConnectTimeout,
+    /// An incoming connection sent no CONNECT_REQ in time.
+    HandshakeTimeout,
     /// Retry placing a SEND that found no receive.
     Rnr,
     /// Drop a closing connection.
@@ -300,7 +302,10 @@ impl Nic {
                     if let Err(e) = conn.register(&mut st, false) {
                         tracing::debug!("soft NIC: registering a connection from {peer}: {e}");
                         self.shared.conns.lock().remove(&conn.id);
+                        continue;
                     }
+                    let at = Instant::now() + self.shared.handshake_timeout;
+                    self.timers.push(Reverse((at, conn.id, TimerKind::HandshakeTimeout)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -836,6 +841,14 @@ impl Nic {
                         }
                         let detail = format!("no answer from {} within the connect timeout", c.peer);
                         self.close_with(&c, &mut st, Some(Ev::Unreachable { conn: id, detail }));
+                    }
+                }
+                TimerKind::HandshakeTimeout => {
+                    // Only this thread moves a connection out of `Incoming`.
+                    let mut rx = c.rx.lock();
+                    if c.st.lock().phase == Phase::Incoming {
+                        tracing::debug!("soft NIC: no connect request from {} in time, closing", c.peer);
+                        self.close_disconnected(&c, &mut rx);
                     }
                 }
                 TimerKind::Close => {
