@@ -881,6 +881,11 @@ impl Nic {
                 TimerKind::Rnr => self.rnr_retry(&c),
             }
         }
+        // A burst of connections leaves a large heap behind: give the memory back once the
+        // burst's timers have fired.
+        if fired && self.timers.capacity() > 4096 && self.timers.len() < self.timers.capacity() / 8 {
+            self.timers.shrink_to(self.timers.len() * 2);
+        }
         fired
     }
 
