@@ -1,33 +1,52 @@
 #!/usr/bin/env bash
 # Builds the verbs test binaries on the host and runs them for real inside the Soft-RoCE
-# guest (../shared/rxe-vm), all in one boot, each with `--ignored --test-threads=1`.
-# Fails when any of them fails (or when the guest does).
+# guest (../shared/rxe-vm), all in one boot. Fails when any of them fails (or the guest does).
 #
-#   scripts/verbs-vm-tests.sh                 # every target of TARGETS below
-#   scripts/verbs-vm-tests.sh verbs_smoke     # only these integration-test targets
+# - TARGETS: integration tests whose verbs cases are #[ignore]d (they need a device): run with
+#   `--ignored --test-threads=1` (fabric_conformance instantiates its suite for soft and for
+#   verbs; --ignored selects the verbs half).
+# - GENERIC_TARGETS: provider-generic tests (tests/pubsub.rs), run normally with
+#   RDMA_PUBSUB_TEST_FABRIC=verbs, RXE_IP from the guest and RDMA_PUBSUB_TEST_SCALE (bulk
+#   message counts divided by it: the guest is emulated, about 100x slower).
+# - the library's own verbs unit tests (LIB_FILTER), their "device present" branches included.
+#
+#   scripts/verbs-vm-tests.sh                        # everything below
+#   scripts/verbs-vm-tests.sh verbs_smoke pubsub     # only these integration-test targets
 #
 # Env: RXE_VM_SH (path of rxe-vm.sh), RXE_VM_TIMEOUT (seconds for the whole guest, default
-# 420), CARGO_TARGET_DIR (honoured; the target dir is shared with the guest).
+# 300), VERBS_PUBSUB_SCALE (default 100), CARGO_TARGET_DIR (honoured; the target dir is
+# shared with the guest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Integration-test targets run in the guest, their #[ignore]d device tests included.
-# Extend here: fabric_conformance, pubsub, discovery, ...
-TARGETS=(verbs_smoke)
+# Integration-test targets whose #[ignore]d device tests run in the guest.
+TARGETS=(verbs_smoke fabric_conformance)
+# Provider-generic integration tests run on verbs through their environment.
+GENERIC_TARGETS=(pubsub)
+SCALE=${VERBS_PUBSUB_SCALE:-100}
 # The library's own verbs unit tests run too (the "device present" branches), filtered to:
 LIB_FILTER=fabric::verbs::
 
-if [ $# -gt 0 ]; then TARGETS=("$@"); fi
+if [ $# -gt 0 ]; then
+  want=("$@")
+  TARGETS=()
+  GENERIC_TARGETS=()
+  for t in "${want[@]}"; do
+    case " pubsub " in *" $t "*) GENERIC_TARGETS+=("$t") ;; *) TARGETS+=("$t") ;; esac
+  done
+fi
+is_generic() { case " ${GENERIC_TARGETS[*]:-} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 VM=${RXE_VM_SH:-$(cd .. && pwd)/shared/rxe-vm/rxe-vm.sh}
 [ -x "$VM" ] || { echo "verbs-vm-tests: $VM not found (set RXE_VM_SH)" >&2; exit 2; }
 
 args=(--lib)
-for t in "${TARGETS[@]}"; do
+for t in "${TARGETS[@]}" "${GENERIC_TARGETS[@]}"; do
   [ -f "tests/$t.rs" ] || { echo "verbs-vm-tests: tests/$t.rs does not exist" >&2; exit 2; }
   args+=(--test "$t")
 done
 
-echo "== building verbs test binaries (${TARGETS[*]} + lib)"
+all_targets=("${TARGETS[@]}" "${GENERIC_TARGETS[@]}")
+echo "== building verbs test binaries (${all_targets[*]} + lib)"
 json=$(cargo test --release --features verbs "${args[@]}" --no-run --message-format=json)
 
 # One "name executable" line per test binary (compiler-artifact messages with an executable).
@@ -39,12 +58,15 @@ while read -r name exe; do
   [ -n "$name" ] || continue
   if [ "$name" = rdma_pubsub ]; then
     plan+=("$exe --include-ignored --test-threads=1 $LIB_FILTER")
+  elif is_generic "$name"; then
+    # RXE_IP is set inside the guest; `env` reads it there.
+    plan+=("env RDMA_PUBSUB_TEST_FABRIC=verbs RDMA_PUBSUB_TEST_SCALE=$SCALE $exe --test-threads=1")
   else
     plan+=("$exe --ignored --test-threads=1")
   fi
 done <<<"$bins"
-[ ${#plan[@]} -eq $(( ${#TARGETS[@]} + 1 )) ] || {
-  echo "verbs-vm-tests: expected $(( ${#TARGETS[@]} + 1 )) test binaries, found: $bins" >&2
+[ ${#plan[@]} -eq $(( ${#all_targets[@]} + 1 )) ] || {
+  echo "verbs-vm-tests: expected $(( ${#all_targets[@]} + 1 )) test binaries, found: $bins" >&2
   exit 2
 }
 
@@ -52,14 +74,16 @@ done <<<"$bins"
 guest_script='failed=0
 for cmd in "$@"; do
   echo "== rxe guest: $cmd"
+  start=$(date +%s)
   $cmd || { echo "== FAILED: $cmd"; failed=$((failed + 1)); }
+  echo "== rxe guest: $(( $(date +%s) - start )) s"
 done
 exit $failed'
 
 first_exe=$(printf '%s\n' "$bins" | head -1 | cut -d' ' -f2)
 target_dir=${first_exe%/*/deps/*}
 export RXE_VM_SHARE="$target_dir${RXE_VM_SHARE:+:$RXE_VM_SHARE}"
-export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-420}
+export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-300}
 
 echo "== running ${#plan[@]} test binaries in the rxe guest"
 set +e

@@ -60,9 +60,14 @@ pub(crate) fn decode<T: DeserializeOwned>(
     if bytes.len() > max {
         return Err(ProtocolError::TooLarge { what, len: bytes.len(), max });
     }
+    // All zeros is no message: the connection manager pads absent private data with zeros
+    // (version 0 is never valid).
     let [version, got, body @ ..] = bytes else {
         return Err(ProtocolError::Truncated { what, len: bytes.len() });
     };
+    if bytes.iter().all(|&b| b == 0) {
+        return Err(ProtocolError::Truncated { what, len: 0 });
+    }
     if *version != PROTOCOL_VERSION {
         return Err(ProtocolError::VersionMismatch { what, got: *version, expected: PROTOCOL_VERSION });
     }

@@ -256,3 +256,11 @@ proptest! {
         prop_assert_eq!(Control::decode(&c.encode().unwrap()).unwrap(), c);
     }
 }
+
+#[test]
+fn absent_private_data_padded_with_zeros_is_truncated_not_another_version() {
+    // librdmacm delivers an empty connect private data as 56 zero bytes.
+    for len in [2, 8, MAX_CONNECT_PRIVATE_DATA] {
+        assert!(matches!(ConnectData::decode(&vec![0; len]), Err(ProtocolError::Truncated { len: 0, .. })));
+    }
+}

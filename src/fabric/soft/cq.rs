@@ -25,6 +25,8 @@ struct CqState {
     overrun: bool,
     armed: bool,
     notified: bool,
+    /// Polls in a row that found the queue empty.
+    empty_polls: u32,
 }
 
 impl CqInner {
@@ -47,6 +49,9 @@ impl CqInner {
         }
     }
 
+    /// Moves completions into `out`. A poll that finds the queue empty right after another
+    /// empty one is a poller spinning: it yields the CPU, so that on a busy or single CPU the
+    /// NIC threads that produce the completion get to run instead of waiting for preemption.
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         let mut st = self.st.lock();
         if st.overrun {
@@ -56,7 +61,17 @@ impl CqInner {
         for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
             *slot = wc;
         }
-        Ok(n)
+        if n > 0 || out.is_empty() {
+            st.empty_polls = 0;
+            return Ok(n);
+        }
+        st.empty_polls = st.empty_polls.saturating_add(1);
+        let spinning = st.empty_polls > 1;
+        drop(st);
+        if spinning {
+            std::thread::yield_now();
+        }
+        Ok(0)
     }
 
     fn arm(&self) {

@@ -29,6 +29,8 @@ pub(crate) const DEVICE_NAME: &str = "soft0";
 pub(crate) struct Shared {
     pub(crate) attrs: DeviceAttributes,
     pub(crate) nic_spin: Duration,
+    /// How long an incoming connection may take to send its CONNECT_REQ before it is closed.
+    pub(crate) handshake_timeout: Duration,
     pub(crate) registry: mio::Registry,
     pub(crate) waker: mio::Waker,
     pub(crate) cmds: Mutex<Vec<Cmd>>,
@@ -110,8 +112,11 @@ pub(crate) struct Device {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// How long an accepted TCP connection may stay silent before its CONNECT_REQ arrives.
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 impl Device {
-    fn open(config: &FabricConfig) -> Result<Arc<Device>> {
+    fn open(config: &FabricConfig, handshake_timeout: Duration) -> Result<Arc<Device>> {
         let o = &config.soft;
         let attrs = DeviceAttributes {
             max_qp_wr: o.max_qp_wr,
@@ -129,6 +134,7 @@ impl Device {
         let shared = Arc::new(Shared {
             attrs,
             nic_spin: o.nic_spin,
+            handshake_timeout,
             registry,
             waker,
             cmds: Mutex::new(Vec::new()),
@@ -161,7 +167,13 @@ impl Drop for Device {
 
 /// Opens a soft device with its own NIC thread.
 pub(crate) fn open(config: &FabricConfig) -> Result<crate::fabric::Fabric> {
-    let dev = Device::open(config)?;
+    open_with(config, HANDSHAKE_TIMEOUT)
+}
+
+/// Opens a soft device whose incoming connections must send CONNECT_REQ within
+/// `handshake_timeout` (tests use a short one).
+pub(crate) fn open_with(config: &FabricConfig, handshake_timeout: Duration) -> Result<crate::fabric::Fabric> {
+    let dev = Device::open(config, handshake_timeout)?;
     let faults = Arc::new(SoftFaults { dev: dev.clone() });
     Ok(crate::fabric::Fabric::from_ops(Arc::new(SoftFabric { dev, faults })))
 }

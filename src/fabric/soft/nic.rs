@@ -44,6 +44,8 @@ pub(crate) enum Cmd {
 pub(crate) enum TimerKind {
     /// The connect did not complete in time.
     ConnectTimeout,
+    /// An incoming connection sent no CONNECT_REQ in time.
+    HandshakeTimeout,
     /// Retry placing a SEND that found no receive.
     Rnr,
     /// Drop a closing connection.
@@ -157,11 +159,17 @@ pub(crate) struct Rx {
     stage: Stage,
     /// The peer closed its side: SENDs without a receive are dropped rather than waited for.
     peer_closed: bool,
+    /// The last read returned less than it asked for: the socket is empty, so the next read
+    /// of this drive would only return EAGAIN. Safe with edge-triggered epoll on Linux, which
+    /// signals every arrival, not only the transition from empty. Not trusted once the peer
+    /// closed: its FIN may already be queued behind the data (and signaled), and only a read
+    /// returning 0 reveals it.
+    drained: bool,
 }
 
 impl Rx {
     pub(crate) fn new() -> Self {
-        Rx { buf: Vec::new(), start: 0, end: 0, stage: Stage::Header, peer_closed: false }
+        Rx { buf: Vec::new(), start: 0, end: 0, stage: Stage::Header, peer_closed: false, drained: false }
     }
     fn avail(&self) -> usize {
         self.end - self.start
@@ -224,7 +232,10 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
         if busy {
             last_busy = now;
         }
-        let timeout = if !nic.ready.is_empty() || now.duration_since(last_busy) < spin {
+        let timeout = if !nic.ready.is_empty() {
+            Some(Duration::ZERO)
+        } else if now.duration_since(last_busy) < spin {
+            std::thread::yield_now();
             Some(Duration::ZERO)
         } else {
             nic.timers.peek().map(|Reverse((at, _, _))| at.saturating_duration_since(now))
@@ -300,7 +311,10 @@ impl Nic {
                     if let Err(e) = conn.register(&mut st, false) {
                         tracing::debug!("soft NIC: registering a connection from {peer}: {e}");
                         self.shared.conns.lock().remove(&conn.id);
+                        continue;
                     }
+                    let at = Instant::now() + self.shared.handshake_timeout;
+                    self.timers.push(Reverse((at, conn.id, TimerKind::HandshakeTimeout)));
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -361,6 +375,7 @@ impl Nic {
             }
         }
         let mut rx = c.rx.lock();
+        rx.drained = false;
         let mut budget = READ_BUDGET;
         loop {
             match self.step(c, &mut rx, &mut budget) {
@@ -404,10 +419,14 @@ impl Nic {
             rx.end -= rx.start;
             rx.start = 0;
         }
+        if std::mem::take(&mut rx.drained) && !rx.peer_closed {
+            return Step::Idle;
+        }
         let end = rx.end;
         match (&c.sock).read(&mut rx.buf[end..]) {
             Ok(0) => Step::Eof,
             Ok(n) => {
+                rx.drained = n < rx.buf.len() - end;
                 rx.end += n;
                 self.charge(budget, n)
             }
@@ -633,6 +652,10 @@ impl Nic {
             *remaining -= n;
         }
         if *remaining > 0 {
+            if std::mem::take(&mut rx.drained) && !rx.peer_closed {
+                return Step::Idle;
+            }
+            let asked;
             let got = if sink.is_discard() {
                 if rx.buf.is_empty() {
                     rx.buf = vec![0; RX_BUF];
@@ -640,17 +663,20 @@ impl Nic {
                 rx.start = 0;
                 rx.end = 0;
                 let k = (*remaining).min(rx.buf.len());
+                asked = k;
                 (&c.sock).read(&mut rx.buf[..k])
             } else {
                 let ranges = sink.ranges(*remaining);
                 if ranges.is_empty() {
                     return Step::Broken("payload larger than its destination".into());
                 }
+                asked = ranges.iter().map(|r| r.len()).sum();
                 memory::recv_vectored(c.sock.as_fd(), &ranges)
             };
             match got {
                 Ok(0) => return Step::Eof,
                 Ok(k) => {
+                    rx.drained = k < asked;
                     if !sink.is_discard() {
                         sink.advance(k);
                     }
@@ -838,6 +864,14 @@ impl Nic {
                         self.close_with(&c, &mut st, Some(Ev::Unreachable { conn: id, detail }));
                     }
                 }
+                TimerKind::HandshakeTimeout => {
+                    // Only this thread moves a connection out of `Incoming`.
+                    let mut rx = c.rx.lock();
+                    if c.st.lock().phase == Phase::Incoming {
+                        tracing::debug!("soft NIC: no connect request from {} in time, closing", c.peer);
+                        self.close_disconnected(&c, &mut rx);
+                    }
+                }
                 TimerKind::Close => {
                     let mut rx = c.rx.lock();
                     if c.st.lock().phase == Phase::Closed {
@@ -846,6 +880,11 @@ impl Nic {
                 }
                 TimerKind::Rnr => self.rnr_retry(&c),
             }
+        }
+        // A burst of connections leaves a large heap behind: give the memory back once the
+        // burst's timers have fired.
+        if fired && self.timers.capacity() > 4096 && self.timers.len() < self.timers.capacity() / 8 {
+            self.timers.shrink_to(self.timers.len() * 2);
         }
         fired
     }

@@ -449,14 +449,89 @@ fn ud_delivers_datagrams_and_applies_seeded_faults() {
 
     // Multicast over loopback, where the host allows it.
     let group = Ipv4Addr::new(239, 255, 77, 1);
+    let port = free_udp_port();
+    let rx = fab.create_ud(&pd, &UdInit { port, ..init.clone() }).unwrap();
     match rx.join(group) {
         Ok(()) => {
-            let m = fab.create_ud(&pd, &UdInit { port: rx.local_addr().port(), ..init.clone() }).unwrap();
+            let m = fab.create_ud(&pd, &UdInit { port, ..init.clone() }).unwrap();
             m.send_to(group, b"to all").unwrap();
             assert_eq!(rx.recv(T).unwrap().expect("multicast datagram").data, b"to all");
         }
         Err(Error::MulticastUnavailable { interface, .. }) => assert_eq!(interface, "127.0.0.1"),
         Err(e) => panic!("unexpected join error {e}"),
+    }
+}
+
+/// A UDP port that was free a moment ago (group sockets share ports anyway).
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Receives until `marker` arrives and returns the payloads seen before it.
+fn until_marker(ep: &UdEndpoint, marker: &[u8]) -> Vec<Vec<u8>> {
+    let mut seen = Vec::new();
+    loop {
+        let d = ep.recv(T).unwrap().expect("a datagram within the timeout");
+        if d.data == marker {
+            return seen;
+        }
+        seen.push(d.data);
+    }
+}
+
+#[test]
+fn ud_endpoints_sharing_a_port_hear_exactly_their_groups() {
+    let fab = fabric();
+    let pd = fab.alloc_pd().unwrap();
+    let init = UdInit { interface: Ipv4Addr::LOCALHOST, port: free_udp_port(), recv_depth: 64 };
+    let (g1, g2) = (Ipv4Addr::new(239, 255, 77, 2), Ipv4Addr::new(239, 255, 77, 3));
+    let a = fab.create_ud(&pd, &init).unwrap();
+    let b = fab.create_ud(&pd, &init).unwrap();
+    let c = fab.create_ud(&pd, &init).unwrap();
+    let tx = fab.create_ud(&pd, &init).unwrap();
+    match a.join(g1) {
+        Ok(()) => {}
+        Err(Error::MulticastUnavailable { .. }) => return,
+        Err(e) => panic!("unexpected join error {e}"),
+    }
+    b.join(g1).unwrap();
+    b.join(g2).unwrap();
+    c.join(g2).unwrap();
+    // Every member of a group gets each datagram once; non-members get none of it.
+    tx.send_to(g1, b"one").unwrap();
+    tx.send_to(g2, b"two").unwrap();
+    for ep in [&a, &b, &c] {
+        ep.join(Ipv4Addr::new(239, 255, 77, 4)).unwrap();
+    }
+    tx.send_to(Ipv4Addr::new(239, 255, 77, 4), b"end").unwrap();
+    assert_eq!(until_marker(&a, b"end"), vec![b"one".to_vec()]);
+    let mut at_b = until_marker(&b, b"end");
+    at_b.sort();
+    assert_eq!(at_b, vec![b"one".to_vec(), b"two".to_vec()]);
+    assert_eq!(until_marker(&c, b"end"), vec![b"two".to_vec()]);
+    // Unicast reaches exactly the addressed endpoint, and replies reach the sender.
+    let addr = |ep: &UdEndpoint| match ep.local_addr() {
+        SocketAddr::V4(v4) => v4,
+        other => panic!("IPv6 address {other}"),
+    };
+    tx.send_unicast(addr(&b), b"for b").unwrap();
+    for ep in [&a, &b, &c] {
+        ep.send_unicast(addr(&tx), b"end").unwrap();
+    }
+    for ep in [&a, &c] {
+        tx.send_unicast(addr(ep), b"end").unwrap();
+    }
+    tx.send_unicast(addr(&b), b"end").unwrap();
+    assert_eq!(until_marker(&a, b"end"), Vec::<Vec<u8>>::new());
+    assert_eq!(until_marker(&b, b"end"), vec![b"for b".to_vec()]);
+    assert_eq!(until_marker(&c, b"end"), Vec::<Vec<u8>>::new());
+    for _ in 0..3 {
+        let d = tx.recv(T).unwrap().expect("a reply");
+        assert_eq!(d.data, b"end");
+        assert!([addr(&a), addr(&b), addr(&c)].contains(&match d.from {
+            SocketAddr::V4(v4) => v4,
+            other => panic!("IPv6 sender {other}"),
+        }));
     }
 }
 
@@ -533,4 +608,40 @@ fn a_shared_receive_queue_serves_several_queue_pairs() {
     let mut expected: Vec<u32> = receivers.iter().map(|q| q.qp_num()).collect();
     expected.sort_unstable();
     assert_eq!(qpns, expected, "each queue pair consumed one shared receive");
+}
+
+#[test]
+fn an_incoming_connection_without_connect_request_is_closed_after_the_handshake_timeout() {
+    use std::io::Read;
+    let timeout = Duration::from_millis(100);
+    let fab = super::device::open_with(&FabricConfig::new(FabricKind::Soft), timeout).unwrap();
+    let ch = fab.create_event_channel().unwrap();
+    let listener = ch.listen(loopback(), 4).unwrap();
+    let mut silent = std::net::TcpStream::connect(listener.local_addr()).unwrap();
+    silent.set_read_timeout(Some(T)).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 64];
+    match silent.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!("{n} unexpected bytes from the listener"),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the silent connection was not closed within {T:?}: {e}"),
+    }
+    assert!(start.elapsed() >= timeout - Duration::from_millis(5), "closed before the timeout");
+    assert!(ch.get_event(Duration::ZERO).unwrap().is_none(), "a silent connection produced an event");
+    // A connection that did send its request is unaffected: READs keep completing on it
+    // until well past the handshake timeout.
+    let p = pair(&fab);
+    let established = Instant::now();
+    let remote = p.pd.register(64, Access::REMOTE_READ).unwrap();
+    let local = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
+    let mut n = 0;
+    while established.elapsed() < 3 * timeout {
+        read(&p.a, n, &local, 0, 64, remote.remote());
+        let wc = completion(&p.cq_a);
+        assert_eq!((wc.wr_id, wc.status), (n, WcStatus::Success));
+        n += 1;
+    }
+    assert!(p.ch_a.get_event(Duration::ZERO).unwrap().is_none(), "an event on the established connection");
+    assert!(p.ch_b.get_event(Duration::ZERO).unwrap().is_none(), "an event on the established connection");
 }

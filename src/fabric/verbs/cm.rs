@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use rdma_sys::*;
 
 use super::addr::{from_c, unspecified_like, CSockAddr};
@@ -50,7 +50,8 @@ impl RawChannel {
     fn raw(&self) -> *mut rdma_event_channel {
         self.0
     }
-    fn fd(&self) -> i32 {
+    /// Its descriptor (non-blocking).
+    pub(super) fn fd(&self) -> i32 {
         // SAFETY: the channel is live while self is.
         unsafe { (*self.0).fd }
     }
@@ -102,6 +103,32 @@ pub(super) struct IdCtx {
     pub(super) qp_alive: Mutex<bool>,
     /// Whether `rdma_disconnect` was called (by the owner, or in answer to the peer's).
     pub(super) disconnected: AtomicBool,
+    /// Whether posting is allowed; posts hold it shared, state changes exclusively, so no
+    /// request slips into a queue pair after it was moved to the error state.
+    pub(super) state: RwLock<ConnState>,
+}
+
+/// Where a connection is, as far as posting is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ConnState {
+    /// Not yet established: receives may be posted, sends are refused (a device may keep a
+    /// send posted to a queue pair that is not ready and flush it later).
+    Connecting,
+    /// Established: everything may be posted.
+    Established,
+    /// Rejected, unreachable, disconnected: every post is refused.
+    Closed,
+}
+
+impl ConnState {
+    /// The name `Error::NotConnected` carries.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            ConnState::Connecting => "connecting",
+            ConnState::Established => "established",
+            ConnState::Closed => "disconnected",
+        }
+    }
 }
 
 impl IdCtx {
@@ -113,6 +140,7 @@ impl IdCtx {
             min_rnr_timer: AtomicU8::new(min_rnr_timer),
             qp_alive: Mutex::new(false),
             disconnected: AtomicBool::new(false),
+            state: RwLock::new(ConnState::Connecting),
         })
     }
 }
@@ -257,6 +285,11 @@ impl Channel {
                 let private_data = if ctx.active {
                     // The active side's QP came to RTS while librdmacm processed the REP.
                     set_min_rnr_timer_from_event(ev, ctx);
+                    let mut state = ctx.state.write();
+                    if *state == ConnState::Connecting {
+                        *state = ConnState::Established;
+                    }
+                    drop(state);
                     conn_private_data(ev)
                 } else {
                     Vec::new()
@@ -269,17 +302,24 @@ impl Channel {
                     IB_CM_REJ_CONSUMER_DEFINED => RejectReason::Consumer,
                     other => RejectReason::Other(other),
                 };
+                *ctx.state.write() = ConnState::Closed;
                 Some(CmEventOps::Rejected { conn, reason, private_data: conn_private_data(ev) })
             }
             RDMA_CM_EVENT_ADDR_ERROR
             | RDMA_CM_EVENT_ROUTE_ERROR
             | RDMA_CM_EVENT_UNREACHABLE
-            | RDMA_CM_EVENT_CONNECT_ERROR => Some(CmEventOps::Unreachable { conn, detail: describe(ev) }),
+            | RDMA_CM_EVENT_CONNECT_ERROR => {
+                *ctx.state.write() = ConnState::Closed;
+                Some(CmEventOps::Unreachable { conn, detail: describe(ev) })
+            }
             RDMA_CM_EVENT_DISCONNECTED => {
                 answer_disconnect(ev, ctx);
                 Some(CmEventOps::Disconnected { conn })
             }
-            RDMA_CM_EVENT_DEVICE_REMOVAL => Some(CmEventOps::Disconnected { conn }),
+            RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                *ctx.state.write() = ConnState::Closed;
+                Some(CmEventOps::Disconnected { conn })
+            }
             _ => {
                 tracing::debug!("verbs: ignoring CM event {}", describe(ev));
                 None
@@ -386,7 +426,7 @@ fn expect_event(channel: &RawChannel, deadline: Instant, want: rdma_cm_event_typ
 }
 
 /// `event (status N)`.
-fn describe(ev: &rdma_cm_event) -> String {
+pub(super) fn describe(ev: &rdma_cm_event) -> String {
     format!("{} (status {})", event_name(ev.event), ev.status)
 }
 
@@ -455,6 +495,7 @@ fn set_min_rnr_timer_from_event(ev: &rdma_cm_event, ctx: &IdCtx) {
 /// does not wait for the owner of this side to disconnect or drop its queue pair.
 fn answer_disconnect(ev: &rdma_cm_event, ctx: &IdCtx) {
     let _alive = ctx.qp_alive.lock();
+    *ctx.state.write() = ConnState::Closed;
     if !ctx.disconnected.swap(true, Ordering::AcqRel) {
         // SAFETY: the id is live until the event is acknowledged; librdmacm touches its QP
         // only while it exists, and RcQp's Drop destroys the QP under the same lock.
@@ -526,6 +567,12 @@ impl ConnRequestOps for ConnRequest {
         }
         // rdma_accept moved the QP to RTS with the CM's min_rnr_timer (0 = 655 ms): fix it.
         super::qp::set_min_rnr_timer(qp.raw_qp(), qp.id().ctx().min_rnr_timer.load(Ordering::Relaxed))?;
+        // In RTS: sends may be posted (they reach the peer once it is in RTR, which it is).
+        let mut state = qp.id().ctx().state.write();
+        if *state == ConnState::Connecting {
+            *state = ConnState::Established;
+        }
+        drop(state);
         Ok(Box::new(qp))
     }
     fn reject(mut self: Box<Self>, private_data: &[u8]) -> Result<()> {

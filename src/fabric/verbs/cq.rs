@@ -1,11 +1,13 @@
 //! Completion queues with their completion channels.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdma_sys::*;
 
 use super::device::Device;
+use super::events::{unwatch_cq, watch_cq};
 use super::{errno, last_os, poll_fd, set_nonblocking};
 use crate::fabric::provider::CqOps;
 use crate::fabric::{Error, Result, WcOpcode, WcStatus, WorkCompletion};
@@ -26,7 +28,10 @@ impl Drop for CompChannel {
 /// A completion queue and its channel: the provider's [`CqOps`].
 pub(super) struct Cq {
     cq: *mut ibv_cq,
+    /// The depth the device gave (`cqe` of the created CQ: devices round up).
     depth: u32,
+    /// Set by the async event reader when the device reports an overrun of this CQ.
+    overrun: Arc<AtomicBool>,
     // Dropped after the CQ (fields drop after `Drop::drop`).
     channel: CompChannel,
     _dev: Arc<Device>,
@@ -55,7 +60,10 @@ impl Cq {
         if cq.is_null() {
             return Err(last_os("ibv_create_cq"));
         }
-        Ok(Cq { cq, depth, channel, _dev: dev.clone() })
+        // SAFETY: the CQ was just created; `cqe` holds the depth the device allocated.
+        let depth = unsafe { (*cq).cqe }.max(0) as u32;
+        let overrun = watch_cq(cq);
+        Ok(Cq { cq, depth, overrun, channel, _dev: dev.clone() })
     }
 
     /// The raw CQ (for queue-pair creation).
@@ -70,16 +78,25 @@ impl Cq {
             .ok_or_else(|| Error::invalid("create queue pair", "the completion queue belongs to another provider"))
     }
 
-    /// Polls for up to `timeout`: spins through `poll`, arming and blocking when empty.
+    /// Polls for up to `timeout`: polls, arming and blocking when empty.
     pub(super) fn poll_blocking(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize> {
+        self.blocking(timeout, || self.poll(out))
+    }
+
+    /// As [`Self::poll_blocking`], into raw verbs completions (UD receives need `src_qp`).
+    pub(super) fn poll_raw_blocking(&self, out: &mut [ibv_wc], timeout: Duration) -> Result<usize> {
+        self.blocking(timeout, || self.poll_raw(out))
+    }
+
+    fn blocking(&self, timeout: Duration, mut poll: impl FnMut() -> Result<usize>) -> Result<usize> {
         let deadline = Instant::now() + timeout;
         loop {
-            let n = self.poll(out)?;
+            let n = poll()?;
             if n > 0 {
                 return Ok(n);
             }
             self.arm()?;
-            let n = self.poll(out)?;
+            let n = poll()?;
             if n > 0 {
                 return Ok(n);
             }
@@ -90,10 +107,25 @@ impl Cq {
             self.wait(deadline - now)?;
         }
     }
+
+    /// Moves up to `out.len()` raw completions into `out` (one `ibv_poll_cq`).
+    fn poll_raw(&self, out: &mut [ibv_wc]) -> Result<usize> {
+        if self.overrun.load(Ordering::Acquire) {
+            return Err(Error::CqOverrun { depth: self.depth });
+        }
+        let want = out.len().min(i32::MAX as usize) as i32;
+        // SAFETY: the CQ is live; `out` has room for `want` entries.
+        let n = unsafe { ibv_poll_cq(self.cq, want, out.as_mut_ptr()) };
+        if n < 0 {
+            return Err(errno("ibv_poll_cq", if n == -1 { libc::EIO } else { n }));
+        }
+        Ok(n as usize)
+    }
 }
 
 impl Drop for Cq {
     fn drop(&mut self) {
+        unwatch_cq(self.cq);
         // SAFETY: queue pairs using the CQ hold an Arc of it, so none is left; every event was
         // acknowledged in `wait`. Destroyed once; the channel is destroyed after (field drop).
         unsafe { ibv_destroy_cq(self.cq) };
@@ -102,6 +134,10 @@ impl Drop for Cq {
 
 impl CqOps for Cq {
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        // After an overrun the device's CQ contents are undefined: the error is sticky.
+        if self.overrun.load(Ordering::Acquire) {
+            return Err(Error::CqOverrun { depth: self.depth });
+        }
         let mut done = 0;
         while done < out.len() {
             // SAFETY: ibv_wc is plain old data; zero is a valid value.
@@ -162,7 +198,7 @@ impl CqOps for Cq {
 }
 
 /// Maps a verbs completion (for errors only wr_id, status and qp_num are defined).
-fn convert(wc: &ibv_wc) -> WorkCompletion {
+pub(super) fn convert(wc: &ibv_wc) -> WorkCompletion {
     use ibv_wc_opcode::*;
     let status = map_status(wc.status);
     let opcode = match wc.opcode {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use super::cm::{CmId, IdCtx, RawChannel};
+use super::events::AsyncEvents;
 use super::{addr::CSockAddr, cq::Cq, errno, mr::Pd, ud::UdEndpoint};
 use crate::fabric::provider::*;
 use crate::fabric::{DeviceAttributes, Error, FabricConfig, FabricKind, Result, UdInit};
@@ -54,6 +55,8 @@ pub(super) struct Device {
     /// Largest RDMA READ depth as responder and as initiator.
     pub(super) max_rd_atom: (u8, u8),
     pub(super) attributes: DeviceAttributes,
+    /// The reader of the context's async events (stopped before the list is freed).
+    events: Option<AsyncEvents>,
 }
 
 // SAFETY: libibverbs contexts are thread-safe (the library serialises where needed); the
@@ -64,6 +67,7 @@ unsafe impl Sync for Device {}
 
 impl Drop for Device {
     fn drop(&mut self) {
+        drop(self.events.take());
         // SAFETY: the list came from rdma_get_devices; every object created on the context
         // holds an Arc of this device, so none is alive any more.
         unsafe { rdma_free_devices(self.list) };
@@ -149,6 +153,7 @@ impl Device {
             max_msg_size: u64::from(port_attr.max_msg_sz),
         };
         let to_u8 = |v: i32| v.clamp(0, 255) as u8;
+        let events = AsyncEvents::start(ctx, &name)?;
         std::mem::forget(guard);
         Ok(Device {
             list,
@@ -158,6 +163,7 @@ impl Device {
             bind,
             max_rd_atom: (to_u8(dev.max_qp_rd_atom), to_u8(dev.max_qp_init_rd_atom)),
             attributes,
+            events: Some(events),
         })
     }
 }

@@ -17,14 +17,19 @@
 //! - A `Disconnected` event answers the peer's disconnect request (DREP) when it is delivered,
 //!   so the initiating side sees its own `Disconnected` once the peer's channel was read (or
 //!   after the CM's DREQ timeout when nobody reads it).
-//! - Unicast UD (`send_unicast`) is not supported: it needs address resolution per peer.
+//! - Unicast UD: an endpoint's unicast address is the port of an RDMA_PS_UDP CM id listening
+//!   for it; senders resolve it once through SIDR (see `sidr`). A received datagram names its
+//!   sender by that address when the sender resolved the receiver (unicast senders always
+//!   did), otherwise by its IP with port 0.
 
 mod addr;
 mod cm;
 mod cq;
 mod device;
+mod events;
 mod mr;
 mod qp;
+mod sidr;
 mod ud;
 
 use super::{Error, Fabric, FabricConfig, Result};

@@ -94,7 +94,8 @@ impl PdOps for Pd {
         if srq.is_null() {
             return Err(last_os("ibv_create_srq"));
         }
-        Ok(Arc::new(Srq { srq, max_wr, _pd: self.inner.clone() }))
+        // The device may round the depth up; a full queue reports what it allocated.
+        Ok(Arc::new(Srq { srq, max_wr: attr.attr.max_wr.max(max_wr), _pd: self.inner.clone() }))
     }
 }
 

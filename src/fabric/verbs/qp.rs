@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-use super::cm::CmId;
+use super::cm::{CmId, ConnState};
 use super::cq::Cq;
 use super::device::Device;
 use super::errno;
@@ -57,6 +57,20 @@ pub(super) fn set_min_rnr_timer(qp: *mut ibv_qp, code: u8) -> Result<()> {
         return Err(errno("ibv_modify_qp(min_rnr_timer)", rc));
     }
     Ok(())
+}
+
+/// The capacities of a live queue pair, as the device reports them.
+pub(super) fn query_caps(qp: *mut ibv_qp) -> Result<ibv_qp_cap> {
+    // SAFETY: plain old data filled by the call.
+    let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: plain old data filled by the call.
+    let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller passes a live QP; both out-pointers are valid.
+    let rc = unsafe { ibv_query_qp(qp, &mut attr, ibv_qp_attr_mask::IBV_QP_CAP.0 as i32, &mut init) };
+    if rc != 0 {
+        return Err(errno("ibv_query_qp", rc));
+    }
+    Ok(attr.cap)
 }
 
 /// A reliable-connected queue pair on a CM id: the provider's [`QpOps`].
@@ -118,13 +132,22 @@ impl RcQp {
         }
         // SAFETY: rdma_create_qp succeeded, so the id's qp is live.
         let (qp, qp_num) = unsafe { ((*id.raw()).qp, (*(*id.raw()).qp).qp_num) };
+        // What the device allocated (rxe rounds depths up to a power of two minus one): a full
+        // queue reports that depth. Not every device writes it back on create: ask it.
+        let actual = query_caps(qp).unwrap_or(attr.cap);
+        let caps = QpCaps {
+            max_send_wr: actual.max_send_wr.max(c.max_send_wr),
+            max_recv_wr: if srq.is_null() { actual.max_recv_wr.max(c.max_recv_wr) } else { 0 },
+            max_send_sge: actual.max_send_sge.max(c.max_send_sge),
+            max_recv_sge: actual.max_recv_sge.max(c.max_recv_sge),
+        };
         *id.ctx().qp_alive.lock() = true;
         let peer = id.peer_addr().unwrap_or_else(|| super::addr::unspecified_like([0, 0, 0, 0].into()));
         let local = id.local_addr().unwrap_or_else(|| super::addr::unspecified_like(peer.ip()));
         Ok(RcQp {
             qp,
             qp_num,
-            caps: c,
+            caps,
             peer,
             local,
             id,
@@ -142,6 +165,10 @@ impl RcQp {
     /// The raw QP.
     pub(super) fn raw_qp(&self) -> *mut ibv_qp {
         self.qp
+    }
+
+    fn not_connected(&self, verb: &'static str, state: ConnState) -> Error {
+        Error::NotConnected { verb, qp_num: self.qp_num, state: state.name() }
     }
 
     /// Moves the QP to the error state (flushing what is outstanding).
@@ -189,6 +216,12 @@ impl QpOps for RcQp {
         if self._srq.is_some() {
             return Err(Error::invalid("post_recv", "the queue pair uses a shared receive queue"));
         }
+        // Receives may be posted before the connection is up (they must be, against RNR), not
+        // after it is gone: a queue pair in the error state would keep them without a flush.
+        let state = self.id.ctx().state.read();
+        if *state == ConnState::Closed {
+            return Err(self.not_connected("post_recv", *state));
+        }
         let rc = with_sges(sges, |sg_list, num_sge| {
             let mut wr = ibv_recv_wr { wr_id, next: std::ptr::null_mut(), sg_list, num_sge };
             let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
@@ -199,6 +232,12 @@ impl QpOps for RcQp {
     }
 
     fn post_send(&self, req: &SendRequest<'_>) -> Result<()> {
+        // Only an established connection takes sends: a device may keep a request posted to a
+        // queue pair that is not ready (while refusing the post) and flush it later.
+        let state = self.id.ctx().state.read();
+        if *state != ConnState::Established {
+            return Err(self.not_connected("post_send", *state));
+        }
         let rc = with_sges(req.sges, |sg_list, num_sge| {
             // SAFETY: ibv_send_wr is plain old data (pointers, integers, unions of those).
             let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -230,6 +269,7 @@ impl QpOps for RcQp {
 
     fn disconnect(&self) -> Result<()> {
         let _alive = self.id.ctx().qp_alive.lock();
+        *self.id.ctx().state.write() = ConnState::Closed;
         if self.id.ctx().disconnected.swap(true, Ordering::AcqRel) {
             return Ok(());
         }

@@ -3,8 +3,12 @@
 //! handle, receives with the 40-byte GRH area stripped.
 //!
 //! The group port of [`UdInit`] is folded into the Q_Key, so endpoints on different ports do
-//! not see each other's datagrams (RoCE multicast addresses carry no port). `Datagram::from`
-//! carries the sender's IP (from the GRH/IPv4 header) and port 0: the headers carry no port.
+//! not see each other's datagrams (RoCE multicast addresses carry no port).
+//!
+//! Unicast: the endpoint's address is that of its SIDR listener (see `sidr`); `send_unicast`
+//! resolves a peer once and keeps its address handle. `Datagram::from` carries the sender's IP
+//! (from the GRH/IPv4 header) and, when the sender resolved this endpoint (every unicast
+//! sender did), its unicast port; otherwise port 0 (the headers carry no port).
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -16,10 +20,11 @@ use rdma_sys::*;
 
 use super::addr::{source_of_grh, CSockAddr};
 use super::cm::{CmId, IdCtx, RawChannel};
-use super::cq::Cq;
+use super::cq::{convert, Cq};
 use super::device::{mtu_bytes, Device};
 use super::mr::{Mr, PdInner};
 use super::qp::post_error;
+use super::sidr::{resolve, SidrListener};
 use super::{errno, last_os};
 use crate::fabric::provider::{CqOps, MrOps, UdOps};
 use crate::fabric::{Access, Datagram, Error, RegisteredBuffer, Result, UdInit, WorkCompletion};
@@ -30,6 +35,8 @@ const GRH_LEN: usize = 40;
 const SEND_SLOTS: usize = 64;
 /// How long a join waits for the subnet / IGMP machinery.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long resolving a unicast address may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a send waits for a free slot.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// The Q_Key librdmacm uses for RDMA_PS_UDP; the group port is folded into it.
@@ -40,10 +47,11 @@ fn qkey_for_port(port: u16) -> u32 {
     UDP_QKEY_BASE ^ u32::from(port)
 }
 
-/// A joined group: its address handle and destination QPN.
+/// A joined group or a resolved unicast peer: its address handle, QPN and Q_Key.
 struct Group {
     ah: *mut ibv_ah,
     qpn: u32,
+    qkey: u32,
 }
 
 impl Drop for Group {
@@ -81,11 +89,16 @@ pub(super) struct UdEndpoint {
     local: SocketAddr,
     recv_slots: u32,
     groups: Mutex<HashMap<Ipv4Addr, Group>>,
+    /// Resolved unicast peers.
+    peers: Mutex<HashMap<SocketAddrV4, Group>>,
     join_lock: Mutex<()>,
     ring: Mutex<SendRing>,
     send_buf: Arc<RegisteredBuffer>,
     recv_buf: Arc<RegisteredBuffer>,
-    // Teardown after the groups are left (Drop::drop): QP, MRs, CQs, id, channel, PD.
+    interface: Ipv4Addr,
+    // Teardown after the groups are left (Drop::drop): SIDR listener, QP, MRs, CQs, id,
+    // channel, PD.
+    sidr: SidrListener,
     qp: UdQp,
     send_mr: Mr,
     recv_mr: Mr,
@@ -160,10 +173,9 @@ impl UdEndpoint {
         if rc != 0 {
             return Err(errno("ibv_modify_qp(qkey)", rc));
         }
-        let local = match id.local_addr() {
-            Some(SocketAddr::V4(a)) => SocketAddr::V4(SocketAddrV4::new(*a.ip(), a.port())),
-            _ => SocketAddr::new(init.interface.into(), 0),
-        };
+        // SAFETY: the QP is live.
+        let sidr = SidrListener::start(init.interface, unsafe { (*qp.qp).qp_num }, qkey)?;
+        let local = SocketAddr::V4(sidr.local());
         let ep = UdEndpoint {
             port: init.port,
             qkey,
@@ -171,10 +183,13 @@ impl UdEndpoint {
             local,
             recv_slots: init.recv_depth,
             groups: Mutex::new(HashMap::new()),
+            peers: Mutex::new(HashMap::new()),
             join_lock: Mutex::new(()),
             ring: Mutex::new(SendRing { next: 0, done: 0 }),
             send_buf,
             recv_buf,
+            interface: init.interface,
+            sidr,
             qp,
             send_mr,
             recv_mr,
@@ -225,6 +240,48 @@ impl UdEndpoint {
         Ok(())
     }
 
+    /// Sends `payload` through `g`'s address handle (the caller holds the lock of the map
+    /// `g` is in, so the handle stays alive).
+    fn send(&self, g: &Group, payload: &[u8]) -> Result<()> {
+        let mut ring = self.ring.lock();
+        self.reap(&mut ring, None)?;
+        while ring.next - ring.done >= SEND_SLOTS as u64 {
+            let before = ring.done;
+            self.reap(&mut ring, Some(SEND_TIMEOUT))?;
+            if ring.done == before {
+                return Err(Error::Timeout { verb: "UD send", millis: SEND_TIMEOUT.as_millis() as u64 });
+            }
+        }
+        let slot = (ring.next % SEND_SLOTS as u64) as usize;
+        let offset = slot * self.mtu;
+        self.send_buf.write(offset, payload)?;
+        let mut sge = ibv_sge {
+            addr: self.send_buf.addr() + offset as u64,
+            length: payload.len() as u32,
+            lkey: MrOps::lkey(&self.send_mr),
+        };
+        // SAFETY: plain old data.
+        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = slot as u64;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.wr.ud = ud_t { ah: g.ah, remote_qpn: g.qpn, remote_qkey: g.qkey };
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: QP and AH are live (the lock of its map is held); the SGE lies in the
+        // registered send buffer, whose slot is not reused before its completion.
+        let rc = unsafe { ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
+        post_error(Ok(rc), "ibv_post_send(UD)", "send queue", SEND_SLOTS as u32)?;
+        ring.next += 1;
+        Ok(())
+    }
+
+    fn qp_num(&self) -> u32 {
+        // SAFETY: the QP is live while self is.
+        unsafe { (*self.qp.qp).qp_num }
+    }
+
     fn group_addr(&self, group: Ipv4Addr) -> CSockAddr {
         CSockAddr::new(SocketAddr::new(group.into(), self.port))
     }
@@ -232,6 +289,7 @@ impl UdEndpoint {
 
 impl Drop for UdEndpoint {
     fn drop(&mut self) {
+        self.peers.get_mut().clear();
         let groups: Vec<(Ipv4Addr, Group)> = self.groups.get_mut().drain().collect();
         for (group, g) in groups {
             let mut sa = self.group_addr(group);
@@ -268,7 +326,7 @@ impl UdOps for UdEndpoint {
             if ah.is_null() {
                 return Err(format!("ibv_create_ah: {}", std::io::Error::last_os_error()));
             }
-            Ok(Group { ah, qpn: ud.qp_num })
+            Ok(Group { ah, qpn: ud.qp_num, qkey: self.qkey })
         })?;
         let joined = match outcome {
             Some(Ok(g)) => g,
@@ -299,53 +357,41 @@ impl UdOps for UdEndpoint {
         let g = groups.get(&group).ok_or_else(|| {
             Error::invalid("send_to", format!("join {group} first: verbs sends through the group's address handle"))
         })?;
-        let mut ring = self.ring.lock();
-        self.reap(&mut ring, None)?;
-        while ring.next - ring.done >= SEND_SLOTS as u64 {
-            let before = ring.done;
-            self.reap(&mut ring, Some(SEND_TIMEOUT))?;
-            if ring.done == before {
-                return Err(Error::Timeout { verb: "UD send", millis: SEND_TIMEOUT.as_millis() as u64 });
-            }
-        }
-        let slot = (ring.next % SEND_SLOTS as u64) as usize;
-        let offset = slot * self.mtu;
-        self.send_buf.write(offset, payload)?;
-        let mut sge = ibv_sge {
-            addr: self.send_buf.addr() + offset as u64,
-            length: payload.len() as u32,
-            lkey: MrOps::lkey(&self.send_mr),
-        };
-        // SAFETY: plain old data.
-        let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = slot as u64;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = ibv_send_flags::IBV_SEND_SIGNALED.0;
-        wr.wr.ud = ud_t { ah: g.ah, remote_qpn: g.qpn, remote_qkey: self.qkey };
-        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: QP and AH are live (the groups lock is held); the SGE lies in the
-        // registered send buffer, whose slot is not reused before its completion.
-        let rc = unsafe { ibv_post_send(self.qp.qp, &mut wr, &mut bad) };
-        post_error(Ok(rc), "ibv_post_send(UD)", "send queue", SEND_SLOTS as u32)?;
-        ring.next += 1;
-        Ok(())
+        self.send(g, payload)
     }
 
-    fn send_unicast(&self, _to: SocketAddrV4, _payload: &[u8]) -> Result<()> {
-        Err(Error::invalid("send_unicast", "unicast UD needs address resolution; not supported by the verbs provider"))
+    fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
+        if let Some(peer) = self.peers.lock().get(&to) {
+            return self.send(peer, payload);
+        }
+        // Resolve without holding the lock (a SIDR round trip); a racing resolution of the
+        // same peer keeps the first handle.
+        let r = resolve(self.interface, to, self.sidr.local().port(), self.qp_num(), RESOLVE_TIMEOUT)?;
+        let mut ah_attr = r.ah_attr;
+        // SAFETY: the PD is live; ah_attr is valid for the call.
+        let ah = unsafe { ibv_create_ah(self.pd.raw(), &mut ah_attr) };
+        if ah.is_null() {
+            return Err(last_os("ibv_create_ah(unicast)"));
+        }
+        let mut peers = self.peers.lock();
+        let peer = peers.entry(to).or_insert(Group { ah, qpn: r.qpn, qkey: r.qkey });
+        if peer.ah != ah {
+            // SAFETY: created above and never used.
+            unsafe { ibv_destroy_ah(ah) };
+        }
+        self.send(peer, payload)
     }
 
     fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
         let deadline = Instant::now() + timeout;
-        let mut wc = [WorkCompletion::default()];
+        // SAFETY: ibv_wc is plain old data; zero is a valid value.
+        let mut raw: [ibv_wc; 1] = unsafe { std::mem::zeroed() };
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if self.recv_cq.poll_blocking(&mut wc, left)? == 0 {
+            if self.recv_cq.poll_raw_blocking(&mut raw, left)? == 0 {
                 return Ok(None);
             }
-            let wc = wc[0];
+            let wc = convert(&raw[0]);
             let slot = wc.wr_id as u32;
             if !wc.status.is_success() {
                 if wc.status == crate::fabric::WcStatus::WorkRequestFlushed {
@@ -366,7 +412,8 @@ impl UdOps for UdEndpoint {
             self.recv_buf.read(base + GRH_LEN, &mut data)?;
             self.post_recv_slot(slot)?;
             let ip = source_of_grh(&grh).unwrap_or(Ipv4Addr::UNSPECIFIED);
-            return Ok(Some(Datagram { from: SocketAddr::new(ip.into(), 0), data }));
+            let port = self.sidr.sender_port(ip, raw[0].src_qp).unwrap_or(0);
+            return Ok(Some(Datagram { from: SocketAddr::new(ip.into(), port), data }));
         }
     }
 
