@@ -449,7 +449,9 @@ impl PublisherShared {
         drop(st);
         let mut wcs = [WorkCompletion::default(); 32];
         let timeout = wait_until.saturating_duration_since(Instant::now()).min(super::SLICE);
-        let n = self.cq.poll_wait(&mut wcs, Duration::from_micros(50), timeout)?;
+        // No spinning while waiting for credit: the subscribers that will grant it need the CPU
+        // (measured on 2 vCPUs: spinning here cost the publisher up to 7x CPU per message).
+        let n = self.cq.poll_wait(&mut wcs, Duration::ZERO, timeout)?;
         let mut st = self.state.lock();
         self.handle_completions(&mut st, &wcs[..n]);
         if n == 0 && Instant::now() >= deadline && !matches!(self.options.policy, Policy::DropSlow { .. }) {
