@@ -143,7 +143,10 @@ fn publish_before_subscribe() {
     assert_eq!(probe.seqs_of(publisher.id()), (1..=20).collect::<Vec<_>>());
     // The subscriber's node knows the publisher's node and topic.
     let peer = sub_node.peers().into_iter().find(|p| p.node == pub_node.id()).expect("publisher's node known");
-    assert_eq!((peer.addr, peer.epoch, peer.topics), (pub_node.local_addr(), pub_node.epoch(), vec!["late-sub".into()]));
+    assert_eq!(
+        (peer.addr, peer.epoch, peer.topics),
+        (pub_node.local_addr(), pub_node.epoch(), vec!["late-sub".into()])
+    );
 }
 
 #[test]
@@ -415,9 +418,8 @@ fn a_crashed_publisher_is_detected_and_its_restart_reconnected() {
     wait_published(&mut first.0);
     let epoch1 = probe.messages[0].publisher.epoch;
     drop(first); // SIGKILL
-    probe.until("the connection loss", |p| {
-        p.events.iter().any(|e| matches!(e, SubscriptionEvent::Disconnected { .. }))
-    });
+    probe
+        .until("the connection loss", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Disconnected { .. })));
     probe.until("the missed heartbeats", |p| p.lost(LostReason::Silent));
     let second = Killed(spawn_publisher(&d, id, "crashy", 50));
     probe.until("50 messages of the second incarnation", |p| p.messages.len() >= 100);
@@ -461,4 +463,3 @@ fn nodes_with_discovery_leak_no_threads_or_descriptors() {
     assert!(after.threads <= baseline.threads, "threads {} > {}", after.threads, baseline.threads);
     assert!(after.fds <= baseline.fds, "fds {} > {}", after.fds, baseline.fds);
 }
-

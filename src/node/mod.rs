@@ -37,18 +37,12 @@ pub use subscription::{
 pub type NodeId = u64;
 
 /// Builds a [`Node`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NodeBuilder {
     fabric: FabricConfig,
     port: u16,
     discovery: DiscoveryOptions,
     node_id: Option<NodeId>,
-}
-
-impl Default for NodeBuilder {
-    fn default() -> Self {
-        NodeBuilder { fabric: FabricConfig::default(), port: 0, discovery: DiscoveryOptions::default(), node_id: None }
-    }
 }
 
 impl NodeBuilder {

@@ -59,6 +59,8 @@ pub struct SubscriptionOptions {
     pub max_message_len: u64,
     /// Connect by itself to every publisher of the topic discovery announces, and reconnect
     /// to those that come back (default true; no effect when the node's discovery is off).
+    /// Connections are made by the subscription's own calls (`recv*`, `try_recv`,
+    /// `try_event`), like all its progress.
     pub auto_connect: bool,
 }
 
@@ -508,6 +510,7 @@ impl Subscription {
     /// The next event about this subscription's connections, if any.
     pub fn try_event(&mut self) -> Option<SubscriptionEvent> {
         self.drain_feed_events();
+        self.poll_discovery();
         self.user_events.pop_front()
     }
 

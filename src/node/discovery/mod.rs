@@ -1,14 +1,14 @@
 //! Discovery: nodes find each other's publishers by themselves.
 //!
-//! Each node runs one discovery thread ([`thread`]) owning a UD endpoint. It announces the
+//! Each node runs one discovery thread (`thread.rs`) owning a UD endpoint. It announces the
 //! node (id, epoch, connect address, published topics: [`Announcement`]) to a multicast group
 //! and/or by unicast to a static list of peers: a `Hello` at start and whenever the local topics
 //! change, a `Heartbeat` every [`DiscoveryOptions::heartbeat`] (±10 % jitter), a `Goodbye` on
-//! clean shutdown. Heard announcements update the node's [`Directory`] of peers; a peer silent
+//! clean shutdown. Heard announcements update the node's `Directory` of peers; a peer silent
 //! for `heartbeat × missed_heartbeats` is expired.
 //!
-//! Subscriptions register in the directory by topic and receive [`Sighting`]s on a channel when
-//! a publisher of their topic appears or disappears ([`watch::Watch`] turns them into connects
+//! Subscriptions register in the directory by topic and receive `Sighting`s on a channel when
+//! a publisher of their topic appears or disappears (`watch::Watch` turns them into connects
 //! and [`crate::SubscriptionEvent::PublisherLost`] events). Local publishers are sighted too.
 //!
 //! The thread is separate from the CM thread because each blocks on its own object (the UD
