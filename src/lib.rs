@@ -3,7 +3,9 @@
 //! A process creates a [`Node`], publishes on topics with a [`Publisher`] and subscribes with a
 //! [`Subscription`]. Publishers write messages into a ring in a registered memory region;
 //! subscribers pull it with one-sided RDMA READs and acknowledge with SENDs, which are the
-//! publisher's flow-control credits.
+//! publisher's flow-control credits. Nodes discover each other's publishers over UD multicast
+//! (or unicast to listed peers) and subscriptions connect to them by themselves
+//! ([`DiscoveryOptions`]).
 //!
 //! Layers, bottom up: [`fabric`] (verbs-shaped transport with a soft and a verbs provider) →
 //! [`ring`] (record layout, producer, remote reader) → [`protocol`] (private data, control
@@ -33,6 +35,7 @@ pub mod stats;
 pub use error::{Error, Result};
 pub use fabric::FabricKind;
 pub use node::{
-    Claim, Message, MessageRef, Node, NodeBuilder, NodeCounters, Policy, Publisher, PublisherCounters, PublisherInfo,
-    PublisherOptions, Start, Subscription, SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
+    Claim, DiscoveryCounters, DiscoveryOptions, LostReason, Message, MessageRef, Node, NodeBuilder, NodeCounters,
+    PeerInfo, Policy, Publisher, PublisherCounters, PublisherInfo, PublisherOptions, Start, Subscription,
+    SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
 };

@@ -356,8 +356,8 @@ fn now_us() -> u64 {
 /// The named values of a node's counters.
 pub(crate) fn node_values(c: &NodeCounters) -> Vec<(String, u64)> {
     // Exhaustive destructuring: a counter added to the struct must be exported here too.
-    let NodeCounters { rejected_connects } = c;
-    named(&[("rejected_connects", rejected_connects)])
+    let NodeCounters { rejected_connects, bad_datagrams } = c;
+    named(&[("rejected_connects", rejected_connects), ("bad_datagrams", bad_datagrams)])
 }
 
 fn publisher_values(id: u64, c: &PublisherCounters) -> Vec<(String, u64)> {
@@ -397,8 +397,19 @@ fn publisher_values(id: u64, c: &PublisherCounters) -> Vec<(String, u64)> {
 }
 
 fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
-    let SubscriptionCounters { delivered, bytes, reads, empty_reads, torn, lost, acks, doorbell_requests, doorbells } =
-        c;
+    let SubscriptionCounters {
+        delivered,
+        bytes,
+        reads,
+        empty_reads,
+        torn,
+        lost,
+        acks,
+        doorbell_requests,
+        doorbells,
+        reconnects,
+        duplicates,
+    } = c;
     named(&[
         ("delivered", delivered),
         ("bytes", bytes),
@@ -409,6 +420,8 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         ("acks", acks),
         ("doorbell_requests", doorbell_requests),
         ("doorbells", doorbells),
+        ("reconnects", reconnects),
+        ("duplicates", duplicates),
     ])
 }
 

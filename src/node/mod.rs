@@ -2,10 +2,13 @@
 //! connection-manager thread and creates publishers and subscriptions.
 //!
 //! Threads: one CM thread per node (accepts subscribers of local publishers, routes connection
-//! events to subscriptions). Data never passes through it: a publisher's thread writes its ring
-//! and handles acks inline; a subscription's thread posts READs and polls its own CQ.
+//! events to subscriptions) and one discovery thread (announces the node's publishers over UD
+//! multicast or unicast, hears the other nodes', tells subscriptions: see [`discovery`]). Data
+//! never passes through them: a publisher's thread writes its ring and handles acks inline; a
+//! subscription's thread posts READs and polls its own CQ.
 
 mod cm;
+pub mod discovery;
 mod publisher;
 mod subscription;
 
@@ -25,6 +28,7 @@ use crate::fabric::{self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind
 use crate::protocol::TopicId;
 use crate::stats;
 
+pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
 pub use publisher::{Claim, Policy, Publisher, PublisherCounters, PublisherOptions};
 pub use subscription::{
     Message, MessageRef, PublisherInfo, Start, Subscription, SubscriptionCounters, SubscriptionEvent,
@@ -42,6 +46,8 @@ pub struct NodeBuilder {
     /// Where the stats file goes (`None`: no file).
     stats_dir: Option<PathBuf>,
     stats_interval: Duration,
+    discovery: DiscoveryOptions,
+    node_id: Option<NodeId>,
 }
 
 impl Default for NodeBuilder {
@@ -51,6 +57,8 @@ impl Default for NodeBuilder {
             port: 0,
             stats_dir: Some(stats::default_dir()),
             stats_interval: stats::DEFAULT_INTERVAL,
+            discovery: DiscoveryOptions::default(),
+            node_id: None,
         }
     }
 }
@@ -88,16 +96,31 @@ impl NodeBuilder {
         self.stats_interval = interval.max(Duration::from_millis(1));
         self
     }
-    /// Opens the fabric, starts listening and starts the CM thread.
+    /// How the node discovers peers (default: multicast on [`discovery::DEFAULT_GROUP`]:
+    /// [`discovery::DEFAULT_PORT`] from the bind address's interface, heartbeat 200 ms, gone
+    /// after 5 missed).
+    pub fn discovery(mut self, options: DiscoveryOptions) -> Self {
+        self.discovery = options;
+        self
+    }
+    /// A fixed node id (default: random). A node restarted with the same id is recognised as
+    /// the same node with a new epoch, and its subscribers reconnect to it.
+    pub fn node_id(mut self, id: NodeId) -> Self {
+        self.node_id = Some(id);
+        self
+    }
+    /// Opens the fabric, starts listening, and starts the CM and discovery threads.
     pub fn build(self) -> Result<Node> {
         let fabric = fabric::open(&self.fabric)?;
         let pd = fabric.alloc_pd()?;
         let channel = fabric.create_event_channel()?;
         let listener = channel.listen(SocketAddr::new(self.fabric.bind, self.port), 128)?;
         let addr = listener.local_addr();
+        let (id, epoch) = (self.node_id.unwrap_or_else(rand::random), epoch_now());
         let shared = Arc::new(NodeShared {
-            id: rand::random(),
-            epoch: epoch_now(),
+            id,
+            epoch,
+            discovery: discovery::Directory::new(id, epoch, addr, self.discovery.enabled),
             addr,
             fabric,
             pd,
@@ -108,26 +131,40 @@ impl NodeBuilder {
             counters: NodeCounters::default(),
             stats: stats::Registry::default(),
         });
+        let disc_setup =
+            if self.discovery.enabled { Some(discovery::thread::setup(&shared, &self.discovery)?) } else { None };
+        let discovery_addr = disc_setup.as_ref().map(|s| s.ud.local_addr());
         let thread_shared = shared.clone();
         let cm = std::thread::Builder::new()
             .name(format!("pubsub-cm-{}", addr.port()))
             .spawn(move || cm::run(thread_shared, listener))
             .map_err(|e| fabric::Error::os("spawn CM thread", None, e))?;
-        let exporter = self.stats_dir.and_then(|dir| start_exporter(&shared, &dir, self.stats_interval));
-        tracing::debug!(node = shared.id, %addr, fabric = %shared.fabric.kind(), "node started");
-        Ok(Node { shared, cm: Some(cm), exporter })
+        let mut node = Node { shared, cm: Some(cm), discovery: None, discovery_addr, exporter: None };
+        if let Some(setup) = disc_setup {
+            let thread_shared = node.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("pubsub-disc-{}", addr.port()))
+                .spawn(move || discovery::thread::run(thread_shared, setup))
+                .map_err(|e| fabric::Error::os("spawn discovery thread", None, e))?;
+            node.discovery = Some(spawned);
+        }
+        node.exporter = self.stats_dir.and_then(|dir| start_exporter(&node.shared, &dir, self.stats_interval));
+        tracing::debug!(node = node.shared.id, %addr, fabric = %node.shared.fabric.kind(), "node started");
+        Ok(node)
     }
 }
 
 /// An embedded pub/sub node: the entry point of the API.
 ///
-/// Dropping the node stops its CM thread: it accepts no new subscribers and its subscriptions
-/// connect to no new publishers; publishers and subscriptions already created keep working
-/// until they are dropped.
+/// Dropping the node stops its CM thread and its discovery thread (which says goodbye first):
+/// it accepts no new subscribers and its subscriptions connect to no new publishers;
+/// publishers and subscriptions already created keep working until they are dropped.
 pub struct Node {
     shared: Arc<NodeShared>,
     cm: Option<JoinHandle<()>>,
     exporter: Option<stats::Exporter>,
+    discovery: Option<JoinHandle<()>>,
+    discovery_addr: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for Node {
@@ -169,6 +206,19 @@ impl Node {
     pub fn stats_path(&self) -> Option<&Path> {
         self.exporter.as_ref().map(|e| e.path())
     }
+    /// Where the node's discovery endpoint receives unicast announcements (what other nodes
+    /// list in [`DiscoveryOptions::peers`]); `None` when discovery is off.
+    pub fn discovery_addr(&self) -> Option<SocketAddr> {
+        self.discovery_addr
+    }
+    /// The other nodes discovery knows now.
+    pub fn peers(&self) -> Vec<PeerInfo> {
+        self.shared.discovery.peers()
+    }
+    /// The discovery counters.
+    pub fn discovery_counters(&self) -> &DiscoveryCounters {
+        &self.shared.discovery.counters
+    }
     /// Creates the publisher of `topic` on this node, with default options.
     pub fn publisher(&self, topic: &str) -> Result<Publisher> {
         self.publisher_with(topic, PublisherOptions::default())
@@ -177,8 +227,9 @@ impl Node {
     pub fn publisher_with(&self, topic: &str, options: PublisherOptions) -> Result<Publisher> {
         Publisher::create(self.shared.clone(), topic, options)
     }
-    /// Creates a subscription to `topic` with default options; connect it to publishers with
-    /// [`Subscription::connect`].
+    /// Creates a subscription to `topic` with default options. With discovery on it connects
+    /// by itself to every publisher of the topic as they are announced (see
+    /// [`SubscriptionOptions::auto_connect`]); [`Subscription::connect`] connects by address.
     pub fn subscribe(&self, topic: &str) -> Result<Subscription> {
         self.subscribe_with(topic, SubscriptionOptions::default())
     }
@@ -194,6 +245,9 @@ impl Drop for Node {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(cm) = self.cm.take() {
             let _ = cm.join();
+        }
+        if let Some(discovery) = self.discovery.take() {
+            let _ = discovery.join();
         }
     }
 }
@@ -214,6 +268,8 @@ pub(crate) struct NodeShared {
     pub(crate) counters: NodeCounters,
     /// Publishers and subscriptions whose counters are exported.
     pub(crate) stats: stats::Registry,
+    /// Local and discovered publishers, and the subscriptions watching them.
+    pub(crate) discovery: discovery::Directory,
 }
 
 /// Counters of a node, readable while it runs.
@@ -221,6 +277,8 @@ pub(crate) struct NodeShared {
 pub struct NodeCounters {
     /// Connect requests refused (bad private data, unknown topic, limits).
     pub rejected_connects: AtomicU64,
+    /// Discovery datagrams dropped because they did not decode (garbage, unknown version).
+    pub bad_datagrams: AtomicU64,
 }
 
 /// The owner of a connection, for routing its CM events.

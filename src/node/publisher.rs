@@ -220,7 +220,7 @@ impl Publisher {
             }
         }
         let shared = Arc::new(PublisherShared {
-            id: node.id ^ topic_id.0.rotate_left(29),
+            id: publisher_id(node.id, topic_id),
             topic: topic.to_owned(),
             topic_id,
             max_record_payload: config.max_record_payload,
@@ -253,6 +253,7 @@ impl Publisher {
             publishers.insert(topic_id, Arc::downgrade(&shared));
         }
         node.stats.add_publisher(topic, shared.id, &shared.counters);
+        node.discovery.publisher_added(topic, topic_id);
         Ok(Publisher { shared })
     }
 
@@ -678,6 +679,7 @@ impl PublisherShared {
             let mut publishers = self.node.publishers.lock();
             if publishers.get(&self.topic_id).is_some_and(|w| std::ptr::eq(w.as_ptr(), self)) {
                 publishers.remove(&self.topic_id);
+                self.node.discovery.publisher_removed(self.topic_id);
             }
         }
         let deadline = Instant::now() + self.options.linger;
@@ -796,6 +798,12 @@ impl PublisherShared {
             self.remove_subscriber(&mut st, key);
         }
     }
+}
+
+/// The id of the publisher of `topic` on node `node` (stable across restarts of a node with a
+/// fixed id).
+pub(crate) fn publisher_id(node: super::NodeId, topic: TopicId) -> u64 {
+    node ^ topic.0.rotate_left(29)
 }
 
 /// Rejects a connect request with a reason, counting it.

@@ -2,8 +2,13 @@
 //! publisher's ring with batched RDMA READs into a local READ buffer, validating and
 //! reassembling records, acknowledging consumption with coalesced SENDs (the publisher's
 //! credits), and parking on a doorbell when the topic is idle.
+//!
+//! With discovery on, a subscription watches its topic in the node's directory and connects to
+//! every publisher announced, reconnecting when one comes back. Messages are deduplicated by
+//! (publisher id, epoch, seq): a reconnection to an epoch already read starts at the earliest
+//! retained message and skips what was delivered.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,7 +30,9 @@ use crate::protocol::{
 use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop};
 
 use super::cm::FeedEvent;
-use super::{check_topic, NodeShared, Route, SLICE};
+use super::discovery::watch::Watch;
+use super::discovery::{LostReason, Sighting};
+use super::{check_topic, NodeId, NodeShared, Route, SLICE};
 
 /// Where a new subscription starts in each publisher's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -50,6 +57,11 @@ pub struct SubscriptionOptions {
     pub spin: Duration,
     /// Largest message reassembled (default 64 MiB); larger ones break the feed.
     pub max_message_len: u64,
+    /// Connect by itself to every publisher of the topic discovery announces, and reconnect
+    /// to those that come back (default true; no effect when the node's discovery is off).
+    /// Connections are made by the subscription's own calls (`recv*`, `try_recv`,
+    /// `try_event`), like all its progress.
+    pub auto_connect: bool,
 }
 
 impl Default for SubscriptionOptions {
@@ -60,6 +72,7 @@ impl Default for SubscriptionOptions {
             busy_poll: false,
             spin: Duration::from_micros(200),
             max_message_len: 64 << 20,
+            auto_connect: true,
         }
     }
 }
@@ -153,6 +166,19 @@ pub enum SubscriptionEvent {
         /// What failed.
         detail: String,
     },
+    /// Discovery says a publisher of the topic is gone. After [`LostReason::Silent`] and
+    /// [`LostReason::Restarted`] the connection to it is closed; the subscription reconnects
+    /// by itself when the node is announced again.
+    PublisherLost {
+        /// The publisher's node.
+        node: NodeId,
+        /// The epoch that is gone.
+        epoch: u64,
+        /// Its address.
+        addr: SocketAddr,
+        /// How discovery knows.
+        reason: LostReason,
+    },
 }
 
 /// Counters of a subscription.
@@ -176,6 +202,10 @@ pub struct SubscriptionCounters {
     pub doorbell_requests: AtomicU64,
     /// Doorbells received.
     pub doorbells: AtomicU64,
+    /// Connections established to a publisher this subscription had been connected to before.
+    pub reconnects: AtomicU64,
+    /// Messages skipped because they had been delivered already (reconnection to the same epoch).
+    pub duplicates: AtomicU64,
 }
 
 const KIND_READ: u64 = 1;
@@ -257,6 +287,8 @@ struct ActiveFeed {
     end: Option<u64>,
     /// The last parse stopped on a lap: READ the control block next.
     need_control: bool,
+    /// Messages up to this sequence were delivered by an earlier connection: skip them.
+    skip_through: u64,
 }
 
 impl ActiveFeed {
@@ -300,6 +332,12 @@ pub struct Subscription {
     /// Holds a reassembled message lent by `recv_ref`.
     stash: Vec<u8>,
     counters: Arc<SubscriptionCounters>,
+    /// Discovery's view of the topic's publishers (auto-connect).
+    watch: Option<Watch>,
+    /// Publishers ever connected to (by id): connecting again is a reconnection.
+    seen: HashSet<u64>,
+    /// Highest sequence delivered per (publisher id, epoch) by removed connections.
+    delivered: HashMap<(u64, u64), u64>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -319,9 +357,11 @@ impl Subscription {
         let (events_tx, events_rx) = channel::unbounded();
         let counters = Arc::new(SubscriptionCounters::default());
         node.stats.add_subscription(topic, &counters);
+        let topic_id = TopicId::of(topic);
+        let watch = (options.auto_connect && node.discovery.enabled()).then(|| Watch::new(&node.discovery, topic_id));
         Ok(Subscription {
             topic: topic.to_owned(),
-            topic_id: TopicId::of(topic),
+            topic_id,
             node,
             options,
             cq,
@@ -335,6 +375,9 @@ impl Subscription {
             ever_connected: false,
             stash: Vec::new(),
             counters,
+            watch,
+            seen: HashSet::new(),
+            delivered: HashMap::new(),
         })
     }
 
@@ -353,19 +396,32 @@ impl Subscription {
         self.feeds.iter().filter(|(_, f)| !f.closed).filter_map(|(_, f)| f.active.as_ref().map(|a| a.info)).collect()
     }
 
-    /// Starts connecting to the publisher of this topic on the node at `addr`. The outcome
+    /// Starts connecting to the publisher of this topic on the node at `addr` (nothing to do
+    /// when a connection to `addr` is open or opening, e.g. made by discovery). The outcome
     /// arrives as a [`SubscriptionEvent`] (see [`try_event`](Self::try_event)) while receiving,
-    /// or wait for it with [`wait_connected`](Self::wait_connected).
+    /// or wait for it with [`connect_wait`](Self::connect_wait).
     pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
+        let start = match self.options.start {
+            Start::Latest => StartAt::Latest,
+            Start::Earliest => StartAt::Earliest,
+        };
+        self.connect_at(addr, start)
+    }
+
+    fn has_open_feed(&self, addr: SocketAddr) -> bool {
+        self.feeds.iter().any(|(_, f)| !f.closed && f.addr == addr)
+    }
+
+    fn connect_at(&mut self, addr: SocketAddr, start: StartAt) -> Result<()> {
+        if self.has_open_feed(addr) {
+            return Ok(());
+        }
         if self.feeds.len() >= 1 << 16 {
             return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
         }
         let data = ConnectData {
             topic: self.topic_id,
-            start: match self.options.start {
-                Start::Latest => StartAt::Latest,
-                Start::Earliest => StartAt::Earliest,
-            },
+            start,
             accepts: PolicySet::ALL,
             node_id: self.node.id,
             flags: if self.options.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
@@ -415,6 +471,10 @@ impl Subscription {
         let deadline = Instant::now() + timeout;
         loop {
             self.drain_feed_events();
+            let open = self.feeds.iter().find(|(_, f)| !f.closed && f.addr == addr);
+            if let Some(info) = open.and_then(|(_, f)| f.active.as_ref()).map(|a| a.info) {
+                return Ok(info);
+            }
             if let Some(pos) = self.user_events.iter().position(|e| match e {
                 SubscriptionEvent::Connected(info) => info.addr == addr,
                 SubscriptionEvent::Rejected { addr: a, .. } | SubscriptionEvent::Unreachable { addr: a, .. } => {
@@ -452,6 +512,7 @@ impl Subscription {
     /// The next event about this subscription's connections, if any.
     pub fn try_event(&mut self) -> Option<SubscriptionEvent> {
         self.drain_feed_events();
+        self.poll_discovery();
         self.user_events.pop_front()
     }
 
@@ -512,6 +573,9 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if let Some(watch) = &self.watch {
+            watch.unwatch(&self.node.discovery);
+        }
         let mut routes = self.node.routes.lock();
         for (_, feed) in self.feeds.iter() {
             routes.remove(&feed.conn);
@@ -539,11 +603,13 @@ impl Subscription {
         let mut wcs = [WorkCompletion::default(); 64];
         loop {
             self.drain_feed_events();
+            self.poll_discovery();
             self.reap_closed();
             if let Some(key) = self.pick_ready() {
                 return Ok(Some(key));
             }
-            if self.ever_connected && self.feeds.is_empty() {
+            let may_return = self.watch.as_ref().is_some_and(Watch::expects_publishers);
+            if self.ever_connected && self.feeds.is_empty() && !may_return {
                 return Err(Error::Closed("every publisher of this subscription has gone"));
             }
             self.housekeeping();
@@ -560,8 +626,20 @@ impl Subscription {
             let wait = deadline.saturating_duration_since(now).min(SLICE);
             let any_active = self.feeds.iter().any(|(_, f)| f.active.is_some() && !f.closed);
             if !any_active {
-                if let Ok(ev) = self.events_rx.recv_timeout(wait) {
-                    self.on_feed_event(ev);
+                match &self.watch {
+                    Some(watch) => {
+                        // Wake on whichever comes first: a connection event or a sighting (it is
+                        // handled by `poll_discovery` at the top of the loop).
+                        let mut select = channel::Select::new();
+                        select.recv(&self.events_rx);
+                        select.recv(watch.receiver());
+                        let _ = select.ready_timeout(wait);
+                    }
+                    None => {
+                        if let Ok(ev) = self.events_rx.recv_timeout(wait) {
+                            self.on_feed_event(ev);
+                        }
+                    }
                 }
                 continue;
             }
@@ -587,6 +665,59 @@ impl Subscription {
         None
     }
 
+    /// Applies discovery's sightings: reports lost publishers (closing the connection to a
+    /// silent or restarted one) and connects to the publishers due.
+    fn poll_discovery(&mut self) {
+        let Some(watch) = self.watch.as_mut() else { return };
+        let now = Instant::now();
+        let sightings: Vec<Sighting> = watch.receiver().try_iter().collect();
+        let mut lost = Vec::new();
+        for s in sightings {
+            if let Some(l) = watch.apply(s, now) {
+                lost.push(l);
+            }
+        }
+        for l in lost {
+            self.user_events.push_back(SubscriptionEvent::PublisherLost {
+                node: l.node,
+                epoch: l.epoch,
+                addr: l.addr,
+                reason: l.reason,
+            });
+            if matches!(l.reason, LostReason::Silent | LostReason::Restarted) {
+                let gone: Vec<usize> = self
+                    .feeds
+                    .iter()
+                    .filter(|(_, f)| !f.closed && f.addr == l.addr)
+                    .filter(|(_, f)| f.active.as_ref().is_none_or(|a| a.info.epoch == l.epoch))
+                    .map(|(k, _)| k)
+                    .collect();
+                for key in gone {
+                    self.close_feed(key);
+                }
+            }
+        }
+        let feeds = &self.feeds;
+        let Some(watch) = self.watch.as_mut() else { return };
+        let due = watch.due(now, |addr| feeds.iter().any(|(_, f)| !f.closed && f.addr == addr));
+        for (node, addr) in due {
+            // A publisher read before is resumed from its earliest retained message (duplicates
+            // of the same epoch are skipped); a new one starts where the options say.
+            let start = if self.seen.contains(&super::publisher::publisher_id(node, self.topic_id)) {
+                StartAt::Earliest
+            } else {
+                match self.options.start {
+                    Start::Latest => StartAt::Latest,
+                    Start::Earliest => StartAt::Earliest,
+                }
+            };
+            if let Err(e) = self.connect_at(addr, start) {
+                tracing::debug!(topic = %self.topic, %addr, "auto-connect: {e}");
+                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail: e.to_string() });
+            }
+        }
+    }
+
     fn drain_feed_events(&mut self) {
         while let Ok(ev) = self.events_rx.try_recv() {
             self.on_feed_event(ev);
@@ -600,6 +731,12 @@ impl Subscription {
                 match self.activate(key, &private_data) {
                     Ok(info) => {
                         self.ever_connected = true;
+                        if !self.seen.insert(info.id) {
+                            self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Some(watch) = self.watch.as_mut() {
+                            watch.connected(info.addr);
+                        }
                         self.user_events.push_back(SubscriptionEvent::Connected(info));
                     }
                     Err(e) => {
@@ -672,9 +809,18 @@ impl Subscription {
             .max(accept.max_record_payload as usize + crate::ring::HEADER_LEN)
             .max(crate::ring::CONTROL_READ_LEN);
         let landing = ReadBuffer::new(&self.node.pd, landing_len)?;
+        let (id, epoch) = (accept.publisher_id, accept.epoch);
+        // What earlier connections to this publisher's epoch delivered (or still hold ready).
+        let skip_through = self
+            .feeds
+            .iter()
+            .filter_map(|(k, f)| f.active.as_ref().filter(|a| k != key && a.info.id == id && a.info.epoch == epoch))
+            .map(|a| a.reader.next_seq().saturating_sub(1))
+            .chain(self.delivered.get(&(id, epoch)).copied())
+            .max()
+            .unwrap_or(0);
         let feed = &mut self.feeds[key];
-        let info =
-            PublisherInfo { id: accept.publisher_id, epoch: accept.epoch, addr: feed.addr, policy: accept.policy };
+        let info = PublisherInfo { id, epoch, addr: feed.addr, policy: accept.policy };
         feed.active = Some(Box::new(ActiveFeed {
             info,
             reader,
@@ -690,6 +836,7 @@ impl Subscription {
             empty_since: None,
             end: None,
             need_control: false,
+            skip_through,
         }));
         Ok(info)
     }
@@ -708,6 +855,16 @@ impl Subscription {
             let feed = self.feeds.remove(key);
             self.by_conn.remove(&feed.conn);
             self.node.routes.lock().remove(&feed.conn);
+            if let Some(a) = &feed.active {
+                let last = a.reader.next_seq().saturating_sub(1);
+                let entry = self.delivered.entry((a.info.id, a.info.epoch)).or_insert(0);
+                *entry = (*entry).max(last);
+                // Older epochs of this publisher are never read again.
+                self.delivered.retain(|&(id, epoch), _| id != a.info.id || epoch >= a.info.epoch);
+            }
+            if let Some(watch) = self.watch.as_mut() {
+                watch.closed(feed.addr, Instant::now());
+            }
         }
     }
 
@@ -855,9 +1012,15 @@ impl Subscription {
         let base = bytes.as_ptr() as usize;
         let end = base + bytes.len();
         let ready = &mut a.ready;
+        let skip_through = a.skip_through;
+        let mut skipped = 0u64;
         let parsed = a
             .reader
             .parse(bytes, plan.position, |seq, payload| {
+                if seq <= skip_through {
+                    skipped += 1;
+                    return;
+                }
                 let p = payload.as_ptr() as usize;
                 let payload = if p >= base && p + payload.len() <= end {
                     Payload::Slice { offset: p - base, len: payload.len() }
@@ -867,6 +1030,9 @@ impl Subscription {
                 ready.push_back(Ready { seq, payload });
             })
             .map_err(Error::from)?;
+        if skipped > 0 {
+            self.counters.duplicates.fetch_add(skipped, Ordering::Relaxed);
+        }
         if parsed.lost > 0 {
             self.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
             self.user_events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });

@@ -1,0 +1,429 @@
+//! Discovery: nodes find each other's publishers by themselves.
+//!
+//! Each node runs one discovery thread (`thread.rs`) owning a UD endpoint. It announces the
+//! node (id, epoch, connect address, published topics: [`Announcement`]) to a multicast group
+//! and/or by unicast to a static list of peers: a `Hello` at start and whenever the local topics
+//! change, a `Heartbeat` every [`DiscoveryOptions::heartbeat`] (±10 % jitter), a `Goodbye` on
+//! clean shutdown. Heard announcements update the node's `Directory` of peers; a peer silent
+//! for `heartbeat × missed_heartbeats` is expired.
+//!
+//! Subscriptions register in the directory by topic and receive `Sighting`s on a channel when
+//! a publisher of their topic appears or disappears (`watch::Watch` turns them into connects
+//! and [`crate::SubscriptionEvent::PublisherLost`] events). Local publishers are sighted too.
+//!
+//! The thread is separate from the CM thread because each blocks on its own object (the UD
+//! endpoint, the CM event channel) with a bounded timeout; merging them would make each wait
+//! delay the other's events.
+
+pub(crate) mod thread;
+pub(crate) mod watch;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{self, Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::NodeId;
+use crate::protocol::{AnnounceKind, Announcement, TopicId};
+
+/// Default multicast group of announcements (organisation-local scope).
+pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 77, 77);
+/// Default UD port of announcements (soft: the UDP port; verbs: folded into the Q_Key).
+pub const DEFAULT_PORT: u16 = 7477;
+/// Default heartbeat interval.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
+/// Default number of missed heartbeats after which a silent peer is considered gone.
+pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
+
+/// How a node discovers its peers (see [`crate::NodeBuilder::discovery`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveryOptions {
+    /// Run discovery at all (default true). When false no announcements are sent or heard and
+    /// subscriptions connect only where [`crate::Subscription::connect`] says.
+    pub enabled: bool,
+    /// Announce to and listen on the multicast group (default true). When false, only the
+    /// unicast [`peers`](Self::peers) are used.
+    pub multicast: bool,
+    /// The multicast group (default [`DEFAULT_GROUP`]).
+    pub group: Ipv4Addr,
+    /// The UD port (default [`DEFAULT_PORT`]); 0 picks a free port (unicast only). Nodes of one
+    /// host using unicast only need distinct ports: see [`crate::Node::discovery_addr`].
+    pub port: u16,
+    /// Local interface address of the UD endpoint (`IP_MULTICAST_IF`). Default: the node's
+    /// bind address, or 127.0.0.1 when that is unspecified or IPv6.
+    pub interface: Option<Ipv4Addr>,
+    /// Discovery endpoints (`ip:port`) of peers announced to by unicast, in addition to the
+    /// group. When multicast is off a node also answers every peer it hears from, so one side
+    /// listing the other suffices.
+    pub peers: Vec<SocketAddrV4>,
+    /// Heartbeat interval (default [`DEFAULT_HEARTBEAT`]); every node of a domain should use
+    /// the same.
+    pub heartbeat: Duration,
+    /// A peer silent for this many heartbeat intervals is gone (default
+    /// [`DEFAULT_MISSED_HEARTBEATS`]).
+    pub missed_heartbeats: u32,
+}
+
+impl Default for DiscoveryOptions {
+    fn default() -> Self {
+        DiscoveryOptions {
+            enabled: true,
+            multicast: true,
+            group: DEFAULT_GROUP,
+            port: DEFAULT_PORT,
+            interface: None,
+            peers: Vec::new(),
+            heartbeat: DEFAULT_HEARTBEAT,
+            missed_heartbeats: DEFAULT_MISSED_HEARTBEATS,
+        }
+    }
+}
+
+impl DiscoveryOptions {
+    /// Discovery turned off.
+    pub fn disabled() -> Self {
+        DiscoveryOptions { enabled: false, ..Default::default() }
+    }
+
+    /// Unicast only, to `peers`, on a free port.
+    pub fn unicast(peers: Vec<SocketAddrV4>) -> Self {
+        DiscoveryOptions { multicast: false, port: 0, peers, ..Default::default() }
+    }
+
+    /// How long a silent peer lives.
+    pub(crate) fn expiry(&self) -> Duration {
+        self.heartbeat.saturating_mul(self.missed_heartbeats)
+    }
+
+    pub(crate) fn check(&self) -> crate::Result<()> {
+        let bad = |option, detail: &str| Err(crate::Error::InvalidOption { option, detail: detail.into() });
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.multicast && !self.group.is_multicast() {
+            return bad("discovery group", "not a multicast address");
+        }
+        if self.multicast && self.port == 0 {
+            return bad("discovery port", "multicast needs a fixed port");
+        }
+        if self.heartbeat < Duration::from_millis(1) || self.heartbeat > Duration::from_secs(3600) {
+            return bad("heartbeat", "must be in 1 ms..=1 h");
+        }
+        if self.missed_heartbeats == 0 {
+            return bad("missed_heartbeats", "must be at least 1");
+        }
+        if !self.multicast && self.peers.is_empty() {
+            tracing::debug!("discovery without multicast and without peers: only peers that list this node are found");
+        }
+        Ok(())
+    }
+}
+
+/// Why a publisher is no longer considered present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LostReason {
+    /// Its node said goodbye (clean shutdown).
+    Goodbye,
+    /// Its node missed too many heartbeats (crash, partition).
+    Silent,
+    /// Its node came back with a new epoch: the old incarnation is gone.
+    Restarted,
+    /// Its node no longer announces the topic (the publisher was dropped).
+    Withdrawn,
+}
+
+/// A node known to discovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Its id.
+    pub node: NodeId,
+    /// Its epoch.
+    pub epoch: u64,
+    /// Where subscribers connect to it.
+    pub addr: SocketAddr,
+    /// The topics it publishes (as announced so far), sorted.
+    pub topics: Vec<String>,
+}
+
+/// Counters of a node's discovery.
+#[derive(Debug, Default)]
+pub struct DiscoveryCounters {
+    /// Datagrams sent (every part, to the group and to each unicast peer).
+    pub sent: AtomicU64,
+    /// Announcements of other nodes accepted.
+    pub received: AtomicU64,
+    /// Peers expired for missed heartbeats.
+    pub expired: AtomicU64,
+    /// Datagrams that could not be sent.
+    pub send_errors: AtomicU64,
+}
+
+/// What a subscription learns about publishers of its topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sighting {
+    /// A node publishes the topic.
+    Up { node: NodeId, epoch: u64, addr: SocketAddr },
+    /// It no longer does.
+    Down { node: NodeId, epoch: u64, addr: SocketAddr, reason: LostReason },
+}
+
+/// A peer heard from.
+struct Peer {
+    epoch: u64,
+    addr: SocketAddr,
+    /// Topics of each announced part (the union is the topic set).
+    parts: Vec<Vec<(String, TopicId)>>,
+    last_heard: Instant,
+    /// Where its datagrams came from (unicast replies when multicast is off).
+    from: Option<SocketAddrV4>,
+}
+
+impl Peer {
+    fn topics(&self) -> BTreeMap<TopicId, String> {
+        self.parts.iter().flatten().map(|(name, id)| (*id, name.clone())).collect()
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    local: BTreeMap<TopicId, String>,
+    peers: HashMap<NodeId, Peer>,
+    watchers: HashMap<TopicId, Vec<(u64, Sender<Sighting>)>>,
+    next_token: u64,
+}
+
+impl Inner {
+    fn notify(&mut self, topic: TopicId, sighting: &Sighting) {
+        if let Some(list) = self.watchers.get_mut(&topic) {
+            list.retain(|(_, tx)| tx.send(sighting.clone()).is_ok());
+        }
+    }
+
+    fn notify_all(&mut self, topics: &BTreeMap<TopicId, String>, make: impl Fn() -> Sighting) {
+        for id in topics.keys() {
+            self.notify(*id, &make());
+        }
+    }
+}
+
+/// What an announcement changed, for the discovery thread.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Applied {
+    /// A node (or new epoch) not known before said hello: answer promptly.
+    pub(crate) newcomer: bool,
+}
+
+/// The node's view of who publishes what: local topics, peers, and the subscriptions
+/// watching topics.
+pub(crate) struct Directory {
+    me: NodeId,
+    epoch: u64,
+    addr: SocketAddr,
+    enabled: bool,
+    inner: Mutex<Inner>,
+    /// The local topics changed since the last announcement.
+    dirty: AtomicBool,
+    pub(crate) counters: DiscoveryCounters,
+}
+
+impl Directory {
+    pub(crate) fn new(me: NodeId, epoch: u64, addr: SocketAddr, enabled: bool) -> Directory {
+        Directory {
+            me,
+            epoch,
+            addr,
+            enabled,
+            inner: Mutex::new(Inner::default()),
+            dirty: AtomicBool::new(true),
+            counters: DiscoveryCounters::default(),
+        }
+    }
+
+    /// Whether discovery runs (subscriptions auto-connect only then).
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// A local publisher of `topic` was created.
+    pub(crate) fn publisher_added(&self, topic: &str, id: TopicId) {
+        let mut inner = self.inner.lock();
+        inner.local.insert(id, topic.to_owned());
+        let up = Sighting::Up { node: self.me, epoch: self.epoch, addr: self.addr };
+        inner.notify(id, &up);
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// The local publisher of `id` closed.
+    pub(crate) fn publisher_removed(&self, id: TopicId) {
+        let mut inner = self.inner.lock();
+        if inner.local.remove(&id).is_some() {
+            let down =
+                Sighting::Down { node: self.me, epoch: self.epoch, addr: self.addr, reason: LostReason::Withdrawn };
+            inner.notify(id, &down);
+            self.dirty.store(true, Ordering::Release);
+        }
+    }
+
+    /// Registers a watcher of `topic`: it is told at once of every publisher known now, then of
+    /// every change. Returns its token (for [`unwatch`](Self::unwatch)) and channel.
+    pub(crate) fn watch(&self, topic: TopicId) -> (u64, Receiver<Sighting>) {
+        let (tx, rx) = channel::unbounded();
+        let mut inner = self.inner.lock();
+        if inner.local.contains_key(&topic) {
+            let _ = tx.send(Sighting::Up { node: self.me, epoch: self.epoch, addr: self.addr });
+        }
+        for (&node, peer) in &inner.peers {
+            if peer.parts.iter().flatten().any(|(_, id)| *id == topic) {
+                let _ = tx.send(Sighting::Up { node, epoch: peer.epoch, addr: peer.addr });
+            }
+        }
+        inner.next_token += 1;
+        let token = inner.next_token;
+        inner.watchers.entry(topic).or_default().push((token, tx));
+        (token, rx)
+    }
+
+    /// Removes a watcher.
+    pub(crate) fn unwatch(&self, topic: TopicId, token: u64) {
+        let mut inner = self.inner.lock();
+        if let Some(list) = inner.watchers.get_mut(&topic) {
+            list.retain(|(t, _)| *t != token);
+            if list.is_empty() {
+                inner.watchers.remove(&topic);
+            }
+        }
+    }
+
+    /// The peers known now.
+    pub(crate) fn peers(&self) -> Vec<PeerInfo> {
+        let inner = self.inner.lock();
+        let mut out: Vec<PeerInfo> = inner
+            .peers
+            .iter()
+            .map(|(&node, p)| PeerInfo {
+                node,
+                epoch: p.epoch,
+                addr: p.addr,
+                topics: p.topics().into_values().collect::<std::collections::BTreeSet<_>>().into_iter().collect(),
+            })
+            .collect();
+        out.sort_by_key(|p| p.node);
+        out
+    }
+
+    /// Takes the "local topics changed" flag.
+    pub(crate) fn take_dirty(&self) -> bool {
+        self.dirty.swap(false, Ordering::AcqRel)
+    }
+
+    /// The local topics to announce.
+    pub(crate) fn local_topics(&self) -> Vec<(String, TopicId)> {
+        self.inner.lock().local.iter().map(|(id, name)| (name.clone(), *id)).collect()
+    }
+
+    /// Where to send unicast answers: the senders of the peers heard from.
+    pub(crate) fn learned(&self) -> Vec<SocketAddrV4> {
+        self.inner.lock().peers.values().filter_map(|p| p.from).collect()
+    }
+
+    /// Applies one decoded announcement of another node received from `from`.
+    pub(crate) fn apply(&self, a: Announcement, from: SocketAddr, now: Instant) -> Applied {
+        let mut applied = Applied::default();
+        if a.node_id == self.me {
+            if a.epoch != self.epoch {
+                tracing::warn!(node = self.me, "another node announces this node's id; ignored");
+            }
+            return applied;
+        }
+        let mut addr = a.connect;
+        if addr.ip().is_unspecified() {
+            // The node listens on every address: reach it where its datagram came from.
+            addr.set_ip(from.ip());
+        }
+        let from = match from {
+            SocketAddr::V4(v4) if v4.port() != 0 => Some(v4),
+            _ => None,
+        };
+        let mut inner = self.inner.lock();
+        if let Some(old) = inner.peers.get(&a.node_id) {
+            if a.epoch < old.epoch {
+                return applied; // a late datagram of a previous incarnation
+            }
+            if a.epoch > old.epoch {
+                self.remove_peer(&mut inner, a.node_id, LostReason::Restarted);
+            }
+        }
+        if a.kind == AnnounceKind::Goodbye {
+            self.remove_peer(&mut inner, a.node_id, LostReason::Goodbye);
+            return applied;
+        }
+        // Another node id on the same connect address with an older epoch: that node restarted
+        // (without a fixed id) and its old incarnation is gone.
+        let replaced: Vec<NodeId> = inner
+            .peers
+            .iter()
+            .filter(|(&id, p)| id != a.node_id && p.addr == addr && p.epoch < a.epoch)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in replaced {
+            self.remove_peer(&mut inner, id, LostReason::Restarted);
+        }
+        let is_new = !inner.peers.contains_key(&a.node_id);
+        applied.newcomer = is_new && a.kind == AnnounceKind::Hello;
+        let peer = inner.peers.entry(a.node_id).or_insert_with(|| Peer {
+            epoch: a.epoch,
+            addr,
+            parts: Vec::new(),
+            last_heard: now,
+            from,
+        });
+        peer.last_heard = now;
+        peer.from = from.or(peer.from);
+        let before = peer.topics();
+        let parts = usize::from(a.parts);
+        peer.parts.resize_with(parts, Vec::new);
+        peer.parts[usize::from(a.part)] = a.topics;
+        let after = peer.topics();
+        let (node, epoch) = (a.node_id, peer.epoch);
+        for id in after.keys().filter(|id| !before.contains_key(id)) {
+            inner.notify(*id, &Sighting::Up { node, epoch, addr });
+        }
+        for id in before.keys().filter(|id| !after.contains_key(id)) {
+            inner.notify(*id, &Sighting::Down { node, epoch, addr, reason: LostReason::Withdrawn });
+        }
+        applied
+    }
+
+    /// Expires peers silent for longer than `expiry`; returns the earliest next expiry.
+    pub(crate) fn expire(&self, now: Instant, expiry: Duration) -> Option<Instant> {
+        let mut inner = self.inner.lock();
+        let dead: Vec<NodeId> =
+            inner.peers.iter().filter(|(_, p)| now.duration_since(p.last_heard) > expiry).map(|(&id, _)| id).collect();
+        for id in dead {
+            tracing::debug!(node = self.me, peer = id, "peer missed its heartbeats");
+            self.counters.expired.fetch_add(1, Ordering::Relaxed);
+            self.remove_peer(&mut inner, id, LostReason::Silent);
+        }
+        inner.peers.values().map(|p| p.last_heard + expiry).min()
+    }
+
+    fn remove_peer(&self, inner: &mut Inner, node: NodeId, reason: LostReason) {
+        if let Some(peer) = inner.peers.remove(&node) {
+            let (epoch, addr) = (peer.epoch, peer.addr);
+            inner.notify_all(&peer.topics(), || Sighting::Down { node, epoch, addr, reason });
+        }
+    }
+}
+
+/// Splits this node's announcement of `kind` into datagrams of at most `mtu` bytes.
+pub(crate) fn encode_announcement(
+    dir: &Directory,
+    kind: AnnounceKind,
+    topics: &[(String, TopicId)],
+    mtu: usize,
+) -> Result<Vec<Vec<u8>>, crate::protocol::ProtocolError> {
+    Announcement::split(kind, dir.me, dir.epoch, dir.addr, topics, mtu)?.iter().map(Announcement::encode).collect()
+}
