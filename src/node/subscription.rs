@@ -1,5 +1,6 @@
 //! The subscribing side of a topic: one feed per publisher connection, each pulling its
-//! publisher's ring with batched RDMA READs into a local READ buffer, validating and
+//! publisher's ring with batched RDMA READs into two local READ buffers (one fills while the
+//! messages of the other are delivered), validating and
 //! reassembling records, acknowledging consumption with coalesced SENDs (the publisher's
 //! credits), and parking on a doorbell when the topic is idle.
 //!
@@ -232,8 +233,8 @@ fn split_wr_id(id: u64) -> (usize, u32, u64, usize) {
 
 /// A parsed message waiting for delivery.
 enum Payload {
-    /// In the feed's READ buffer.
-    Slice { offset: usize, len: usize },
+    /// In one of the feed's READ buffers.
+    Slice { buf: usize, offset: usize, len: usize },
     /// Reassembled from fragments.
     Owned(Vec<u8>),
 }
@@ -272,7 +273,15 @@ struct Feed {
 struct ActiveFeed {
     info: PublisherInfo,
     reader: RingReader,
-    landing: ReadBuffer,
+    /// Two READ buffers: one READ lands in one while the messages of the other are delivered.
+    landings: [ReadBuffer; 2],
+    /// Queued messages that still point into each buffer.
+    pending: [usize; 2],
+    /// The buffer of the READ in flight.
+    reading_into: usize,
+    /// The last READ reached the end of what was written: READ again only once its messages
+    /// are delivered (reading ahead then would only bring small batches).
+    caught_up: bool,
     ring: RemoteAddr,
     capacity: u64,
     /// The READ in flight.
@@ -546,7 +555,10 @@ impl Subscription {
         let feed = feeds[key].active.as_mut().expect("a ready feed is active");
         let ready = feed.ready.pop_front().expect("a ready feed has a message");
         let data: &[u8] = match ready.payload {
-            Payload::Slice { offset, len } => &feed.landing.bytes()[offset..offset + len],
+            Payload::Slice { buf, offset, len } => {
+                feed.pending[buf] -= 1;
+                &feed.landings[buf].bytes()[offset..offset + len]
+            }
             Payload::Owned(v) => {
                 *stash = v;
                 stash
@@ -589,7 +601,10 @@ impl Subscription {
         let feed = self.feeds[key].active.as_mut().expect("a ready feed is active");
         let ready = feed.ready.pop_front().expect("a ready feed has a message");
         let data = match ready.payload {
-            Payload::Slice { offset, len } => feed.landing.bytes()[offset..offset + len].to_vec(),
+            Payload::Slice { buf, offset, len } => {
+                feed.pending[buf] -= 1;
+                feed.landings[buf].bytes()[offset..offset + len].to_vec()
+            }
             Payload::Owned(v) => v,
         };
         self.counters.delivered.fetch_add(1, Ordering::Relaxed);
@@ -808,7 +823,7 @@ impl Subscription {
             .batch
             .max(accept.max_record_payload as usize + crate::ring::HEADER_LEN)
             .max(crate::ring::CONTROL_READ_LEN);
-        let landing = ReadBuffer::new(&self.node.pd, landing_len)?;
+        let landings = [ReadBuffer::new(&self.node.pd, landing_len)?, ReadBuffer::new(&self.node.pd, landing_len)?];
         let (id, epoch) = (accept.publisher_id, accept.epoch);
         // What earlier connections to this publisher's epoch delivered (or still hold ready).
         let skip_through = self
@@ -824,7 +839,10 @@ impl Subscription {
         feed.active = Some(Box::new(ActiveFeed {
             info,
             reader,
-            landing,
+            landings,
+            pending: [0, 0],
+            reading_into: 0,
+            caught_up: false,
             ring: accept.ring,
             capacity: accept.capacity,
             plan: None,
@@ -904,9 +922,12 @@ impl Subscription {
                     self.counters.acks.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            if a.plan.is_some() || !a.ready.is_empty() || a.landing.in_flight() {
+            if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) {
                 continue;
             }
+            // A buffer no queued message points into: the READ lands there while the messages
+            // of the other buffer are being delivered.
+            let Some(buf) = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight()) else { continue };
             if let Idle::Parked { since } = a.idle {
                 if now.duration_since(since) < PARK_RECHECK {
                     continue;
@@ -915,9 +936,10 @@ impl Subscription {
             }
             let plan = if a.need_control { ReadPlan::control() } else { a.reader.next_read(self.options.batch) };
             let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
-            match a.landing.post_read(&feed.qp, wr_id(key, feed.gen, KIND_READ, 0), remote, plan.len) {
+            match a.landings[buf].post_read(&feed.qp, wr_id(key, feed.gen, KIND_READ, 0), remote, plan.len) {
                 Ok(()) => {
                     a.plan = Some(plan);
+                    a.reading_into = buf;
                     feed.outstanding += 1;
                     self.counters.reads.fetch_add(1, Ordering::Relaxed);
                 }
@@ -958,12 +980,12 @@ impl Subscription {
                     let Some(a) = feed.active.as_deref_mut() else { continue };
                     let plan = a.plan.take();
                     if wc.status != WcStatus::Success {
-                        a.landing.complete(None);
+                        a.landings[a.reading_into].complete(None);
                         let e = crate::fabric::Error::invalid("RDMA READ", format!("completed with {:?}", wc.status));
                         self.fail_feed(key, e.into());
                         continue;
                     }
-                    a.landing.complete(plan.map(|p| p.len));
+                    a.landings[a.reading_into].complete(plan.map(|p| p.len));
                     if let Some(plan) = plan {
                         if let Err(e) = self.on_read(key, plan) {
                             self.fail_feed(key, e);
@@ -994,7 +1016,7 @@ impl Subscription {
         let a = active.as_deref_mut().expect("a READ completes on an active feed");
         let post = (*gen, key, &*qp, &*ctrl);
         if plan == ReadPlan::control() && a.need_control {
-            let snapshot = ControlSnapshot::decode(a.landing.bytes()).map_err(Error::from)?;
+            let snapshot = ControlSnapshot::decode(a.landings[a.reading_into].bytes()).map_err(Error::from)?;
             a.need_control = false;
             match a.reader.apply_control(&snapshot)? {
                 ControlOutcome::Retry => a.need_control = true,
@@ -1008,10 +1030,12 @@ impl Subscription {
             }
             return Ok(());
         }
-        let bytes = a.landing.bytes();
+        let buf = a.reading_into;
+        let bytes = a.landings[buf].bytes();
         let base = bytes.as_ptr() as usize;
         let end = base + bytes.len();
         let ready = &mut a.ready;
+        let pending = &mut a.pending[buf];
         let skip_through = a.skip_through;
         let mut skipped = 0u64;
         let parsed = a
@@ -1023,7 +1047,8 @@ impl Subscription {
                 }
                 let p = payload.as_ptr() as usize;
                 let payload = if p >= base && p + payload.len() <= end {
-                    Payload::Slice { offset: p - base, len: payload.len() }
+                    *pending += 1;
+                    Payload::Slice { buf, offset: p - base, len: payload.len() }
                 } else {
                     Payload::Owned(payload.to_vec())
                 };
@@ -1033,6 +1058,7 @@ impl Subscription {
         if skipped > 0 {
             self.counters.duplicates.fetch_add(skipped, Ordering::Relaxed);
         }
+        a.caught_up = parsed.stop != Stop::End;
         if parsed.lost > 0 {
             self.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
             self.user_events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });
