@@ -910,7 +910,11 @@ impl Subscription {
                 continue;
             }
             let Some(a) = feed.active.as_deref_mut() else { continue };
-            let idle = a.empty_since.is_some() || a.idle != Idle::Active;
+            // Acks are coalesced to a quarter ring; one more goes out when the feed parks (so a
+            // publisher flushing or closing sees everything consumed). A feed that merely
+            // caught up does not ack: with at most a quarter ring unacknowledged the publisher
+            // always has room for its largest record, so it never waits on such a feed.
+            let idle = a.idle != Idle::Active;
             if !a.ack_in_flight {
                 let consumed = a.reader.consumed_position();
                 if consumed > a.acked && (idle || consumed - a.acked >= a.capacity / 4) {
