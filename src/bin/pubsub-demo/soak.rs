@@ -1,6 +1,9 @@
 //! `soak`: one publisher (Block) to many subscribers on the soft fabric for a while, every
 //! message checked; then subscribe/unsubscribe cycles. Fails on any loss or damage, on more
-//! than 5 % growth of resident memory, or on any growth of open descriptors or threads.
+//! than 5 % growth of resident memory, or on any growth of open descriptors or threads. Growth
+//! is measured after a warm-up: in the run from its first fifth (at most 5 s) to its end, in
+//! the cycles from cycle min([`WARM_CYCLES`], half) to the last (after the closed connections
+//! are torn down).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
