@@ -1,6 +1,11 @@
 //! Runs the built `pubsub-demo` binary: every subcommand in a short run, `stat --once`
-//! against a running `pub`/`sub` pair, and the user errors (one line, exit code 2, no panic).
-//! Every child is killed after a deadline, which fails the test.
+//! against a running `pub`/`sub` pair, `sub` finding `pub` by multicast and by unicast
+//! discovery, and the user errors (one line, exit code 2, no panic). Every child is killed
+//! after a deadline, which fails the test.
+//!
+//! Tests run in parallel (and other test processes may run on the host): each test uses its
+//! own topic names and, where discovery is on, its own discovery group port, so no test's
+//! subscriber can find another's publisher.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -17,6 +22,65 @@ fn stats_dir(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create the stats directory");
     dir
+}
+
+/// A topic name of this test alone.
+fn topic(name: &str) -> String {
+    format!("{name}-{}", std::process::id())
+}
+
+/// A discovery group (`--group`) of this test alone: the port comes from the process id and
+/// the test's number `n` (0..8), below the ephemeral port range.
+fn group(n: u16) -> String {
+    assert!(n < 8);
+    let port = 20_000 + (std::process::id() % 1_500) as u16 * 8 + n;
+    format!("239.255.77.77:{port}")
+}
+
+/// A running `pub` whose output lines arrive on a channel.
+struct Pub {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Pub {
+    fn start(dir: &PathBuf, args: &[&str]) -> Pub {
+        let mut all = vec!["pub"];
+        all.extend_from_slice(args);
+        let mut child = command(dir, &all).spawn().expect("start pub");
+        let out = BufReader::new(child.stdout.take().expect("pub stdout"));
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Pub { child, lines }
+    }
+
+    /// The next line containing `needle` (within 20 s).
+    fn line_with(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("pub printed no line with {needle:?}: {e}"),
+            }
+        }
+    }
+
+    /// Where subscribers connect, from the first line ("publishing ... at ADDR ...").
+    fn addr(&self) -> String {
+        let first = self.line_with("publishing ");
+        first.split(" at ").nth(1).and_then(|r| r.split_whitespace().next()).expect("an address").to_owned()
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn command(dir: &PathBuf, args: &[&str]) -> Command {
@@ -94,20 +158,14 @@ fn the_default_demo_delivers_everything_intact_and_exits_0() {
 #[test]
 fn pub_and_sub_in_two_processes_deliver_everything_and_stat_shows_them() {
     let dir = stats_dir("pair");
-    let mut publisher =
-        command(&dir, &["pub", "--count", "4000", "--rate", "1000", "--size", "512"]).spawn().expect("start pub");
-    let pub_pid = publisher.id();
-    // The first line names the address to connect to.
-    let mut lines = BufReader::new(publisher.stdout.take().expect("pub stdout")).lines();
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
-        let _ = tx.send(first);
-        lines.map_while(Result::ok).count()
-    });
-    let first = rx.recv_timeout(Duration::from_secs(20)).expect("pub printed its address");
-    let addr = first.split(" at ").nth(1).and_then(|r| r.split_whitespace().next()).expect("an address").to_owned();
-    let subscriber = command(&dir, &["sub", "--connect", &addr, "--size", "512"]).spawn().expect("start sub");
+    let topic = topic("pair");
+    let g = group(0);
+    let publisher =
+        Pub::start(&dir, &["--topic", &topic, "--group", &g, "--count", "4000", "--rate", "1000", "--size", "512"]);
+    let pub_pid = publisher.child.id();
+    let addr = publisher.addr();
+    let subscriber =
+        command(&dir, &["sub", "--connect", &addr, "--topic", &topic, "--size", "512"]).spawn().expect("start sub");
     let sub_pid = subscriber.id();
 
     // stat --once sees both processes' nodes, with traffic on the publisher and the subscription.
@@ -115,8 +173,10 @@ fn pub_and_sub_in_two_processes_deliver_everything_and_stat_shows_them() {
     let snapshot = loop {
         let out = run(&dir, &["stat", "--once"], Duration::from_secs(10));
         assert_eq!(out.code, Some(0), "stat: {}", out.stderr);
-        let published = out.stdout.lines().any(|l| l.contains("pub  demo") && !l.contains("published=0 "));
-        let delivered = out.stdout.lines().any(|l| l.contains("sub  demo") && !l.contains("delivered=0 "));
+        let published =
+            out.stdout.lines().any(|l| l.contains(&format!("pub  {topic} ")) && !l.contains("published=0 "));
+        let delivered =
+            out.stdout.lines().any(|l| l.contains(&format!("sub  {topic} ")) && !l.contains("delivered=0 "));
         if published && delivered {
             break out.stdout;
         }
@@ -131,7 +191,7 @@ fn pub_and_sub_in_two_processes_deliver_everything_and_stat_shows_them() {
     assert_eq!(sub_out.code, Some(0), "sub:\n{}\n{}", sub_out.stdout, sub_out.stderr);
     assert!(sub_out.stdout.contains("delivered 4000 messages"), "{}", sub_out.stdout);
     assert!(sub_out.stdout.contains("ended at 4000, complete"), "{}", sub_out.stdout);
-    let pub_out = finish(publisher, Duration::from_secs(30), "pub");
+    let pub_out = finish(publisher.child, Duration::from_secs(30), "pub");
     assert_eq!(pub_out.code, Some(0), "pub: {}", pub_out.stderr);
     // Both processes removed their stats files.
     let out = run(&dir, &["stat", "--once"], Duration::from_secs(10));
@@ -141,14 +201,67 @@ fn pub_and_sub_in_two_processes_deliver_everything_and_stat_shows_them() {
 #[test]
 fn sub_fails_when_messages_are_not_the_expected_size() {
     let dir = stats_dir("size");
-    let mut publisher = command(&dir, &["pub", "--count", "100", "--size", "100"]).spawn().expect("start pub");
-    let mut first = String::new();
-    BufReader::new(publisher.stdout.as_mut().expect("pub stdout")).read_line(&mut first).expect("read");
-    let addr = first.split(" at ").nth(1).and_then(|r| r.split_whitespace().next()).expect("an address").to_owned();
-    let out = run(&dir, &["sub", "--connect", &addr, "--size", "200"], Duration::from_secs(30));
+    let topic = topic("size");
+    let publisher = Pub::start(&dir, &["--topic", &topic, "--no-discovery", "--count", "100", "--size", "100"]);
+    let addr = publisher.addr();
+    let out = run(&dir, &["sub", "--connect", &addr, "--topic", &topic, "--size", "200"], Duration::from_secs(30));
     assert_eq!(out.code, Some(1), "{}", out.stdout);
     assert!(out.stdout.contains("damaged 100") && out.stdout.contains("FAIL"), "{}", out.stdout);
-    finish(publisher, Duration::from_secs(30), "pub");
+    finish(publisher.child, Duration::from_secs(30), "pub");
+}
+
+/// Asserts a `sub` found `addr` by discovery and received all `count` messages of its one
+/// publisher.
+fn assert_found_and_complete(out: &Output, addr: &str, count: u64) {
+    assert_eq!(out.code, Some(0), "sub:\n{}\n{}", out.stdout, out.stderr);
+    let subscribed = out.stdout.lines().find(|l| l.starts_with("subscribed to")).unwrap_or_default();
+    assert!(subscribed.contains(&format!(" at {addr} ")), "{}", out.stdout);
+    assert!(subscribed.contains("found by discovery"), "{}", out.stdout);
+    assert!(out.stdout.contains(&format!("delivered {count} messages")), "{}", out.stdout);
+    assert!(out.stdout.contains(&format!("ended at {count}, complete")), "{}", out.stdout);
+    assert!(!out.stdout.contains("also connected"), "one publisher only: {}", out.stdout);
+}
+
+#[test]
+fn sub_without_connect_finds_pub_by_multicast_discovery_and_receives_everything() {
+    let dir = stats_dir("multicast");
+    let topic = topic("multicast");
+    let g = group(1);
+    let publisher = Pub::start(&dir, &["--topic", &topic, "--group", &g, "--count", "3000", "--size", "256"]);
+    let addr = publisher.addr();
+    let discovery = publisher.line_with("discovery:");
+    assert!(discovery.contains(&format!("multicast group {g}")), "{discovery}");
+    // A publisher of the same topic in another group: never found.
+    let other = Pub::start(&dir, &["--topic", &topic, "--group", &group(2), "--wait", "60"]);
+    let other_addr = other.addr();
+    let out = run(&dir, &["sub", "--topic", &topic, "--group", &g, "--size", "256"], Duration::from_secs(60));
+    assert_found_and_complete(&out, &addr, 3000);
+    assert!(!out.stdout.contains(&other_addr), "{}", out.stdout);
+    let pub_out = finish(publisher.child, Duration::from_secs(30), "pub");
+    assert_eq!(pub_out.code, Some(0), "pub: {}", pub_out.stderr);
+    other.kill();
+}
+
+#[test]
+fn sub_finds_pub_by_unicast_discovery_and_receives_everything() {
+    let dir = stats_dir("unicast");
+    let topic = topic("unicast");
+    // `--peers` without addresses: unicast only, answering whoever lists this node.
+    let publisher = Pub::start(&dir, &["--topic", &topic, "--peers", "--count", "2000", "--size", "64"]);
+    let addr = publisher.addr();
+    let discovery = publisher.line_with("discovery:");
+    let endpoint = discovery
+        .split("unicast at ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("a unicast endpoint in {discovery:?}"))
+        .to_owned();
+    let hint = publisher.line_with("subscribe with:");
+    assert!(hint.contains(&format!("--peers {endpoint}")), "{hint}");
+    let out = run(&dir, &["sub", "--topic", &topic, "--peers", &endpoint, "--size", "64"], Duration::from_secs(60));
+    assert_found_and_complete(&out, &addr, 2000);
+    let pub_out = finish(publisher.child, Duration::from_secs(30), "pub");
+    assert_eq!(pub_out.code, Some(0), "pub: {}", pub_out.stderr);
 }
 
 #[test]
@@ -175,7 +288,7 @@ fn bench_prints_the_matrix_as_json() {
 #[test]
 fn soak_reports_no_loss_and_no_growth() {
     let dir = stats_dir("soak");
-    let out = run(&dir, &["soak", "--seconds", "2", "--subscribers", "3", "--cycles", "100"], Duration::from_secs(60));
+    let out = run(&dir, &["soak", "--seconds", "1", "--subscribers", "3", "--cycles", "200"], Duration::from_secs(60));
     assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(out.stdout.contains("lost 0, damaged 0"), "{}", out.stdout);
     assert!(out.stdout.contains("ok: no loss, no growth"), "{}", out.stdout);
@@ -198,6 +311,15 @@ fn user_mistakes_get_one_line_and_exit_code_2() {
     assert_user_error(&run(&dir, &["--fabric", "infiniband"], limit), "unknown fabric 'infiniband'");
     assert_user_error(&run(&dir, &["pub", "--bind", "nonsense"], limit), "'nonsense' is not an address");
     assert_user_error(&run(&dir, &["sub", "--connect", "127.0.0.1"], limit), "is not IP:PORT");
+    assert_user_error(&run(&dir, &["pub", "--group", "10.1.2.3:7000"], limit), "is not a multicast");
+    assert_user_error(&run(&dir, &["sub", "--no-discovery"], limit), "--connect IP:PORT");
+    assert_user_error(&run(&dir, &["sub", "--connect", "127.0.0.1:9", "--group", &group(3)], limit), "cannot be used");
+    // Nobody publishes this topic in this group.
+    let nobody = topic("nobody");
+    assert_user_error(
+        &run(&dir, &["sub", "--topic", &nobody, "--group", &group(3), "--idle", "1"], limit),
+        "found by discovery within 1 s",
+    );
     // 192.0.2.0/24 is reserved for documentation: no host has it.
     assert_user_error(
         &run(&dir, &["pub", "--bind", "192.0.2.1:7000"], limit),
@@ -211,11 +333,12 @@ fn user_mistakes_get_one_line_and_exit_code_2() {
     assert_user_error(&run(&dir, &["sub", "--connect", &unused], limit), "is `pubsub-demo pub` running");
 
     // Port in use: a first publisher holds it while it waits for a subscriber.
-    let mut first = command(&dir, &["pub", "--wait", "20"]).spawn().expect("start pub");
-    let mut line = String::new();
-    BufReader::new(first.stdout.as_mut().expect("pub stdout")).read_line(&mut line).expect("read");
-    let addr = line.split(" at ").nth(1).and_then(|r| r.split_whitespace().next()).expect("an address").to_owned();
-    assert_user_error(&run(&dir, &["pub", "--bind", &addr], limit), "already in use");
-    let _ = first.kill();
-    let _ = first.wait();
+    let errors = topic("errors");
+    let first = Pub::start(&dir, &["--topic", &errors, "--no-discovery", "--wait", "20"]);
+    let addr = first.addr();
+    assert_user_error(
+        &run(&dir, &["pub", "--topic", &errors, "--no-discovery", "--bind", &addr], limit),
+        "already in use",
+    );
+    first.kill();
 }

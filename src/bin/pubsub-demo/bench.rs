@@ -15,7 +15,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rdma_pubsub::{Node, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
+use rdma_pubsub::{DiscoveryOptions, Node, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
 
 use crate::cli::{BenchArgs, PolicyArg};
 use crate::{payload, procinfo, Fail};
@@ -48,8 +48,9 @@ struct SubResult {
 
 /// Runs the matrix.
 pub fn run(args: &BenchArgs) -> Result<(), Fail> {
-    let pub_node = args.fabric.node(SocketAddr::new(args.bind, 0))?;
-    let sub_node = args.fabric.node(SocketAddr::new(args.bind, 0))?;
+    // Discovery off: the subscribers connect explicitly, and concurrent runs never mix.
+    let pub_node = args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?;
+    let sub_node = args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?;
     let note = format!(
         "# pubsub-demo bench: {} fabric ({}), policy {}, publisher node {}, subscriber node {}\n\
          # threads: publisher = the main thread; one thread per subscriber; per node a CM thread, a stats\n\

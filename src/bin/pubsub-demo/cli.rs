@@ -1,13 +1,14 @@
 //! The command line: subcommands, their options, and one-line explanations of errors.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rdma_pubsub::fabric::Error as FabricError;
+use rdma_pubsub::node::discovery::{DEFAULT_GROUP, DEFAULT_PORT};
 use rdma_pubsub::protocol::RejectCode;
-use rdma_pubsub::{Error, FabricKind, Node, Policy};
+use rdma_pubsub::{DiscoveryOptions, Error, FabricKind, Node, Policy};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -27,9 +28,10 @@ pub struct Cli {
 pub enum Command {
     /// The embedded demo (the default): publishers and subscribers on a few topics in one process.
     Demo(DemoArgs),
-    /// Publish a topic for `sub` processes to connect to.
+    /// Publish a topic for `sub` processes to find (discovery) or connect to.
     Pub(PubArgs),
-    /// Subscribe to a `pub` process, verify every message, print a summary.
+    /// Subscribe to `pub` processes (found by discovery, or --connect), verify every message,
+    /// print a summary.
     Sub(SubArgs),
     /// Throughput and latency matrix (sizes × subscribers × policy) in one process.
     Bench(BenchArgs),
@@ -52,13 +54,56 @@ pub struct FabricArgs {
 }
 
 impl FabricArgs {
-    /// Builds a node bound to `bind`.
-    pub fn node(&self, bind: SocketAddr) -> Result<Node, Error> {
-        let mut b = Node::builder().fabric(self.fabric).bind(bind);
+    /// Builds a node bound to `bind`, discovering its peers as `discovery` says.
+    pub fn node(&self, bind: SocketAddr, discovery: DiscoveryOptions) -> Result<Node, Error> {
+        let mut b = Node::builder().fabric(self.fabric).bind(bind).discovery(discovery);
         if let Some(d) = &self.device {
             b = b.device(d.clone());
         }
         b.build()
+    }
+}
+
+/// How `pub` and `sub` find each other.
+#[derive(Args, Debug, Clone)]
+pub struct DiscoveryArgs {
+    /// Discovery multicast group, IP:PORT (default 239.255.77.77:7477, on the --bind
+    /// interface): nodes find each other's topics only within one group and port.
+    #[arg(long, value_name = "IP:PORT", value_parser = parse_group)]
+    pub group: Option<SocketAddrV4>,
+    /// Unicast discovery instead of multicast: the discovery endpoints of the peers, IP:PORT
+    /// comma-separated (what `pub` prints after "discovery:"). Given without addresses, the node
+    /// only answers the nodes that list it.
+    #[arg(long, value_name = "IP:PORT,...", num_args = 0.., value_delimiter = ',', value_parser = parse_endpoint,
+          conflicts_with = "group")]
+    pub peers: Option<Vec<SocketAddrV4>>,
+    /// No discovery at all: subscribers connect with `sub --connect`.
+    #[arg(long, conflicts_with_all = ["group", "peers"])]
+    pub no_discovery: bool,
+}
+
+impl DiscoveryArgs {
+    /// The node's discovery options.
+    pub fn options(&self) -> DiscoveryOptions {
+        if self.no_discovery {
+            DiscoveryOptions::disabled()
+        } else if let Some(peers) = &self.peers {
+            DiscoveryOptions::unicast(peers.clone())
+        } else {
+            let group = self.group.unwrap_or(SocketAddrV4::new(DEFAULT_GROUP, DEFAULT_PORT));
+            DiscoveryOptions { group: *group.ip(), port: group.port(), ..Default::default() }
+        }
+    }
+
+    /// The flags that make another process discover the same way, to print in hints
+    /// (`discovery_addr`: this node's unicast endpoint).
+    pub fn hint(&self, discovery_addr: Option<SocketAddr>) -> String {
+        match (&self.peers, self.group, discovery_addr) {
+            _ if self.no_discovery => " --no-discovery".into(),
+            (Some(_), _, Some(addr)) => format!(" --peers {addr}"),
+            (None, Some(g), _) => format!(" --group {g}"),
+            _ => String::new(),
+        }
     }
 }
 
@@ -138,6 +183,8 @@ pub struct PubArgs {
     /// Longest wait for those subscribers, in seconds.
     #[arg(long, default_value_t = 60)]
     pub wait: u64,
+    #[command(flatten)]
+    pub discovery: DiscoveryArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -147,9 +194,10 @@ pub struct SubArgs {
     /// Local address: IP or IP:PORT.
     #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
     pub bind: SocketAddr,
-    /// The publisher's node, IP:PORT (what `pub` printed).
-    #[arg(long, value_parser = parse_peer)]
-    pub connect: SocketAddr,
+    /// Connect to the publisher's node at IP:PORT (what `pub` printed) instead of finding the
+    /// publishers of the topic by discovery.
+    #[arg(long, value_parser = parse_peer, conflicts_with_all = ["group", "peers"])]
+    pub connect: Option<SocketAddr>,
     /// Topic to subscribe to.
     #[arg(long, default_value = "demo")]
     pub topic: String,
@@ -159,9 +207,11 @@ pub struct SubArgs {
     /// Stop after this many messages (default: when the publisher ends its stream).
     #[arg(long)]
     pub count: Option<u64>,
-    /// Give up after this many seconds without a message.
+    /// Give up after this many seconds without a message (or without a publisher found).
     #[arg(long, default_value_t = 30)]
     pub idle: u64,
+    #[command(flatten)]
+    pub discovery: DiscoveryArgs,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -228,6 +278,22 @@ fn parse_bind(s: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::new(ip, 0));
     }
     s.parse::<SocketAddr>().map_err(|_| format!("'{s}' is not an address: give IP or IP:PORT, e.g. 127.0.0.1:7000"))
+}
+
+/// A multicast `IP:PORT` (IPv4).
+fn parse_group(s: &str) -> Result<SocketAddrV4, String> {
+    match s.parse::<SocketAddrV4>() {
+        Ok(a) if a.ip().is_multicast() && a.port() != 0 => Ok(a),
+        _ => Err(format!("'{s}' is not a multicast IPv4 IP:PORT: give e.g. 239.255.77.77:7477")),
+    }
+}
+
+/// An IPv4 `IP:PORT` with a port.
+fn parse_endpoint(s: &str) -> Result<SocketAddrV4, String> {
+    match s.parse::<SocketAddrV4>() {
+        Ok(a) if a.port() != 0 => Ok(a),
+        _ => Err(format!("'{s}' is not an IPv4 IP:PORT: give the discovery address `pubsub-demo pub` printed")),
+    }
 }
 
 /// `IP:PORT` with a port.

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::stats::Kind;
-use rdma_pubsub::{Node, Policy, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
+use rdma_pubsub::{DiscoveryOptions, Node, Policy, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
 
 use crate::cli::{policy_name, DemoArgs};
 use crate::payload;
@@ -75,8 +75,10 @@ struct Reader {
 /// Runs the demo.
 pub fn run(args: &DemoArgs) -> Result<(), Fail> {
     let run_for = Duration::from_secs(args.seconds);
-    let nodes: Vec<Node> =
-        (0..3).map(|_| args.fabric.node("127.0.0.1:0".parse().expect("literal address"))).collect::<Result<_, _>>()?;
+    // Discovery off: the subscriptions connect explicitly, and concurrent runs never mix.
+    let nodes: Vec<Node> = (0..3)
+        .map(|_| args.fabric.node("127.0.0.1:0".parse().expect("literal address"), DiscoveryOptions::disabled()))
+        .collect::<Result<_, _>>()?;
     println!(
         "rdma-pubsub demo: 3 nodes on the {} fabric ({}), {} s of publishing",
         nodes[0].fabric().kind(),

@@ -1,20 +1,42 @@
 //! `pub` and `sub`: a publisher and a subscriber in separate processes (or hosts). The
-//! subscriber checks every byte of every message (the payloads are deterministic) and fails if
-//! anything was damaged, or lost while the publisher's policy promised no loss.
+//! subscriber finds the publishers of its topic by discovery (multicast group or unicast
+//! peers) or connects where `--connect` says, checks every byte of every message (the payloads
+//! are deterministic) and fails if anything was damaged, or lost while the publisher's policy
+//! promised no loss.
 
+use std::collections::BTreeMap;
 use std::io::Write;
+use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::protocol::Policy as WirePolicy;
-use rdma_pubsub::{PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
+use rdma_pubsub::{
+    DiscoveryOptions, PublisherInfo, PublisherOptions, Start, Subscription, SubscriptionEvent, SubscriptionOptions,
+};
 
 use crate::cli::{PubArgs, SubArgs};
 use crate::{payload, Fail};
 
+/// How a node discovers, for people.
+fn describe(options: &DiscoveryOptions, endpoint: Option<SocketAddr>) -> String {
+    let endpoint = endpoint.map_or_else(|| "-".to_owned(), |e| e.to_string());
+    if !options.enabled {
+        "off".into()
+    } else if options.multicast {
+        format!("multicast group {}:{} (endpoint {endpoint})", options.group, options.port)
+    } else if options.peers.is_empty() {
+        format!("unicast at {endpoint} (answers the nodes that list it)")
+    } else {
+        let peers: Vec<String> = options.peers.iter().map(|p| p.to_string()).collect();
+        format!("unicast at {endpoint} to {}", peers.join(","))
+    }
+}
+
 /// `pubsub-demo pub`.
 pub fn publish(args: &PubArgs) -> Result<(), Fail> {
-    let node = args.fabric.node(args.bind)?;
+    let discovery = args.discovery.options();
+    let node = args.fabric.node(args.bind, discovery.clone())?;
     let size = args.size as usize;
     let ring_capacity = (size * 8).next_power_of_two().clamp(1 << 20, 64 << 20);
     let publisher = node.publisher_with(
@@ -30,6 +52,15 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
         size,
         args.policy.name()
     );
+    println!("  discovery: {}", describe(&discovery, node.discovery_addr()));
+    if discovery.enabled {
+        println!(
+            "  subscribe with: pubsub-demo sub --topic {}{} --fabric {}",
+            args.topic,
+            args.discovery.hint(node.discovery_addr()),
+            node.fabric().kind()
+        );
+    }
     println!(
         "  connect with: pubsub-demo sub --connect {} --topic {} --fabric {}",
         node.local_addr(),
@@ -41,11 +72,12 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
     while publisher.subscriber_count() < args.subscribers {
         if Instant::now() >= deadline {
             return Err(Fail::Usage(format!(
-                "{} of {} subscriber(s) connected within {} s: start `pubsub-demo sub --connect {}` (or use --subscribers 0)",
+                "{} of {} subscriber(s) connected within {} s: start `pubsub-demo sub --connect {} --topic {}` (or use --subscribers 0)",
                 publisher.subscriber_count(),
                 args.subscribers,
                 args.wait,
-                node.local_addr()
+                node.local_addr(),
+                args.topic
             )));
         }
         thread::sleep(Duration::from_millis(10));
@@ -108,20 +140,57 @@ struct Tally {
     missing: u64,
     damaged: u64,
     first_damage: Option<String>,
-    ended: Option<(u64, bool)>,
+    /// Each publisher's stream (discovery may connect to several), by publisher id.
+    streams: BTreeMap<u64, Stream>,
     dropped: bool,
+}
+
+/// One publisher's stream as the subscriber saw it.
+struct Stream {
+    /// The sequence expected next.
+    next: u64,
+    /// (final sequence, complete) once it ended.
+    ended: Option<(u64, bool)>,
+}
+
+impl Tally {
+    fn stream(&mut self, publisher: &PublisherInfo) -> &mut Stream {
+        self.streams.entry(publisher.id).or_insert(Stream { next: 1, ended: None })
+    }
 }
 
 /// `pubsub-demo sub`.
 pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
-    let node = args.fabric.node(args.bind)?;
-    let mut sub =
-        node.subscribe_with(&args.topic, SubscriptionOptions { start: Start::Earliest, ..Default::default() })?;
-    let info = sub.connect_wait(args.connect, Duration::from_secs(10))?;
+    // With --connect, only that node: discovery would add the other publishers of the topic.
+    let discovery = match args.connect {
+        Some(_) => DiscoveryOptions::disabled(),
+        None if args.discovery.no_discovery => {
+            return Err(Fail::Usage(
+                "without discovery (--no-discovery) give the publisher's node with --connect IP:PORT".into(),
+            ))
+        }
+        None => args.discovery.options(),
+    };
+    let node = args.fabric.node(args.bind, discovery.clone())?;
+    let options =
+        SubscriptionOptions { start: Start::Earliest, auto_connect: args.connect.is_none(), ..Default::default() };
+    let mut sub = node.subscribe_with(&args.topic, options)?;
+    let (info, how) = match args.connect {
+        Some(addr) => (sub.connect_wait(addr, Duration::from_secs(10))?, String::new()),
+        None => {
+            println!(
+                "looking for publishers of {:?} by discovery: {}",
+                args.topic,
+                describe(&discovery, node.discovery_addr())
+            );
+            let _ = std::io::stdout().flush();
+            (find(&mut sub, args)?, ", found by discovery".to_owned())
+        }
+    };
     println!(
-        "subscribed to {:?} at {} (publisher {:016x}, policy {:?}) on the {} fabric",
+        "subscribed to {:?} at {} (publisher {:016x}, policy {:?}{how}) on the {} fabric",
         args.topic,
-        args.connect,
+        info.addr,
         info.id,
         info.policy,
         node.fabric().kind()
@@ -129,7 +198,7 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
     let _ = std::io::stdout().flush();
     let stream = payload::stream_of(&args.topic);
     let mut t = Tally::default();
-    let mut next = 1u64;
+    t.stream(&info);
     let start = Instant::now();
     let mut last_message = Instant::now();
     let mut last = (start, 0u64);
@@ -152,10 +221,10 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
                     t.damaged += 1;
                     t.first_damage.get_or_insert(d);
                 }
-                if m.seq > next {
-                    t.missing += m.seq - next;
-                }
-                next = m.seq + 1;
+                let s = t.stream(&m.publisher);
+                let gap = m.seq.saturating_sub(s.next);
+                s.next = m.seq + 1;
+                t.missing += gap;
                 t.delivered += 1;
                 t.bytes += m.data.len() as u64;
             }
@@ -193,8 +262,8 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
     let unexplained = t.missing.saturating_sub(t.lost);
     let lossless = info.policy == WirePolicy::Block;
     let short = args.count.is_some_and(|c| t.delivered < c);
-    let incomplete = t.ended.is_some_and(|(final_seq, _)| next <= final_seq);
-    let unfinished = t.ended.is_none() && args.count.is_none();
+    let incomplete = t.streams.values().any(|s| s.ended.is_some_and(|(final_seq, _)| s.next <= final_seq));
+    let unfinished = t.streams.values().any(|s| s.ended.is_none()) && args.count.is_none();
     let lost_badly = unexplained > 0 || (lossless && (t.lost > 0 || incomplete || t.dropped)) || short || unfinished;
     println!(
         "delivered {} messages ({:.1} MB) in {secs:.2} s; lost {} (reported) + {} (unexplained); damaged {}; stream {}",
@@ -203,12 +272,16 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
         t.lost,
         unexplained,
         t.damaged,
-        match t.ended {
-            Some((f, true)) => format!("ended at {f}, complete"),
-            Some((f, false)) => format!("ended at {f}, INCOMPLETE"),
-            None if args.count.is_some() && !short => "not ended (count reached)".into(),
-            None => "did not end".into(),
-        }
+        t.streams
+            .values()
+            .map(|s| match s.ended {
+                Some((f, true)) => format!("ended at {f}, complete"),
+                Some((f, false)) => format!("ended at {f}, INCOMPLETE"),
+                None if args.count.is_some() && !short => "not ended (count reached)".into(),
+                None => "did not end".into(),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     );
     if let Some(d) = &t.first_damage {
         println!("first damage: {d}");
@@ -221,17 +294,56 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
     Ok(())
 }
 
+/// Waits (up to `--idle`) until discovery found a publisher of the topic and the
+/// subscription connected to it.
+fn find(sub: &mut Subscription, args: &SubArgs) -> Result<PublisherInfo, Fail> {
+    let deadline = Instant::now() + Duration::from_secs(args.idle);
+    loop {
+        while let Some(event) = sub.try_event() {
+            match event {
+                SubscriptionEvent::Connected(info) => return Ok(info),
+                SubscriptionEvent::Rejected { addr, reason, detail } => {
+                    println!("  the publisher's node at {addr} refused: {reason:?} ({detail})")
+                }
+                SubscriptionEvent::Unreachable { addr, detail } => println!("  {addr} is unreachable: {detail}"),
+                _ => {}
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(Fail::Usage(format!(
+                "no publisher of {:?} found by discovery within {} s: start `pubsub-demo pub --topic {}{}`, or give --connect IP:PORT",
+                args.topic,
+                args.idle,
+                args.topic,
+                args.discovery.hint(None)
+            )));
+        }
+        // A command-line tool polling for a person: 10 ms is prompt enough.
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Takes the subscription's events into the tally.
-fn events(sub: &mut rdma_pubsub::Subscription, t: &mut Tally) {
+fn events(sub: &mut Subscription, t: &mut Tally) {
     while let Some(event) = sub.try_event() {
         match event {
+            SubscriptionEvent::Connected(info) if !t.streams.contains_key(&info.id) => {
+                t.stream(&info);
+                println!("  also connected to publisher {:016x} at {} ({:?})", info.id, info.addr, info.policy);
+            }
             SubscriptionEvent::Lost { count, .. } => t.lost += count,
-            SubscriptionEvent::Ended { final_seq, complete, .. } => t.ended = Some((final_seq, complete)),
+            SubscriptionEvent::Ended { publisher, final_seq, complete } => {
+                t.stream(&publisher).ended = Some((final_seq, complete))
+            }
             SubscriptionEvent::Dropped { reason, .. } => {
                 println!("  dropped by the publisher: {reason:?}");
                 t.dropped = true;
             }
-            SubscriptionEvent::Disconnected { .. } if t.ended.is_none() => println!("  the publisher disconnected"),
+            SubscriptionEvent::Disconnected { publisher: Some(p), .. }
+                if t.streams.get(&p.id).is_some_and(|s| s.ended.is_none()) =>
+            {
+                println!("  the publisher at {} disconnected", p.addr)
+            }
             _ => {}
         }
     }

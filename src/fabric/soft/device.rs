@@ -2,7 +2,7 @@
 //! and fault injector.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     next_qpn: AtomicU32,
     pub(crate) ud_faults: Mutex<Option<FaultGen>>,
+    /// Timers pending in the NIC thread (updated by it every turn of its loop).
+    pub(crate) timers_pending: AtomicUsize,
 }
 
 struct RegionEntry {
@@ -144,6 +146,7 @@ impl Device {
             next_id: AtomicU64::new(1),
             next_qpn: AtomicU32::new(rand::thread_rng().gen_range(0x100..0x10000)),
             ud_faults: Mutex::new(None),
+            timers_pending: AtomicUsize::new(0),
         });
         let nic_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -176,6 +179,18 @@ pub(crate) fn open_with(config: &FabricConfig, handshake_timeout: Duration) -> R
     let dev = Device::open(config, handshake_timeout)?;
     let faults = Arc::new(SoftFaults { dev: dev.clone() });
     Ok(crate::fabric::Fabric::from_ops(Arc::new(SoftFabric { dev, faults })))
+}
+
+/// Opens a soft device and returns its shared state too, for tests that inspect the NIC.
+#[cfg(test)]
+pub(crate) fn open_inspected(
+    config: &FabricConfig,
+    handshake_timeout: Duration,
+) -> Result<(crate::fabric::Fabric, Arc<Shared>)> {
+    let dev = Device::open(config, handshake_timeout)?;
+    let shared = dev.shared.clone();
+    let faults = Arc::new(SoftFaults { dev: dev.clone() });
+    Ok((crate::fabric::Fabric::from_ops(Arc::new(SoftFabric { dev, faults })), shared))
 }
 
 /// The device handle.

@@ -2,8 +2,6 @@
 //! parses incoming frames, serves remote READs and WRITEs from registered memory, places
 //! SENDs into posted receives (with RNR waits), and completes work requests.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
@@ -15,6 +13,8 @@ use mio::{Events, Poll, Token};
 use super::cm::{connect_failure, ChannelInner, Ev};
 use super::conn::{Conn, ConnState, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Shared;
+pub(crate) use super::timers::TimerKind;
+use super::timers::Timers;
 use super::wire::{FrameType, Header, Status, HEADER_LEN};
 use crate::fabric::memory::{self, RawRange, MAX_IOV};
 use crate::fabric::provider::ConnId;
@@ -37,19 +37,6 @@ pub(crate) enum Cmd {
     Timer(Instant, ConnId, TimerKind),
     /// The connection's transport failed.
     Broken(ConnId, String),
-}
-
-/// What a timer does when it fires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum TimerKind {
-    /// The connect did not complete in time.
-    ConnectTimeout,
-    /// An incoming connection sent no CONNECT_REQ in time.
-    HandshakeTimeout,
-    /// Retry placing a SEND that found no receive.
-    Rnr,
-    /// Drop a closing connection.
-    Close,
 }
 
 /// A listening socket and the channel its requests go to.
@@ -192,14 +179,14 @@ enum Step {
 
 struct Nic {
     shared: Arc<Shared>,
-    timers: BinaryHeap<Reverse<(Instant, ConnId, TimerKind)>>,
+    timers: Timers,
     ready: Vec<ConnId>,
 }
 
 /// The NIC thread's main loop.
 pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
     let spin = shared.nic_spin;
-    let mut nic = Nic { shared, timers: BinaryHeap::new(), ready: Vec::new() };
+    let mut nic = Nic { shared, timers: Timers::default(), ready: Vec::new() };
     let mut events = Events::with_capacity(256);
     let mut last_busy = Instant::now();
     loop {
@@ -211,7 +198,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
                     nic.stop();
                     return;
                 }
-                Cmd::Timer(at, id, kind) => nic.timers.push(Reverse((at, id, kind))),
+                Cmd::Timer(at, id, kind) => nic.schedule(at, id, kind),
                 Cmd::Broken(id, why) => {
                     if let Some(c) = nic.conn(id) {
                         let mut rx = c.rx.lock();
@@ -228,6 +215,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
             }
         }
         busy |= nic.fire_timers();
+        nic.shared.timers_pending.store(nic.timers.len(), std::sync::atomic::Ordering::Relaxed);
         let now = Instant::now();
         if busy {
             last_busy = now;
@@ -238,7 +226,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
             std::thread::yield_now();
             Some(Duration::ZERO)
         } else {
-            nic.timers.peek().map(|Reverse((at, _, _))| at.saturating_duration_since(now))
+            nic.timers.next().map(|at| at.saturating_duration_since(now))
         };
         if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
@@ -278,6 +266,17 @@ impl Nic {
         self.shared.conns.lock().get(&id).cloned()
     }
 
+    /// Schedules a timer a user thread asked for, unless it no longer matters: the connection
+    /// is gone (its timers were cancelled when it was removed, on this thread) or, for a
+    /// connect timeout, the connect already completed.
+    fn schedule(&mut self, at: Instant, id: ConnId, kind: TimerKind) {
+        let Some(c) = self.conn(id) else { return };
+        if kind == TimerKind::ConnectTimeout && c.st.lock().phase != Phase::Connecting {
+            return;
+        }
+        self.timers.schedule(at, id, kind);
+    }
+
     /// Closes everything: the device is gone.
     fn stop(&mut self) {
         let conns: Vec<Arc<Conn>> = self.shared.conns.lock().drain().map(|(_, c)| c).collect();
@@ -314,7 +313,7 @@ impl Nic {
                         continue;
                     }
                     let at = Instant::now() + self.shared.handshake_timeout;
-                    self.timers.push(Reverse((at, conn.id, TimerKind::HandshakeTimeout)));
+                    self.timers.schedule(at, conn.id, TimerKind::HandshakeTimeout);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -592,7 +591,7 @@ impl Nic {
                     Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RnrExceeded })
                 } else {
                     let timer = st.qp.as_ref().map_or(Duration::from_micros(640), |q| q.min_rnr_timer);
-                    self.timers.push(Reverse((Instant::now() + timer, c.id, TimerKind::Rnr)));
+                    self.timers.schedule(Instant::now() + timer, c.id, TimerKind::Rnr);
                     rx.stage = Stage::Rnr { hdr, left: retries };
                     Step::Blocked
                 }
@@ -737,6 +736,7 @@ impl Nic {
             (FrameType::ConnectReq, Phase::Incoming) => {
                 st.peer_rnr_retry = hdr.aux as u8;
                 st.phase = Phase::Requested;
+                self.timers.cancel(c.id, TimerKind::HandshakeTimeout);
                 let ch = st.channel.clone();
                 drop(st);
                 if let Some(ch) = ch {
@@ -747,6 +747,7 @@ impl Nic {
             (FrameType::Accept, Phase::Connecting) => {
                 st.peer_rnr_retry = hdr.aux as u8;
                 st.phase = Phase::Established;
+                self.timers.cancel(c.id, TimerKind::ConnectTimeout);
                 st.event(Ev::Established { conn: c.id, data });
                 Step::Continue
             }
@@ -833,6 +834,7 @@ impl Nic {
     fn close_with(&mut self, c: &Conn, st: &mut ConnState, ev: Option<Ev>) {
         st.phase = Phase::Closed;
         self.shared.conns.lock().remove(&c.id);
+        self.timers.cancel_conn(c.id);
         c.deregister();
         let _ = c.sock.shutdown(std::net::Shutdown::Both);
         if let Some(ev) = ev {
@@ -845,11 +847,7 @@ impl Nic {
     fn fire_timers(&mut self) -> bool {
         let now = Instant::now();
         let mut fired = false;
-        while let Some(Reverse((at, id, kind))) = self.timers.peek().copied() {
-            if at > now {
-                break;
-            }
-            self.timers.pop();
+        while let Some((id, kind)) = self.timers.pop_due(now) {
             fired = true;
             let Some(c) = self.conn(id) else { continue };
             match kind {
@@ -881,11 +879,6 @@ impl Nic {
                 TimerKind::Rnr => self.rnr_retry(&c),
             }
         }
-        // A burst of connections leaves a large heap behind: give the memory back once the
-        // burst's timers have fired.
-        if fired && self.timers.capacity() > 4096 && self.timers.len() < self.timers.capacity() / 8 {
-            self.timers.shrink_to(self.timers.len() * 2);
-        }
         fired
     }
 
@@ -901,7 +894,7 @@ impl Nic {
                 Self::discard(&mut rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RnrExceeded });
             } else {
                 let timer = st.qp.as_ref().map_or(Duration::from_micros(640), |q| q.min_rnr_timer);
-                self.timers.push(Reverse((Instant::now() + timer, c.id, TimerKind::Rnr)));
+                self.timers.schedule(Instant::now() + timer, c.id, TimerKind::Rnr);
                 rx.stage = Stage::Rnr { hdr, left };
                 return;
             }

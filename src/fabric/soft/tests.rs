@@ -645,3 +645,26 @@ fn an_incoming_connection_without_connect_request_is_closed_after_the_handshake_
     assert!(p.ch_a.get_event(Duration::ZERO).unwrap().is_none(), "an event on the established connection");
     assert!(p.ch_b.get_event(Duration::ZERO).unwrap().is_none(), "an event on the established connection");
 }
+
+#[test]
+fn connections_made_and_closed_leave_no_timer_behind() {
+    // Connect timeout (5 s), handshake timeout (30 s here) and close linger (2 s) are cancelled
+    // once they no longer matter, so the NIC holds nothing for connections that are gone:
+    // memory does not grow with the connection rate.
+    let config = FabricConfig::new(FabricKind::Soft);
+    let (fab, shared) = super::device::open_inspected(&config, Duration::from_secs(30)).unwrap();
+    for i in 0..20 {
+        let p = pair(&fab);
+        let (closing, other, other_ch) = if i % 2 == 0 { (&p.a, &p.b, &p.ch_b) } else { (&p.b, &p.a, &p.ch_a) };
+        closing.disconnect().unwrap();
+        assert!(matches!(event(other_ch), CmEvent::Disconnected { conn } if conn == other.conn_id()));
+    }
+    // Well within the close linger, and far within the timeouts.
+    let deadline = Instant::now() + Duration::from_millis(1500);
+    let pending = || shared.timers_pending.load(std::sync::atomic::Ordering::Relaxed);
+    while (pending() > 0 || !shared.conns.lock().is_empty()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(shared.conns.lock().len(), 0, "connections left");
+    assert_eq!(pending(), 0, "timers left for connections that are gone");
+}
