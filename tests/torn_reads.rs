@@ -175,7 +175,11 @@ fn subscriber(mut sub: Subscription, shared: Arc<Shared>, deadline: Instant) -> 
                 }
             };
             seen.take(&mut sub, got);
-            shared.torn.store(sub.counters().torn.load(Ordering::Relaxed), Ordering::Release);
+            if got.is_some() {
+                // Only with a message: a torn re-read is complete (control block read, resync
+                // done) once a message after it was delivered; a timeout may fall in between.
+                shared.torn.store(sub.counters().torn.load(Ordering::Relaxed), Ordering::Release);
+            }
             shared.lost.store(seen.lost, Ordering::Release);
             shared.last.store(seen.last, Ordering::Release);
         }
