@@ -31,8 +31,11 @@ use rdma_pubsub::ring::{
 /// was accepted (decoded, or delivered a message), for coverage statistics.
 pub type Target = fn(&[u8]) -> bool;
 
+/// Seed inputs of a target.
+pub type Seeds = fn() -> Vec<Vec<u8>>;
+
 /// Every target: name, function, seed inputs.
-pub const TARGETS: &[(&str, Target, fn() -> Vec<Vec<u8>>)] = &[
+pub const TARGETS: &[(&str, Target, Seeds)] = &[
     ("connect_data", connect_data, seeds_connect),
     ("accept_data", accept_data, seeds_accept),
     ("reject_data", reject_data, seeds_reject),

@@ -99,7 +99,8 @@ fn mutate(rng: &mut Rng, input: &mut Vec<u8>, pool: &[Vec<u8>]) {
 }
 
 fn run(name: &str, target: rdma_pubsub_fuzz::Target, seeds: Vec<Vec<u8>>, execs: u64, seed: u64) -> u64 {
-    let mut rng = Rng(seed ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)));
+    let mut rng =
+        Rng(seed ^ name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)));
     // A small pool of recent inputs that decoded far enough to be worth mutating further.
     let mut pool: Vec<Vec<u8>> = seeds.clone();
     let started = Instant::now();
@@ -126,8 +127,8 @@ fn run(name: &str, target: rdma_pubsub_fuzz::Target, seeds: Vec<Vec<u8>>, execs:
         let ok = match result {
             Ok(ok) => ok,
             Err(e) => {
-            let hex: String = input.iter().map(|b| format!("{b:02x}")).collect();
-            eprintln!("CRASH in {name} at execution {i}: input ({} bytes) {hex}", input.len());
+                let hex: String = input.iter().map(|b| format!("{b:02x}")).collect();
+                eprintln!("CRASH in {name} at execution {i}: input ({} bytes) {hex}", input.len());
                 panic::resume_unwind(e);
             }
         };
