@@ -1,0 +1,448 @@
+//! Fuzz targets for every decoder of bytes that arrive from the network: connection-manager
+//! private data (connect, accept, reject), control messages (acks...), discovery
+//! announcements, ring records and the ring's control block as a subscriber READs them, and the
+//! soft provider's wire frame header.
+//!
+//! Each target must never panic on any input, and checks what a decoder promises beyond that:
+//! whatever decodes re-encodes to a message that decodes to the same value, within its carrier's
+//! size limit; the ring reader delivers only records whose checksum matches, in sequence order.
+//! The targets run under libFuzzer (`fuzz_targets/`, `cargo fuzz run`) and under the plain
+//! generator of `src/bin/fuzz_loop.rs`; [`TARGETS`] lists them with seed inputs.
+#![warn(missing_docs)]
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rdma_pubsub::fabric::soft::wire::{FrameType, Header, HEADER_LEN as WIRE_HEADER_LEN};
+use rdma_pubsub::fabric::{
+    RegisteredBuffer, RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
+};
+use rdma_pubsub::protocol::{
+    AcceptData, AnnounceKind, Announcement, ConnectData, ConnectFlags, Control, DropReason, Policy, PolicySet,
+    RejectCode, RejectData, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
+};
+use rdma_pubsub::ring::{
+    layout, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer, RingReader,
+    StartPoint, Stop, NO_LIMIT,
+};
+
+/// A fuzz target: runs one input, panics on a violated property; returns whether the input
+/// was accepted (decoded, or delivered a message), for coverage statistics.
+pub type Target = fn(&[u8]) -> bool;
+
+/// Seed inputs of a target.
+pub type Seeds = fn() -> Vec<Vec<u8>>;
+
+/// Every target: name, function, seed inputs.
+pub const TARGETS: &[(&str, Target, Seeds)] = &[
+    ("connect_data", connect_data, seeds_connect),
+    ("accept_data", accept_data, seeds_accept),
+    ("reject_data", reject_data, seeds_reject),
+    ("control", control, seeds_control),
+    ("announcement", announcement, seeds_announcement),
+    ("ring_records", ring_records, seeds_ring_records),
+    ("ring_control", ring_control, seeds_ring_control),
+    ("soft_wire", soft_wire, seeds_soft_wire),
+];
+
+/// Connect private data (what a would-be subscriber sends a publisher's node).
+pub fn connect_data(data: &[u8]) -> bool {
+    if let Ok(d) = ConnectData::decode(data) {
+        let bytes = d.encode().expect("a decoded connect data re-encodes");
+        assert!(bytes.len() <= MAX_CONNECT_PRIVATE_DATA);
+        assert_eq!(ConnectData::decode(&bytes).expect("re-decodes"), d);
+        true
+    } else {
+        false
+    }
+}
+
+/// Accept private data (what a publisher answers): decoding, then setting up a reader from it.
+pub fn accept_data(data: &[u8]) -> bool {
+    if let Ok(a) = AcceptData::decode(data) {
+        let bytes = a.encode().expect("a decoded accept data re-encodes");
+        assert!(bytes.len() <= MAX_ACCEPT_PRIVATE_DATA);
+        assert_eq!(AcceptData::decode(&bytes).expect("re-decodes"), a);
+        // The subscriber builds its reader from these numbers: refused or usable, never a panic.
+        if let Ok(mut reader) = RingReader::new(a.reader_config(64 << 20)) {
+            let plan = reader.next_read(256 * 1024);
+            assert!(plan.len <= a.capacity as usize && plan.ring_offset < layout::region_len(a.capacity as usize));
+            let _ = reader.parse(&[0u8; 64], plan.position, |_, _| {});
+        }
+        true
+    } else {
+        false
+    }
+}
+
+/// Reject private data.
+pub fn reject_data(data: &[u8]) -> bool {
+    if let Ok(r) = RejectData::decode(data) {
+        assert!(r.detail.len() <= rdma_pubsub::protocol::MAX_REJECT_DETAIL);
+        let bytes = r.encode().expect("a decoded reject data re-encodes");
+        assert!(bytes.len() <= MAX_REJECT_PRIVATE_DATA);
+        assert_eq!(RejectData::decode(&bytes).expect("re-decodes"), r);
+        true
+    } else {
+        false
+    }
+}
+
+/// Control messages (acks, doorbell requests, doorbells, drops, end of stream).
+pub fn control(data: &[u8]) -> bool {
+    if let Ok(c) = Control::decode(data) {
+        let bytes = c.encode().expect("a decoded control message re-encodes");
+        assert!(bytes.len() <= CONTROL_MSG_MAX);
+        assert_eq!(Control::decode(&bytes).expect("re-decodes"), c);
+        true
+    } else {
+        false
+    }
+}
+
+/// Discovery announcements (UD multicast datagrams).
+pub fn announcement(data: &[u8]) -> bool {
+    if let Ok(a) = Announcement::decode(data) {
+        assert!(a.part < a.parts);
+        let bytes = a.encode().expect("a decoded announcement re-encodes");
+        assert!(bytes.len() <= MAX_ANNOUNCEMENT);
+        assert_eq!(Announcement::decode(&bytes).expect("re-decodes"), a);
+        true
+    } else {
+        false
+    }
+}
+
+/// The soft provider's frame header: decodes or is refused; what decodes re-encodes to the
+/// same bytes and respects the length limits of its frame type.
+pub fn soft_wire(data: &[u8]) -> bool {
+    let mut b = [0u8; WIRE_HEADER_LEN];
+    let n = data.len().min(WIRE_HEADER_LEN);
+    b[..n].copy_from_slice(&data[..n]);
+    let max_msg = match data.get(WIRE_HEADER_LEN) {
+        Some(&x) => 1u64 << (x % 40),
+        None => 1 << 31,
+    };
+    if let Ok(h) = Header::decode(&b, max_msg) {
+        assert_eq!(h.encode(), b, "a decoded header re-encodes to the same bytes");
+        let limit = match h.ty {
+            FrameType::ConnectReq => MAX_CONNECT_PRIVATE_DATA as u64,
+            FrameType::Accept => MAX_ACCEPT_PRIVATE_DATA as u64,
+            FrameType::Reject => MAX_REJECT_PRIVATE_DATA as u64,
+            FrameType::Disconnect | FrameType::Ack | FrameType::ReadReq => 0,
+            _ => max_msg,
+        };
+        assert!(u64::from(h.len) <= limit, "{h:?} exceeds {limit}");
+        if h.ty == FrameType::ReadReq {
+            assert!(u64::from(h.aux) <= max_msg);
+        }
+        return true;
+    }
+    false
+}
+
+/// The ring's control block as a subscriber READs it, applied to a reader.
+pub fn ring_control(data: &[u8]) -> bool {
+    let Ok(snap) = ControlSnapshot::decode(data) else { return false };
+    let capacity = 1usize << (16 + (snap.capacity % 8) as usize);
+    let config = ReaderConfig {
+        capacity,
+        max_record_payload: layout::default_max_record_payload(capacity),
+        epoch: snap.epoch,
+        start: StartPoint { position: capacity as u64, seq: 1, first_seq: 1 },
+        max_message_len: 1 << 20,
+    };
+    let mut reader = RingReader::new(config).expect("a valid reader config");
+    let mut snap = snap;
+    snap.capacity = capacity as u64;
+    let before = reader.consumed_position();
+    if let Ok(outcome) = reader.apply_control(&snap) {
+        match outcome {
+            ControlOutcome::Resync { position, seq } => {
+                assert_eq!((position, seq), (snap.head, snap.head_seq));
+                assert!(position >= before, "a resync never moves the reader backwards");
+                assert_eq!(position % layout::RECORD_ALIGN, 0);
+            }
+            ControlOutcome::Behind { available } => assert_eq!(available, snap.tail - before),
+            ControlOutcome::CaughtUp | ControlOutcome::Retry => {}
+        }
+        let plan = reader.next_read(1 << 20);
+        assert!(plan.len <= capacity);
+        return true;
+    }
+    false
+}
+
+/// Ring records as a READ brings them. The first byte picks the mode: arbitrary bytes parsed
+/// by a reader configured from the input, or a real ring written by the producer, corrupted at
+/// offsets the input chooses, and read to the end as a subscriber would.
+pub fn ring_records(data: &[u8]) -> bool {
+    match data.split_first() {
+        Some((&mode, rest)) if mode & 1 == 0 => ring_arbitrary(rest),
+        Some((_, rest)) => ring_corrupted(rest),
+        None => false,
+    }
+}
+
+fn u64_at(data: &[u8], i: usize) -> u64 {
+    let mut b = [0u8; 8];
+    for (k, x) in b.iter_mut().enumerate() {
+        *x = data.get(i + k).copied().unwrap_or(0);
+    }
+    u64::from_le_bytes(b)
+}
+
+/// Arbitrary bytes: whatever is delivered is a checksum-valid record of the input, in order.
+fn ring_arbitrary(data: &[u8]) -> bool {
+    let capacity = 64 * 1024;
+    let max_record_payload = 64 + (u64_at(data, 0) as usize % (layout::default_max_record_payload(capacity) - 63));
+    // Positions near the input's own headers are the interesting ones: take the start from it.
+    let position = (u64_at(data, 8) % (1 << 40)) & !(layout::RECORD_ALIGN - 1);
+    let seq = u64_at(data, 16).max(1) % (1 << 62) + 1;
+    let bytes = data.get(24..).unwrap_or(&[]);
+    let start = StartPoint { position, seq, first_seq: seq + (data.first().copied().unwrap_or(0) >> 7) as u64 };
+    let config = ReaderConfig { capacity, max_record_payload, epoch: 7, start, max_message_len: 1 << 20 };
+    let Ok(mut reader) = RingReader::new(config) else { return false };
+    let base = bytes.as_ptr() as usize;
+    let mut last = None;
+    let result = reader.parse(bytes, position, |s, payload| {
+        assert!(last.is_none_or(|l| s > l), "delivered in sequence order");
+        last = Some(s);
+        let p = payload.as_ptr() as usize;
+        if p >= base + layout::HEADER_LEN && p + payload.len() <= base + bytes.len() {
+            // Delivered in place: the header before it must carry a matching checksum.
+            let off = p - base - layout::HEADER_LEN;
+            let h = RecordHeader::decode(&bytes[off..]).expect("a header precedes the payload");
+            assert_eq!(h.compute_crc(payload), h.crc, "delivered a record whose crc does not match");
+            assert_eq!(h.len as usize, payload.len());
+        }
+    });
+    if let Ok(parsed) = result {
+        assert!(parsed.consumed <= bytes.len());
+        assert_eq!(reader.consumed_position(), position + parsed.consumed as u64);
+    }
+    last.is_some()
+}
+
+thread_local! {
+    static RING: RefCell<Option<Arc<RegisteredBuffer>>> = const { RefCell::new(None) };
+}
+
+/// Payload of message `seq` in the corrupted-ring mode.
+fn message(seq: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seq as u8).wrapping_mul(31) ^ (i as u8).wrapping_mul(7) ^ (i >> 8) as u8).collect()
+}
+
+/// A real ring, corrupted: the reader delivers exactly the messages written (checked byte by
+/// byte), in order, or reports lost ones, or stops with a typed error; never a corrupt one.
+fn ring_corrupted(data: &[u8]) -> bool {
+    const CAPACITY: usize = 64 * 1024;
+    let (&sizing, rest) = data.split_first().unwrap_or((&0, &[]));
+    let max_record_payload = [64, 100, 1000, 4096, layout::default_max_record_payload(CAPACITY)][sizing as usize % 5];
+    let buf = RING.with(|r| {
+        r.borrow_mut()
+            .get_or_insert_with(|| Arc::new(RegisteredBuffer::new(layout::region_len(CAPACITY)).expect("alloc")))
+            .clone()
+    });
+    let config = RingConfig { capacity: CAPACITY, max_record_payload, epoch: 9 };
+    let mut producer = RingProducer::new(buf.clone(), config).expect("producer");
+    // Message lengths from the input (two bytes each, up to three records' worth), then
+    // corruptions (three bytes: offset, xor) from what follows a zero-length terminator.
+    let mut lens = Vec::new();
+    let mut i = 0;
+    while i + 1 < rest.len() && lens.len() < 64 {
+        let l = u16::from_le_bytes([rest[i], rest[i + 1]]) as usize;
+        i += 2;
+        if l == 0 {
+            break;
+        }
+        lens.push(l % (3 * max_record_payload + 1));
+    }
+    for (k, &len) in lens.iter().enumerate() {
+        let seq = k as u64 + 1;
+        producer.append(&message(seq, len), NO_LIMIT).expect("append");
+    }
+    let mut ring = vec![0u8; layout::region_len(CAPACITY)];
+    buf.read(0, &mut ring).expect("copy the ring");
+    let mut j = i;
+    while j + 2 < rest.len() {
+        let off = u16::from_le_bytes([rest[j], rest[j + 1]]) as usize % ring.len();
+        let off = if rest[j + 2] & 0x80 != 0 { off % layout::CONTROL_READ_LEN } else { off };
+        ring[off] ^= rest[j + 2] | 1;
+        j += 3;
+    }
+    let start = StartPoint { position: CAPACITY as u64, seq: 1, first_seq: 1 };
+    let config = ReaderConfig { capacity: CAPACITY, max_record_payload, epoch: 9, start, max_message_len: 1 << 20 };
+    let mut reader = RingReader::new(config).expect("reader");
+    let mut next = 1u64;
+    let mut delivered = false;
+    for _ in 0..256 {
+        let plan = reader.next_read(16 * 1024);
+        let bytes = &ring[plan.ring_offset..plan.ring_offset + plan.len];
+        let mut bad = None;
+        let parsed = reader.parse(bytes, plan.position, |seq, payload| {
+            if seq < next || lens.get(seq as usize - 1).is_none_or(|&l| message(seq, l) != payload) {
+                bad = Some(seq);
+            }
+            next = seq + 1;
+            delivered = true;
+        });
+        assert_eq!(bad, None, "delivered a message that was not written so (or out of order)");
+        let Ok(parsed) = parsed else { return delivered };
+        let control = match parsed.stop {
+            Stop::End if parsed.consumed > 0 => continue,
+            Stop::End | Stop::Stale => return delivered,
+            Stop::NotYetWritten | Stop::Torn | Stop::NeedControl => &ring[..layout::CONTROL_READ_LEN],
+        };
+        let Ok(snap) = ControlSnapshot::decode(control) else { return delivered };
+        match reader.apply_control(&snap) {
+            Ok(ControlOutcome::Resync { .. }) => {}
+            Ok(ControlOutcome::Behind { .. }) if parsed.consumed > 0 => {}
+            _ => return delivered,
+        }
+    }
+    delivered
+}
+
+/// The one-byte-longer and truncated variants of a seed.
+fn with_variants(seeds: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for s in seeds {
+        let mut padded = s.clone();
+        padded.extend_from_slice(&[0; 8]);
+        out.push(padded);
+        if s.len() > 3 {
+            out.push(s[..s.len() - 1].to_vec());
+        }
+        out.push(s);
+    }
+    out
+}
+
+fn seeds_connect() -> Vec<Vec<u8>> {
+    let d = ConnectData {
+        topic: TopicId::of("prices"),
+        start: StartAt::Earliest,
+        accepts: PolicySet::of(&[Policy::Block, Policy::Overwrite]),
+        node_id: u64::MAX,
+        flags: ConnectFlags::WANTS_DOORBELLS,
+    };
+    with_variants(vec![d.encode().unwrap()])
+}
+
+fn seeds_accept() -> Vec<Vec<u8>> {
+    let a = AcceptData {
+        topic: TopicId::of("prices"),
+        ring: RemoteAddr { addr: 0x7f00_dead_b000, rkey: 0x1234_5678 },
+        region_len: 4096 + 65536,
+        capacity: 65536,
+        epoch: 1_700_000_000_000_000,
+        publisher_id: 42,
+        policy: Policy::Overwrite,
+        max_record_payload: 16352,
+        start_position: 65536 + 96,
+        start_seq: 3,
+        first_seq: 4,
+    };
+    with_variants(vec![a.encode().unwrap()])
+}
+
+fn seeds_reject() -> Vec<Vec<u8>> {
+    let long = "é".repeat(100);
+    with_variants(vec![
+        RejectData::new(RejectCode::UnknownTopic, "no publisher").encode().unwrap(),
+        RejectData::new(RejectCode::TooManySubscribers, &long).encode().unwrap(),
+    ])
+}
+
+fn seeds_control() -> Vec<Vec<u8>> {
+    let msgs = [
+        Control::Ack { position: 1 << 40, seq: 12345 },
+        Control::DoorbellRequest { armed: true, position: 65536 },
+        Control::Bye,
+        Control::Doorbell { tail: 99 },
+        Control::Dropped { reason: DropReason::TooSlow { lag: 1 << 20 } },
+        Control::Dropped { reason: DropReason::ProtocolViolation },
+        Control::EndOfStream { final_seq: 7 },
+    ];
+    with_variants(msgs.iter().map(|m| m.encode().unwrap()).collect())
+}
+
+fn seeds_announcement() -> Vec<Vec<u8>> {
+    let connect: SocketAddr = "127.0.0.1:4791".parse().unwrap();
+    let v6: SocketAddr = "[::1]:4791".parse().unwrap();
+    let topics: Vec<(String, TopicId)> =
+        ["a", "prices", "orders/eu"].iter().map(|t| (t.to_string(), TopicId::of(t))).collect();
+    let mut out = Vec::new();
+    for a in Announcement::split(AnnounceKind::Hello, 1, 2, connect, &topics, 1024).unwrap() {
+        out.push(a.encode().unwrap());
+    }
+    out.push(
+        Announcement { kind: AnnounceKind::Goodbye, node_id: 3, epoch: 4, connect: v6, part: 0, parts: 1, topics }
+            .encode()
+            .unwrap(),
+    );
+    with_variants(out)
+}
+
+fn seeds_ring_records() -> Vec<Vec<u8>> {
+    // Corrupted-ring mode: a few message lengths, a terminator, no corruption / a few.
+    let mut clean = vec![1u8, 4];
+    for l in [10u16, 5000, 300, 70, 12000] {
+        clean.extend_from_slice(&l.to_le_bytes());
+    }
+    clean.extend_from_slice(&[0, 0]);
+    let mut corrupt = clean.clone();
+    corrupt.extend_from_slice(&[0x20, 0x10, 0x04, 0x40, 0x00, 0x01, 0x08, 0x00, 0x80]);
+    // Arbitrary mode: a config prefix then a real record.
+    let mut arbitrary = vec![0u8];
+    arbitrary.extend_from_slice(&1000u64.to_le_bytes());
+    arbitrary.extend_from_slice(&65536u64.to_le_bytes());
+    arbitrary.extend_from_slice(&1u64.to_le_bytes());
+    let payload = b"hello, ring";
+    let mut h = RecordHeader {
+        position: 65536,
+        seq: 1,
+        len: payload.len() as u32,
+        flags: layout::FLAG_FIRST | layout::FLAG_LAST,
+        reserved: 0,
+        total_len: payload.len() as u32,
+        crc: 0,
+    };
+    h.crc = h.compute_crc(payload);
+    arbitrary.extend_from_slice(&h.encode());
+    arbitrary.extend_from_slice(payload);
+    arbitrary.resize(arbitrary.len().div_ceil(32) * 32, 0);
+    vec![clean, corrupt, arbitrary]
+}
+
+fn seeds_ring_control() -> Vec<Vec<u8>> {
+    let mut b = vec![0u8; layout::CONTROL_READ_LEN];
+    let words = [layout::MAGIC, layout::LAYOUT_VERSION, 0, 9, 200_000, 30, 140_000, 20, 16352, 139_000];
+    for (i, w) in words.iter().enumerate() {
+        b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    vec![b]
+}
+
+fn seeds_soft_wire() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for (ty, len, aux) in [
+        (FrameType::ConnectReq, 56, 7),
+        (FrameType::Accept, 196, 6),
+        (FrameType::Reject, 148, 0),
+        (FrameType::Send, 4096, 0),
+        (FrameType::ReadReq, 0, 65536),
+        (FrameType::ReadResp, 65536, 0),
+        (FrameType::Ack, 0, 0),
+    ] {
+        let mut h = Header::new(ty);
+        h.len = len;
+        h.aux = aux;
+        h.psn = 77;
+        h.addr = 0x7f00_0000_1000;
+        out.push(h.encode().to_vec());
+    }
+    out
+}
