@@ -483,3 +483,49 @@ fn bad_private_data_is_rejected_with_a_reason_and_counted() {
     }
     assert_eq!(pub_node.counters().rejected_connects.load(Ordering::Relaxed), 4);
 }
+
+#[test]
+fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
+    let pub_node = node();
+    let sub_node = node();
+    for round in 0..40 {
+        let topic = format!("orderly-{round}");
+        let publisher = pub_node.publisher(&topic).unwrap();
+        let mut sub = sub_node
+            .subscribe_with(&topic, SubscriptionOptions { busy_poll: true, auto_connect: false, ..Default::default() })
+            .unwrap();
+        sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
+        wait_subscribers(&publisher, 1);
+        let reader = thread::spawn(move || {
+            let deadline = Instant::now() + WAIT;
+            let mut events = Vec::new();
+            let mut got = 0;
+            loop {
+                assert!(Instant::now() < deadline, "the stream did not end");
+                match sub.recv_timeout(Duration::from_millis(20)) {
+                    Ok(Some(m)) => {
+                        got += 1;
+                        assert_eq!(m.seq, got);
+                    }
+                    Ok(None) => {}
+                    Err(Error::Closed(_)) => break,
+                    Err(e) => panic!("unexpected error {e}"),
+                }
+                events.extend(std::iter::from_fn(|| sub.try_event()));
+            }
+            events.extend(std::iter::from_fn(|| sub.try_event()));
+            (got, events)
+        });
+        for seq in 1..=100 {
+            publisher.publish(&payload(seq, 64)).unwrap();
+        }
+        // A busy-polling subscriber that caught up acknowledges everything (it does not park).
+        publisher.flush(Duration::from_secs(5)).expect("every subscriber acknowledged the tail");
+        drop(publisher);
+        let (got, events) = reader.join().unwrap();
+        assert_eq!(got, 100);
+        let ended = events.iter().filter(|e| matches!(e, SubscriptionEvent::Ended { complete: true, .. })).count();
+        let failed = events.iter().filter(|e| matches!(e, SubscriptionEvent::Disconnected { .. })).count();
+        assert_eq!((ended, failed), (1, 0), "round {round}: {events:?}");
+    }
+}

@@ -791,7 +791,10 @@ impl Subscription {
             }
             FeedEvent::Disconnected { conn } => {
                 let Some(&key) = self.by_conn.get(&conn) else { return };
-                let feed = &mut self.feeds[key];
+                // What arrived before the disconnect (an end of stream, a drop notice) is in the
+                // CQ already: handle it first, so an orderly end is not reported as a failure.
+                self.drain_completions();
+                let Some(feed) = self.feeds.get_mut(key) else { return };
                 if feed.closed {
                     return;
                 }
@@ -910,11 +913,13 @@ impl Subscription {
                 continue;
             }
             let Some(a) = feed.active.as_deref_mut() else { continue };
-            // Acks are coalesced to a quarter ring; one more goes out when the feed parks (so a
-            // publisher flushing or closing sees everything consumed). A feed that merely
-            // caught up does not ack: with at most a quarter ring unacknowledged the publisher
-            // always has room for its largest record, so it never waits on such a feed.
-            let idle = a.idle != Idle::Active;
+            // Acks are coalesced to a quarter ring; one more goes out once the feed has found
+            // nothing new for `spin` (parking or busy-polling), so a publisher flushing or
+            // closing sees everything consumed. A feed that merely caught up does not ack at
+            // once: with at most a quarter ring unacknowledged the publisher always has room for
+            // its largest record, so it never waits on such a feed.
+            let idle = a.idle != Idle::Active
+                || a.empty_since.is_some_and(|since| now.duration_since(since) >= self.options.spin);
             if !a.ack_in_flight {
                 let consumed = a.reader.consumed_position();
                 if consumed > a.acked && (idle || consumed - a.acked >= a.capacity / 4) {
@@ -971,6 +976,24 @@ impl Subscription {
         self.close_feed(key);
     }
 
+    /// Handles every completion already in the CQ, without waiting.
+    fn drain_completions(&mut self) {
+        let mut wcs = [WorkCompletion::default(); 64];
+        loop {
+            let n = match self.cq.poll(&mut wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, "subscription CQ: {e}");
+                    return;
+                }
+            };
+            self.handle_completions(&wcs[..n]);
+            if n < wcs.len() {
+                return;
+            }
+        }
+    }
+
     fn handle_completions(&mut self, wcs: &[WorkCompletion]) {
         for wc in wcs {
             let (key, gen, kind, slot) = split_wr_id(wc.wr_id);
@@ -990,6 +1013,10 @@ impl Subscription {
                         continue;
                     }
                     a.landings[a.reading_into].complete(plan.map(|p| p.len));
+                    if feed.closed {
+                        // The stream already ended or failed: what this READ brought is moot.
+                        continue;
+                    }
                     if let Some(plan) = plan {
                         if let Err(e) = self.on_read(key, plan) {
                             self.fail_feed(key, e);
@@ -1006,7 +1033,7 @@ impl Subscription {
                         a.doorbell_req_in_flight = false;
                     }
                 }
-                KIND_RECV if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv => {
+                KIND_RECV if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv && !feed.closed => {
                     self.on_control(key, slot, wc.byte_len as usize);
                 }
                 _ => {}
