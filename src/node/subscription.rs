@@ -218,6 +218,10 @@ const KIND_RECV: u64 = 4;
 const RECV_SLOTS: usize = 4;
 const SLOT: usize = 64;
 const CTRL_LEN: usize = (2 + RECV_SLOTS) * SLOT;
+/// How long a subscription polls (yielding the CPU between polls) for the completion of a READ
+/// in flight before it blocks: a 1 MiB READ takes a few hundred microseconds on the soft fabric,
+/// and a wake-up from a blocked wait on these machines costs as much again.
+const READ_SPIN: Duration = Duration::from_micros(300);
 /// Longest a closed feed waits for the flush of its work requests before it is removed.
 const FLUSH_GRACE: Duration = Duration::from_secs(2);
 /// Longest a parked feed waits before READing anyway (guards against a lost wake-up).
@@ -659,7 +663,7 @@ impl Subscription {
                 continue;
             }
             let reading = self.feeds.iter().any(|(_, f)| f.active.as_ref().is_some_and(|a| a.plan.is_some()));
-            let spin = if reading || self.options.busy_poll { Duration::from_micros(30) } else { Duration::ZERO };
+            let spin = if reading || self.options.busy_poll { READ_SPIN } else { Duration::ZERO };
             let wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
             let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
             self.handle_completions(&wcs[..n]);
