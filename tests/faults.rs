@@ -27,8 +27,14 @@ use rdma_pubsub::{
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// A soft node without discovery: these tests connect explicitly, and expect a cut connection
+/// to end a subscription (with discovery, a live publisher would be reconnected by itself).
 fn node() -> Node {
-    Node::builder().fabric(FabricKind::Soft).build().expect("node")
+    Node::builder()
+        .fabric(FabricKind::Soft)
+        .discovery(rdma_pubsub::node::discovery::DiscoveryOptions::disabled())
+        .build()
+        .expect("node")
 }
 
 /// A self-checking payload: length and bytes derived from the sequence; some are fragmented

@@ -25,8 +25,14 @@ use rdma_pubsub::{Error, Node, Policy, Publisher, PublisherOptions, Start, Subsc
 
 const WAIT: Duration = Duration::from_secs(10);
 
+/// A soft node without discovery: these tests connect explicitly, and expect a cut connection
+/// to end a subscription (with discovery, a live publisher would be reconnected by itself).
 fn node() -> Node {
-    Node::builder().fabric(FabricKind::Soft).build().expect("node")
+    Node::builder()
+        .fabric(FabricKind::Soft)
+        .discovery(rdma_pubsub::node::discovery::DiscoveryOptions::disabled())
+        .build()
+        .expect("node")
 }
 
 fn payload(seq: u64) -> Vec<u8> {

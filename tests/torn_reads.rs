@@ -33,8 +33,14 @@ const HAMMERED: u64 = 30_000;
 /// Longest the producer holds a record half-rewritten for the subscriber to READ it.
 const HOLD: Duration = Duration::from_secs(2);
 
+/// A soft node without discovery: these tests connect explicitly, and expect a cut connection
+/// to end a subscription (with discovery, a live publisher would be reconnected by itself).
 fn node() -> Node {
-    Node::builder().fabric(FabricKind::Soft).build().expect("node")
+    Node::builder()
+        .fabric(FabricKind::Soft)
+        .discovery(rdma_pubsub::node::discovery::DiscoveryOptions::disabled())
+        .build()
+        .expect("node")
 }
 
 /// Payload length of message `seq`: records of exactly 8 KiB (eight per lap, no padding) in
