@@ -12,6 +12,9 @@
 #[path = "common/child.rs"]
 mod child;
 
+#[path = "common/nodes.rs"]
+mod nodes;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -21,21 +24,10 @@ use std::time::{Duration, Instant};
 use child::ChildProcess;
 use rdma_pubsub::fabric::Fabric;
 use rdma_pubsub::{
-    Error, FabricKind, Node, Policy, Publisher, PublisherOptions, Start, Subscription, SubscriptionEvent,
-    SubscriptionOptions,
+    Error, Node, Policy, Publisher, PublisherOptions, Start, Subscription, SubscriptionEvent, SubscriptionOptions,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A soft node without discovery: these tests connect explicitly, and expect a cut connection
-/// to end a subscription (with discovery, a live publisher would be reconnected by itself).
-fn node() -> Node {
-    Node::builder()
-        .fabric(FabricKind::Soft)
-        .discovery(rdma_pubsub::node::discovery::DiscoveryOptions::disabled())
-        .build()
-        .expect("node")
-}
 
 /// A self-checking payload: length and bytes derived from the sequence; some are fragmented
 /// (larger than a record of the 64 KiB rings used here).
@@ -151,9 +143,9 @@ fn publish_with_fault(publisher: &Publisher, count: u64, progress: &AtomicU64, a
 #[test]
 fn a_subscriber_connection_cut_mid_read_surfaces_and_spares_the_others() {
     const COUNT: u64 = 20_000;
-    let pub_node = node();
+    let pub_node = nodes::soft_node_without_discovery();
     let publisher = block_publisher(&pub_node, "cut-sub");
-    let (survivor_node, victim_node) = (node(), node());
+    let (survivor_node, victim_node) = (nodes::soft_node_without_discovery(), nodes::soft_node_without_discovery());
     let good = survivor(subscribe(&survivor_node, "cut-sub", pub_node.local_addr()), 1, COUNT);
     let progress = Arc::new(AtomicU64::new(0));
     let bad = victim(subscribe(&victim_node, "cut-sub", pub_node.local_addr()), progress.clone());
@@ -173,9 +165,9 @@ fn a_subscriber_connection_cut_mid_read_surfaces_and_spares_the_others() {
 #[test]
 fn publisher_side_cuts_mid_ack_surface_to_every_subscriber_and_publishing_goes_on() {
     const COUNT: u64 = 10_000;
-    let pub_node = node();
+    let pub_node = nodes::soft_node_without_discovery();
     let publisher = block_publisher(&pub_node, "cut-pub");
-    let sub_node = node();
+    let sub_node = nodes::soft_node_without_discovery();
     let progress: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let victims: Vec<_> =
         progress.iter().map(|p| victim(subscribe(&sub_node, "cut-pub", pub_node.local_addr()), p.clone())).collect();
@@ -210,7 +202,7 @@ const ADDR_ENV: &str = "RDMA_PUBSUB_FAULTS_PUBLISHER";
 /// message) until killed, reporting progress.
 fn child_subscriber() {
     let addr: SocketAddr = std::env::var(ADDR_ENV).expect("publisher address").parse().expect("an address");
-    let sub_node = node();
+    let sub_node = nodes::soft_node_without_discovery();
     let mut sub = subscribe(&sub_node, "killed-sub", addr);
     child::report("connected", 1);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -233,9 +225,9 @@ fn a_subscriber_process_killed_mid_stream_is_dropped_and_the_others_lose_nothing
         return child_subscriber();
     }
     const COUNT: u64 = 20_000;
-    let pub_node = node();
+    let pub_node = nodes::soft_node_without_discovery();
     let publisher = block_publisher(&pub_node, "killed-sub");
-    let survivor_node = node();
+    let survivor_node = nodes::soft_node_without_discovery();
     let good = survivor(subscribe(&survivor_node, "killed-sub", pub_node.local_addr()), 1, COUNT);
     let mut child = ChildProcess::spawn(
         "a_subscriber_process_killed_mid_stream_is_dropped_and_the_others_lose_nothing",
@@ -268,7 +260,7 @@ fn a_subscriber_process_killed_mid_stream_is_dropped_and_the_others_lose_nothing
 
 /// Child role `publisher`: publishes (big fragmented messages among small ones) until killed.
 fn child_publisher() {
-    let pub_node = node();
+    let pub_node = nodes::soft_node_without_discovery();
     let publisher = block_publisher(&pub_node, "killed-pub");
     child::report("addr", pub_node.local_addr());
     wait_subscribers(&publisher, 1);
@@ -294,7 +286,7 @@ fn a_publisher_process_killed_mid_write_leaves_an_intact_prefix_and_a_disconnect
         &[],
     );
     let addr: SocketAddr = child.expect("addr", WAIT).parse().expect("an address");
-    let sub_node = node();
+    let sub_node = nodes::soft_node_without_discovery();
     let progress = Arc::new(AtomicU64::new(0));
     let sub = victim(subscribe(&sub_node, "killed-pub", addr), progress.clone());
     let deadline = Instant::now() + WAIT;

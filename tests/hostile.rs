@@ -5,6 +5,9 @@
 //! subscriber. Then ring bytes from a broken or malicious publisher: the reader never panics and
 //! never delivers a record whose checksum does not match (property tests).
 
+#[path = "common/nodes.rs"]
+mod nodes;
+
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,19 +24,9 @@ use rdma_pubsub::ring::{
     layout, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer, RingReader,
     StartPoint, Stop, NO_LIMIT,
 };
-use rdma_pubsub::{Error, Node, Policy, Publisher, PublisherOptions, Start, Subscription, SubscriptionOptions};
+use rdma_pubsub::{Error, Policy, Publisher, PublisherOptions, Start, Subscription, SubscriptionOptions};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-/// A soft node without discovery: these tests connect explicitly, and expect a cut connection
-/// to end a subscription (with discovery, a live publisher would be reconnected by itself).
-fn node() -> Node {
-    Node::builder()
-        .fabric(FabricKind::Soft)
-        .discovery(rdma_pubsub::node::discovery::DiscoveryOptions::disabled())
-        .build()
-        .expect("node")
-}
 
 fn payload(seq: u64) -> Vec<u8> {
     (0..64 + seq as usize % 200).map(|i| (seq as u8).wrapping_mul(13) ^ i as u8).collect()
@@ -144,12 +137,12 @@ impl Attacker {
 
 #[test]
 fn reads_outside_the_ring_or_with_foreign_keys_are_refused() {
-    let pub_node = node();
+    let pub_node = nodes::soft_node_without_discovery();
     let options = || PublisherOptions { ring_capacity: 64 * 1024, ..Default::default() };
     let publisher = pub_node.publisher_with("guarded", options()).unwrap();
     // A second ring on the same node: its rkey is valid on the device, for its own memory only.
     let _other = pub_node.publisher_with("other", options()).unwrap();
-    let sub_node = node();
+    let sub_node = nodes::soft_node_without_discovery();
     let mut good = sub_node
         .subscribe_with("guarded", SubscriptionOptions { start: Start::Earliest, ..Default::default() })
         .unwrap();
@@ -204,7 +197,7 @@ fn reads_outside_the_ring_or_with_foreign_keys_are_refused() {
 
 #[test]
 fn acks_for_unpublished_positions_are_refused_counted_and_grant_no_credit() {
-    let pub_node = node();
+    let pub_node = nodes::soft_node_without_discovery();
     let publisher = pub_node
         .publisher_with(
             "acked",
@@ -215,7 +208,7 @@ fn acks_for_unpublished_positions_are_refused_counted_and_grant_no_credit() {
             },
         )
         .unwrap();
-    let sub_node = node();
+    let sub_node = nodes::soft_node_without_discovery();
     let mut good = sub_node.subscribe("acked").unwrap();
     good.connect_wait(pub_node.local_addr(), WAIT).unwrap();
     let attacker = Attacker::new();

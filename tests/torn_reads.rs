@@ -12,14 +12,15 @@
 //! record with an in-place claim and holds it there while the subscriber READs it, and the test
 //! asserts each such READ was detected as torn, never delivered.
 
+#[path = "common/nodes.rs"]
+mod nodes;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::{
-    Error, FabricKind, Node, Policy, PublisherOptions, Subscription, SubscriptionEvent, SubscriptionOptions,
-};
+use rdma_pubsub::{Error, Policy, PublisherOptions, Subscription, SubscriptionEvent, SubscriptionOptions};
 
 /// Bound of the whole test.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -32,16 +33,6 @@ const LAP: u64 = 8;
 const HAMMERED: u64 = 30_000;
 /// Longest the producer holds a record half-rewritten for the subscriber to READ it.
 const HOLD: Duration = Duration::from_secs(2);
-
-/// A soft node without discovery: these tests connect explicitly, and expect a cut connection
-/// to end a subscription (with discovery, a live publisher would be reconnected by itself).
-fn node() -> Node {
-    Node::builder()
-        .fabric(FabricKind::Soft)
-        .discovery(rdma_pubsub::node::discovery::DiscoveryOptions::disabled())
-        .build()
-        .expect("node")
-}
 
 /// Payload length of message `seq`: records of exactly 8 KiB (eight per lap, no padding) in
 /// the rounds, so each lap rewrites every record in place, payload first and header last;
@@ -194,8 +185,8 @@ fn subscriber(mut sub: Subscription, shared: Arc<Shared>, deadline: Instant) -> 
 
 #[test]
 fn overwritten_records_are_never_delivered_torn() {
-    let pub_node = node();
-    let sub_node = node();
+    let pub_node = nodes::soft_node_without_discovery();
+    let sub_node = nodes::soft_node_without_discovery();
     let publisher = pub_node
         .publisher_with(
             "torn",
