@@ -463,3 +463,32 @@ fn nodes_with_discovery_leak_no_threads_or_descriptors() {
     assert!(after.threads <= baseline.threads, "threads {} > {}", after.threads, baseline.threads);
     assert!(after.fds <= baseline.fds, "fds {} > {}", after.fds, baseline.fds);
 }
+
+#[test]
+fn discovery_survives_duplicated_delayed_and_dropped_datagrams() {
+    // The subscriber's node receives every announcement twice, 30 ms late, and loses a third of
+    // them (seeded): it still finds the publisher, keeps it (no false loss: heartbeats arrive
+    // often enough), connects once and delivers everything once, in order.
+    let d = domain(12);
+    let sub_node = node_with(d.clone());
+    let pub_node = node_with(d);
+    let faults = sub_node.fabric().faults().expect("soft faults");
+    faults.set_ud_faults(UdFaults { drop: 0.3, duplicate: 1.0, delay: Duration::from_millis(30), seed: 7 });
+    let publisher = pub_node.publisher_with("noisy", small_ring()).unwrap();
+    let mut probe = Probe::new(&sub_node, "noisy", Start::Latest);
+    probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
+    wait_subscribers(&publisher, 1);
+    publish_range(&publisher, 1..=200);
+    probe.until("200 messages", |p| p.messages.len() >= 200);
+    // Ten heartbeat intervals of noisy announcements change nothing.
+    let until = Instant::now() + Duration::from_secs(2);
+    probe.until("two seconds of noisy heartbeats", |_| Instant::now() >= until);
+    publish_range(&publisher, 201..=210);
+    probe.until("210 messages", |p| p.messages.len() >= 210);
+    assert_eq!(probe.seqs_of(publisher.id()), (1..=210).collect::<Vec<_>>());
+    probe.assert_no_duplicates();
+    let connected = probe.events.iter().filter(|e| matches!(e, SubscriptionEvent::Connected(_))).count();
+    assert_eq!(connected, 1, "one connection: {:?}", probe.events);
+    assert!(!probe.events.iter().any(|e| matches!(e, SubscriptionEvent::PublisherLost { .. })), "{:?}", probe.events);
+    assert_eq!(sub_node.peers().len(), 1);
+}
