@@ -126,6 +126,10 @@ pub struct PublisherCounters {
 const RECVS_PER_SUBSCRIBER: u32 = 4;
 /// Send slots for publisher → subscriber control messages.
 const SEND_SLOTS: u32 = 64;
+/// Longest wait for the end-of-stream notices to leave before disconnecting: a bound
+/// for a dead peer; on a live one the send completes in microseconds (milliseconds in an
+/// emulated guest).
+const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes of one control slot.
 const SLOT: usize = 64;
 
@@ -618,14 +622,14 @@ impl PublisherShared {
         tracing::info!(topic = %self.topic, ?reason, "dropping a subscriber");
         let msg = Control::Dropped { reason };
         if let Ok(slot) = self.send_control(st, key, &msg) {
-            self.await_send(st, slot, Duration::from_millis(100));
+            // Briefly: a slow subscriber may not take the notice, and the others must not wait.
+            self.await_send(st, slot, Instant::now() + Duration::from_millis(100));
         }
         self.remove_subscriber(st, key);
     }
 
     /// Waits (bounded) for the send in `slot` to complete, so a disconnect does not flush it.
-    fn await_send(&self, st: &mut PubState, slot: u32, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
+    fn await_send(&self, st: &mut PubState, slot: u32, deadline: Instant) {
         let mut wcs = [WorkCompletion::default(); 32];
         while !st.free_send_slots.contains(&slot) && Instant::now() < deadline {
             let n = self.cq.poll_wait(&mut wcs, Duration::from_micros(50), Duration::from_millis(5)).unwrap_or(0);
@@ -694,8 +698,9 @@ impl PublisherShared {
                 slots.push(slot);
             }
         }
+        let deadline = Instant::now() + NOTICE_TIMEOUT;
         for slot in slots {
-            self.await_send(&mut st, slot, Duration::from_millis(200));
+            self.await_send(&mut st, slot, deadline);
         }
         for key in keys {
             self.remove_subscriber(&mut st, key);
