@@ -268,6 +268,10 @@ struct Feed {
     active: Option<Box<ActiveFeed>>,
     /// No more READs: closed, waiting for its ready messages to be delivered.
     closed: bool,
+    /// The provider refuses or flushes this connection's work: post nothing more and let the
+    /// CM's `Disconnected` event close the feed (it first handles what the CQ holds, such as
+    /// an end-of-stream notice, so an orderly end is not reported as a failure).
+    quiesced: bool,
     /// Work requests posted and not completed yet: a closed feed is removed only when the
     /// provider has flushed them all (or after [`FLUSH_GRACE`]).
     outstanding: u32,
@@ -472,6 +476,7 @@ impl Subscription {
             ctrl,
             active: None,
             closed: false,
+            quiesced: false,
             outstanding: RECV_SLOTS as u32,
             closed_at: None,
         });
@@ -913,7 +918,7 @@ impl Subscription {
         let now = Instant::now();
         let mut failed = Vec::new();
         for (key, feed) in self.feeds.iter_mut() {
-            if feed.closed {
+            if feed.closed || feed.quiesced {
                 continue;
             }
             let Some(a) = feed.active.as_deref_mut() else { continue };
@@ -970,11 +975,15 @@ impl Subscription {
             return;
         }
         if matches!(e, Error::Fabric(crate::fabric::Error::NotConnected { .. })) {
-            // The connection went away; the CM's Disconnected event says the same.
-            tracing::debug!(topic = %self.topic, addr = %feed.addr, "feed closed: {e}");
-        } else {
-            tracing::warn!(topic = %self.topic, addr = %feed.addr, "feed failed: {e}");
+            // The connection is going away: the CM's Disconnected event closes the feed, with
+            // the right event once the CQ was handled.
+            tracing::debug!(topic = %self.topic, addr = %feed.addr, "feed quiesced: {e}");
+            if let Some(feed) = self.feeds.get_mut(key) {
+                feed.quiesced = true;
+            }
+            return;
         }
+        tracing::warn!(topic = %self.topic, addr = %feed.addr, "feed failed: {e}");
         let publisher = feed.active.as_ref().map(|a| a.info);
         self.user_events.push_back(SubscriptionEvent::Disconnected { addr: feed.addr, publisher });
         self.close_feed(key);
@@ -1012,6 +1021,11 @@ impl Subscription {
                     let plan = a.plan.take();
                     if wc.status != WcStatus::Success {
                         a.landings[a.reading_into].complete(None);
+                        if wc.status == WcStatus::WorkRequestFlushed {
+                            // Flushed by a disconnect: the CM event decides how it ended.
+                            feed.quiesced = true;
+                            continue;
+                        }
                         let e = crate::fabric::Error::invalid("RDMA READ", format!("completed with {:?}", wc.status));
                         self.fail_feed(key, e.into());
                         continue;
