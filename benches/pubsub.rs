@@ -12,6 +12,9 @@
 //!
 //! Run: `taskset -c 0,1 cargo bench --bench pubsub`. Each point measures ~2 s.
 
+#[path = "common/read_pair.rs"]
+mod read_pair;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,17 +23,13 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use rdma_pubsub::fabric::{
-    self, Access, CmEvent, CompletionQueue, EventChannel, Fabric, FabricConfig, FabricKind, MemoryRegion, QpCaps,
-    QpInit, QueuePair, RemoteAddr, SendOp, SendRequest, WorkCompletion,
-};
+use rdma_pubsub::fabric::FabricKind;
 use rdma_pubsub::{Node, Policy, Publisher, PublisherOptions, Start, SubscriptionOptions};
+use read_pair::{ReadPair, MAX_OUTSTANDING, WINDOW_BYTES};
 
 const SIZES: [usize; 4] = [64, 1 << 10, 64 << 10, 1 << 20];
 const SUBSCRIBERS: [usize; 3] = [1, 4, 16];
 const WAIT: Duration = Duration::from_secs(30);
-const WINDOW_BYTES: usize = 8 << 20;
-const MAX_OUTSTANDING: usize = 16;
 
 /// Totals of one benchmark point: (bytes, wall time, publisher CPU time, messages).
 #[derive(Default, Clone, Copy)]
@@ -175,86 +174,6 @@ fn pubsub_goodput(c: &mut Criterion) {
     group.finish();
 }
 
-fn soft_fabric() -> Fabric {
-    fabric::open(&FabricConfig::new(FabricKind::Soft)).expect("open the soft fabric")
-}
-
-fn next_event(channel: &EventChannel) -> CmEvent {
-    channel.get_event(WAIT).expect("get CM event").expect("a CM event in time")
-}
-
-/// A requester READing a responder's exposed window (as in `benches/fabric.rs`). Field order
-/// is drop order: queue pairs, regions, channels, fabrics.
-struct ReadPair {
-    qp: QueuePair,
-    _responder_qp: QueuePair,
-    cq: CompletionQueue,
-    local: MemoryRegion,
-    remote: RemoteAddr,
-    _exposed: MemoryRegion,
-    _channels: (EventChannel, EventChannel),
-    _fabrics: (Fabric, Fabric),
-}
-
-impl ReadPair {
-    fn new() -> Self {
-        let responder = soft_fabric();
-        let rpd = responder.alloc_pd().expect("responder pd");
-        let rcq = responder.create_cq(64).expect("responder cq");
-        let exposed = rpd.register(WINDOW_BYTES, Access::REMOTE_READ).expect("register exposed window");
-        let rch = responder.create_event_channel().expect("responder channel");
-        let listener = rch.listen(SocketAddr::from(([127, 0, 0, 1], 0)), 4).expect("listen");
-        let requester = soft_fabric();
-        let pd = requester.alloc_pd().expect("requester pd");
-        let cq = requester.create_cq(256).expect("requester cq");
-        let local = pd.register(WINDOW_BYTES, Access::LOCAL_WRITE).expect("register local window");
-        let ch = requester.create_event_channel().expect("requester channel");
-        let mut init = QpInit::new(&pd, &cq);
-        init.caps = QpCaps { max_send_wr: 64, ..QpCaps::default() };
-        let qp = ch.connect(listener.local_addr(), &init, &[], WAIT).expect("connect");
-        let CmEvent::ConnectRequest(req) = next_event(&rch) else { panic!("expected a connect request") };
-        let responder_qp = req.accept(&QpInit::new(&rpd, &rcq), &[]).expect("accept");
-        for channel in [&ch, &rch] {
-            assert!(matches!(next_event(channel), CmEvent::Established { .. }), "expected Established");
-        }
-        drop(listener);
-        ReadPair {
-            qp,
-            _responder_qp: responder_qp,
-            cq,
-            local,
-            remote: exposed.remote(),
-            _exposed: exposed,
-            _channels: (ch, rch),
-            _fabrics: (requester, responder),
-        }
-    }
-
-    /// Issues `count` READs of `size` bytes, up to `depth` outstanding; returns the time.
-    fn reads(&self, count: u64, size: usize, depth: usize) -> Duration {
-        let mut wcs = [WorkCompletion::default(); 32];
-        let (mut posted, mut done) = (0u64, 0u64);
-        let start = Instant::now();
-        while done < count {
-            while posted < count && posted - done < depth as u64 {
-                let slot = (posted % depth as u64) as usize * size;
-                let sges = [self.local.sge(slot, size)];
-                let remote = RemoteAddr { addr: self.remote.addr + slot as u64, rkey: self.remote.rkey };
-                let wr = SendRequest { wr_id: posted, op: SendOp::RdmaRead(remote), sges: &sges, signaled: true };
-                self.qp.post_send(&wr).expect("post READ");
-                posted += 1;
-            }
-            let n = self.cq.poll_wait(&mut wcs, Duration::ZERO, WAIT).expect("poll");
-            assert!(n > 0, "no READ completion within {WAIT:?}");
-            assert!(wcs[..n].iter().all(|wc| wc.status.is_success()), "a READ failed");
-            done += n as u64;
-        }
-        let wall = start.elapsed();
-        record("raw_read", 0, size, Totals { bytes: count * size as u64, wall, cpu: Duration::ZERO, messages: count });
-        wall
-    }
-}
-
 fn raw_read(c: &mut Criterion) {
     let pair = ReadPair::new();
     let mut group = c.benchmark_group("raw_read");
@@ -263,7 +182,12 @@ fn raw_read(c: &mut Criterion) {
         let depth = MAX_OUTSTANDING.min(WINDOW_BYTES / size);
         group.throughput(Throughput::Bytes(size as u64));
         group.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, &size| {
-            b.iter_custom(|iters| pair.reads(iters, size, depth))
+            b.iter_custom(|iters| {
+                let wall = pair.reads(iters, size, depth, Duration::ZERO);
+                let t = Totals { bytes: iters * size as u64, wall, cpu: Duration::ZERO, messages: iters };
+                record("raw_read", 0, size, t);
+                wall
+            })
         });
     }
     group.finish();
