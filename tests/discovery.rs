@@ -8,6 +8,10 @@
 //! per test index and per process) so they never hear each other. Every wait is bounded; the
 //! waits poll the subscription (which is how it makes progress), never sleep to synchronise.
 //!
+//! The provider-independent tests also run on the verbs provider inside the Soft-RoCE guest
+//! (`scripts/verbs-vm-tests.sh`): `RDMA_PUBSUB_TEST_FABRIC=verbs` selects it and `RXE_IP` the
+//! address; the script skips the soft-only ones (fault injection, raw UDP junk, unicast peers).
+//!
 //! A crash is a real one: the publisher runs in a child process (this test binary re-executed
 //! on the ignored test `child_publisher`) that the test kills with SIGKILL, so its node sends no
 //! goodbye and closes nothing in order.
@@ -38,13 +42,22 @@ fn domain(index: u16) -> DiscoveryOptions {
     DiscoveryOptions { group, port, ..Default::default() }
 }
 
+/// The provider under test: soft unless `RDMA_PUBSUB_TEST_FABRIC` says otherwise.
+fn fabric_kind() -> FabricKind {
+    std::env::var("RDMA_PUBSUB_TEST_FABRIC").ok().and_then(|v| v.parse().ok()).unwrap_or(FabricKind::Soft)
+}
+
+/// Loopback on soft; the rxe device's address (`RXE_IP`) on verbs.
+fn bind_addr() -> SocketAddr {
+    let ip = match fabric_kind() {
+        FabricKind::Verbs => std::env::var("RXE_IP").unwrap_or_else(|_| "10.0.2.15".into()),
+        _ => "127.0.0.1".into(),
+    };
+    SocketAddr::new(ip.parse().expect("RXE_IP is an IP address"), 0)
+}
+
 fn node_with(options: DiscoveryOptions) -> Node {
-    Node::builder()
-        .fabric(FabricKind::Soft)
-        .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-        .discovery(options)
-        .build()
-        .expect("node")
+    Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(options).build().expect("node")
 }
 
 fn small_ring() -> PublisherOptions {
@@ -378,8 +391,8 @@ fn child_publisher() {
     let f: Vec<&str> = spec.split(' ').collect();
     let d = DiscoveryOptions { group: f[0].parse().unwrap(), port: f[1].parse().unwrap(), ..Default::default() };
     let node = Node::builder()
-        .fabric(FabricKind::Soft)
-        .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .fabric(fabric_kind())
+        .bind(bind_addr())
         .discovery(d)
         .node_id(f[2].parse().unwrap())
         .build()
