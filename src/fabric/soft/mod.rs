@@ -1,6 +1,6 @@
 //! The soft provider: verbs semantics in user space over TCP (RC) and UDP multicast (UD).
 //!
-//! Each opened device runs one NIC thread ([`nic`]) with a `mio` loop over its listeners and
+//! Each opened device runs one NIC thread (`nic`) with a `mio` loop over its listeners and
 //! connections. An RC queue pair is one TCP connection carrying the frames of [`wire`]; the NIC
 //! serves remote READs and WRITEs straight from and into registered memory (checked against
 //! the region table of the queue pair's protection domain) without the owner's threads, and
