@@ -130,8 +130,10 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..subs).map(|_| AtomicU64::new(0)).collect());
     let mut threads: Vec<JoinHandle<SubResult>> = Vec::new();
     for i in 0..subs as usize {
-        let mut sub =
-            sub_node.subscribe_with(&topic, SubscriptionOptions { start: Start::Earliest, ..Default::default() })?;
+        let mut sub = sub_node.subscribe_with(
+            &topic,
+            SubscriptionOptions { start: Start::Earliest, busy_poll: args.busy_poll, ..Default::default() },
+        )?;
         sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10))?;
         let progress = progress.clone();
         threads.push(

@@ -238,6 +238,10 @@ pub struct BenchArgs {
     /// Longest time per point (throughput run plus latency run), in seconds.
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
+    /// Subscribers poll without parking (lowest latency; each keeps a CPU busy), as perftest's
+    /// latency tests do.
+    #[arg(long)]
+    pub busy_poll: bool,
     /// Print JSON (an array of objects) instead of a table.
     #[arg(long)]
     pub json: bool,
