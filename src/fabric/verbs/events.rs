@@ -14,12 +14,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::JoinHandle;
 
 use parking_lot::Mutex;
 use rdma_sys::*;
 
-use super::{last_os, set_nonblocking};
+use super::set_nonblocking;
+use super::stoppable::StoppableThread;
 use crate::fabric::Result;
 
 /// `IBV_EVENT_CQ_ERR`.
@@ -55,8 +55,7 @@ pub(super) fn unwatch_cq(cq: *mut ibv_cq) {
 
 /// The reader of a device's asynchronous events; stops its thread on drop.
 pub(super) struct AsyncEvents {
-    stop: i32,
-    thread: Option<JoinHandle<()>>,
+    _thread: StoppableThread,
 }
 
 impl AsyncEvents {
@@ -65,36 +64,11 @@ impl AsyncEvents {
         // SAFETY: ctx is open; async_fd is its descriptor.
         let fd = unsafe { (*ctx).async_fd };
         set_nonblocking(fd, "async event descriptor")?;
-        // SAFETY: plain syscall; the descriptor is closed in Drop.
-        let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if stop < 0 {
-            return Err(last_os("eventfd"));
-        }
         let ctx_addr = ctx as usize;
-        let spawned = std::thread::Builder::new()
-            .name(format!("{device}-async"))
-            .spawn(move || run(ctx_addr as *mut ibv_context, fd, stop));
-        match spawned {
-            Ok(thread) => Ok(AsyncEvents { stop, thread: Some(thread) }),
-            Err(e) => {
-                // SAFETY: created above, not shared with any thread.
-                unsafe { libc::close(stop) };
-                Err(crate::fabric::Error::os("spawn async event thread", None, e))
-            }
-        }
-    }
-}
-
-impl Drop for AsyncEvents {
-    fn drop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.stop, (&one as *const u64).cast(), 8) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        // SAFETY: the thread using it has exited; closed once.
-        unsafe { libc::close(self.stop) };
+        let thread = StoppableThread::spawn(format!("{device}-async"), "spawn async event thread", move |stop| {
+            run(ctx_addr as *mut ibv_context, fd, stop)
+        })?;
+        Ok(AsyncEvents { _thread: thread })
     }
 }
 

@@ -30,6 +30,7 @@ mod events;
 mod mr;
 mod qp;
 mod sidr;
+mod stoppable;
 mod ud;
 
 use super::{Error, Fabric, FabricConfig, Result};

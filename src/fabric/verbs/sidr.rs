@@ -13,13 +13,13 @@
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use rdma_sys::*;
 
 use super::cm::{CmId, IdCtx, RawChannel};
+use super::stoppable::StoppableThread;
 use super::{last_os, poll_fd};
 use crate::fabric::{Error, Result};
 
@@ -37,9 +37,8 @@ pub(super) type Senders = Arc<Mutex<HashMap<(Ipv4Addr, u32), u16>>>;
 pub(super) struct SidrListener {
     local: SocketAddrV4,
     senders: Senders,
-    stop: i32,
-    thread: Option<JoinHandle<()>>,
-    // Destroyed after the thread stopped (fields drop after `Drop::drop`).
+    // Declared before the id: the thread stops before the id is destroyed.
+    _thread: StoppableThread,
     _id: CmId,
 }
 
@@ -61,25 +60,12 @@ impl SidrListener {
             Some(SocketAddr::V4(a)) => a,
             other => return Err(Error::invalid("create_ud", format!("unicast id bound to {other:?}"))),
         };
-        // SAFETY: plain syscall; closed in Drop.
-        let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if stop < 0 {
-            return Err(last_os("eventfd"));
-        }
         let senders: Senders = Arc::default();
         let (ch, known) = (channel.clone(), senders.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("ud-sidr-{}", local.port()))
-            .spawn(move || serve(&ch, stop, qpn, qkey, &known));
-        let thread = match thread {
-            Ok(t) => t,
-            Err(e) => {
-                // SAFETY: created above and not shared.
-                unsafe { libc::close(stop) };
-                return Err(Error::os("spawn SIDR thread", None, e));
-            }
-        };
-        Ok(SidrListener { local, senders, stop, thread: Some(thread), _id: id })
+        let thread = StoppableThread::spawn(format!("ud-sidr-{}", local.port()), "spawn SIDR thread", move |stop| {
+            serve(&ch, stop, qpn, qkey, &known)
+        })?;
+        Ok(SidrListener { local, senders, _thread: thread, _id: id })
     }
 
     /// The unicast address of the endpoint.
@@ -90,19 +76,6 @@ impl SidrListener {
     /// The unicast port of the sender `(ip, qpn)`, when it resolved this endpoint.
     pub(super) fn sender_port(&self, ip: Ipv4Addr, qpn: u32) -> Option<u16> {
         self.senders.lock().get(&(ip, qpn)).copied()
-    }
-}
-
-impl Drop for SidrListener {
-    fn drop(&mut self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-        unsafe { libc::write(self.stop, (&one as *const u64).cast(), 8) };
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        // SAFETY: the thread using it has exited; closed once.
-        unsafe { libc::close(self.stop) };
     }
 }
 
