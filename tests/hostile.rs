@@ -308,7 +308,7 @@ fn read_ring(region: &[u8], max_record_payload: usize) -> Result<Vec<(u64, Vec<u
     let mut reader = RingReader::new(config).unwrap();
     let mut out = Vec::new();
     for _ in 0..512 {
-        let plan = reader.next_read(8192);
+        let plan = reader.next_read(8192, false);
         let bytes = &region[plan.ring_offset..plan.ring_offset + plan.len];
         let parsed = reader.parse(bytes, plan.position, |s, p| out.push((s, p.to_vec())))?;
         // End: READ on (a record the READ held only partly is READ whole next time).

@@ -952,7 +952,8 @@ impl Subscription {
                 }
                 a.idle = Idle::Requested;
             }
-            let plan = if a.need_control { ReadPlan::control() } else { a.reader.next_read(self.options.batch) };
+            let plan =
+                if a.need_control { ReadPlan::control() } else { a.reader.next_read(self.options.batch, !a.caught_up) };
             let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
             match a.landings[buf].post_read(&feed.qp, wr_id(key, feed.gen, KIND_READ, 0), remote, plan.len) {
                 Ok(()) => {

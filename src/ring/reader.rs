@@ -154,6 +154,8 @@ pub struct RingReader {
     anchor_invalid: bool,
     /// Bytes the record at `position` needs in one READ (when its header announced more).
     need: usize,
+    /// Size of the last data record consumed: the READ length worth asking for while behind.
+    last_record: usize,
     assembly: Vec<u8>,
     stats: ReaderStats,
 }
@@ -176,6 +178,7 @@ impl RingReader {
             state: State::Anchor { seq: s.seq },
             anchor_invalid: false,
             need: HEADER_LEN,
+            last_record: HEADER_LEN,
             assembly: Vec::new(),
             stats: ReaderStats::default(),
         })
@@ -197,10 +200,14 @@ impl RingReader {
     }
 
     /// The next READ: from the current position, at least `max_batch` bytes when the lap
-    /// allows, and at least the whole record the last parse saw only partly.
-    pub fn next_read(&self, max_batch: usize) -> ReadPlan {
+    /// allows, and at least the whole record the last parse saw only partly. With `behind`
+    /// (the last READ ended in the middle of written data) it also covers a record as large as
+    /// the last one consumed, so that a stream of records larger than `max_batch` costs one
+    /// READ each rather than a short READ that finds the header and a second for the rest.
+    pub fn next_read(&self, max_batch: usize, behind: bool) -> ReadPlan {
         let room = layout::room_to_end(self.position, self.capacity) as usize;
-        let len = max_batch.max(self.need).max(HEADER_LEN).min(room);
+        let hint = if behind { self.last_record } else { HEADER_LEN };
+        let len = max_batch.max(self.need).max(hint).max(HEADER_LEN).min(room);
         ReadPlan { ring_offset: layout::data_offset(self.position, self.capacity), len, position: self.position }
     }
 
@@ -275,6 +282,7 @@ impl RingReader {
                 break;
             }
             self.advance(size as u64);
+            self.last_record = size;
             off += size;
             out.consumed = off;
         }

@@ -79,7 +79,7 @@ fn step(
     seen: &mut Seen,
     lens: &dyn Fn(u64) -> usize,
 ) -> Stop {
-    let plan = reader.next_read(batch);
+    let plan = reader.next_read(batch, batch % 2 == 0);
     let bytes = sim_read(buf, plan);
     let mut got = Vec::new();
     let parsed = reader.parse(&bytes, plan.position, |s, b| got.push((s, b.to_vec()))).unwrap();
@@ -114,7 +114,7 @@ fn single_messages_roundtrip_zero_copy() {
     for seq in 1..=3u64 {
         assert_eq!(prod.append(&payload(seq, 100), NO_LIMIT).unwrap(), Append::Complete { seq });
     }
-    let plan = reader.next_read(4096);
+    let plan = reader.next_read(4096, false);
     assert_eq!(plan.ring_offset, CONTROL_SIZE);
     let bytes = sim_read(&buf, plan);
     let range = bytes.as_ptr_range();
@@ -265,7 +265,7 @@ fn valid_record_breaking_the_stream_is_corrupt() {
     h.seq = 9;
     h.crc = h.compute_crc(b"hello");
     buf.write(off, &h.encode()).unwrap();
-    let plan = reader.next_read(4096);
+    let plan = reader.next_read(4096, false);
     // The start point's anchor does not match: the reader asks for the control block...
     let p = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| panic!()).unwrap();
     assert_eq!(p.stop, Stop::NeedControl);
@@ -282,7 +282,7 @@ fn valid_record_breaking_the_stream_is_corrupt() {
     h.seq = 5;
     h.crc = h.compute_crc(b"two");
     buf.write(off, &h.encode()).unwrap();
-    let plan = reader.next_read(4096);
+    let plan = reader.next_read(4096, false);
     let r = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {});
     assert!(matches!(r, Err(RingError::Corrupt { .. })), "{r:?}");
 }
@@ -292,7 +292,7 @@ fn torn_record_is_reread() {
     let (buf, mut prod) = ring(CAP);
     let mut reader = reader_at(&prod, prod.latest());
     prod.append(&payload(1, 200), NO_LIMIT).unwrap();
-    let plan = reader.next_read(4096);
+    let plan = reader.next_read(4096, false);
     let mut bytes = sim_read(&buf, plan);
     bytes[100] ^= 1;
     let p = reader.parse(&bytes, plan.position, |_, _| panic!("torn delivered")).unwrap();
@@ -422,7 +422,7 @@ proptest! {
         while n < lens.len() {
             let (frac, tail_first, burst) = cuts[round % cuts.len()];
             round += 1;
-            let plan = reader.next_read(batch);
+            let plan = reader.next_read(batch, burst % 2 == 0);
             let cut = (plan.len as f64 * frac) as usize;
             let mut bytes = vec![0u8; plan.len];
             let (first, second) = if tail_first { (cut..plan.len, 0..cut) } else { (0..cut, cut..plan.len) };
@@ -502,4 +502,31 @@ fn concurrent_overwrite_reader_never_sees_corruption() {
     assert_eq!(seen.delivered.len() as u64 + seen.lost, 5000);
     assert!(seen.delivered.windows(2).all(|w| w[0] < w[1]));
     assert_eq!(stats.delivered + stats.lost, 5000);
+}
+
+/// A reader that is behind plans READs as large as the last record it consumed, so a stream
+/// of records larger than the batch costs one READ per record, not a short READ plus a whole
+/// one; a caught-up reader keeps to the batch.
+#[test]
+fn behind_reader_reads_whole_large_records_at_once() {
+    let (buf, mut prod) = ring(CAP);
+    let mut reader = reader_at(&prod, prod.latest());
+    let len = 10_000;
+    for seq in 1..=3 {
+        prod.append(&payload(seq, len), NO_LIMIT).unwrap();
+    }
+    let record = layout::record_size(len) as usize;
+    let mut reads = 0;
+    let mut behind = false;
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let plan = reader.next_read(4096, behind);
+        reads += 1;
+        let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |s, _| got.push(s)).unwrap();
+        behind = parsed.stop == Stop::End;
+    }
+    // The first record needs a short READ (the header) and a whole one; the next two, one each.
+    assert_eq!((got, reads), (vec![1, 2, 3], 4));
+    assert!(reader.next_read(4096, true).len >= record);
+    assert_eq!(reader.next_read(4096, false).len, 4096);
 }
