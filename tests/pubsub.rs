@@ -529,3 +529,24 @@ fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
         assert_eq!((ended, failed), (1, 0), "round {round}: {events:?}");
     }
 }
+
+/// A READ that leaves more written data behind it is followed by the next READ before its
+/// messages are handed out, so the next batch travels while the caller works on this one.
+#[test]
+fn the_next_read_is_in_flight_while_a_message_is_delivered() {
+    let (pub_node, sub_node) = (node(), node());
+    let publisher = pub_node.publisher("pipelined").expect("publisher");
+    // Two messages that one minimum-size READ (4 KiB) cannot hold together.
+    for seq in 1..=2 {
+        publisher.publish(&payload(seq, 3000)).expect("publish");
+    }
+    let options = SubscriptionOptions { start: Start::Earliest, batch: 4096, ..Default::default() };
+    let mut sub = sub_node.subscribe_with("pipelined", options).expect("subscribe");
+    sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    let first = recv_until(&mut sub, Instant::now() + WAIT);
+    assert_eq!(first.seq, 1);
+    check(&first, |_| 3000);
+    assert_eq!(sub.counters().reads.load(Ordering::Relaxed), 2, "the second READ was posted before delivery");
+    let second = recv_until(&mut sub, Instant::now() + WAIT);
+    check(&second, |_| 3000);
+}

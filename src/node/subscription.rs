@@ -636,10 +636,13 @@ impl Subscription {
             if self.ever_connected && self.feeds.is_empty() && !may_return {
                 return Err(Error::Closed("every publisher of this subscription has gone"));
             }
-            self.housekeeping();
+            self.housekeeping(false);
             let n = self.cq.poll(&mut wcs)?;
             if n > 0 {
                 self.handle_completions(&wcs[..n]);
+                // Post the next READs of feeds known to be behind before the messages just
+                // parsed are delivered: they fill the other buffer while the caller works.
+                self.housekeeping(true);
                 continue;
             }
             let Some(deadline) = deadline else { return Ok(None) };
@@ -672,6 +675,9 @@ impl Subscription {
             let wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
             let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
             self.handle_completions(&wcs[..n]);
+            if n > 0 {
+                self.housekeeping(true);
+            }
         }
     }
 
@@ -830,11 +836,7 @@ impl Subscription {
             }));
         }
         let reader = RingReader::new(accept.reader_config(self.options.max_message_len))?;
-        let landing_len = self
-            .options
-            .batch
-            .max(accept.max_record_payload as usize + crate::ring::HEADER_LEN)
-            .max(crate::ring::CONTROL_READ_LEN);
+        let landing_len = reader.max_read_len(self.options.batch);
         let landings = [ReadBuffer::new(&self.node.pd, landing_len)?, ReadBuffer::new(&self.node.pd, landing_len)?];
         let (id, epoch) = (accept.publisher_id, accept.epoch);
         // What earlier connections to this publisher's epoch delivered (or still hold ready).
@@ -913,8 +915,9 @@ impl Subscription {
         }
     }
 
-    /// Posts the READs, acks and doorbell requests each feed needs now.
-    fn housekeeping(&mut self) {
+    /// Posts the READs, acks and doorbell requests each feed needs now. `early`: called with
+    /// messages still to deliver; READ only where the last parse saw more written data.
+    fn housekeeping(&mut self, early: bool) {
         let now = Instant::now();
         let mut failed = Vec::new();
         for (key, feed) in self.feeds.iter_mut() {
@@ -940,7 +943,7 @@ impl Subscription {
                     self.counters.acks.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) {
+            if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) || (early && !a.reader.sees_more()) {
                 continue;
             }
             // A buffer no queued message points into: the READ lands there while the messages

@@ -194,6 +194,19 @@ impl RingReader {
         self.next_seq
     }
 
+    /// The longest READ [`next_read`](Self::next_read) plans with `max_batch` (or the control
+    /// block READ): the size a READ destination needs.
+    pub fn max_read_len(&self, max_batch: usize) -> usize {
+        let largest_record = layout::record_size(self.max_record_payload) as usize;
+        max_batch.max(largest_record + HEADER_LEN).max(layout::CONTROL_READ_LEN)
+    }
+
+    /// Whether the last parse ended on a record it saw the header of but not the whole: more
+    /// written data certainly follows the consumed position.
+    pub fn sees_more(&self) -> bool {
+        self.need > HEADER_LEN
+    }
+
     /// Counters.
     pub fn stats(&self) -> ReaderStats {
         self.stats
@@ -202,11 +215,13 @@ impl RingReader {
     /// The next READ: from the current position, at least `max_batch` bytes when the lap
     /// allows, and at least the whole record the last parse saw only partly. With `behind`
     /// (the last READ ended in the middle of written data) it also covers a record as large as
-    /// the last one consumed, so that a stream of records larger than `max_batch` costs one
+    /// the last one consumed plus the header after it, so that a stream of records larger than `max_batch` costs one
     /// READ each rather than a short READ that finds the header and a second for the rest.
     pub fn next_read(&self, max_batch: usize, behind: bool) -> ReadPlan {
         let room = layout::room_to_end(self.position, self.capacity) as usize;
-        let hint = if behind { self.last_record } else { HEADER_LEN };
+        // One header more than the last record: the next record's header, when written, tells
+        // the parse that more data waits (see `sees_more`) and how long the next READ must be.
+        let hint = if behind { self.last_record + HEADER_LEN } else { HEADER_LEN };
         let len = max_batch.max(self.need).max(hint).max(HEADER_LEN).min(room);
         ReadPlan { ring_offset: layout::data_offset(self.position, self.capacity), len, position: self.position }
     }

@@ -519,14 +519,39 @@ fn behind_reader_reads_whole_large_records_at_once() {
     let mut reads = 0;
     let mut behind = false;
     let mut got = Vec::new();
+    let mut more = Vec::new();
     while got.len() < 3 {
         let plan = reader.next_read(4096, behind);
         reads += 1;
         let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |s, _| got.push(s)).unwrap();
         behind = parsed.stop == Stop::End;
+        more.push(reader.sees_more());
     }
-    // The first record needs a short READ (the header) and a whole one; the next two, one each.
+    // The first record needs a short READ (the header) and a whole one; the next two, one each,
+    // and each of those also brings the header after it: the parse knows whether more follows.
     assert_eq!((got, reads), (vec![1, 2, 3], 4));
+    assert_eq!(more, [true, false, true, false]);
     assert!(reader.next_read(4096, true).len >= record);
     assert_eq!(reader.next_read(4096, false).len, 4096);
+}
+
+/// Every READ the reader plans fits the destination size it announces, whatever it last saw.
+#[test]
+fn planned_reads_fit_the_announced_destination() {
+    let (buf, mut prod) = ring(CAP);
+    let mut reader = reader_at(&prod, prod.latest());
+    let largest = prod.max_record_payload();
+    prod.append(&payload(1, largest), NO_LIMIT).unwrap();
+    let max = reader.max_read_len(4096);
+    let mut got = Vec::new();
+    let mut behind = false;
+    while got.is_empty() {
+        let plan = reader.next_read(4096, behind);
+        assert!(plan.len <= max, "{} > {max}", plan.len);
+        let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |s, _| got.push(s)).unwrap();
+        behind = parsed.stop == Stop::End;
+    }
+    prod.append(&payload(2, 10), NO_LIMIT).unwrap();
+    // Behind after the largest record: the next READ asks for it plus a header, and still fits.
+    assert!(reader.next_read(4096, true).len <= max);
 }
