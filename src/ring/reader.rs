@@ -139,6 +139,9 @@ enum Step {
     Stop(Stop),
 }
 
+/// Smallest READ a caught-up reader polls with (one page).
+pub const PROBE_LEN: usize = 4096;
+
 /// The subscriber's reading state for one ring.
 #[derive(Debug)]
 pub struct RingReader {
@@ -212,17 +215,20 @@ impl RingReader {
         self.stats
     }
 
-    /// The next READ: from the current position, at least `max_batch` bytes when the lap
-    /// allows, and at least the whole record the last parse saw only partly. With `behind`
-    /// (the last READ ended in the middle of written data) it also covers a record as large as
-    /// the last one consumed plus the header after it, so that a stream of records larger than `max_batch` costs one
-    /// READ each rather than a short READ that finds the header and a second for the rest.
+    /// The next READ, from the current position. While `behind` (the last READ ended in the
+    /// middle of written data) it brings at least `max_batch` bytes, and at least the last
+    /// record consumed plus the header after it, so that a stream of records larger than
+    /// `max_batch` costs one READ each (rather than a short READ that finds the header and a
+    /// second for the rest) and each READ shows whether the next record is written. A reader
+    /// that caught up probes with a READ the size of the last record and a header (at least
+    /// [`PROBE_LEN`], at most `max_batch`): polling an idle ring does not move a whole batch of
+    /// stale bytes each time. Either way it covers the whole record the last parse saw only
+    /// partly, and never passes the end of the data area.
     pub fn next_read(&self, max_batch: usize, behind: bool) -> ReadPlan {
         let room = layout::room_to_end(self.position, self.capacity) as usize;
-        // One header more than the last record: the next record's header, when written, tells
-        // the parse that more data waits (see `sees_more`) and how long the next READ must be.
-        let hint = if behind { self.last_record + HEADER_LEN } else { HEADER_LEN };
-        let len = max_batch.max(self.need).max(hint).max(HEADER_LEN).min(room);
+        let next = self.last_record + HEADER_LEN;
+        let want = if behind { max_batch.max(next) } else { next.max(PROBE_LEN).min(max_batch) };
+        let len = want.max(self.need).max(HEADER_LEN).min(room);
         ReadPlan { ring_offset: layout::data_offset(self.position, self.capacity), len, position: self.position }
     }
 

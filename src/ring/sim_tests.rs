@@ -555,3 +555,19 @@ fn planned_reads_fit_the_announced_destination() {
     // Behind after the largest record: the next READ asks for it plus a header, and still fits.
     assert!(reader.next_read(4096, true).len <= max);
 }
+
+/// A caught-up reader polls with a small READ (the last record and a header, at least a page),
+/// not a whole batch of bytes that are not written yet; a reader behind READs the batch.
+#[test]
+fn caught_up_reader_probes_small_and_behind_reader_reads_the_batch() {
+    let (buf, mut prod) = ring(CAP);
+    let mut reader = reader_at(&prod, prod.latest());
+    prod.append(&payload(1, 64), NO_LIMIT).unwrap();
+    let plan = reader.next_read(32 * 1024, false);
+    assert_eq!(plan.len, PROBE_LEN);
+    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.delivered, parsed.stop), (1, Stop::NotYetWritten));
+    assert_eq!(reader.next_read(32 * 1024, false).len, PROBE_LEN);
+    assert_eq!(reader.next_read(32 * 1024, true).len, 32 * 1024);
+    assert_eq!(reader.next_read(2048, false).len, 2048, "never more than the batch when caught up");
+}
