@@ -9,6 +9,7 @@
 
 mod cm;
 pub mod discovery;
+mod pacing;
 mod publisher;
 mod subscription;
 

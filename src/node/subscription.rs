@@ -33,6 +33,7 @@ use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop};
 use super::cm::FeedEvent;
 use super::discovery::watch::Watch;
 use super::discovery::{LostReason, Sighting};
+use super::pacing::ReadPacer;
 use super::{check_topic, NodeId, NodeShared, Route, SLICE};
 
 /// Where a new subscription starts in each publisher's stream.
@@ -306,6 +307,8 @@ struct ActiveFeed {
     need_control: bool,
     /// Messages up to this sequence were delivered by an earlier connection: skip them.
     skip_through: u64,
+    /// Delays the next data READ while READs come back mostly empty (not with `busy_poll`).
+    pacer: ReadPacer,
 }
 
 impl ActiveFeed {
@@ -671,8 +674,21 @@ impl Subscription {
                 continue;
             }
             let reading = self.feeds.iter().any(|(_, f)| f.active.as_ref().is_some_and(|a| a.plan.is_some()));
-            let spin = if reading || self.options.busy_poll { READ_SPIN } else { Duration::ZERO };
-            let wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
+            let mut spin = if reading || self.options.busy_poll { READ_SPIN } else { Duration::ZERO };
+            let mut wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
+            // A paced feed READs again within microseconds: poll (yielding) until then rather
+            // than sleep, whose wake-up costs more than the delay.
+            let paced = self
+                .feeds
+                .iter()
+                .filter(|(_, f)| !f.closed && !f.quiesced)
+                .filter_map(|(_, f)| f.active.as_ref().and_then(|a| a.pacer.deadline()))
+                .min();
+            if let Some(until) = paced {
+                let left = until.saturating_duration_since(now);
+                spin = spin.max(left);
+                wait = wait.min(left);
+            }
             let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
             self.handle_completions(&wcs[..n]);
             if n > 0 {
@@ -869,6 +885,7 @@ impl Subscription {
             end: None,
             need_control: false,
             skip_through,
+            pacer: ReadPacer::default(),
         }));
         Ok(info)
     }
@@ -954,6 +971,9 @@ impl Subscription {
                     continue;
                 }
                 a.idle = Idle::Requested;
+            }
+            if !a.need_control && !a.pacer.ready(now) {
+                continue;
             }
             let plan =
                 if a.need_control { ReadPlan::control() } else { a.reader.next_read(self.options.batch, !a.caught_up) };
@@ -1112,6 +1132,9 @@ impl Subscription {
             self.counters.duplicates.fetch_add(skipped, Ordering::Relaxed);
         }
         a.caught_up = parsed.stop != Stop::End;
+        if !self.options.busy_poll {
+            a.pacer.after_read(Instant::now(), parsed.consumed, plan.len, !a.caught_up);
+        }
         if parsed.lost > 0 {
             self.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
             self.user_events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });
@@ -1168,6 +1191,7 @@ impl Subscription {
                 self.counters.doorbells.fetch_add(1, Ordering::Relaxed);
                 a.idle = Idle::Active;
                 a.empty_since = None;
+                a.pacer.reset();
             }
             Ok(Control::Dropped { reason }) => {
                 self.user_events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason });

@@ -159,6 +159,8 @@ pub struct RingReader {
     need: usize,
     /// Size of the last data record consumed: the READ length worth asking for while behind.
     last_record: usize,
+    /// Bytes the last parse consumed: a caught-up reader probes with twice as many.
+    last_fill: usize,
     assembly: Vec<u8>,
     stats: ReaderStats,
 }
@@ -182,6 +184,7 @@ impl RingReader {
             anchor_invalid: false,
             need: HEADER_LEN,
             last_record: HEADER_LEN,
+            last_fill: 0,
             assembly: Vec::new(),
             stats: ReaderStats::default(),
         })
@@ -220,14 +223,15 @@ impl RingReader {
     /// record consumed plus the header after it, so that a stream of records larger than
     /// `max_batch` costs one READ each (rather than a short READ that finds the header and a
     /// second for the rest) and each READ shows whether the next record is written. A reader
-    /// that caught up probes with a READ the size of the last record and a header (at least
-    /// [`PROBE_LEN`], at most `max_batch`): polling an idle ring does not move a whole batch of
-    /// stale bytes each time. Either way it covers the whole record the last parse saw only
+    /// that caught up probes with a READ of the last record and a header, or twice what the
+    /// last READ brought (at least [`PROBE_LEN`], at most `max_batch`): polling an idle ring
+    /// does not move a whole batch of stale bytes each time, and a busy one grows its probes. Either way it covers the whole record the last parse saw only
     /// partly, and never passes the end of the data area.
     pub fn next_read(&self, max_batch: usize, behind: bool) -> ReadPlan {
         let room = layout::room_to_end(self.position, self.capacity) as usize;
         let next = self.last_record + HEADER_LEN;
-        let want = if behind { max_batch.max(next) } else { next.max(PROBE_LEN).min(max_batch) };
+        let want =
+            if behind { max_batch.max(next) } else { next.max(2 * self.last_fill).max(PROBE_LEN).min(max_batch) };
         let len = want.max(self.need).max(HEADER_LEN).min(room);
         ReadPlan { ring_offset: layout::data_offset(self.position, self.capacity), len, position: self.position }
     }
@@ -279,6 +283,7 @@ impl RingReader {
                 // The lap ends here.
                 self.advance(room);
                 out.consumed = avail;
+                self.last_fill = out.consumed;
                 return Ok(out);
             }
             if h.len as usize > self.max_record_payload {
@@ -307,6 +312,7 @@ impl RingReader {
             off += size;
             out.consumed = off;
         }
+        self.last_fill = out.consumed;
         Ok(out)
     }
 
