@@ -1,7 +1,9 @@
-//! Adaptive READ pacing of a caught-up feed: while its READs come back less than a quarter
-//! full, the next one waits a little longer (doubling up to [`MAX_DELAY`]) so that each brings
-//! a batch rather than a message or two; a READ at least half full halves the delay, and one
-//! that ended inside written data (the feed is behind) removes it at once.
+//! Adaptive READ pacing of a caught-up feed that receives a trickle: while consecutive READs
+//! each bring something but less than a quarter of their length, the next one waits a little
+//! longer (doubling up to [`MAX_DELAY`]) so that each brings a batch rather than a message or
+//! two. A READ at least half full, or one that brought nothing, halves the delay (sporadic
+//! traffic, one message at a time, keeps its latency); one that ended inside written data (the
+//! feed is behind) or a doorbell removes it at once.
 //!
 //! Without it a caught-up subscriber READs back to back: every READ is a request the
 //! publisher's NIC serves, and a few such subscribers can keep a small machine's CPUs busy
@@ -12,30 +14,34 @@ use std::time::{Duration, Instant};
 /// The first delay after a mostly empty READ.
 pub(crate) const MIN_DELAY: Duration = Duration::from_micros(2);
 /// The longest delay between two READs of a caught-up feed.
-pub(crate) const MAX_DELAY: Duration = Duration::from_micros(100);
+pub(crate) const MAX_DELAY: Duration = Duration::from_micros(50);
 
 /// When a feed may post its next data READ.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReadPacer {
     delay: Duration,
     not_before: Option<Instant>,
+    /// The last READ brought something, but less than a quarter of its length.
+    trickle: bool,
 }
 
 impl ReadPacer {
     /// Learns from a completed data READ that brought `consumed` of its `len` bytes; `behind`
     /// says it ended inside written data.
     pub(crate) fn after_read(&mut self, now: Instant, consumed: usize, len: usize, behind: bool) {
+        let small = consumed > 0 && consumed * 4 < len;
         self.delay = if behind {
             Duration::ZERO
-        } else if consumed * 4 < len {
+        } else if small && self.trickle {
             (self.delay * 2).clamp(MIN_DELAY, MAX_DELAY)
-        } else if consumed * 2 < len {
+        } else if small || (consumed > 0 && consumed * 2 < len) {
             self.delay
         } else if self.delay / 2 < MIN_DELAY {
             Duration::ZERO
         } else {
             self.delay / 2
         };
+        self.trickle = small;
         self.not_before = (!self.delay.is_zero()).then(|| now + self.delay);
     }
 
@@ -50,8 +56,14 @@ impl ReadPacer {
     }
 
     /// When the pending delay ends, if one is pending.
-    pub(crate) fn deadline(&self) -> Option<Instant> {
+    #[cfg(test)]
+    fn deadline(&self) -> Option<Instant> {
         self.not_before
+    }
+
+    /// How long the next READ must still wait at `now`, if at all.
+    pub(crate) fn left(&self, now: Instant) -> Option<Duration> {
+        self.not_before.filter(|&t| t > now).map(|t| t - now)
     }
 }
 
@@ -60,42 +72,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn mostly_empty_reads_back_off_exponentially_up_to_the_cap() {
+    fn a_trickle_of_small_reads_backs_off_exponentially_up_to_the_cap() {
         let mut p = ReadPacer::default();
         let t = Instant::now();
         assert!(p.ready(t));
         let mut delays = Vec::new();
-        for _ in 0..8 {
+        for _ in 0..9 {
             p.after_read(t, 100, 4096, false);
-            delays.push(p.deadline().expect("a delay is pending") - t);
+            delays.push(p.left(t).map_or(0, |d| d.as_micros()));
         }
-        let us: Vec<u128> = delays.iter().map(|d| d.as_micros()).collect();
-        assert_eq!(us, [2, 4, 8, 16, 32, 64, 100, 100]);
-        assert!(!p.ready(t + Duration::from_micros(99)));
+        // The first small READ only marks the trickle; each one after it doubles the delay.
+        assert_eq!(delays, [0, 2, 4, 8, 16, 32, 50, 50, 50]);
+        assert!(!p.ready(t + Duration::from_micros(49)));
+        assert_eq!(p.left(t + Duration::from_micros(49)), Some(Duration::from_micros(1)));
         assert!(p.ready(t + MAX_DELAY));
+        assert_eq!(p.left(t + MAX_DELAY), None, "a delay that ended is not waited for again");
     }
 
     #[test]
-    fn a_full_read_or_a_doorbell_removes_the_delay_and_a_half_full_one_halves_it() {
-        let mut p = ReadPacer::default();
+    fn empty_or_full_reads_shrink_the_delay_and_behind_or_a_doorbell_removes_it() {
         let t = Instant::now();
-        for _ in 0..4 {
-            p.after_read(t, 0, 4096, false);
-        }
-        assert_eq!(p.deadline(), Some(t + Duration::from_micros(16)));
+        let trickled = || {
+            let mut p = ReadPacer::default();
+            for _ in 0..5 {
+                p.after_read(t, 100, 4096, false);
+            }
+            assert_eq!(p.deadline(), Some(t + Duration::from_micros(16)));
+            p
+        };
+        let mut p = trickled();
         p.after_read(t, 1500, 4096, false);
         assert_eq!(p.deadline(), Some(t + Duration::from_micros(16)), "between a quarter and a half: kept");
         p.after_read(t, 3000, 4096, false);
-        assert_eq!(p.deadline(), Some(t + Duration::from_micros(8)));
+        assert_eq!(p.deadline(), Some(t + Duration::from_micros(8)), "at least half full: halved");
+        p.after_read(t, 0, 4096, false);
+        assert_eq!(p.deadline(), Some(t + Duration::from_micros(4)), "empty: halved");
+        p.after_read(t, 100, 4096, false);
+        assert_eq!(p.deadline(), Some(t + Duration::from_micros(4)), "a small READ after an empty one: kept");
         p.after_read(t, 4096, 4096, true);
-        assert_eq!((p.deadline(), p.ready(t)), (None, true));
-        p.after_read(t, 0, 4096, false);
-        assert!(!p.ready(t));
+        assert_eq!((p.deadline(), p.ready(t)), (None, true), "behind: no delay");
+        let mut p = trickled();
         p.reset();
+        assert!(p.ready(t), "a doorbell: no delay");
+        // Sporadic traffic (a message, then nothing) never builds a delay.
+        let mut p = ReadPacer::default();
+        for _ in 0..10 {
+            p.after_read(t, 100, 4096, false);
+            p.after_read(t, 0, 4096, false);
+        }
         assert!(p.ready(t));
-        // Halving below the first step ends the delay.
-        p.after_read(t, 0, 4096, false);
-        p.after_read(t, 4000, 4096, false);
-        assert_eq!(p.deadline(), None);
     }
 }

@@ -682,10 +682,9 @@ impl Subscription {
                 .feeds
                 .iter()
                 .filter(|(_, f)| !f.closed && !f.quiesced)
-                .filter_map(|(_, f)| f.active.as_ref().and_then(|a| a.pacer.deadline()))
+                .filter_map(|(_, f)| f.active.as_ref().filter(|a| a.plan.is_none()).and_then(|a| a.pacer.left(now)))
                 .min();
-            if let Some(until) = paced {
-                let left = until.saturating_duration_since(now);
+            if let Some(left) = paced {
                 spin = spin.max(left);
                 wait = wait.min(left);
             }
