@@ -6,9 +6,12 @@
 //! - `raw_read/<size>`: the fabric's READ goodput at the same sizes, measured as
 //!   `benches/fabric.rs` does (two soft fabrics, one RC connection, up to 16 READs of `size`
 //!   outstanding within an 8 MiB window): the ceiling pub/sub goodput is compared with.
+//! - `publisher_cpu_overwrite/subs<N>/<size>`: the same fan-out with an `Overwrite` publisher,
+//!   which never waits for credit: its CPU time per message is the publisher's own work (write,
+//!   checksum, acks, doorbells), without the cost of blocking on slower subscribers.
 //! - After the run, a summary: pub/sub goodput ÷ raw READ goodput per size and subscriber
 //!   count, and the publisher thread's CPU time per message (`/proc/thread-self/schedstat`)
-//!   with 16 subscribers ÷ with 1.
+//!   with N subscribers ÷ with 1, under `Block` and under `Overwrite`.
 //!
 //! Run: `taskset -c 0,1 cargo bench --bench pubsub`. Each point measures ~2 s.
 
@@ -90,14 +93,11 @@ struct Fanout {
 }
 
 impl Fanout {
-    fn new(subs: usize, size: usize) -> Fanout {
+    fn new(subs: usize, size: usize, policy: Policy) -> Fanout {
         let (pub_node, sub_node) = (node(), node());
         let ring_capacity = (size * 16).next_power_of_two().clamp(1 << 20, 64 << 20);
         let publisher = pub_node
-            .publisher_with(
-                "bench",
-                PublisherOptions { policy: Policy::Block { timeout: WAIT }, ring_capacity, ..Default::default() },
-            )
+            .publisher_with("bench", PublisherOptions { policy, ring_capacity, ..Default::default() })
             .expect("publisher");
         let progress: Arc<Vec<AtomicU64>> = Arc::new((0..subs).map(|_| AtomicU64::new(0)).collect());
         let threads = (0..subs)
@@ -126,8 +126,9 @@ impl Fanout {
         }
     }
 
-    /// Publishes `count` messages; returns the time until every subscriber has them.
-    fn run(&mut self, count: u64, subs: usize) -> Duration {
+    /// Publishes `count` messages; returns the time until every subscriber has them (under
+    /// `Overwrite`, until each has the last one) and records the totals under `kind`.
+    fn run(&mut self, count: u64, subs: usize, kind: &'static str) -> Duration {
         let publisher = self.publisher.as_ref().expect("publisher");
         let cpu = thread_cpu();
         let start = Instant::now();
@@ -144,7 +145,7 @@ impl Fanout {
         }
         let wall = start.elapsed();
         let size = self.buf.len();
-        record("pubsub", subs, size, Totals { bytes: count * size as u64, wall, cpu, messages: count });
+        record(kind, subs, size, Totals { bytes: count * size as u64, wall, cpu, messages: count });
         wall
     }
 }
@@ -165,9 +166,24 @@ fn pubsub_goodput(c: &mut Criterion) {
     for size in SIZES {
         group.throughput(Throughput::Bytes(size as u64));
         for subs in SUBSCRIBERS {
-            let mut fanout = Fanout::new(subs, size);
+            let mut fanout = Fanout::new(subs, size, Policy::Block { timeout: WAIT });
             group.bench_with_input(BenchmarkId::new(format!("subs{subs}"), size), &size, |b, _| {
-                b.iter_custom(|iters| fanout.run(iters, subs))
+                b.iter_custom(|iters| fanout.run(iters, subs, "pubsub"))
+            });
+        }
+    }
+    group.finish();
+}
+
+fn publisher_cpu_overwrite(c: &mut Criterion) {
+    let mut group = c.benchmark_group("publisher_cpu_overwrite");
+    group.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(1));
+    for size in SIZES {
+        group.throughput(Throughput::Bytes(size as u64));
+        for subs in [1, 16] {
+            let mut fanout = Fanout::new(subs, size, Policy::Overwrite);
+            group.bench_with_input(BenchmarkId::new(format!("subs{subs}"), size), &size, |b, _| {
+                b.iter_custom(|iters| fanout.run(iters, subs, "overwrite"))
             });
         }
     }
@@ -198,25 +214,33 @@ fn summary() {
     let all = TOTALS.lock().expect("totals");
     println!("\nsummary (totals over warm-up and measurement; CPUs allowed: {})", cpus_allowed());
     println!(
-        "{:>8} {:>5} {:>12} {:>12} {:>8} {:>12} {:>10}",
-        "size", "subs", "pubsub MB/s", "READ MB/s", "ratio", "pub CPU/msg", "cpu ×1sub"
+        "{:>8} {:>5} {:>12} {:>12} {:>8} {:>12} {:>10} {:>14} {:>10}",
+        "size", "subs", "pubsub MB/s", "READ MB/s", "ratio", "pub CPU/msg", "cpu ×1sub", "ovw CPU/msg", "ovw ×1sub"
     );
+    let vs = |kind: &'static str, subs: usize, size: usize| -> (f64, f64) {
+        let cpu = |n| all.get(&(kind, n, size)).map(|t: &Totals| t.cpu_per_message().as_secs_f64());
+        match (cpu(subs), cpu(1)) {
+            (Some(c), Some(one)) => (c * 1e6, c / one.max(1e-12)),
+            _ => (f64::NAN, f64::NAN),
+        }
+    };
     for size in SIZES {
         let raw = all.get(&("raw_read", 0, size)).map(Totals::goodput).unwrap_or(0.0);
-        let one = all.get(&("pubsub", 1, size)).map(Totals::cpu_per_message);
         for subs in SUBSCRIBERS {
             let Some(t) = all.get(&("pubsub", subs, size)) else { continue };
-            let cpu = t.cpu_per_message();
-            let vs_one = one.map_or(0.0, |o| cpu.as_secs_f64() / o.as_secs_f64().max(1e-12));
+            let (cpu, vs_one) = vs("pubsub", subs, size);
+            let (ovw, ovw_vs_one) = vs("overwrite", subs, size);
             println!(
-                "{:>8} {:>5} {:>12.1} {:>12.1} {:>8.2} {:>10.2}us {:>10.2}",
+                "{:>8} {:>5} {:>12.1} {:>12.1} {:>8.2} {:>10.2}us {:>10.2} {:>12.2}us {:>10.2}",
                 size,
                 subs,
                 t.goodput() / 1e6,
                 raw / 1e6,
                 t.goodput() / raw.max(1e-9),
-                cpu.as_secs_f64() * 1e6,
-                vs_one
+                cpu,
+                vs_one,
+                ovw,
+                ovw_vs_one
             );
         }
     }
@@ -229,7 +253,7 @@ fn cpus_allowed() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-criterion_group!(benches, raw_read, pubsub_goodput);
+criterion_group!(benches, raw_read, pubsub_goodput, publisher_cpu_overwrite);
 
 fn main() {
     benches();

@@ -1092,7 +1092,12 @@ impl Subscription {
             a.need_control = false;
             match a.reader.apply_control(&snapshot)? {
                 ControlOutcome::Retry => a.need_control = true,
-                ControlOutcome::Resync { .. } | ControlOutcome::Behind { .. } => a.note_progress(),
+                ControlOutcome::Resync { .. } | ControlOutcome::Behind { .. } => {
+                    // Written data waits past the position: READ at once (the reader makes it a
+                    // whole batch).
+                    a.pacer.reset();
+                    a.note_progress();
+                }
                 ControlOutcome::CaughtUp => {
                     self.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
                     if a.note_empty(&self.options, Instant::now()) {

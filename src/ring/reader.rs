@@ -161,6 +161,8 @@ pub struct RingReader {
     last_record: usize,
     /// Bytes the last parse consumed: a caught-up reader probes with twice as many.
     last_fill: usize,
+    /// The control block showed written data past the position: READ a batch next.
+    data_waits: bool,
     assembly: Vec<u8>,
     stats: ReaderStats,
 }
@@ -185,6 +187,7 @@ impl RingReader {
             need: HEADER_LEN,
             last_record: HEADER_LEN,
             last_fill: 0,
+            data_waits: false,
             assembly: Vec::new(),
             stats: ReaderStats::default(),
         })
@@ -223,12 +226,14 @@ impl RingReader {
     /// record consumed plus the header after it, so that a stream of records larger than
     /// `max_batch` costs one READ each (rather than a short READ that finds the header and a
     /// second for the rest) and each READ shows whether the next record is written. A reader
-    /// that caught up probes with a READ of the last record and a header, or twice what the
+    /// that caught up (and whose last control block READ did not show data waiting) probes with
+    /// a READ of the last record and a header, or twice what the
     /// last READ brought (at least [`PROBE_LEN`], at most `max_batch`): polling an idle ring
     /// does not move a whole batch of stale bytes each time, and a busy one grows its probes. Either way it covers the whole record the last parse saw only
     /// partly, and never passes the end of the data area.
     pub fn next_read(&self, max_batch: usize, behind: bool) -> ReadPlan {
         let room = layout::room_to_end(self.position, self.capacity) as usize;
+        let behind = behind || self.data_waits;
         let next = self.last_record + HEADER_LEN;
         let want =
             if behind { max_batch.max(next) } else { next.max(2 * self.last_fill).max(PROBE_LEN).min(max_batch) };
@@ -248,6 +253,7 @@ impl RingReader {
             out.stop = Stop::Stale;
             return Ok(out);
         }
+        self.data_waits = false;
         let avail = bytes.len().min(layout::room_to_end(position, self.capacity) as usize);
         let mut off = 0;
         while off < avail {
@@ -333,6 +339,7 @@ impl RingReader {
         let lapped = snap.floor > self.position;
         if !lapped && !self.anchor_invalid {
             return Ok(if snap.tail > self.position {
+                self.data_waits = true;
                 ControlOutcome::Behind { available: snap.tail - self.position }
             } else {
                 ControlOutcome::CaughtUp
@@ -347,6 +354,7 @@ impl RingReader {
         self.anchor_invalid = false;
         self.need = HEADER_LEN;
         self.assembly.clear();
+        self.data_waits = snap.tail > snap.head;
         Ok(ControlOutcome::Resync { position: snap.head, seq: snap.head_seq })
     }
 

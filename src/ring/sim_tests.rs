@@ -571,3 +571,34 @@ fn caught_up_reader_probes_small_and_behind_reader_reads_the_batch() {
     assert_eq!(reader.next_read(32 * 1024, true).len, 32 * 1024);
     assert_eq!(reader.next_read(2048, false).len, 2048, "never more than the batch when caught up");
 }
+
+/// After the control block showed written data past the position (a lap, or data behind), the
+/// next READ is a whole batch even though the last data READ had caught up: what waits is READ
+/// at once, not probed page by page.
+#[test]
+fn a_control_block_showing_data_makes_the_next_read_a_batch() {
+    let (buf, mut prod) = ring(CAP);
+    let mut reader = reader_at(&prod, prod.latest());
+    for seq in 1..=200 {
+        prod.append(&payload(seq, 1000), NO_LIMIT).unwrap();
+    }
+    // The reader was lapped: its READ finds a later lap and asks for the control block.
+    let plan = reader.next_read(16 * 1024, false);
+    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    assert_eq!(parsed.stop, Stop::NeedControl);
+    assert!(matches!(reader.apply_control(&sim_control(&buf)).unwrap(), ControlOutcome::Resync { .. }));
+    let plan = reader.next_read(16 * 1024, false);
+    assert_eq!(plan.len, 16 * 1024, "a batch after the resync");
+    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    assert!(parsed.delivered > 10);
+    // Caught up at the tail, the control block shows nothing more: back to probing.
+    while reader.consumed_position() < prod.tail() {
+        let plan = reader.next_read(16 * 1024, true);
+        reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    }
+    let plan = reader.next_read(16 * 1024, false);
+    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.consumed, parsed.stop), (0, Stop::NotYetWritten));
+    assert!(matches!(reader.apply_control(&sim_control(&buf)).unwrap(), ControlOutcome::CaughtUp));
+    assert_eq!(reader.next_read(16 * 1024, false).len, PROBE_LEN);
+}
