@@ -217,11 +217,12 @@ fn summary() {
         "{:>8} {:>5} {:>12} {:>12} {:>8} {:>12} {:>10} {:>14} {:>10}",
         "size", "subs", "pubsub MB/s", "READ MB/s", "ratio", "pub CPU/msg", "cpu ×1sub", "ovw CPU/msg", "ovw ×1sub"
     );
-    let vs = |kind: &'static str, subs: usize, size: usize| -> (f64, f64) {
+    // (µs per message, ÷ the same with 1 subscriber), or dashes where that point was not run.
+    let vs = |kind: &'static str, subs: usize, size: usize| -> (String, String) {
         let cpu = |n| all.get(&(kind, n, size)).map(|t: &Totals| t.cpu_per_message().as_secs_f64());
         match (cpu(subs), cpu(1)) {
-            (Some(c), Some(one)) => (c * 1e6, c / one.max(1e-12)),
-            _ => (f64::NAN, f64::NAN),
+            (Some(c), Some(one)) => (format!("{:.2}us", c * 1e6), format!("{:.2}", c / one.max(1e-12))),
+            _ => ("-".into(), "-".into()),
         }
     };
     for size in SIZES {
@@ -231,7 +232,7 @@ fn summary() {
             let (cpu, vs_one) = vs("pubsub", subs, size);
             let (ovw, ovw_vs_one) = vs("overwrite", subs, size);
             println!(
-                "{:>8} {:>5} {:>12.1} {:>12.1} {:>8.2} {:>10.2}us {:>10.2} {:>12.2}us {:>10.2}",
+                "{:>8} {:>5} {:>12.1} {:>12.1} {:>8.2} {:>12} {:>10} {:>14} {:>10}",
                 size,
                 subs,
                 t.goodput() / 1e6,
