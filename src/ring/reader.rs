@@ -159,7 +159,8 @@ pub struct RingReader {
     need: usize,
     /// Size of the last data record consumed: the READ length worth asking for while behind.
     last_record: usize,
-    /// Bytes the last parse consumed: a caught-up reader probes with twice as many.
+    /// Bytes the last parse consumed when they held several records: a caught-up reader probes
+    /// with twice as many.
     last_fill: usize,
     /// The control block showed written data past the position: READ a batch next.
     data_waits: bool,
@@ -221,16 +222,21 @@ impl RingReader {
         self.stats
     }
 
-    /// The next READ, from the current position. While `behind` (the last READ ended in the
-    /// middle of written data) it brings at least `max_batch` bytes, and at least the last
-    /// record consumed plus the header after it, so that a stream of records larger than
+    /// The next READ, from the current position.
+    ///
+    /// While `behind` (the last READ ended in the middle of written data, or the last control
+    /// block READ showed data waiting) it brings at least `max_batch` bytes, and at least the
+    /// last record consumed plus the header after it: a stream of records larger than
     /// `max_batch` costs one READ each (rather than a short READ that finds the header and a
-    /// second for the rest) and each READ shows whether the next record is written. A reader
-    /// that caught up (and whose last control block READ did not show data waiting) probes with
-    /// a READ of the last record and a header, or twice what the
-    /// last READ brought (at least [`PROBE_LEN`], at most `max_batch`): polling an idle ring
-    /// does not move a whole batch of stale bytes each time, and a busy one grows its probes. Either way it covers the whole record the last parse saw only
-    /// partly, and never passes the end of the data area.
+    /// second for the rest), and each READ shows whether the next record is written.
+    ///
+    /// A reader that caught up probes with a READ of the last record and a header, or of twice
+    /// what the last READ brought when that was several records (at least [`PROBE_LEN`], at
+    /// most `max_batch`): polling an idle ring does not move a batch of stale bytes each time,
+    /// and a trickle of small messages grows the probes.
+    ///
+    /// Either way it covers the whole record the last parse saw only partly, and never passes
+    /// the end of the data area.
     pub fn next_read(&self, max_batch: usize, behind: bool) -> ReadPlan {
         let room = layout::room_to_end(self.position, self.capacity) as usize;
         let behind = behind || self.data_waits;
@@ -254,6 +260,7 @@ impl RingReader {
             return Ok(out);
         }
         self.data_waits = false;
+        let records_before = self.stats.records;
         let avail = bytes.len().min(layout::room_to_end(position, self.capacity) as usize);
         let mut off = 0;
         while off < avail {
@@ -289,7 +296,7 @@ impl RingReader {
                 // The lap ends here.
                 self.advance(room);
                 out.consumed = avail;
-                self.last_fill = out.consumed;
+                self.last_fill = self.fill_hint(out.consumed, records_before);
                 return Ok(out);
             }
             if h.len as usize > self.max_record_payload {
@@ -318,7 +325,7 @@ impl RingReader {
             off += size;
             out.consumed = off;
         }
-        self.last_fill = out.consumed;
+        self.last_fill = self.fill_hint(out.consumed, records_before);
         Ok(out)
     }
 
@@ -378,6 +385,18 @@ impl RingReader {
             return false;
         }
         h.compute_crc(&rest[HEADER_LEN..HEADER_LEN + h.len as usize]) == h.crc
+    }
+
+    /// What a parse that consumed `consumed` bytes teaches the next probe: the bytes, when they
+    /// held several records (a trickle of small messages: probe for as many again); nothing
+    /// when one record (one large message at a time: probing twice its size would move a whole
+    /// stale message with every empty READ).
+    fn fill_hint(&self, consumed: usize, records_before: u64) -> usize {
+        if self.stats.records - records_before >= 2 {
+            consumed
+        } else {
+            0
+        }
     }
 
     fn advance(&mut self, size: u64) {

@@ -602,3 +602,28 @@ fn a_control_block_showing_data_makes_the_next_read_a_batch() {
     assert!(matches!(reader.apply_control(&sim_control(&buf)).unwrap(), ControlOutcome::CaughtUp));
     assert_eq!(reader.next_read(16 * 1024, false).len, PROBE_LEN);
 }
+
+/// A caught-up reader's probe grows to twice what the last READ brought only when that was
+/// several records (a trickle of small messages); after one large message it stays at that
+/// message's size, so empty probes do not move two messages' worth of stale bytes.
+#[test]
+fn probes_grow_with_a_trickle_of_small_records_but_not_with_one_large_one() {
+    let (buf, mut prod) = ring(CAP);
+    let mut reader = reader_at(&prod, prod.latest());
+    for seq in 1..=12 {
+        prod.append(&payload(seq, 200), NO_LIMIT).unwrap();
+    }
+    let plan = reader.next_read(32 * 1024, false);
+    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.delivered, parsed.stop), (12, Stop::NotYetWritten));
+    assert_eq!(reader.next_read(32 * 1024, false).len, 2 * parsed.consumed);
+    prod.append(&payload(13, 10_000), NO_LIMIT).unwrap();
+    let mut got = Vec::new();
+    while got.is_empty() {
+        let plan = reader.next_read(32 * 1024, false);
+        reader.parse(&sim_read(&buf, plan), plan.position, |s, _| got.push(s)).unwrap();
+    }
+    assert_eq!(got, [13]);
+    let record = layout::record_size(10_000) as usize;
+    assert_eq!(reader.next_read(32 * 1024, false).len, record + layout::HEADER_LEN);
+}
