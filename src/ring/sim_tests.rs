@@ -46,6 +46,12 @@ fn sim_control(buf: &RegisteredBuffer) -> ControlSnapshot {
     ControlSnapshot::decode(&sim_read(buf, ReadPlan::control())).unwrap()
 }
 
+/// Plans the next READ, simulates it and parses it, discarding the messages.
+fn read_once(reader: &mut RingReader, buf: &RegisteredBuffer, batch: usize, behind: bool) -> Parsed {
+    let plan = reader.next_read(batch, behind);
+    reader.parse(&sim_read(buf, plan), plan.position, |_, _| {}).unwrap()
+}
+
 /// What a subscriber saw: delivered messages and lost counts, checked as they arrive.
 #[derive(Default)]
 struct Seen {
@@ -583,8 +589,7 @@ fn a_control_block_showing_data_makes_the_next_read_a_batch() {
         prod.append(&payload(seq, 1000), NO_LIMIT).unwrap();
     }
     // The reader was lapped: its READ finds a later lap and asks for the control block.
-    let plan = reader.next_read(16 * 1024, false);
-    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    let parsed = read_once(&mut reader, &buf, 16 * 1024, false);
     assert_eq!(parsed.stop, Stop::NeedControl);
     assert!(matches!(reader.apply_control(&sim_control(&buf)).unwrap(), ControlOutcome::Resync { .. }));
     let plan = reader.next_read(16 * 1024, false);
@@ -593,11 +598,9 @@ fn a_control_block_showing_data_makes_the_next_read_a_batch() {
     assert!(parsed.delivered > 10);
     // Caught up at the tail, the control block shows nothing more: back to probing.
     while reader.consumed_position() < prod.tail() {
-        let plan = reader.next_read(16 * 1024, true);
-        reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+        read_once(&mut reader, &buf, 16 * 1024, true);
     }
-    let plan = reader.next_read(16 * 1024, false);
-    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    let parsed = read_once(&mut reader, &buf, 16 * 1024, false);
     assert_eq!((parsed.consumed, parsed.stop), (0, Stop::NotYetWritten));
     assert!(matches!(reader.apply_control(&sim_control(&buf)).unwrap(), ControlOutcome::CaughtUp));
     assert_eq!(reader.next_read(16 * 1024, false).len, PROBE_LEN);
@@ -613,8 +616,7 @@ fn probes_grow_with_a_trickle_of_small_records_but_not_with_one_large_one() {
     for seq in 1..=12 {
         prod.append(&payload(seq, 200), NO_LIMIT).unwrap();
     }
-    let plan = reader.next_read(32 * 1024, false);
-    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    let parsed = read_once(&mut reader, &buf, 32 * 1024, false);
     assert_eq!((parsed.delivered, parsed.stop), (12, Stop::NotYetWritten));
     assert_eq!(reader.next_read(32 * 1024, false).len, 2 * parsed.consumed);
     prod.append(&payload(13, 10_000), NO_LIMIT).unwrap();
