@@ -530,8 +530,9 @@ fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
     }
 }
 
-/// A READ that leaves more written data behind it is followed by the next READ before its
-/// messages are handed out, so the next batch travels while the caller works on this one.
+/// A READ whose headers show more written data after it is followed by the next READ before
+/// its records are validated and its messages handed out, so the next batch travels while the
+/// subscriber checks this one and the caller works on it.
 #[test]
 fn the_next_read_is_in_flight_while_a_message_is_delivered() {
     let (pub_node, sub_node) = (node(), node());
@@ -547,6 +548,8 @@ fn the_next_read_is_in_flight_while_a_message_is_delivered() {
     assert_eq!(first.seq, 1);
     check(&first, |_| 3000);
     assert_eq!(sub.counters().reads.load(Ordering::Relaxed), 2, "the second READ was posted before delivery");
+    // It went out as soon as the headers showed the second record, before the first was validated.
+    assert_eq!(sub.counters().reads_ahead.load(Ordering::Relaxed), 1);
     let second = recv_until(&mut sub, Instant::now() + WAIT);
     check(&second, |_| 3000);
 }

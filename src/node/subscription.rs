@@ -194,6 +194,8 @@ pub struct SubscriptionCounters {
     pub reads: AtomicU64,
     /// READs that brought nothing new.
     pub empty_reads: AtomicU64,
+    /// READs posted ahead: before the READ that showed more written data was validated.
+    pub reads_ahead: AtomicU64,
     /// Records re-read because a READ raced a write.
     pub torn: AtomicU64,
     /// Messages lost to overruns.
@@ -976,11 +978,8 @@ impl Subscription {
             }
             let plan =
                 if a.need_control { ReadPlan::control() } else { a.reader.next_read(self.options.batch, !a.caught_up) };
-            let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
-            match a.landings[buf].post_read(&feed.qp, wr_id(key, feed.gen, KIND_READ, 0), remote, plan.len) {
+            match post_ring_read((feed.gen, key, &feed.qp), a, buf, plan) {
                 Ok(()) => {
-                    a.plan = Some(plan);
-                    a.reading_into = buf;
                     feed.outstanding += 1;
                     self.counters.reads.fetch_add(1, Ordering::Relaxed);
                 }
@@ -1053,15 +1052,32 @@ impl Subscription {
                         self.fail_feed(key, e.into());
                         continue;
                     }
-                    a.landings[a.reading_into].complete(plan.map(|p| p.len));
+                    let buf = a.reading_into;
+                    a.landings[buf].complete(plan.map(|p| p.len));
                     if feed.closed {
                         // The stream already ended or failed: what this READ brought is moot.
                         continue;
                     }
-                    if let Some(plan) = plan {
-                        if let Err(e) = self.on_read(key, plan) {
-                            self.fail_feed(key, e);
+                    let Some(plan) = plan else { continue };
+                    // When the headers show more written data, the next READ goes out before
+                    // this one is validated (checksums), into the other buffer.
+                    let other = 1 - buf;
+                    let ahead = (plan != ReadPlan::control() && !feed.quiesced)
+                        .then(|| a.reader.plan_ahead(a.landings[buf].bytes(), plan.position, self.options.batch))
+                        .flatten()
+                        .filter(|_| a.pending[other] == 0 && !a.landings[other].in_flight());
+                    if let Some(next) = ahead {
+                        match post_ring_read((feed.gen, key, &feed.qp), a, other, next) {
+                            Ok(()) => {
+                                feed.outstanding += 1;
+                                self.counters.reads.fetch_add(1, Ordering::Relaxed);
+                                self.counters.reads_ahead.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => tracing::debug!(topic = %self.topic, "a READ ahead was refused: {e}"),
                         }
+                    }
+                    if let Err(e) = self.on_read(key, plan, buf) {
+                        self.fail_feed(key, e);
                     }
                 }
                 KIND_ACK => {
@@ -1083,12 +1099,12 @@ impl Subscription {
     }
 
     /// A READ completed: validate and queue what it brought.
-    fn on_read(&mut self, key: usize, plan: ReadPlan) -> Result<()> {
+    fn on_read(&mut self, key: usize, plan: ReadPlan, buf: usize) -> Result<()> {
         let Feed { qp, ctrl, gen, active, outstanding, .. } = &mut self.feeds[key];
         let a = active.as_deref_mut().expect("a READ completes on an active feed");
         let post = (*gen, key, &*qp, &*ctrl);
         if plan == ReadPlan::control() && a.need_control {
-            let snapshot = ControlSnapshot::decode(a.landings[a.reading_into].bytes()).map_err(Error::from)?;
+            let snapshot = ControlSnapshot::decode(a.landings[buf].bytes()).map_err(Error::from)?;
             a.need_control = false;
             match a.reader.apply_control(&snapshot)? {
                 ControlOutcome::Retry => a.need_control = true,
@@ -1107,7 +1123,6 @@ impl Subscription {
             }
             return Ok(());
         }
-        let buf = a.reading_into;
         let bytes = a.landings[buf].bytes();
         let base = bytes.as_ptr() as usize;
         let end = base + bytes.len();
@@ -1235,6 +1250,21 @@ fn post_control(
     ctrl.buffer().write(offset, &bytes)?;
     let sge = [ctrl.sge(offset, bytes.len())];
     qp.post_send(&SendRequest { wr_id: wr_id(key, gen, kind, slot), op: SendOp::Send, sges: &sge, signaled: true })?;
+    Ok(())
+}
+
+/// Posts a READ of the publisher's ring as `plan` says into READ buffer `buf`; it is then the
+/// feed's READ in flight.
+fn post_ring_read(
+    (gen, key, qp): (u32, usize, &QueuePair),
+    a: &mut ActiveFeed,
+    buf: usize,
+    plan: ReadPlan,
+) -> crate::fabric::Result<()> {
+    let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
+    a.landings[buf].post_read(qp, wr_id(key, gen, KIND_READ, 0), remote, plan.len)?;
+    a.plan = Some(plan);
+    a.reading_into = buf;
     Ok(())
 }
 

@@ -204,6 +204,37 @@ impl RingReader {
         self.next_seq
     }
 
+    /// The READ to post before `bytes` (a completed READ from `position`) is validated, when
+    /// its headers alone show that a written record continues past it: the plan
+    /// [`next_read`](Self::next_read) would make after a parse that accepts every record up to
+    /// that one (at least `max_batch`, and the whole record and a header). The headers are read
+    /// without their checksums: if the parse then stops earlier (a torn record, a broken
+    /// stream), the READ is stale and [`parse`](Self::parse) says so. `None` when the headers
+    /// end at a record boundary, at the end of the data area or on anything unexpected.
+    pub fn plan_ahead(&self, bytes: &[u8], position: u64, max_batch: usize) -> Option<ReadPlan> {
+        if position != self.position {
+            return None;
+        }
+        let avail = bytes.len().min(layout::room_to_end(position, self.capacity) as usize);
+        let (mut off, mut pos, mut largest) = (0, position, self.last_record);
+        while off < avail {
+            let h = RecordHeader::decode(&bytes[off..avail])?;
+            if h.position != pos || h.is_padding() || h.len as usize > self.max_record_payload {
+                return None;
+            }
+            let size = h.size() as usize;
+            largest = largest.max(size);
+            if avail - off < size {
+                let room = layout::room_to_end(pos, self.capacity) as usize;
+                let len = max_batch.max(largest + HEADER_LEN).min(room);
+                return Some(ReadPlan { ring_offset: layout::data_offset(pos, self.capacity), len, position: pos });
+            }
+            off += size;
+            pos += size as u64;
+        }
+        None
+    }
+
     /// The longest READ [`next_read`](Self::next_read) plans with `max_batch` (or the control
     /// block READ): the size a READ destination needs.
     pub fn max_read_len(&self, max_batch: usize) -> usize {

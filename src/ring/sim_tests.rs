@@ -629,3 +629,38 @@ fn probes_grow_with_a_trickle_of_small_records_but_not_with_one_large_one() {
     let record = layout::record_size(10_000) as usize;
     assert_eq!(reader.next_read(32 * 1024, false).len, record + layout::HEADER_LEN);
 }
+
+/// The READ planned ahead from a completed READ's headers alone is the READ the reader plans
+/// after validating it; none is planned when the READ ends on a record boundary; and when a
+/// record turns out torn, the parse stops before it and the READ ahead is reported stale.
+#[test]
+fn reads_planned_ahead_from_headers_match_the_parse_or_are_stale() {
+    let (buf, mut prod) = ring(CAP);
+    let start = prod.latest();
+    for seq in 1..=6 {
+        prod.append(&payload(seq, 3000), NO_LIMIT).unwrap();
+    }
+    let record = layout::record_size(3000) as usize;
+    // 8 KiB holds two records and part of the third.
+    let mut reader = reader_at(&prod, start);
+    let plan = reader.next_read(8192, true);
+    let bytes = sim_read(&buf, plan);
+    let ahead = reader.plan_ahead(&bytes, plan.position, 8192).expect("a record continues past the READ");
+    reader.parse(&bytes, plan.position, |_, _| {}).unwrap();
+    assert_eq!(ahead, reader.next_read(8192, true));
+    assert_eq!(ahead.position, plan.position + 2 * record as u64);
+    // A READ ending exactly after two records says nothing about the third.
+    let reader = reader_at(&prod, start);
+    let exact = ReadPlan { len: 2 * record, ..reader.next_read(8192, true) };
+    assert_eq!(reader.plan_ahead(&sim_read(&buf, exact), exact.position, 8192), None);
+    // The second record is torn in this READ: the READ ahead (planned past it) is stale.
+    let mut reader = reader_at(&prod, start);
+    let plan = reader.next_read(8192, true);
+    let mut bytes = sim_read(&buf, plan);
+    bytes[record + 100] ^= 0x40;
+    let ahead = reader.plan_ahead(&bytes, plan.position, 8192).expect("headers look fine");
+    let parsed = reader.parse(&bytes, plan.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.delivered, parsed.stop), (1, Stop::Torn));
+    let parsed = reader.parse(&sim_read(&buf, ahead), ahead.position, |_, _| panic!("stale data delivered")).unwrap();
+    assert_eq!(parsed.stop, Stop::Stale);
+}
