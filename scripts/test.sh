@@ -22,10 +22,14 @@ fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --all-features -- -D warnings
+cargo clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
 echo "== cargo test (soft fabric: unit, integration, examples, doc tests)"
 # Plain `cargo test` also builds the example programs that tests/examples.rs runs.
 cargo test --release --no-fail-fast
+echo "== fuzz targets (their own workspace): built, and 20,000 runs of each without libFuzzer"
+cargo run --release --manifest-path fuzz/Cargo.toml --no-default-features --bin fuzz-loop -- all 20000
 echo "== verbs provider inside the Soft-RoCE guest"
 scripts/verbs-vm-tests.sh

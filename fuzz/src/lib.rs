@@ -66,7 +66,7 @@ pub fn accept_data(data: &[u8]) -> bool {
         assert_eq!(AcceptData::decode(&bytes).expect("re-decodes"), a);
         // The subscriber builds its reader from these numbers: refused or usable, never a panic.
         if let Ok(mut reader) = RingReader::new(a.reader_config(64 << 20)) {
-            let plan = reader.next_read(256 * 1024);
+            let plan = reader.next_read(256 * 1024, data.len().is_multiple_of(2));
             assert!(plan.len <= a.capacity as usize && plan.ring_offset < layout::region_len(a.capacity as usize));
             let _ = reader.parse(&[0u8; 64], plan.position, |_, _| {});
         }
@@ -167,8 +167,10 @@ pub fn ring_control(data: &[u8]) -> bool {
             ControlOutcome::Behind { available } => assert_eq!(available, snap.tail - before),
             ControlOutcome::CaughtUp | ControlOutcome::Retry => {}
         }
-        let plan = reader.next_read(1 << 20);
-        assert!(plan.len <= capacity);
+        for behind in [false, true] {
+            let plan = reader.next_read(1 << 20, behind);
+            assert!(plan.len <= capacity);
+        }
         return true;
     }
     false
@@ -277,9 +279,15 @@ fn ring_corrupted(data: &[u8]) -> bool {
     let mut reader = RingReader::new(config).expect("reader");
     let mut next = 1u64;
     let mut delivered = false;
+    let mut behind = false;
     for _ in 0..256 {
-        let plan = reader.next_read(16 * 1024);
+        let plan = reader.next_read(16 * 1024, behind);
         let bytes = &ring[plan.ring_offset..plan.ring_offset + plan.len];
+        // A READ planned ahead from unvalidated headers stays inside the ring and the READ size.
+        if let Some(ahead) = reader.plan_ahead(bytes, plan.position, 16 * 1024) {
+            assert!(ahead.ring_offset + ahead.len <= ring.len() && ahead.len <= reader.max_read_len(16 * 1024));
+            assert!(ahead.position >= plan.position);
+        }
         let mut bad = None;
         let parsed = reader.parse(bytes, plan.position, |seq, payload| {
             if seq < next || lens.get(seq as usize - 1).is_none_or(|&l| message(seq, l) != payload) {
@@ -290,6 +298,7 @@ fn ring_corrupted(data: &[u8]) -> bool {
         });
         assert_eq!(bad, None, "delivered a message that was not written so (or out of order)");
         let Ok(parsed) = parsed else { return delivered };
+        behind = parsed.stop == Stop::End;
         let control = match parsed.stop {
             Stop::End if parsed.consumed > 0 => continue,
             Stop::End | Stop::Stale => return delivered,

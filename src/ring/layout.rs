@@ -98,6 +98,24 @@ pub fn default_max_record_payload(capacity: usize) -> usize {
     capacity / 4 - HEADER_LEN
 }
 
+/// A record checksum being computed: CRC-32C (Castagnoli) over the header with its `crc` field
+/// zero, then the payload (`crc-fast`: carry-less multiplication folding where the CPU has it,
+/// about four times the `crc32` instruction's throughput on large payloads).
+#[derive(Debug, Clone)]
+pub struct RecordCrc(crc_fast::Digest);
+
+impl RecordCrc {
+    /// Adds the next payload bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The checksum of everything added.
+    pub fn finish(&self) -> u32 {
+        self.0.finalize() as u32
+    }
+}
+
 /// A decoded record header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecordHeader {
@@ -150,14 +168,19 @@ impl RecordHeader {
 
     /// The crc of this header (its `crc` field taken as 0) with `payload` appended.
     pub fn compute_crc(&self, payload: &[u8]) -> u32 {
-        crc32c::crc32c_append(self.crc_seed(), payload)
+        let mut crc = self.crc_start();
+        crc.update(payload);
+        crc.finish()
     }
 
-    /// The crc of the header alone with `crc = 0`, to continue with `crc32c_append`.
-    pub fn crc_seed(&self) -> u32 {
+    /// The crc computation over the header with `crc = 0`, to continue with the payload in
+    /// pieces ([`RecordCrc::update`]).
+    pub fn crc_start(&self) -> RecordCrc {
         let mut h = *self;
         h.crc = 0;
-        crc32c::crc32c(&h.encode())
+        let mut crc = RecordCrc(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi));
+        crc.update(&h.encode());
+        crc
     }
 
     /// Whether this is a padding record.
@@ -239,6 +262,27 @@ impl ControlSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The record checksum is CRC-32C (Castagnoli) of the header with `crc = 0` followed by
+        /// the payload, whether the payload is added at once or in pieces: what the `crc32c`
+        /// crate computes, so rings written by either implementation read the same.
+        #[test]
+        fn record_crc_is_crc32c_of_header_then_payload(
+            position in any::<u64>(), seq in any::<u64>(), len in any::<u32>(), flags in any::<u16>(),
+            payload in prop::collection::vec(any::<u8>(), 0..5000), cut in 0usize..5000,
+        ) {
+            let h = RecordHeader { position, seq, len, flags, reserved: 0, total_len: len, crc: 0xffff_ffff };
+            let expected = crc32c::crc32c_append(crc32c::crc32c(&RecordHeader { crc: 0, ..h }.encode()), &payload);
+            prop_assert_eq!(h.compute_crc(&payload), expected);
+            let cut = cut.min(payload.len());
+            let mut pieces = h.crc_start();
+            pieces.update(&payload[..cut]);
+            pieces.update(&payload[cut..]);
+            prop_assert_eq!(pieces.finish(), expected);
+        }
+    }
 
     #[test]
     fn header_roundtrip_and_crc_covers_everything() {

@@ -23,6 +23,6 @@ pub mod reader;
 mod sim_tests;
 
 pub use error::RingError;
-pub use layout::{ControlSnapshot, RecordHeader, CONTROL_READ_LEN, CONTROL_SIZE, HEADER_LEN};
+pub use layout::{ControlSnapshot, RecordCrc, RecordHeader, CONTROL_READ_LEN, CONTROL_SIZE, HEADER_LEN};
 pub use producer::{Append, Claim, InProgress, RingConfig, RingProducer, StartPoint, NO_LIMIT};
 pub use reader::{ControlOutcome, Parsed, ReadPlan, ReaderConfig, ReaderStats, RingReader, Stop, PROBE_LEN};

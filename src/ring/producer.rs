@@ -458,16 +458,16 @@ impl Claim<'_> {
             crc: 0,
         };
         let base = layout::data_offset(self.start, p.capacity) + HEADER_LEN;
-        let mut crc = h.crc_seed();
+        let mut crc = h.crc_start();
         let mut chunk = [0u8; 4096];
         let mut done = 0;
         while done < self.len {
             let n = (self.len - done).min(chunk.len());
             p.buf.read(base + done, &mut chunk[..n])?;
-            crc = crc32c::crc32c_append(crc, &chunk[..n]);
+            crc.update(&chunk[..n]);
             done += n;
         }
-        h.crc = crc;
+        h.crc = crc.finish();
         p.commit_record(&h, seq + 1)?;
         Ok(seq)
     }
