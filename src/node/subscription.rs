@@ -309,7 +309,7 @@ struct ActiveFeed {
     need_control: bool,
     /// Messages up to this sequence were delivered by an earlier connection: skip them.
     skip_through: u64,
-    /// Delays the next data READ while READs come back mostly empty (not with `busy_poll`).
+    /// Delays the next data READ while a trickle comes in (not with `busy_poll`).
     pacer: ReadPacer,
 }
 
@@ -1149,6 +1149,11 @@ impl Subscription {
             .map_err(Error::from)?;
         if skipped > 0 {
             self.counters.duplicates.fetch_add(skipped, Ordering::Relaxed);
+        }
+        if parsed.stop == Stop::Stale {
+            // A READ ahead past a record the parse of the previous READ did not accept: it
+            // says nothing about the ring, and the state that parse left stands.
+            return Ok(());
         }
         a.caught_up = parsed.stop != Stop::End;
         if !self.options.busy_poll {
