@@ -641,13 +641,10 @@ impl Subscription {
             if self.ever_connected && self.feeds.is_empty() && !may_return {
                 return Err(Error::Closed("every publisher of this subscription has gone"));
             }
-            self.housekeeping(false);
+            self.housekeeping();
             let n = self.cq.poll(&mut wcs)?;
             if n > 0 {
                 self.handle_completions(&wcs[..n]);
-                // Post the next READs of feeds known to be behind before the messages just
-                // parsed are delivered: they fill the other buffer while the caller works.
-                self.housekeeping(true);
                 continue;
             }
             let Some(deadline) = deadline else { return Ok(None) };
@@ -692,9 +689,6 @@ impl Subscription {
             }
             let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
             self.handle_completions(&wcs[..n]);
-            if n > 0 {
-                self.housekeeping(true);
-            }
         }
     }
 
@@ -933,9 +927,8 @@ impl Subscription {
         }
     }
 
-    /// Posts the READs, acks and doorbell requests each feed needs now. `early`: called with
-    /// messages still to deliver; READ only where the last parse saw more written data.
-    fn housekeeping(&mut self, early: bool) {
+    /// Posts the READs, acks and doorbell requests each feed needs now.
+    fn housekeeping(&mut self) {
         let now = Instant::now();
         let mut failed = Vec::new();
         for (key, feed) in self.feeds.iter_mut() {
@@ -961,7 +954,7 @@ impl Subscription {
                     self.counters.acks.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) || (early && !a.reader.sees_more()) {
+            if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) {
                 continue;
             }
             // A buffer no queued message points into: the READ lands there while the messages
@@ -1062,10 +1055,10 @@ impl Subscription {
                     // When the headers show more written data, the next READ goes out before
                     // this one is validated (checksums), into the other buffer.
                     let other = 1 - buf;
-                    let ahead = (plan != ReadPlan::control() && !feed.quiesced)
+                    let other_free = a.pending[other] == 0 && !a.landings[other].in_flight();
+                    let ahead = (other_free && plan != ReadPlan::control() && !feed.quiesced)
                         .then(|| a.reader.plan_ahead(a.landings[buf].bytes(), plan.position, self.options.batch))
-                        .flatten()
-                        .filter(|_| a.pending[other] == 0 && !a.landings[other].in_flight());
+                        .flatten();
                     if let Some(next) = ahead {
                         match post_ring_read((feed.gen, key, &feed.qp), a, other, next) {
                             Ok(()) => {

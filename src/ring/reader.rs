@@ -242,12 +242,6 @@ impl RingReader {
         max_batch.max(largest_record + HEADER_LEN).max(layout::CONTROL_READ_LEN)
     }
 
-    /// Whether the last parse ended on a record it saw the header of but not the whole: more
-    /// written data certainly follows the consumed position.
-    pub fn sees_more(&self) -> bool {
-        self.need > HEADER_LEN
-    }
-
     /// Counters.
     pub fn stats(&self) -> ReaderStats {
         self.stats
