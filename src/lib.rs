@@ -39,3 +39,4 @@ pub use node::{
     PeerInfo, Policy, Publisher, PublisherCounters, PublisherInfo, PublisherOptions, Start, Subscription,
     SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
 };
+pub use ring::Checksum;

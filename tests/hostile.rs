@@ -21,8 +21,8 @@ use rdma_pubsub::fabric::{
 };
 use rdma_pubsub::protocol::{AcceptData, ConnectData, ConnectFlags, Control, PolicySet, StartAt, TopicId};
 use rdma_pubsub::ring::{
-    layout, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer, RingReader,
-    StartPoint, Stop, NO_LIMIT,
+    layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
+    RingReader, StartPoint, Stop, NO_LIMIT,
 };
 use rdma_pubsub::{Error, Policy, Publisher, PublisherOptions, Start, Subscription, SubscriptionOptions};
 
@@ -265,7 +265,14 @@ fn acks_for_unpublished_positions_are_refused_counted_and_grant_no_credit() {
 fn parse_arbitrary(bytes: &[u8], max_record_payload: usize, position: u64, seq: u64) {
     let capacity = 64 * 1024;
     let start = StartPoint { position, seq, first_seq: seq };
-    let config = ReaderConfig { capacity, max_record_payload, epoch: 1, start, max_message_len: 1 << 20 };
+    let config = ReaderConfig {
+        capacity,
+        max_record_payload,
+        epoch: 1,
+        start,
+        max_message_len: 1 << 20,
+        checksum: Checksum::Crc32c,
+    };
     let mut reader = RingReader::new(config).expect("a valid reader config");
     let base = bytes.as_ptr() as usize;
     let mut last = 0;
@@ -275,7 +282,7 @@ fn parse_arbitrary(bytes: &[u8], max_record_payload: usize, position: u64, seq: 
         let at = p.as_ptr() as usize;
         if at >= base + 32 && at + p.len() <= base + bytes.len() {
             let h = RecordHeader::decode(&bytes[at - base - 32..]).unwrap();
-            assert_eq!(h.compute_crc(p), h.crc, "delivered a record whose crc does not match");
+            assert_eq!(h.compute_crc(Checksum::Crc32c, p), h.crc, "delivered a record whose crc does not match");
         }
     });
     if let Ok(parsed) = parsed {
@@ -285,7 +292,7 @@ fn parse_arbitrary(bytes: &[u8], max_record_payload: usize, position: u64, seq: 
 
 /// Writes `lens.len()` messages into a fresh 64 KiB ring and returns a copy of its region.
 fn written_ring(lens: &[usize], max_record_payload: usize) -> Vec<u8> {
-    let config = RingConfig { capacity: 64 * 1024, max_record_payload, epoch: 3 };
+    let config = RingConfig { capacity: 64 * 1024, max_record_payload, epoch: 3, checksum: Checksum::Crc32c };
     let buf = Arc::new(RegisteredBuffer::new(config.region_len()).unwrap());
     let mut producer = RingProducer::new(buf.clone(), config).unwrap();
     for (i, &len) in lens.iter().enumerate() {
@@ -304,7 +311,14 @@ fn message(seq: u64, len: usize) -> Vec<u8> {
 fn read_ring(region: &[u8], max_record_payload: usize) -> Result<Vec<(u64, Vec<u8>)>, rdma_pubsub::ring::RingError> {
     let capacity = 64 * 1024;
     let start = StartPoint { position: capacity as u64, seq: 1, first_seq: 1 };
-    let config = ReaderConfig { capacity, max_record_payload, epoch: 3, start, max_message_len: 1 << 20 };
+    let config = ReaderConfig {
+        capacity,
+        max_record_payload,
+        epoch: 3,
+        start,
+        max_message_len: 1 << 20,
+        checksum: Checksum::Crc32c,
+    };
     let mut reader = RingReader::new(config).unwrap();
     let mut out = Vec::new();
     for _ in 0..512 {
@@ -350,7 +364,7 @@ proptest! {
         tail in prop::collection::vec(any::<u8>(), 0..256),
     ) {
         let mut h = RecordHeader { position: 65536, seq: 1, len, flags, reserved: 0, total_len, crc: 0 };
-        h.crc = if fix_crc { h.compute_crc(payload.get(..len as usize).unwrap_or(&payload)) } else { 0xdead_beef };
+        h.crc = if fix_crc { h.compute_crc(Checksum::Crc32c, payload.get(..len as usize).unwrap_or(&payload)) } else { 0xdead_beef };
         let mut bytes = h.encode().to_vec();
         bytes.extend_from_slice(&payload);
         bytes.extend_from_slice(&tail);

@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::{self, CmEvent, FabricConfig, FabricKind, QpInit};
 use rdma_pubsub::protocol::{
-    ConnectData, ConnectFlags, DropReason, PolicySet, RejectCode, RejectData, StartAt, TopicId,
+    ConnectData, ConnectFlags, DropReason, PolicySet, RejectCode, RejectData, StartAt, TopicId, PROTOCOL_VERSION,
 };
-use rdma_pubsub::{Error, Message, Node, Policy, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
+use rdma_pubsub::{
+    Checksum, Error, Message, Node, Policy, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions,
+};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -269,6 +271,34 @@ fn late_join_from_latest_and_from_earliest() {
     }
 }
 
+/// The publisher picks the record checksum function and each subscriber learns it from the
+/// accept private data: a subscriber checking with another function would take every record
+/// for torn and deliver nothing.
+#[test]
+fn each_checksum_function_carries_messages_end_to_end() {
+    let pub_node = node();
+    let sub_node = node();
+    let size = |seq: u64| (mix(seq) % 300_000) as usize + 1;
+    for (i, checksum) in Checksum::ALL.into_iter().enumerate() {
+        let topic = format!("checksum-{i}");
+        let options = PublisherOptions { checksum: Some(checksum), ..Default::default() };
+        let publisher = pub_node.publisher_with(&topic, options).unwrap();
+        assert_eq!(publisher.checksum(), checksum);
+        let mut sub = subscribe(&sub_node, &topic, Start::Earliest, pub_node.local_addr());
+        wait_subscribers(&publisher, 1);
+        let deadline = Instant::now() + WAIT;
+        for seq in 1..=50 {
+            publisher.publish(&payload(seq, size(seq))).unwrap();
+            let m = recv_until(&mut sub, deadline);
+            assert_eq!(m.seq, seq, "{checksum:?}");
+            check(&m, size);
+        }
+        assert_eq!(sub.counters().torn.load(Ordering::Relaxed), 0, "{checksum:?}: no record failed its check");
+    }
+    let default = pub_node.publisher("checksum-default").unwrap();
+    assert_eq!(default.checksum(), Checksum::fastest_here(), "by default, the faster function here");
+}
+
 #[test]
 fn two_publishers_on_one_topic_are_merged_in_order_per_publisher() {
     let a = node();
@@ -453,7 +483,7 @@ fn bad_private_data_is_rejected_with_a_reason_and_counted() {
     let channel = fabric.create_event_channel().unwrap();
     let cases: Vec<(Vec<u8>, RejectCode)> = vec![
         (vec![0xff; 40], RejectCode::VersionMismatch),
-        (vec![1, 0xff, 0xff, 0xff], RejectCode::Malformed),
+        (vec![PROTOCOL_VERSION, 0xff, 0xff, 0xff], RejectCode::Malformed),
         (vec![], RejectCode::Malformed),
         (
             ConnectData {

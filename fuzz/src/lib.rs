@@ -23,8 +23,8 @@ use rdma_pubsub::protocol::{
     RejectCode, RejectData, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
 };
 use rdma_pubsub::ring::{
-    layout, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer, RingReader,
-    StartPoint, Stop, NO_LIMIT,
+    layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
+    RingReader, StartPoint, Stop, NO_LIMIT,
 };
 
 /// A fuzz target: runs one input, panics on a violated property; returns whether the input
@@ -152,6 +152,7 @@ pub fn ring_control(data: &[u8]) -> bool {
         epoch: snap.epoch,
         start: StartPoint { position: capacity as u64, seq: 1, first_seq: 1 },
         max_message_len: 1 << 20,
+        checksum: Checksum::Crc32c,
     };
     let mut reader = RingReader::new(config).expect("a valid reader config");
     let mut snap = snap;
@@ -204,7 +205,9 @@ fn ring_arbitrary(data: &[u8]) -> bool {
     let seq = u64_at(data, 16).max(1) % (1 << 62) + 1;
     let bytes = data.get(24..).unwrap_or(&[]);
     let start = StartPoint { position, seq, first_seq: seq + (data.first().copied().unwrap_or(0) >> 7) as u64 };
-    let config = ReaderConfig { capacity, max_record_payload, epoch: 7, start, max_message_len: 1 << 20 };
+    // The input's first byte also picks the checksum function the records are checked with.
+    let checksum = Checksum::ALL[(data.first().copied().unwrap_or(0) & 1) as usize];
+    let config = ReaderConfig { capacity, max_record_payload, epoch: 7, start, max_message_len: 1 << 20, checksum };
     let Ok(mut reader) = RingReader::new(config) else { return false };
     let base = bytes.as_ptr() as usize;
     let mut last = None;
@@ -216,7 +219,7 @@ fn ring_arbitrary(data: &[u8]) -> bool {
             // Delivered in place: the header before it must carry a matching checksum.
             let off = p - base - layout::HEADER_LEN;
             let h = RecordHeader::decode(&bytes[off..]).expect("a header precedes the payload");
-            assert_eq!(h.compute_crc(payload), h.crc, "delivered a record whose crc does not match");
+            assert_eq!(h.compute_crc(checksum, payload), h.crc, "delivered a record whose crc does not match");
             assert_eq!(h.len as usize, payload.len());
         }
     });
@@ -247,7 +250,8 @@ fn ring_corrupted(data: &[u8]) -> bool {
             .get_or_insert_with(|| Arc::new(RegisteredBuffer::new(layout::region_len(CAPACITY)).expect("alloc")))
             .clone()
     });
-    let config = RingConfig { capacity: CAPACITY, max_record_payload, epoch: 9 };
+    let checksum = Checksum::ALL[(sizing >> 7) as usize];
+    let config = RingConfig { capacity: CAPACITY, max_record_payload, epoch: 9, checksum };
     let mut producer = RingProducer::new(buf.clone(), config).expect("producer");
     // Message lengths from the input (two bytes each, up to three records' worth), then
     // corruptions (three bytes: offset, xor) from what follows a zero-length terminator.
@@ -275,7 +279,8 @@ fn ring_corrupted(data: &[u8]) -> bool {
         j += 3;
     }
     let start = StartPoint { position: CAPACITY as u64, seq: 1, first_seq: 1 };
-    let config = ReaderConfig { capacity: CAPACITY, max_record_payload, epoch: 9, start, max_message_len: 1 << 20 };
+    let config =
+        ReaderConfig { capacity: CAPACITY, max_record_payload, epoch: 9, start, max_message_len: 1 << 20, checksum };
     let mut reader = RingReader::new(config).expect("reader");
     let mut next = 1u64;
     let mut delivered = false;
@@ -353,6 +358,7 @@ fn seeds_accept() -> Vec<Vec<u8>> {
         start_position: 65536 + 96,
         start_seq: 3,
         first_seq: 4,
+        checksum: Checksum::XxHash64,
     };
     with_variants(vec![a.encode().unwrap()])
 }
@@ -404,6 +410,11 @@ fn seeds_ring_records() -> Vec<Vec<u8>> {
     clean.extend_from_slice(&[0, 0]);
     let mut corrupt = clean.clone();
     corrupt.extend_from_slice(&[0x20, 0x10, 0x04, 0x40, 0x00, 0x01, 0x08, 0x00, 0x80]);
+    // The same rings checksummed with XXH64 (the top bit of the sizing byte, after the mode).
+    let mut clean_xxh = clean.clone();
+    clean_xxh[1] |= 0x80;
+    let mut corrupt_xxh = corrupt.clone();
+    corrupt_xxh[1] |= 0x80;
     // Arbitrary mode: a config prefix then a real record.
     let mut arbitrary = vec![0u8];
     arbitrary.extend_from_slice(&1000u64.to_le_bytes());
@@ -419,11 +430,11 @@ fn seeds_ring_records() -> Vec<Vec<u8>> {
         total_len: payload.len() as u32,
         crc: 0,
     };
-    h.crc = h.compute_crc(payload);
+    h.crc = h.compute_crc(Checksum::Crc32c, payload);
     arbitrary.extend_from_slice(&h.encode());
     arbitrary.extend_from_slice(payload);
     arbitrary.resize(arbitrary.len().div_ceil(32) * 32, 0);
-    vec![clean, corrupt, arbitrary]
+    vec![clean, corrupt, clean_xxh, corrupt_xxh, arbitrary]
 }
 
 fn seeds_ring_control() -> Vec<Vec<u8>> {

@@ -26,7 +26,7 @@ use crate::protocol::{
     AcceptData, ConnectData, Control, DropReason, Policy as WirePolicy, ProtocolError, RejectCode, RejectData, StartAt,
     TopicId, CONTROL_MSG_MAX,
 };
-use crate::ring::{Append, RingConfig, RingProducer, NO_LIMIT};
+use crate::ring::{Append, Checksum, RingConfig, RingProducer, NO_LIMIT};
 
 use super::{check_topic, NodeShared, Route};
 
@@ -80,6 +80,10 @@ pub struct PublisherOptions {
     pub max_subscribers: usize,
     /// On drop, how long to wait for subscribers to consume what was published (default 2 s).
     pub linger: Duration,
+    /// The function that checksums the ring's records, which subscribers learn from the
+    /// accept private data (default `None`: whichever is faster on this CPU, timed once per
+    /// process by [`Checksum::fastest_here`]).
+    pub checksum: Option<Checksum>,
 }
 
 impl Default for PublisherOptions {
@@ -90,6 +94,7 @@ impl Default for PublisherOptions {
             max_record_payload: None,
             max_subscribers: 256,
             linger: Duration::from_secs(2),
+            checksum: None,
         }
     }
 }
@@ -207,6 +212,7 @@ impl Publisher {
         if let Some(m) = options.max_record_payload {
             config.max_record_payload = m;
         }
+        config.checksum = options.checksum.unwrap_or_else(Checksum::fastest_here);
         crate::ring::layout::check_geometry(config.capacity, config.max_record_payload)
             .map_err(|e| Error::InvalidOption { option: "ring_capacity/max_record_payload", detail: e.to_string() })?;
         let attrs = node.fabric.attributes().clone();
@@ -269,6 +275,11 @@ impl Publisher {
     /// This publisher's id (what subscribers see in [`crate::PublisherInfo`]).
     pub fn id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// The function that checksums this publisher's records.
+    pub fn checksum(&self) -> Checksum {
+        self.shared.state.lock().producer.checksum()
     }
 
     /// Subscribers currently connected.
@@ -740,6 +751,7 @@ impl PublisherShared {
             start_position: start.position,
             start_seq: start.seq,
             first_seq: start.first_seq,
+            checksum: st.producer.checksum(),
         };
         let encoded = match accept.encode() {
             Ok(b) => b,

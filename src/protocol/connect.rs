@@ -9,7 +9,7 @@ use super::codec::{self, kind};
 use super::error::ProtocolError;
 use super::topic::TopicId;
 use crate::fabric::{RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
-use crate::ring::{ReaderConfig, StartPoint};
+use crate::ring::{Checksum, ReaderConfig, StartPoint};
 
 /// Where a new subscriber starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -196,6 +196,8 @@ pub struct AcceptData {
     /// First message sequence the subscriber is owed (`start_seq`, or `start_seq + 1` when
     /// the start is inside a message).
     pub first_seq: u64,
+    /// The function the ring's record checksums are computed with.
+    pub checksum: Checksum,
 }
 
 impl AcceptData {
@@ -224,6 +226,7 @@ impl AcceptData {
             epoch: self.epoch,
             start: self.start_point(),
             max_message_len,
+            checksum: self.checksum,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! Control block fields (offsets in [`ctrl`]): magic, version, capacity, epoch, tail, tail_seq,
 //! head, head_seq, max_record_payload, floor.
 
+use super::checksum::{Checksum, RecordCrc};
 use super::error::RingError;
 
 /// Size of the control block that precedes the data area.
@@ -98,24 +99,6 @@ pub fn default_max_record_payload(capacity: usize) -> usize {
     capacity / 4 - HEADER_LEN
 }
 
-/// A record checksum being computed: CRC-32C (Castagnoli) over the header with its `crc` field
-/// zero, then the payload (`crc-fast`: carry-less multiplication folding where the CPU has it,
-/// about four times the `crc32` instruction's throughput on large payloads).
-#[derive(Debug, Clone)]
-pub struct RecordCrc(crc_fast::Digest);
-
-impl RecordCrc {
-    /// Adds the next payload bytes.
-    pub fn update(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
-
-    /// The checksum of everything added.
-    pub fn finish(&self) -> u32 {
-        self.0.finalize() as u32
-    }
-}
-
 /// A decoded record header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecordHeader {
@@ -131,7 +114,7 @@ pub struct RecordHeader {
     pub reserved: u16,
     /// Length of the whole message (written on every fragment).
     pub total_len: u32,
-    /// crc32c over the header with `crc = 0` followed by the payload.
+    /// The ring's [`Checksum`] over the header with `crc = 0` followed by the payload.
     pub crc: u32,
 }
 
@@ -166,19 +149,19 @@ impl RecordHeader {
         })
     }
 
-    /// The crc of this header (its `crc` field taken as 0) with `payload` appended.
-    pub fn compute_crc(&self, payload: &[u8]) -> u32 {
-        let mut crc = self.crc_start();
+    /// The `checksum` of this header (its `crc` field taken as 0) with `payload` appended.
+    pub fn compute_crc(&self, checksum: Checksum, payload: &[u8]) -> u32 {
+        let mut crc = self.crc_start(checksum);
         crc.update(payload);
         crc.finish()
     }
 
-    /// The crc computation over the header with `crc = 0`, to continue with the payload in
-    /// pieces ([`RecordCrc::update`]).
-    pub fn crc_start(&self) -> RecordCrc {
+    /// The `checksum` computation over the header with `crc = 0`, to continue with the
+    /// payload in pieces ([`RecordCrc::update`]).
+    pub fn crc_start(&self, checksum: Checksum) -> RecordCrc {
         let mut h = *self;
         h.crc = 0;
-        let mut crc = RecordCrc(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi));
+        let mut crc = checksum.start();
         crc.update(&h.encode());
         crc
     }
@@ -265,22 +248,29 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// The record checksum is CRC-32C (Castagnoli) of the header with `crc = 0` followed by
+        /// A record checksum is the ring's function over the header with `crc = 0` followed by
         /// the payload, whether the payload is added at once or in pieces: what the `crc32c`
-        /// crate computes, so rings written by either implementation read the same.
+        /// and `xxhash-rust` crates compute, so rings written by other implementations read
+        /// the same.
         #[test]
-        fn record_crc_is_crc32c_of_header_then_payload(
+        fn record_checksum_is_of_header_then_payload(
             position in any::<u64>(), seq in any::<u64>(), len in any::<u32>(), flags in any::<u16>(),
             payload in prop::collection::vec(any::<u8>(), 0..5000), cut in 0usize..5000,
         ) {
             let h = RecordHeader { position, seq, len, flags, reserved: 0, total_len: len, crc: 0xffff_ffff };
-            let expected = crc32c::crc32c_append(crc32c::crc32c(&RecordHeader { crc: 0, ..h }.encode()), &payload);
-            prop_assert_eq!(h.compute_crc(&payload), expected);
-            let cut = cut.min(payload.len());
-            let mut pieces = h.crc_start();
-            pieces.update(&payload[..cut]);
-            pieces.update(&payload[cut..]);
-            prop_assert_eq!(pieces.finish(), expected);
+            let mut covered = RecordHeader { crc: 0, ..h }.encode().to_vec();
+            covered.extend_from_slice(&payload);
+            for (checksum, expected) in [
+                (Checksum::Crc32c, crc32c::crc32c(&covered)),
+                (Checksum::XxHash64, xxhash_rust::xxh64::xxh64(&covered, 0) as u32),
+            ] {
+                prop_assert_eq!(h.compute_crc(checksum, &payload), expected);
+                let cut = cut.min(payload.len());
+                let mut pieces = h.crc_start(checksum);
+                pieces.update(&payload[..cut]);
+                pieces.update(&payload[cut..]);
+                prop_assert_eq!(pieces.finish(), expected);
+            }
         }
     }
 
@@ -297,10 +287,12 @@ mod tests {
         };
         assert_eq!(RecordHeader::decode(&h.encode()), Some(h));
         assert_eq!(RecordHeader::decode(&[0; 31]), None);
-        let c = h.compute_crc(b"payload");
-        assert_eq!(c, RecordHeader { crc: 0, ..h }.compute_crc(b"payload"));
-        assert_ne!(c, RecordHeader { seq: 43, ..h }.compute_crc(b"payload"));
-        assert_ne!(c, h.compute_crc(b"paylaod"));
+        for checksum in Checksum::ALL {
+            let c = h.compute_crc(checksum, b"payload");
+            assert_eq!(c, RecordHeader { crc: 0, ..h }.compute_crc(checksum, b"payload"));
+            assert_ne!(c, RecordHeader { seq: 43, ..h }.compute_crc(checksum, b"payload"));
+            assert_ne!(c, h.compute_crc(checksum, b"paylaod"));
+        }
     }
 
     #[test]

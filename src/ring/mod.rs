@@ -5,7 +5,8 @@
 //! Layout ([`layout`]): a 4096-byte control block (magic, version, capacity, epoch, tail,
 //! tail_seq, head, head_seq, max record payload) then `capacity` data bytes. Records start at
 //! 32-byte aligned absolute positions and carry their own position (hence their lap), the
-//! message sequence, flags, and a crc32c over header and payload. Messages larger than the
+//! message sequence, flags, and a checksum over header and payload (CRC-32C or XXH64, see
+//! [`checksum`]). Messages larger than the
 //! largest record are split into FIRST..LAST fragments sharing one sequence. A record never
 //! crosses the end of the data area: a PADDING record fills the rest of the lap first.
 //!
@@ -14,6 +15,7 @@
 //! before it overwrites old records it advances `head`/`head_seq` past whole messages, so a
 //! lapped reader learns exactly which messages it lost.
 
+pub mod checksum;
 pub mod error;
 pub mod layout;
 pub mod producer;
@@ -22,7 +24,8 @@ pub mod reader;
 #[cfg(test)]
 mod sim_tests;
 
+pub use checksum::{Checksum, RecordCrc};
 pub use error::RingError;
-pub use layout::{ControlSnapshot, RecordCrc, RecordHeader, CONTROL_READ_LEN, CONTROL_SIZE, HEADER_LEN};
+pub use layout::{ControlSnapshot, RecordHeader, CONTROL_READ_LEN, CONTROL_SIZE, HEADER_LEN};
 pub use producer::{Append, Claim, InProgress, RingConfig, RingProducer, StartPoint, NO_LIMIT};
 pub use reader::{ControlOutcome, Parsed, ReadPlan, ReaderConfig, ReaderStats, RingReader, Stop, PROBE_LEN};

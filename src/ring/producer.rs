@@ -9,6 +9,7 @@
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
+use super::checksum::Checksum;
 use super::error::RingError;
 use super::layout::{self, ctrl, RecordHeader, CONTROL_SIZE, FLAG_FIRST, FLAG_LAST, FLAG_PADDING, HEADER_LEN};
 use crate::fabric::RegisteredBuffer;
@@ -26,12 +27,20 @@ pub struct RingConfig {
     pub max_record_payload: usize,
     /// Publisher epoch written into the control block.
     pub epoch: u64,
+    /// The function the records' checksums are computed with.
+    pub checksum: Checksum,
 }
 
 impl RingConfig {
-    /// A ring of `capacity` bytes with the default record size (a quarter of the ring).
+    /// A ring of `capacity` bytes with the default record size (a quarter of the ring) and
+    /// CRC-32C checksums.
     pub fn new(capacity: usize, epoch: u64) -> RingConfig {
-        RingConfig { capacity, max_record_payload: layout::default_max_record_payload(capacity), epoch }
+        RingConfig {
+            capacity,
+            max_record_payload: layout::default_max_record_payload(capacity),
+            epoch,
+            checksum: Checksum::default(),
+        }
     }
 
     /// Bytes of the memory region this ring needs (control block + data).
@@ -91,6 +100,7 @@ pub struct RingProducer {
     capacity: usize,
     max_record_payload: usize,
     epoch: u64,
+    checksum: Checksum,
     tail: u64,
     /// Sequence of the next record written at `tail`.
     tail_seq: u64,
@@ -125,6 +135,7 @@ impl RingProducer {
             capacity: config.capacity,
             max_record_payload: config.max_record_payload,
             epoch: config.epoch,
+            checksum: config.checksum,
             tail: start,
             tail_seq: 1,
             head: start,
@@ -154,6 +165,11 @@ impl RingProducer {
     /// Data-area capacity.
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The function the records' checksums are computed with.
+    pub fn checksum(&self) -> Checksum {
+        self.checksum
     }
 
     /// Largest payload of one record.
@@ -267,7 +283,7 @@ impl RingProducer {
                 total_len: total as u32,
                 crc: 0,
             };
-            h.crc = h.compute_crc(body);
+            h.crc = h.compute_crc(self.checksum, body);
             written += frag;
             if last {
                 self.in_progress = None;
@@ -319,7 +335,7 @@ impl RingProducer {
                 total_len: 0,
                 crc: 0,
             };
-            pad.crc = pad.compute_crc(&[]);
+            pad.crc = pad.compute_crc(self.checksum, &[]);
             self.write_header(&pad)?;
             self.tail = start;
             self.store(ctrl::TAIL, start)?;
@@ -458,7 +474,7 @@ impl Claim<'_> {
             crc: 0,
         };
         let base = layout::data_offset(self.start, p.capacity) + HEADER_LEN;
-        let mut crc = h.crc_start();
+        let mut crc = h.crc_start(p.checksum);
         let mut chunk = [0u8; 4096];
         let mut done = 0;
         while done < self.len {

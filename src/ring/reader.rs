@@ -10,6 +10,7 @@
 //! overwritten; if so the reader continues from `head` and reports exactly how many messages it
 //! lost, once the record at `head` confirms the control block's `head_seq`.
 
+use super::checksum::Checksum;
 use super::error::RingError;
 use super::layout::{self, ControlSnapshot, RecordHeader, CONTROL_READ_LEN, HEADER_LEN};
 use super::producer::StartPoint;
@@ -27,6 +28,8 @@ pub struct ReaderConfig {
     pub start: StartPoint,
     /// Largest message the reader reassembles (a bound on memory it allocates).
     pub max_message_len: u64,
+    /// The function the records' checksums are computed with.
+    pub checksum: Checksum,
 }
 
 /// One READ to post: `len` bytes at `ring_offset` in the ring's region (add the region's
@@ -149,6 +152,7 @@ pub struct RingReader {
     max_record_payload: usize,
     epoch: u64,
     max_message_len: u64,
+    checksum: Checksum,
     position: u64,
     /// First sequence neither delivered nor reported lost.
     next_seq: u64,
@@ -168,6 +172,16 @@ pub struct RingReader {
     stats: ReaderStats,
 }
 
+/// The length of a READ that brings a record of `first` bytes, then as many records of
+/// `stride` bytes as fit within `max_batch`, then the header after them: it ends just past a
+/// record boundary when the records are of the sizes expected (at least the first record and a
+/// header, even past `max_batch`).
+fn whole_records_len(first: usize, stride: usize, max_batch: usize) -> usize {
+    let budget = max_batch.max(first + HEADER_LEN);
+    let more = (budget - first - HEADER_LEN) / stride.max(HEADER_LEN);
+    first + more * stride.max(HEADER_LEN) + HEADER_LEN
+}
+
 impl RingReader {
     /// A reader at the config's start point.
     pub fn new(config: ReaderConfig) -> Result<RingReader, RingError> {
@@ -181,6 +195,7 @@ impl RingReader {
             max_record_payload: config.max_record_payload,
             epoch: config.epoch,
             max_message_len: config.max_message_len.min(u32::MAX as u64),
+            checksum: config.checksum,
             position: s.position,
             next_seq: s.first_seq,
             state: State::Anchor { seq: s.seq },
@@ -226,7 +241,7 @@ impl RingReader {
             largest = largest.max(size);
             if avail - off < size {
                 let room = layout::room_to_end(pos, self.capacity) as usize;
-                let len = max_batch.max(largest + HEADER_LEN).min(room);
+                let len = whole_records_len(size, largest, max_batch).min(room);
                 return Some(ReadPlan { ring_offset: layout::data_offset(pos, self.capacity), len, position: pos });
             }
             off += size;
@@ -260,14 +275,26 @@ impl RingReader {
     /// most `max_batch`): polling an idle ring does not move a batch of stale bytes each time,
     /// and a trickle of small messages grows the probes.
     ///
+    /// A READ while behind ends just past a record boundary (whole records of the last size,
+    /// then the next header), not in the middle of a record whose bytes the next READ would
+    /// bring again: with 64 KiB records and a 256 KiB batch, a READ of exactly `max_batch`
+    /// wasted a quarter of every READ.
+    ///
     /// Either way it covers the whole record the last parse saw only partly, and never passes
     /// the end of the data area.
     pub fn next_read(&self, max_batch: usize, behind: bool) -> ReadPlan {
         let room = layout::room_to_end(self.position, self.capacity) as usize;
         let behind = behind || self.data_waits;
         let next = self.last_record + HEADER_LEN;
-        let want =
-            if behind { max_batch.max(next) } else { next.max(2 * self.last_fill).max(PROBE_LEN).min(max_batch) };
+        let want = if behind {
+            // The record at the position is `need` bytes when its header was seen; the ones
+            // after it are guessed to be the size of the last one consumed.
+            let first = if self.need > HEADER_LEN { self.need } else { self.last_record };
+            let stride = if self.last_record > HEADER_LEN { self.last_record } else { first };
+            whole_records_len(first, stride, max_batch)
+        } else {
+            next.max(2 * self.last_fill).max(PROBE_LEN).min(max_batch)
+        };
         let len = want.max(self.need).max(HEADER_LEN).min(room);
         ReadPlan { ring_offset: layout::data_offset(self.position, self.capacity), len, position: self.position }
     }
@@ -303,7 +330,7 @@ impl RingReader {
             }
             if h.is_padding() {
                 let room = layout::room_to_end(self.position, self.capacity);
-                if h.len as u64 + HEADER_LEN as u64 != room || h.compute_crc(&[]) != h.crc {
+                if h.len as u64 + HEADER_LEN as u64 != room || h.compute_crc(self.checksum, &[]) != h.crc {
                     self.stats.torn += 1;
                     out.stop = Stop::Torn;
                     break;
@@ -336,7 +363,7 @@ impl RingReader {
                 break;
             }
             let payload = &rest[HEADER_LEN..HEADER_LEN + h.len as usize];
-            if h.compute_crc(payload) != h.crc {
+            if h.compute_crc(self.checksum, payload) != h.crc {
                 self.stats.torn += 1;
                 out.stop = Stop::Torn;
                 break;
@@ -398,7 +425,7 @@ impl RingReader {
         }
         if h.is_padding() {
             return h.len as u64 + HEADER_LEN as u64 == layout::room_to_end(h.position, self.capacity)
-                && h.compute_crc(&[]) == h.crc;
+                && h.compute_crc(self.checksum, &[]) == h.crc;
         }
         if h.len as usize > self.max_record_payload {
             return false;
@@ -409,7 +436,7 @@ impl RingReader {
             self.need = size;
             return false;
         }
-        h.compute_crc(&rest[HEADER_LEN..HEADER_LEN + h.len as usize]) == h.crc
+        h.compute_crc(self.checksum, &rest[HEADER_LEN..HEADER_LEN + h.len as usize]) == h.crc
     }
 
     /// What a parse that consumed `consumed` bytes teaches the next probe: the bytes, when they

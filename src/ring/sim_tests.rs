@@ -19,7 +19,11 @@ fn payload(seq: u64, len: usize) -> Vec<u8> {
 }
 
 fn ring(capacity: usize) -> (Arc<RegisteredBuffer>, RingProducer) {
-    let config = RingConfig::new(capacity, 7);
+    ring_checked_by(capacity, Checksum::Crc32c)
+}
+
+fn ring_checked_by(capacity: usize, checksum: Checksum) -> (Arc<RegisteredBuffer>, RingProducer) {
+    let config = RingConfig { checksum, ..RingConfig::new(capacity, 7) };
     let buf = Arc::new(RegisteredBuffer::new(config.region_len()).unwrap());
     let prod = RingProducer::new(buf.clone(), config).unwrap();
     (buf, prod)
@@ -32,6 +36,7 @@ fn reader_at(prod: &RingProducer, start: StartPoint) -> RingReader {
         epoch: prod.epoch(),
         start,
         max_message_len: 1 << 30,
+        checksum: prod.checksum(),
     })
     .unwrap()
 }
@@ -269,7 +274,7 @@ fn valid_record_breaking_the_stream_is_corrupt() {
     let off = layout::data_offset(CAP as u64, CAP);
     let mut h = RecordHeader::decode(&sim_read(&buf, ReadPlan { ring_offset: off, len: 32, position: 0 })).unwrap();
     h.seq = 9;
-    h.crc = h.compute_crc(b"hello");
+    h.crc = h.compute_crc(Checksum::Crc32c, b"hello");
     buf.write(off, &h.encode()).unwrap();
     let plan = reader.next_read(4096, false);
     // The start point's anchor does not match: the reader asks for the control block...
@@ -286,7 +291,7 @@ fn valid_record_breaking_the_stream_is_corrupt() {
     let off = layout::data_offset(CAP as u64 + 64, CAP);
     let mut h = RecordHeader::decode(&sim_read(&buf, ReadPlan { ring_offset: off, len: 32, position: 0 })).unwrap();
     h.seq = 5;
-    h.crc = h.compute_crc(b"two");
+    h.crc = h.compute_crc(Checksum::Crc32c, b"two");
     buf.write(off, &h.encode()).unwrap();
     let plan = reader.next_read(4096, false);
     let r = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {});
@@ -338,6 +343,7 @@ fn bad_configs_are_refused() {
         epoch: 7,
         start,
         max_message_len: 1 << 20,
+        checksum: Checksum::Crc32c,
     };
     assert!(RingReader::new(cfg).is_err());
     let mut reader = reader_at(&prod, prod.latest());
@@ -418,8 +424,13 @@ proptest! {
     /// READs torn by a concurrent write (part copied before, part after, in either order)
     /// never yield a corrupt message, and the accounting stays exact.
     #[test]
-    fn torn_reads_never_corrupt(lens in sizes(40_000), cuts in prop::collection::vec((0.0f64..1.0, any::<bool>(), 0usize..6), 1..40), batch in 64usize..40_000) {
-        let (buf, mut prod) = ring(CAP);
+    fn torn_reads_never_corrupt(
+        lens in sizes(40_000),
+        cuts in prop::collection::vec((0.0f64..1.0, any::<bool>(), 0usize..6), 1..40),
+        batch in 64usize..40_000,
+        xxh in any::<bool>(),
+    ) {
+        let (buf, mut prod) = ring_checked_by(CAP, if xxh { Checksum::XxHash64 } else { Checksum::Crc32c });
         let mut reader = reader_at(&prod, prod.latest());
         let len_of = |s: u64| lens[s as usize - 1];
         let mut seen = Seen::new(1);
@@ -452,8 +463,8 @@ proptest! {
     }
 }
 
-fn concurrent(overwrite: bool, messages: u64, deadline: Duration) -> (Seen, ReaderStats) {
-    let (buf, mut prod) = ring(CAP);
+fn concurrent(overwrite: bool, checksum: Checksum, messages: u64, deadline: Duration) -> (Seen, ReaderStats) {
+    let (buf, mut prod) = ring_checked_by(CAP, checksum);
     let reader = reader_at(&prod, prod.latest());
     let len_of = |s: u64| (s.wrapping_mul(2_654_435_761) % 30_000) as usize;
     let acked = Arc::new(AtomicU64::new(reader.consumed_position()));
@@ -496,18 +507,86 @@ fn concurrent(overwrite: bool, messages: u64, deadline: Duration) -> (Seen, Read
 
 #[test]
 fn concurrent_flow_controlled_reader_gets_everything() {
-    let (seen, stats) = concurrent(false, 3000, Duration::from_secs(60));
+    let (seen, stats) = concurrent(false, Checksum::Crc32c, 3000, Duration::from_secs(60));
     assert_eq!(seen.delivered, (1..=3000).collect::<Vec<_>>());
     assert_eq!(stats.lost, 0);
 }
 
 #[test]
 fn concurrent_overwrite_reader_never_sees_corruption() {
-    let (seen, stats) = concurrent(true, 5000, Duration::from_secs(60));
-    eprintln!("overwrite: {stats:?}");
-    assert_eq!(seen.delivered.len() as u64 + seen.lost, 5000);
-    assert!(seen.delivered.windows(2).all(|w| w[0] < w[1]));
-    assert_eq!(stats.delivered + stats.lost, 5000);
+    for checksum in Checksum::ALL {
+        let (seen, stats) = concurrent(true, checksum, 5000, Duration::from_secs(60));
+        eprintln!("overwrite, {checksum:?}: {stats:?}");
+        assert_eq!(seen.delivered.len() as u64 + seen.lost, 5000);
+        assert!(seen.delivered.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(stats.delivered + stats.lost, 5000);
+    }
+}
+
+/// The reader checks records with the function its configuration names: one told the wrong
+/// function takes every record for torn and delivers nothing.
+#[test]
+fn records_are_checked_with_the_rings_function() {
+    for (written, checked) in [(Checksum::Crc32c, Checksum::XxHash64), (Checksum::XxHash64, Checksum::Crc32c)] {
+        let (buf, mut prod) = ring_checked_by(CAP, written);
+        let start = prod.latest();
+        prod.append(&payload(1, 100), NO_LIMIT).unwrap();
+        let mut right = reader_at(&prod, start);
+        let mut got = Vec::new();
+        let parsed = read_and_collect(&mut right, &buf, &mut got);
+        assert_eq!((parsed.stop, got), (Stop::NotYetWritten, vec![(1, payload(1, 100))]));
+        let mut wrong = RingReader::new(ReaderConfig {
+            capacity: CAP,
+            max_record_payload: prod.max_record_payload(),
+            epoch: prod.epoch(),
+            start,
+            max_message_len: 1 << 20,
+            checksum: checked,
+        })
+        .unwrap();
+        let mut got = Vec::new();
+        let parsed = read_and_collect(&mut wrong, &buf, &mut got);
+        assert_eq!((parsed.stop, got.len(), wrong.stats().torn), (Stop::Torn, 0, 1));
+    }
+}
+
+fn read_and_collect(reader: &mut RingReader, buf: &RegisteredBuffer, got: &mut Vec<(u64, Vec<u8>)>) -> Parsed {
+    let plan = reader.next_read(4096, false);
+    reader.parse(&sim_read(buf, plan), plan.position, |s, b| got.push((s, b.to_vec()))).unwrap()
+}
+
+/// A reader that is behind ends its READs just past a record boundary: with 64 KiB records
+/// and a 256 KiB batch, a READ of the batch would carry three records and most of a fourth
+/// that the next READ brings again.
+#[test]
+fn behind_reads_end_at_a_record_boundary() {
+    let cap = 1 << 20;
+    let (buf, mut prod) = ring(cap);
+    let mut reader = reader_at(&prod, prod.latest());
+    let len = 64 * 1024;
+    let record = layout::record_size(len) as usize;
+    for seq in 1..=10 {
+        prod.append(&payload(seq, len), NO_LIMIT).unwrap();
+    }
+    let batch = 256 * 1024;
+    let mut behind = false;
+    let mut delivered = 0;
+    let mut reads = 0;
+    while delivered < 10 {
+        let plan = reader.next_read(batch, behind);
+        reads += 1;
+        if let Some(ahead) = reader.plan_ahead(&sim_read(&buf, plan), plan.position, batch) {
+            assert_eq!(ahead.len, 3 * record + HEADER_LEN, "a READ ahead also ends at a boundary");
+        }
+        let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| delivered += 1).unwrap();
+        if behind {
+            assert_eq!(plan.len, (3 * record + HEADER_LEN).min(cap - (plan.position as usize % cap)));
+            assert_eq!(parsed.consumed % record, 0, "only whole records");
+        }
+        behind = parsed.stop == Stop::End;
+    }
+    // A probe finds the first header, then each READ brings three whole records.
+    assert_eq!(reads, 5);
 }
 
 /// A reader that is behind plans READs as large as the last record it consumed, so a stream
@@ -534,10 +613,11 @@ fn behind_reader_reads_whole_large_records_at_once() {
         let parsed = reader.parse(&bytes, plan.position, |s, _| got.push(s)).unwrap();
         behind = parsed.stop == Stop::End;
     }
-    // The first record needs a short READ (the header) and a whole one; the next two, one each,
-    // and each of those also brings the header after it: the READ shows whether more follows.
+    // The first record needs a short READ (the header) and a whole one; the next two, one each.
+    // Each READ but the probe also brings the header after its record: it shows whether more
+    // follows, and the next READ can go out before the checksums run.
     assert_eq!((got, reads), (vec![1, 2, 3], 4));
-    assert_eq!(more, [true, false, true, false]);
+    assert_eq!(more, [true, true, true, false]);
     assert!(reader.next_read(4096, true).len >= record);
     assert_eq!(reader.next_read(4096, false).len, 4096);
 }

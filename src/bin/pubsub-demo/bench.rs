@@ -15,9 +15,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rdma_pubsub::{DiscoveryOptions, Node, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
+use rdma_pubsub::{Checksum, DiscoveryOptions, Node, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
 
-use crate::cli::{BenchArgs, PolicyArg};
+use crate::cli::{checksum_name, BenchArgs, PolicyArg};
 use crate::{payload, procinfo, Fail};
 
 /// Latency messages per point even when its time is up.
@@ -28,6 +28,7 @@ struct Point {
     size: u64,
     subscribers: u64,
     policy: PolicyArg,
+    checksum: Checksum,
     msgs_per_sec: f64,
     mb_per_sec: f64,
     p50_us: f64,
@@ -70,8 +71,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
     } else {
         println!("{note}");
         println!(
-            "{:>9} {:>5} {:<9} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7}",
-            "size", "subs", "policy", "msgs/s", "MB/s", "p50 us", "p99 us", "p99.9 us", "max us", "lost"
+            "{:>9} {:>5} {:<9} {:<8} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7}",
+            "size", "subs", "policy", "checksum", "msgs/s", "MB/s", "p50 us", "p99 us", "p99.9 us", "max us", "lost"
         );
     }
     let mut points = Vec::new();
@@ -81,10 +82,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             let p = measure(&pub_node, &sub_node, args, size, subs)?;
             if !args.json {
                 println!(
-                    "{:>9} {:>5} {:<9} {:>11.0} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+                    "{:>9} {:>5} {:<9} {:<8} {:>11.0} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7}",
                     p.size,
                     p.subscribers,
                     p.policy.name(),
+                    checksum_name(p.checksum),
                     p.msgs_per_sec,
                     p.mb_per_sec,
                     p.p50_us,
@@ -103,8 +105,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             .iter()
             .map(|p| {
                 format!(
-                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2}}}",
-                    p.size, p.subscribers, p.policy.name(), p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us
+                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2}}}",
+                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us
                 )
             })
             .collect();
@@ -123,7 +125,12 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
     let ring_capacity = (size * 16).next_power_of_two().clamp(1 << 20, 64 << 20);
     let publisher = pub_node.publisher_with(
         &topic,
-        PublisherOptions { policy: args.policy.policy(), ring_capacity, ..Default::default() },
+        PublisherOptions {
+            policy: args.policy.policy(),
+            ring_capacity,
+            checksum: args.checksum.checksum(),
+            ..Default::default()
+        },
     )?;
     let stream = payload::stream_of(&topic);
     let base = Instant::now();
@@ -180,6 +187,7 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
         }
     }
     let _ = publisher.flush(Duration::from_secs(5));
+    let checksum = publisher.checksum();
     drop(publisher);
     let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds");
     let (mut lost, mut damaged) = (0, 0);
@@ -195,6 +203,7 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
         size: size as u64,
         subscribers: subs,
         policy: args.policy,
+        checksum,
         msgs_per_sec,
         mb_per_sec: msgs_per_sec * size as f64 / 1e6,
         p50_us: q(0.5),

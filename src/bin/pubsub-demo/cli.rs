@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use rdma_pubsub::fabric::Error as FabricError;
 use rdma_pubsub::node::discovery::{DEFAULT_GROUP, DEFAULT_PORT};
 use rdma_pubsub::protocol::RejectCode;
-use rdma_pubsub::{DiscoveryOptions, Error, FabricKind, Node, Policy};
+use rdma_pubsub::{Checksum, DiscoveryOptions, Error, FabricKind, Node, Policy};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -146,6 +146,36 @@ impl PolicyArg {
     }
 }
 
+/// The record checksum on the command line.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChecksumArg {
+    /// Whichever is faster on this CPU (timed once per process).
+    Auto,
+    /// CRC-32C.
+    Crc32c,
+    /// XXH64 (its low 32 bits).
+    Xxhash64,
+}
+
+impl ChecksumArg {
+    /// The publisher option (`None`: the library chooses).
+    pub fn checksum(self) -> Option<Checksum> {
+        match self {
+            ChecksumArg::Auto => None,
+            ChecksumArg::Crc32c => Some(Checksum::Crc32c),
+            ChecksumArg::Xxhash64 => Some(Checksum::XxHash64),
+        }
+    }
+}
+
+/// The name of a checksum function, as the command line spells it.
+pub fn checksum_name(c: Checksum) -> &'static str {
+    match c {
+        Checksum::Crc32c => "crc32c",
+        Checksum::XxHash64 => "xxhash64",
+    }
+}
+
 /// The name of a library policy.
 pub fn policy_name(p: Policy) -> &'static str {
     match p {
@@ -177,6 +207,9 @@ pub struct PubArgs {
     /// Slow-subscriber policy.
     #[arg(long, value_enum, default_value_t = PolicyArg::Block)]
     pub policy: PolicyArg,
+    /// Record checksum function.
+    #[arg(long, value_enum, default_value_t = ChecksumArg::Auto)]
+    pub checksum: ChecksumArg,
     /// Subscribers to wait for before publishing.
     #[arg(long, default_value_t = 1)]
     pub subscribers: usize,
@@ -232,6 +265,9 @@ pub struct BenchArgs {
     /// Slow-subscriber policy.
     #[arg(long, value_enum, default_value_t = PolicyArg::Block)]
     pub policy: PolicyArg,
+    /// Record checksum function.
+    #[arg(long, value_enum, default_value_t = ChecksumArg::Auto)]
+    pub checksum: ChecksumArg,
     /// Most messages per throughput run.
     #[arg(long, default_value_t = 200_000)]
     pub messages: u64,

@@ -15,7 +15,7 @@ use rdma_pubsub::{
     DiscoveryOptions, PublisherInfo, PublisherOptions, Start, Subscription, SubscriptionEvent, SubscriptionOptions,
 };
 
-use crate::cli::{PubArgs, SubArgs};
+use crate::cli::{checksum_name, PubArgs, SubArgs};
 use crate::{payload, Fail};
 
 /// How a node discovers, for people.
@@ -41,16 +41,22 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
     let ring_capacity = (size * 8).next_power_of_two().clamp(1 << 20, 64 << 20);
     let publisher = node.publisher_with(
         &args.topic,
-        PublisherOptions { policy: args.policy.policy(), ring_capacity, ..Default::default() },
+        PublisherOptions {
+            policy: args.policy.policy(),
+            ring_capacity,
+            checksum: args.checksum.checksum(),
+            ..Default::default()
+        },
     )?;
     println!(
-        "publishing {:?} at {} on the {} fabric ({}): {} B messages, policy {}",
+        "publishing {:?} at {} on the {} fabric ({}): {} B messages, policy {}, checksum {}",
         args.topic,
         node.local_addr(),
         node.fabric().kind(),
         node.fabric().device_name(),
         size,
-        args.policy.name()
+        args.policy.name(),
+        checksum_name(publisher.checksum())
     );
     println!("  discovery: {}", describe(&discovery, node.discovery_addr()));
     if discovery.enabled {
