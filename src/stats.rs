@@ -370,6 +370,7 @@ fn publisher_values(id: u64, c: &PublisherCounters) -> Vec<(String, u64)> {
         accepted,
         dropped,
         waits,
+        coalesced_waits,
         subscribers,
         position,
         slowest_ack,
@@ -384,6 +385,7 @@ fn publisher_values(id: u64, c: &PublisherCounters) -> Vec<(String, u64)> {
         ("accepted", accepted),
         ("dropped", dropped),
         ("waits", waits),
+        ("coalesced_waits", coalesced_waits),
         ("subscribers", subscribers),
     ]));
     let subs = subscribers.load(Ordering::Relaxed);
@@ -410,6 +412,7 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         doorbells,
         reconnects,
         duplicates,
+        unpolled_waits,
     } = c;
     named(&[
         ("delivered", delivered),
@@ -424,6 +427,7 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         ("doorbells", doorbells),
         ("reconnects", reconnects),
         ("duplicates", duplicates),
+        ("unpolled_waits", unpolled_waits),
     ])
 }
 

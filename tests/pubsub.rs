@@ -415,6 +415,49 @@ fn sixty_four_subscribers_on_one_publisher() {
     }
 }
 
+/// A publisher held back by several subscribers sleeps until the last of them is due to ack
+/// instead of waking for every ack: far fewer waits than acks, and nothing lost.
+#[test]
+fn a_publisher_blocked_by_several_subscribers_does_not_wake_for_every_ack() {
+    let pub_node = node();
+    let sub_node = node();
+    let options =
+        PublisherOptions { policy: Policy::Block { timeout: WAIT }, ring_capacity: 64 * 1024, ..Default::default() };
+    let publisher = pub_node.publisher_with("rhythm", options).unwrap();
+    let count = scale(1500);
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut sub = subscribe(&sub_node, "rhythm", Start::Earliest, pub_node.local_addr());
+            thread::spawn(move || {
+                let deadline = Instant::now() + WAIT;
+                for expected in 1..=count {
+                    let m = recv_until(&mut sub, deadline);
+                    assert_eq!(m.seq, expected);
+                    check(&m, |_| 1024);
+                    // A consumer slower than the publisher: the ring stays full.
+                    let busy = Instant::now();
+                    while busy.elapsed() < Duration::from_micros(100) {
+                        std::hint::spin_loop();
+                    }
+                }
+            })
+        })
+        .collect();
+    wait_subscribers(&publisher, 8);
+    for seq in 1..=count {
+        publisher.publish(&payload(seq, 1024)).unwrap();
+    }
+    for r in readers {
+        r.join().expect("every subscriber got every message");
+    }
+    let c = publisher.counters();
+    let (waits, coalesced, acks) =
+        (c.waits.load(Ordering::Relaxed), c.coalesced_waits.load(Ordering::Relaxed), c.acks.load(Ordering::Relaxed));
+    eprintln!("waits {waits} (coalesced {coalesced}), acks {acks}");
+    assert!(coalesced > 0, "some waits slept until the last laggard was due");
+    assert!(waits < acks, "fewer waits ({waits}) than acks ({acks})");
+}
+
 #[test]
 fn block_times_out_when_a_subscriber_does_not_read() {
     let pub_node = node();

@@ -7,10 +7,12 @@
 //! never passes through them: a publisher's thread writes its ring and handles acks inline; a
 //! subscription's thread posts READs and polls its own CQ.
 
+mod ack_clock;
 mod cm;
 pub mod discovery;
 mod pacing;
 mod publisher;
+mod spin_permit;
 mod subscription;
 
 use std::collections::HashMap;

@@ -34,6 +34,7 @@ use super::cm::FeedEvent;
 use super::discovery::watch::Watch;
 use super::discovery::{LostReason, Sighting};
 use super::pacing::ReadPacer;
+use super::spin_permit::SpinPermit;
 use super::{check_topic, NodeId, NodeShared, Route, SLICE};
 
 /// Where a new subscription starts in each publisher's stream.
@@ -210,6 +211,9 @@ pub struct SubscriptionCounters {
     pub reconnects: AtomicU64,
     /// Messages skipped because they had been delivered already (reconnection to the same epoch).
     pub duplicates: AtomicU64,
+    /// Waits that blocked at once instead of polling first, because as many subscriptions of
+    /// the process as it has CPUs but one were polling already.
+    pub unpolled_waits: AtomicU64,
 }
 
 const KIND_READ: u64 = 1;
@@ -687,7 +691,15 @@ impl Subscription {
                 spin = spin.max(left);
                 wait = wait.min(left);
             }
+            // Only so many subscriptions poll at once; the others block at once (see
+            // `spin_permit`). A busy-polling one always polls.
+            let permit = (spin > Duration::ZERO && !self.options.busy_poll).then(SpinPermit::try_acquire);
+            if let Some(None) = permit {
+                spin = Duration::ZERO;
+                self.counters.unpolled_waits.fetch_add(1, Ordering::Relaxed);
+            }
             let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
+            drop(permit);
             self.handle_completions(&wcs[..n]);
         }
     }

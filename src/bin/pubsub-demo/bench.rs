@@ -38,6 +38,14 @@ struct Point {
     /// Messages lost (Overwrite) or not delivered (a subscriber dropped), over subscribers.
     lost: u64,
     damaged: u64,
+    /// Times the publisher waited for credit, per message of the throughput run.
+    waits_per_msg: f64,
+    /// Acks the publisher received, per message of the throughput run.
+    acks_per_msg: f64,
+    /// Doorbells the publisher sent, per message of the throughput run.
+    doorbells_per_msg: f64,
+    /// CPU time of the publishing thread per message of the throughput run, µs.
+    pub_cpu_us: f64,
 }
 
 /// What one subscriber thread returns.
@@ -71,8 +79,20 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
     } else {
         println!("{note}");
         println!(
-            "{:>9} {:>5} {:<9} {:<8} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7}",
-            "size", "subs", "policy", "checksum", "msgs/s", "MB/s", "p50 us", "p99 us", "p99.9 us", "max us", "lost"
+            "{:>9} {:>5} {:<9} {:<8} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>8}",
+            "size",
+            "subs",
+            "policy",
+            "checksum",
+            "msgs/s",
+            "MB/s",
+            "p50 us",
+            "p99 us",
+            "p99.9 us",
+            "max us",
+            "lost",
+            "waits/msg",
+            "acks/msg"
         );
     }
     let mut points = Vec::new();
@@ -82,7 +102,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             let p = measure(&pub_node, &sub_node, args, size, subs)?;
             if !args.json {
                 println!(
-                    "{:>9} {:>5} {:<9} {:<8} {:>11.0} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7}",
+                    "{:>9} {:>5} {:<9} {:<8} {:>11.0} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>9.2} {:>8.2} {:>8.2} {:>10.2}",
                     p.size,
                     p.subscribers,
                     p.policy.name(),
@@ -93,7 +113,11 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
                     p.p99_us,
                     p.p999_us,
                     p.max_us,
-                    p.lost
+                    p.lost,
+                    p.waits_per_msg,
+                    p.acks_per_msg,
+                    p.doorbells_per_msg,
+                    p.pub_cpu_us
                 );
             }
             damaged += p.damaged;
@@ -105,8 +129,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             .iter()
             .map(|p| {
                 format!(
-                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2}}}",
-                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us
+                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3}}}",
+                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us
                 )
             })
             .collect();
@@ -157,6 +181,10 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
 
     // Throughput.
     let throughput_end = Instant::now() + Duration::from_secs_f64(args.seconds.max(0.1) * 0.6);
+    let counted = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let (waits0, acks0) = (counted(&publisher.counters().waits), counted(&publisher.counters().acks));
+    let doorbells0 = counted(&publisher.counters().doorbells);
+    let cpu0 = procinfo::thread_cpu();
     let start = Instant::now();
     let mut seq = 0u64;
     while seq < args.messages.max(1) && (seq == 0 || Instant::now() < throughput_end) {
@@ -165,6 +193,11 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
         publisher.publish(&buf)?;
     }
     let published = seq;
+    let pub_cpu_us = (procinfo::thread_cpu() - cpu0).as_secs_f64() * 1e6 / published as f64;
+    let per_message = |now: u64, before: u64| (now - before) as f64 / published as f64;
+    let waits_per_msg = per_message(counted(&publisher.counters().waits), waits0);
+    let acks_per_msg = per_message(counted(&publisher.counters().acks), acks0);
+    let doorbells_per_msg = per_message(counted(&publisher.counters().doorbells), doorbells0);
     let wait_end = Instant::now() + Duration::from_secs(30);
     while !all_have(published) && Instant::now() < wait_end {
         thread::yield_now();
@@ -212,6 +245,10 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
         max_us: latency.max() as f64 / 1e3,
         lost,
         damaged,
+        waits_per_msg,
+        acks_per_msg,
+        doorbells_per_msg,
+        pub_cpu_us,
     })
 }
 

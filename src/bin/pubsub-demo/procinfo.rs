@@ -31,3 +31,13 @@ pub fn usage() -> Usage {
 pub fn cpus_allowed() -> String {
     status_field("Cpus_allowed_list:").unwrap_or_else(|| "unknown".into())
 }
+
+/// CPU time the calling thread has used (`/proc/thread-self/schedstat`, nanoseconds); zero
+/// where it cannot be read.
+pub fn thread_cpu() -> std::time::Duration {
+    let ns = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0);
+    std::time::Duration::from_nanos(ns)
+}
