@@ -163,13 +163,20 @@ fn client(net: &NetArgs, size: u32, iters: u32, spin: Duration, addr: SocketAddr
             op: SendOp::RdmaRead(server.remote),
             sges: &read_sges,
             signaled: true,
+            solicited: false,
         })?;
         completions.expect(WcOpcode::RdmaRead, READ_WR, "RDMA READ")?;
         let t_read = t0.elapsed();
         dest.buffer().read(0, &mut data)?;
         check_pattern(server.extra, &data).map_err(|e| err(format!("READ {i}: {e}")))?;
         ack.buffer().write(0, &i.to_le_bytes())?;
-        qp.post_send(&SendRequest { wr_id: ACK_WR, op: SendOp::Send, sges: &ack_sges, signaled: true })?;
+        qp.post_send(&SendRequest {
+            wr_id: ACK_WR,
+            op: SendOp::Send,
+            sges: &ack_sges,
+            signaled: true,
+            solicited: false,
+        })?;
         completions.expect(WcOpcode::Send, ACK_WR, "acknowledgement SEND")?;
         read_lat.record(t_read.as_nanos() as u64)?;
         round_lat.record(t0.elapsed().as_nanos() as u64)?;

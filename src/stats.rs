@@ -370,7 +370,8 @@ fn publisher_values(id: u64, c: &PublisherCounters) -> Vec<(String, u64)> {
         accepted,
         dropped,
         waits,
-        coalesced_waits,
+        solicited_waits,
+        credit_requests,
         subscribers,
         position,
         slowest_ack,
@@ -385,7 +386,8 @@ fn publisher_values(id: u64, c: &PublisherCounters) -> Vec<(String, u64)> {
         ("accepted", accepted),
         ("dropped", dropped),
         ("waits", waits),
-        ("coalesced_waits", coalesced_waits),
+        ("solicited_waits", solicited_waits),
+        ("credit_requests", credit_requests),
         ("subscribers", subscribers),
     ]));
     let subs = subscribers.load(Ordering::Relaxed);
@@ -413,6 +415,8 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         reconnects,
         duplicates,
         unpolled_waits,
+        credit_requests,
+        solicited_acks,
     } = c;
     named(&[
         ("delivered", delivered),
@@ -428,6 +432,8 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         ("reconnects", reconnects),
         ("duplicates", duplicates),
         ("unpolled_waits", unpolled_waits),
+        ("credit_requests", credit_requests),
+        ("solicited_acks", solicited_acks),
     ])
 }
 

@@ -51,6 +51,7 @@ macro_rules! for_each_case {
             cq::cq_poll_in_batches,
             cq::cq_poll_wait_times_out_when_empty,
             cq::cq_arm_wait_poll,
+            cq::cq_arm_solicited_notifies_only_solicited_sends,
             cq::cq_poll_wait_returns_on_completion,
             cq::cq_overrun,
             cm::cm_listen_port_zero_and_addr_in_use,

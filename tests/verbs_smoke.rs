@@ -129,8 +129,13 @@ fn connect_carries_private_data_both_ways_then_send_recv() {
 
     p.server.post_recv(7, &[p.server_mr.sge(0, 256)]).unwrap();
     p.client_mr.buffer().write(0, b"ping over rxe").unwrap();
-    let send =
-        SendRequest { wr_id: 1, op: SendOp::SendWithImm(0xabcd), sges: &[p.client_mr.sge(0, 13)], signaled: true };
+    let send = SendRequest {
+        wr_id: 1,
+        op: SendOp::SendWithImm(0xabcd),
+        sges: &[p.client_mr.sge(0, 13)],
+        signaled: true,
+        solicited: false,
+    };
     p.client.post_send(&send).unwrap();
     let wc = one_completion(&p.client_cq);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (1, WcStatus::Success, WcOpcode::Send));
@@ -156,6 +161,7 @@ fn rdma_read_and_write() {
         op: SendOp::RdmaRead(RemoteAddr { addr: remote.addr + 100, rkey: remote.rkey }),
         sges: &[p.client_mr.sge(0, 15)],
         signaled: true,
+        solicited: false,
     };
     p.client.post_send(&read).unwrap();
     let wc = one_completion(&p.client_cq);
@@ -170,6 +176,7 @@ fn rdma_read_and_write() {
         op: SendOp::RdmaWrite(RemoteAddr { addr: remote.addr + 2000, rkey: remote.rkey }),
         sges: &[p.client_mr.sge(512, 16)],
         signaled: true,
+        solicited: false,
     };
     p.client.post_send(&write).unwrap();
     let wc = one_completion(&p.client_cq);
@@ -189,6 +196,7 @@ fn read_with_a_wrong_rkey_is_a_remote_access_error() {
         op: SendOp::RdmaRead(RemoteAddr { addr: remote.addr, rkey: remote.rkey ^ 0x5a5a_0000 }),
         sges: &[p.client_mr.sge(0, 64)],
         signaled: true,
+        solicited: false,
     };
     p.client.post_send(&read).unwrap();
     let wc = one_completion(&p.client_cq);
@@ -311,7 +319,7 @@ fn rnr_delay(
     to: &QueuePair,
     to_mr: &MemoryRegion,
 ) -> Duration {
-    let send = SendRequest { wr_id: 99, op: SendOp::Send, sges: &[mr.sge(0, 8)], signaled: true };
+    let send = SendRequest { wr_id: 99, op: SendOp::Send, sges: &[mr.sge(0, 8)], signaled: true, solicited: false };
     from.post_send(&send).unwrap();
     // Not a synchronisation: the delay lets the first attempt meet an empty receive queue.
     std::thread::sleep(Duration::from_millis(50));
@@ -351,7 +359,8 @@ fn shared_receive_queue_takes_sends() {
     assert!(matches!(p.server.post_recv(1, &[p.server_mr.sge(0, 64)]), Err(Error::InvalidArgument { .. })));
     srq.post_recv(21, &[p.server_mr.sge(0, 64)]).unwrap();
     p.client_mr.buffer().write(0, b"via srq").unwrap();
-    let send = SendRequest { wr_id: 5, op: SendOp::Send, sges: &[p.client_mr.sge(0, 7)], signaled: false };
+    let send =
+        SendRequest { wr_id: 5, op: SendOp::Send, sges: &[p.client_mr.sge(0, 7)], signaled: false, solicited: false };
     p.client.post_send(&send).unwrap();
     let wc = one_completion(&p.server_cq);
     assert_eq!((wc.wr_id, wc.status, wc.byte_len, wc.qp_num), (21, WcStatus::Success, 7, p.server.qp_num()));

@@ -90,7 +90,13 @@ impl ReadPair {
                 let slot = (posted % depth as u64) as usize * size;
                 let sges = [self.local.sge(slot, size)];
                 let remote = RemoteAddr { addr: self.remote.addr + slot as u64, rkey: self.remote.rkey };
-                let wr = SendRequest { wr_id: posted, op: SendOp::RdmaRead(remote), sges: &sges, signaled: true };
+                let wr = SendRequest {
+                    wr_id: posted,
+                    op: SendOp::RdmaRead(remote),
+                    sges: &sges,
+                    signaled: true,
+                    solicited: false,
+                };
                 self.qp.post_send(&wr).expect("post READ");
                 posted += 1;
             }

@@ -380,6 +380,7 @@ fn seeds_control() -> Vec<Vec<u8>> {
         Control::Dropped { reason: DropReason::TooSlow { lag: 1 << 20 } },
         Control::Dropped { reason: DropReason::ProtocolViolation },
         Control::EndOfStream { final_seq: 7 },
+        Control::CreditWanted { position: 65536 + 4096 },
     ];
     with_variants(msgs.iter().map(|m| m.encode().unwrap()).collect())
 }

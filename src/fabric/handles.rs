@@ -202,6 +202,11 @@ impl CompletionQueue {
     pub fn arm(&self) -> Result<()> {
         self.ops.arm()
     }
+    /// Requests a notification for the next receive completion of a solicited SEND (or the
+    /// next failed completion) only (`ibv_req_notify_cq` with `solicited_only`).
+    pub fn arm_solicited(&self) -> Result<()> {
+        self.ops.arm_solicited()
+    }
     /// Waits up to `timeout` for the notification requested by [`arm`](Self::arm).
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         self.ops.wait(timeout)
@@ -235,6 +240,23 @@ impl CompletionQueue {
             }
             self.wait(timeout - elapsed)?;
         }
+    }
+    /// Polls; when empty, arms for a solicited completion and blocks until one arrives (or a
+    /// completion fails) or `timeout` passes, then polls again. Completions that raise no
+    /// notification are queued meanwhile and returned by this poll. Returns the number moved
+    /// into `out` (0 when none).
+    pub fn poll_wait_solicited(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize> {
+        let n = self.poll(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        self.arm_solicited()?;
+        let n = self.poll(out)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        self.wait(timeout)?;
+        self.poll(out)
     }
     /// The provider object (for providers).
     pub(crate) fn ops(&self) -> &Arc<dyn CqOps> {

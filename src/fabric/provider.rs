@@ -72,6 +72,10 @@ pub trait CqOps: AsAny {
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize>;
     /// Requests a notification for the next completion (`ibv_req_notify_cq`).
     fn arm(&self) -> Result<()>;
+    /// Requests a notification for the next receive completion of a SEND posted with
+    /// `solicited`, or the next failed completion (`ibv_req_notify_cq` with `solicited_only`).
+    /// Other completions are queued without one. Arming for every completion overrides it.
+    fn arm_solicited(&self) -> Result<()>;
     /// Waits up to `timeout` for a notification requested by `arm` and acknowledges it.
     /// Returns whether one arrived.
     fn wait(&self, timeout: Duration) -> Result<bool>;
@@ -234,6 +238,9 @@ pub struct SendRequest<'a> {
     pub sges: &'a [Sge<'a>],
     /// Whether a successful completion is generated (errors always are).
     pub signaled: bool,
+    /// SEND only: the receiver's completion raises a notification on a CQ armed with
+    /// [`CqOps::arm_solicited`] (`IBV_SEND_SOLICITED`).
+    pub solicited: bool,
 }
 
 /// Identifies a connection in CM events.

@@ -1,17 +1,14 @@
-//! When a credit-blocked publisher should wake: each subscriber's acks keep a rhythm (one per
-//! quarter ring consumed), so the publisher can predict when the last subscriber holding it
-//! back will have acked, and sleep until then instead of waking for every ack in between.
+//! Whom a credit-blocked publisher asks for credit: each subscriber's acks keep a rhythm (one
+//! per quarter ring consumed, a moving average of the gaps between them), so among the
+//! subscribers holding the publisher back it can tell which one will probably ack last.
 //!
-//! With 16 subscribers a blocked publisher used to wake once per ack, about 4 times per 1 MiB
-//! message, and each wake costs a context switch on the publisher's thread. The prediction is
-//! only a first sleep: a publisher that wakes still short of credit falls back to waking on
-//! each ack (the completion queue armed), and a single subscriber holding it back is always
-//! waited for that way, its one ack being what the publisher needs.
+//! The publisher asks that one (`Control::CreditWanted`) to ack as a solicited SEND and arms
+//! its completion queue for solicited completions only: the acks of the others are queued
+//! without waking it. With 16 subscribers a blocked publisher used to wake once per ack, about
+//! 4 times per 1 MiB message, each wake a context switch on the publisher's thread. When the
+//! guess is wrong the publisher wakes with credit still short and asks the next one.
 
 use std::time::{Duration, Instant};
-
-/// Sleeps shorter than this are not worth a timer: the publisher arms and waits for the ack.
-const MIN_SLEEP: Duration = Duration::from_micros(20);
 
 /// The rhythm of one subscriber's acks.
 #[derive(Debug, Clone, Copy, Default)]
@@ -40,22 +37,17 @@ impl AckClock {
     }
 }
 
-/// When a publisher held back by `laggards` (the clocks of the subscribers whose acks it
-/// needs) should wake at `now`: when the last of them is due, at most `cap` from now. `None`
-/// to arm and wake on each ack instead: a single laggard, one without a rhythm yet, or all
-/// due (overdue) within [`MIN_SLEEP`].
-pub(crate) fn coalesced_wake<'a>(
-    laggards: impl IntoIterator<Item = &'a AckClock>,
-    now: Instant,
-    cap: Duration,
-) -> Option<Instant> {
-    let mut count = 0;
-    let mut latest = now;
-    for clock in laggards {
-        count += 1;
-        latest = latest.max(clock.next_due()?);
-    }
-    (count >= 2 && latest >= now + MIN_SLEEP).then(|| latest.min(now + cap))
+/// Of the `laggards` (key, ack clock, acked position), the one probably acking last: one
+/// without a rhythm yet (nothing says it is close), else the one due last; on a tie the
+/// furthest behind.
+pub(crate) fn last_to_ack<'a, K>(laggards: impl IntoIterator<Item = (K, &'a AckClock, u64)>) -> Option<K> {
+    laggards
+        .into_iter()
+        .max_by_key(|(_, clock, acked)| {
+            let due = clock.next_due();
+            (due.is_none(), due, std::cmp::Reverse(*acked))
+        })
+        .map(|(key, _, _)| key)
 }
 
 #[cfg(test)]
@@ -81,30 +73,12 @@ mod tests {
     }
 
     #[test]
-    fn a_blocked_publisher_sleeps_until_the_last_laggard_is_due() {
+    fn the_subscriber_due_last_is_asked() {
         let t = Instant::now();
-        let cap = Duration::from_millis(10);
-        let early = clock(t, &[0, 300]);
-        let late = clock(t, &[0, 1000]);
-        assert_eq!(
-            coalesced_wake([&early, &late], t + Duration::from_micros(1000), cap),
-            Some(t + Duration::from_micros(2000))
-        );
-        assert_eq!(
-            coalesced_wake([&early, &late], t, Duration::from_micros(500)),
-            Some(t + Duration::from_micros(500)),
-            "capped"
-        );
-    }
-
-    #[test]
-    fn otherwise_it_waits_for_each_ack() {
-        let t = Instant::now();
-        let cap = Duration::from_millis(10);
-        let steady = clock(t, &[0, 1000]);
-        assert_eq!(coalesced_wake([&steady], t, cap), None, "one laggard: its ack is the one needed");
-        assert_eq!(coalesced_wake([&steady, &clock(t, &[0])], t, cap), None, "no rhythm yet");
-        assert_eq!(coalesced_wake([&steady, &steady], t + Duration::from_micros(1995), cap), None, "overdue");
-        assert_eq!(coalesced_wake(std::iter::empty(), t, cap), None);
+        let (early, late, unknown) = (clock(t, &[0, 300]), clock(t, &[0, 1000]), clock(t, &[0]));
+        assert_eq!(last_to_ack([("early", &early, 10), ("late", &late, 20)]), Some("late"));
+        assert_eq!(last_to_ack([("late", &late, 20), ("unknown", &unknown, 30)]), Some("unknown"));
+        assert_eq!(last_to_ack([("a", &late, 20), ("b", &late, 10)]), Some("b"), "a tie: the one behind");
+        assert_eq!(last_to_ack::<&str>([]), None);
     }
 }

@@ -119,9 +119,12 @@ pub struct PublisherCounters {
     pub dropped: AtomicU64,
     /// Times `publish` waited for credit.
     pub waits: AtomicU64,
-    /// Of those, the waits that slept until the last of several subscribers holding the
-    /// publisher back was due to ack, rather than waking for every ack.
-    pub coalesced_waits: AtomicU64,
+    /// Of those, the waits woken only by the solicited ack of the subscriber asked for credit
+    /// (several subscribers held the publisher back), not by every ack.
+    pub solicited_waits: AtomicU64,
+    /// `CreditWanted` requests sent: a blocked publisher asking the subscriber that will
+    /// probably ack last for a solicited ack.
+    pub credit_requests: AtomicU64,
     /// Subscribers connected now (a gauge).
     pub subscribers: AtomicU64,
     /// Ring position after the last message published (a gauge, bytes).
@@ -131,11 +134,6 @@ pub struct PublisherCounters {
     pub slowest_ack: AtomicU64,
 }
 
-/// Longest sleep of a blocked publisher waiting for several subscribers' acks (see
-/// [`ack_clock`]): a bound on how late a wrong prediction makes it. The ring is full when it
-/// sleeps, so the subscribers have a ring of data to read meanwhile; with 16 subscribers of
-/// 1 MiB messages here, each acks every 25 ms or so.
-const MAX_COALESCED_SLEEP: Duration = Duration::from_millis(50);
 /// Receive slots kept posted per subscriber (acks are coalesced; a few suffice).
 const RECVS_PER_SUBSCRIBER: u32 = 4;
 /// Send slots for publisher → subscriber control messages.
@@ -164,8 +162,10 @@ struct SubConn {
     doorbell_at: Option<u64>,
     /// Since when it has been holding the publisher up (DropSlow).
     slow_since: Option<Instant>,
-    /// The rhythm of its acks: when a blocked publisher may expect the next.
+    /// The rhythm of its acks: which subscriber a blocked publisher asks for credit.
     clock: AckClock,
+    /// The position it was last asked to ack by a `CreditWanted` (0: never).
+    asked_for: u64,
 }
 
 struct PubState {
@@ -473,22 +473,18 @@ impl PublisherShared {
         } else if now >= deadline {
             return Err(Error::Timeout { what: "publish (waiting for the slowest subscriber)", millis: 0 });
         }
-        // Several subscribers hold the publisher back: sleep until the last of them is due to
-        // ack rather than waking for each ack (a context switch each), then read them all.
-        let floor = needed_limit.saturating_sub(capacity);
-        let laggards = st.subs.iter().filter(|(_, s)| s.acked < floor).map(|(_, s)| &s.clock);
-        let wake = ack_clock::coalesced_wake(laggards, now, MAX_COALESCED_SLEEP).map(|at| at.min(wait_until));
+        let solicited = st.subs.len() >= 2 && self.ask_for_credit(&mut st, needed_limit.saturating_sub(capacity));
         drop(st);
-        if let Some(at) = wake {
-            self.counters.coalesced_waits.fetch_add(1, Ordering::Relaxed);
-            std::thread::sleep(at.saturating_duration_since(Instant::now()));
-            return Ok(());
-        }
         let mut wcs = [WorkCompletion::default(); 32];
         let timeout = wait_until.saturating_duration_since(Instant::now()).min(super::SLICE);
         // No spinning while waiting for credit: the subscribers that will grant it need the CPU
         // (measured on 2 vCPUs: spinning here cost the publisher up to 7x CPU per message).
-        let n = self.cq.poll_wait(&mut wcs, Duration::ZERO, timeout)?;
+        let n = if solicited {
+            self.counters.solicited_waits.fetch_add(1, Ordering::Relaxed);
+            self.cq.poll_wait_solicited(&mut wcs, timeout)?
+        } else {
+            self.cq.poll_wait(&mut wcs, Duration::ZERO, timeout)?
+        };
         let mut st = self.state.lock();
         self.handle_completions(&mut st, &wcs[..n]);
         if n == 0 && Instant::now() >= deadline && !matches!(self.options.policy, Policy::DropSlow { .. }) {
@@ -499,6 +495,34 @@ impl PublisherShared {
             });
         }
         Ok(())
+    }
+
+    /// Several subscribers hold the publisher back (acked below `floor`): asks the one that
+    /// will probably ack last ([`ack_clock::last_to_ack`]) for a solicited ack at `floor` or a
+    /// quarter ring past its last ack, whichever is further (not past the tail), unless it was
+    /// asked for that already. Returns whether the publisher may wait for solicited
+    /// completions only: some subscriber has been asked and has not answered yet.
+    fn ask_for_credit(&self, st: &mut PubState, floor: u64) -> bool {
+        let laggards = st.subs.iter().filter(|(_, s)| s.acked < floor).map(|(k, s)| (k, &s.clock, s.acked));
+        let Some(key) = ack_clock::last_to_ack(laggards) else { return false };
+        let tail = st.producer.tail();
+        let quarter = st.producer.capacity() as u64 / 4;
+        let sub = &st.subs[key];
+        let want = (sub.acked + quarter).max(floor).min(tail);
+        if sub.asked_for >= want {
+            return true;
+        }
+        match self.send_control(st, key, &Control::CreditWanted { position: want }) {
+            Ok(_) => {
+                st.subs[key].asked_for = want;
+                self.counters.credit_requests.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(topic = %self.topic, "asking for credit: {e}");
+                false
+            }
+        }
     }
 
     fn after_commit(&self, st: &mut PubState, len: usize) {
@@ -637,7 +661,13 @@ impl PublisherShared {
             let sge = [self.ctrl.sge(offset, bytes.len())];
             st.subs[key]
                 .qp
-                .post_send(&SendRequest { wr_id: wr_id(KIND_SEND, slot), op: SendOp::Send, sges: &sge, signaled: true })
+                .post_send(&SendRequest {
+                    wr_id: wr_id(KIND_SEND, slot),
+                    op: SendOp::Send,
+                    sges: &sge,
+                    signaled: true,
+                    solicited: false,
+                })
                 .map_err(Error::from)
         });
         match result {
@@ -826,6 +856,7 @@ impl PublisherShared {
             doorbell_at: None,
             slow_since: None,
             clock: AckClock::default(),
+            asked_for: 0,
         });
         self.update_gauges(&st);
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);

@@ -214,6 +214,10 @@ pub struct SubscriptionCounters {
     /// Waits that blocked at once instead of polling first, because as many subscriptions of
     /// the process as it has CPUs but one were polling already.
     pub unpolled_waits: AtomicU64,
+    /// `CreditWanted` requests received from publishers waiting for credit.
+    pub credit_requests: AtomicU64,
+    /// Acks sent as solicited SENDs, answering those requests.
+    pub solicited_acks: AtomicU64,
 }
 
 const KIND_READ: u64 = 1;
@@ -304,6 +308,9 @@ struct ActiveFeed {
     ready: VecDeque<Ready>,
     acked: u64,
     ack_in_flight: bool,
+    /// The publisher waits for credit and asked for a solicited ack once the consumed position
+    /// reaches this (`Control::CreditWanted`).
+    credit_wanted: Option<u64>,
     doorbell_req_in_flight: bool,
     idle: Idle,
     empty_since: Option<Instant>,
@@ -886,6 +893,7 @@ impl Subscription {
             ready: VecDeque::new(),
             acked: accept.start_position,
             ack_in_flight: false,
+            credit_wanted: None,
             doorbell_req_in_flight: false,
             idle: Idle::Active,
             empty_since: None,
@@ -955,15 +963,22 @@ impl Subscription {
             // its largest record, so it never waits on such a feed.
             let idle = a.idle != Idle::Active
                 || a.empty_since.is_some_and(|since| now.duration_since(since) >= self.options.spin);
+            // A publisher waiting for credit asked for an ack at a position: that one goes out as
+            // soon as it is consumed, solicited (the publisher wakes for it alone).
             if !a.ack_in_flight {
                 let consumed = a.reader.consumed_position();
-                if consumed > a.acked && (idle || consumed - a.acked >= a.capacity / 4) {
-                    if let Err(e) = send_ack(feed.gen, key, &feed.qp, &feed.ctrl, a) {
+                let wanted = a.credit_wanted.is_some_and(|p| consumed >= p);
+                if wanted || (consumed > a.acked && (idle || consumed - a.acked >= a.capacity / 4)) {
+                    if let Err(e) = send_ack(feed.gen, key, &feed.qp, &feed.ctrl, a, wanted) {
                         failed.push((key, e));
                         continue;
                     }
                     feed.outstanding += 1;
                     self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                    if wanted {
+                        a.credit_wanted = None;
+                        self.counters.solicited_acks.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) {
@@ -1222,6 +1237,10 @@ impl Subscription {
                 a.empty_since = None;
                 a.pacer.reset();
             }
+            Ok(Control::CreditWanted { position }) => {
+                self.counters.credit_requests.fetch_add(1, Ordering::Relaxed);
+                a.credit_wanted = Some(a.credit_wanted.map_or(position, |p| p.max(position)));
+            }
             Ok(Control::Dropped { reason }) => {
                 self.user_events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason });
                 self.close_feed(key);
@@ -1246,20 +1265,22 @@ impl Subscription {
     }
 }
 
+/// Posts a control SEND from `slot` of the feed's control region (`solicited`: the publisher
+/// waits for it alone).
 fn post_control(
-    gen: u32,
-    key: usize,
-    qp: &QueuePair,
-    ctrl: &MemoryRegion,
+    (gen, key, qp, ctrl): (u32, usize, &QueuePair, &MemoryRegion),
     kind: u64,
     slot: usize,
     msg: &Control,
+    solicited: bool,
 ) -> Result<()> {
     let bytes = msg.encode()?;
     let offset = slot * SLOT;
     ctrl.buffer().write(offset, &bytes)?;
     let sge = [ctrl.sge(offset, bytes.len())];
-    qp.post_send(&SendRequest { wr_id: wr_id(key, gen, kind, slot), op: SendOp::Send, sges: &sge, signaled: true })?;
+    let wr =
+        SendRequest { wr_id: wr_id(key, gen, kind, slot), op: SendOp::Send, sges: &sge, signaled: true, solicited };
+    qp.post_send(&wr)?;
     Ok(())
 }
 
@@ -1278,9 +1299,17 @@ fn post_ring_read(
     Ok(())
 }
 
-fn send_ack(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut ActiveFeed) -> Result<()> {
+fn send_ack(
+    gen: u32,
+    key: usize,
+    qp: &QueuePair,
+    ctrl: &MemoryRegion,
+    a: &mut ActiveFeed,
+    solicited: bool,
+) -> Result<()> {
     let position = a.reader.consumed_position();
-    post_control(gen, key, qp, ctrl, KIND_ACK, 0, &Control::Ack { position, seq: a.reader.next_seq() })?;
+    let ack = Control::Ack { position, seq: a.reader.next_seq() };
+    post_control((gen, key, qp, ctrl), KIND_ACK, 0, &ack, solicited)?;
     a.ack_in_flight = true;
     a.acked = position;
     Ok(())
@@ -1308,7 +1337,8 @@ fn request_doorbell(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a
         return Ok(false);
     }
     let position = a.reader.consumed_position();
-    post_control(gen, key, qp, ctrl, KIND_DOORBELL_REQ, 1, &Control::DoorbellRequest { armed: true, position })?;
+    let request = Control::DoorbellRequest { armed: true, position };
+    post_control((gen, key, qp, ctrl), KIND_DOORBELL_REQ, 1, &request, false)?;
     a.doorbell_req_in_flight = true;
     Ok(true)
 }

@@ -58,6 +58,12 @@ pub enum Control {
         /// The last sequence published.
         final_seq: u64,
     },
+    /// Publisher → subscriber: the publisher waits for credit; ack, as a solicited SEND, once
+    /// the consumed position reaches `position` (at once if it has).
+    CreditWanted {
+        /// The position to ack.
+        position: u64,
+    },
 }
 
 impl Control {

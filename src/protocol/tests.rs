@@ -45,6 +45,7 @@ fn largest_controls() -> Vec<Control> {
         Control::Dropped { reason: DropReason::ProtocolViolation },
         Control::Dropped { reason: DropReason::ShuttingDown },
         Control::EndOfStream { final_seq: u64::MAX },
+        Control::CreditWanted { position: u64::MAX },
     ]
 }
 

@@ -102,6 +102,36 @@ pub fn cq_arm_wait_poll(spec: &ProviderSpec) {
     assert!(!p.server.cq.wait(QUIET).expect("wait"), "a notification with no new completion");
 }
 
+/// A CQ armed for solicited completions (`ibv_req_notify_cq(cq, 1)`) stays quiet for the
+/// receive of an unsolicited SEND, which is still queued, and notifies that of a solicited one.
+pub fn cq_arm_solicited_notifies_only_solicited_sends(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let rbuf = p.server.register(256, Access::LOCAL_WRITE);
+    let sbuf = p.client.register(64, Access::NONE);
+    for i in 0..2u64 {
+        p.server_qp.post_recv(10 + i, &[rbuf.sge(i as usize * 64, 64)]).expect("post_recv");
+    }
+    p.server.cq.arm_solicited().expect("arm for solicited completions");
+    p.client_qp.post_send(&wr(1, SendOp::Send, &[sbuf.sge(0, 8)])).expect("post SEND");
+    assert_success(&poll_one(&p.client.cq), 1, WcOpcode::Send, p.client_qp.qp_num());
+    assert!(!p.server.cq.wait(QUIET).expect("wait"), "an unsolicited SEND raised a notification");
+    let second = [sbuf.sge(8, 8)];
+    let solicited = SendRequest { solicited: true, ..wr(2, SendOp::Send, &second) };
+    p.client_qp.post_send(&solicited).expect("post solicited SEND");
+    assert!(p.server.cq.wait(WAIT).expect("wait"), "no notification for a solicited SEND within {WAIT:?}");
+    let mut out = [WorkCompletion::default(); 4];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while got.len() < 2 && Instant::now() < deadline {
+        let n = p.server.cq.poll_wait(&mut out, SPIN, WAIT).expect("poll");
+        got.extend_from_slice(&out[..n]);
+    }
+    assert_eq!(got.len(), 2, "both receives completed");
+    assert_success(&got[0], 10, WcOpcode::Recv, p.server_qp.qp_num());
+    assert_success(&got[1], 11, WcOpcode::Recv, p.server_qp.qp_num());
+    assert_success(&poll_one(&p.client.cq), 2, WcOpcode::Send, p.client_qp.qp_num());
+}
+
 /// `poll_wait` blocked on an empty CQ returns as soon as a completion arrives.
 pub fn cq_poll_wait_returns_on_completion(spec: &ProviderSpec) {
     let p = Pair::connect(spec);

@@ -152,7 +152,20 @@ impl QpData {
 
     /// A receive completion on this queue pair.
     pub(crate) fn complete_recv(&self, wr_id: u64, status: WcStatus, byte_len: u32, imm: Option<u32>) {
-        self.recv_cq.push(WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, byte_len, imm, qp_num: self.qp_num });
+        self.complete_recv_solicited(wr_id, status, byte_len, imm, false);
+    }
+
+    /// Completes a receive of a SEND that was posted `solicited` (or not).
+    pub(crate) fn complete_recv_solicited(
+        &self,
+        wr_id: u64,
+        status: WcStatus,
+        byte_len: u32,
+        imm: Option<u32>,
+        solicited: bool,
+    ) {
+        let wc = WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, byte_len, imm, qp_num: self.qp_num };
+        self.recv_cq.push_solicited(wc, solicited);
     }
 
     /// Completes every send work request the NIC is not busy with using `send_status` and

@@ -19,11 +19,20 @@ pub(crate) struct CqInner {
     cv: Condvar,
 }
 
+/// What an armed CQ notifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Notify {
+    /// The next completion.
+    Next,
+    /// The next receive of a solicited SEND, or failed completion.
+    Solicited,
+}
+
 #[derive(Default)]
 struct CqState {
     queue: VecDeque<WorkCompletion>,
     overrun: bool,
-    armed: bool,
+    armed: Option<Notify>,
     notified: bool,
     /// Polls in a row that found the queue empty.
     empty_polls: u32,
@@ -36,14 +45,24 @@ impl CqInner {
 
     /// Adds a completion; past `depth` the queue is overrun (sticky, as on hardware).
     pub(crate) fn push(&self, wc: WorkCompletion) {
+        self.push_solicited(wc, false);
+    }
+
+    /// Adds a completion that may be the receive of a solicited SEND.
+    pub(crate) fn push_solicited(&self, wc: WorkCompletion, solicited: bool) {
         let mut st = self.st.lock();
+        let fire = match st.armed {
+            Some(Notify::Next) => true,
+            Some(Notify::Solicited) => solicited || !wc.status.is_success(),
+            None => false,
+        };
         if st.queue.len() >= self.depth as usize {
             st.overrun = true;
         } else {
             st.queue.push_back(wc);
         }
-        if st.armed {
-            st.armed = false;
+        if fire {
+            st.armed = None;
             st.notified = true;
             self.cv.notify_all();
         }
@@ -76,7 +95,13 @@ impl CqInner {
 
     fn arm(&self) {
         let mut st = self.st.lock();
-        st.armed = true;
+        st.armed = Some(Notify::Next);
+    }
+
+    /// Arms for a solicited (or failed) completion, unless armed for the next one already.
+    fn arm_solicited(&self) {
+        let mut st = self.st.lock();
+        st.armed.get_or_insert(Notify::Solicited);
     }
 
     fn wait(&self, timeout: Duration) -> bool {
@@ -109,6 +134,10 @@ impl CqOps for SoftCq {
     }
     fn arm(&self) -> Result<()> {
         self.inner.arm();
+        Ok(())
+    }
+    fn arm_solicited(&self) -> Result<()> {
+        self.inner.arm_solicited();
         Ok(())
     }
     fn wait(&self, timeout: Duration) -> Result<bool> {

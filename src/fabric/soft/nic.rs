@@ -15,7 +15,7 @@ use super::conn::{Conn, ConnState, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Shared;
 pub(crate) use super::timers::TimerKind;
 use super::timers::Timers;
-use super::wire::{FrameType, Header, Status, HEADER_LEN};
+use super::wire::{FrameType, Header, Status, AUX_SOLICITED, HEADER_LEN};
 use crate::fabric::memory::{self, RawRange, MAX_IOV};
 use crate::fabric::provider::ConnId;
 use crate::fabric::types::*;
@@ -115,7 +115,7 @@ enum Then {
     /// Complete the READ at the front of the send queue.
     ReadResp,
     /// Complete the receive and acknowledge the SEND.
-    Recv { recv: RecvWr, imm: Option<u32> },
+    Recv { recv: RecvWr, imm: Option<u32>, solicited: bool },
     /// Answer the request `psn` with `status`.
     Reply { psn: u32, status: Status },
     /// Nothing.
@@ -629,11 +629,12 @@ impl Nic {
             return true;
         }
         let imm = (hdr.ty == FrameType::SendImm).then_some(hdr.imm);
+        let solicited = hdr.aux & AUX_SOLICITED != 0;
         rx.stage = Stage::Payload {
             sink: Sink::new(recv.segs.clone()),
             remaining: hdr.len as usize,
             len: hdr.len,
-            then: Then::Recv { recv, imm },
+            then: Then::Recv { recv, imm, solicited },
             psn: hdr.psn,
         };
         true
@@ -717,10 +718,10 @@ impl Nic {
                 let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
                 qp.retire(f, status);
             }
-            Then::Recv { recv, imm } => {
+            Then::Recv { recv, imm, solicited } => {
                 let Some(qp) = st.qp.as_mut() else { return Step::Continue };
                 if live && !qp.error {
-                    qp.complete_recv(recv.wr_id, WcStatus::Success, len, imm);
+                    qp.complete_recv_solicited(recv.wr_id, WcStatus::Success, len, imm, solicited);
                     Self::reply(&mut st, psn, Status::Ok);
                 } else {
                     qp.complete_recv(recv.wr_id, WcStatus::WorkRequestFlushed, 0, None);

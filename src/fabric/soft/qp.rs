@@ -9,7 +9,7 @@ use super::cm::{ChannelInner, Ev, CLOSE_LINGER};
 use super::conn::{Conn, InFlight, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Device;
 use super::nic::{Cmd, TimerKind};
-use super::wire::{FrameType, Header};
+use super::wire::{FrameType, Header, AUX_SOLICITED};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::*;
 use crate::fabric::types::*;
@@ -132,11 +132,13 @@ impl QpOps for SoftQp {
         match wr.op {
             SendOp::Send => {
                 h = Header::new(FrameType::Send);
+                h.aux = if wr.solicited { AUX_SOLICITED } else { 0 };
                 tail = Tail::Segs(segs);
             }
             SendOp::SendWithImm(imm) => {
                 h = Header::new(FrameType::SendImm);
                 h.imm = imm;
+                h.aux = if wr.solicited { AUX_SOLICITED } else { 0 };
                 tail = Tail::Segs(segs);
             }
             SendOp::RdmaWrite(r) => {

@@ -96,6 +96,9 @@ impl Status {
     }
 }
 
+/// `aux` of a `Send`/`SendImm` frame posted solicited (else 0).
+pub const AUX_SOLICITED: u32 = 1;
+
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -218,6 +221,7 @@ impl Header {
         let aux_ok = match ty {
             FrameType::ConnectReq | FrameType::Accept => h.aux <= u32::from(RNR_RETRY_INFINITE),
             FrameType::ReadReq => u64::from(h.aux) <= max_msg,
+            FrameType::Send | FrameType::SendImm => h.aux <= AUX_SOLICITED,
             _ => true,
         };
         if !aux_ok {
@@ -250,6 +254,7 @@ mod tests {
             h.aux = match ty {
                 FrameType::ConnectReq | FrameType::Accept => 7,
                 FrameType::ReadReq => 1 << 20,
+                FrameType::Send | FrameType::SendImm => AUX_SOLICITED,
                 _ => 9,
             };
             h.len = match ty {
@@ -264,6 +269,12 @@ mod tests {
             }
             assert_eq!(Header::decode(&h.encode(), MAX), Ok(h), "{ty:?}");
         }
+        let mut send = Header::new(FrameType::Send);
+        send.aux = AUX_SOLICITED + 1;
+        assert!(
+            matches!(Header::decode(&send.encode(), MAX), Err(WireError::Aux { .. })),
+            "a SEND's aux is 0 or solicited"
+        );
     }
 
     #[test]

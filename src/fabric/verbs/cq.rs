@@ -168,6 +168,15 @@ impl CqOps for Cq {
         Ok(())
     }
 
+    fn arm_solicited(&self) -> Result<()> {
+        // SAFETY: the CQ is live.
+        let rc = unsafe { ibv_req_notify_cq(self.cq, 1) };
+        if rc != 0 {
+            return Err(errno("ibv_req_notify_cq (solicited only)", rc));
+        }
+        Ok(())
+    }
+
     fn wait(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {

@@ -245,6 +245,9 @@ impl QpOps for RcQp {
             wr.sg_list = sg_list;
             wr.num_sge = num_sge;
             wr.send_flags = if req.signaled { ibv_send_flags::IBV_SEND_SIGNALED.0 } else { 0 };
+            if req.solicited && matches!(req.op, SendOp::Send | SendOp::SendWithImm(_)) {
+                wr.send_flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+            }
             match req.op {
                 SendOp::Send => wr.opcode = ibv_wr_opcode::IBV_WR_SEND,
                 SendOp::SendWithImm(imm) => {
