@@ -123,7 +123,7 @@ impl Side {
         self.msg_out.buffer().write(0, text.as_bytes())?;
         let wr_id = self.wr();
         let sges = [self.msg_out.sge(0, text.len())];
-        qp.post_send(&SendRequest { wr_id, op: SendOp::Send, sges: &sges, signaled: true, solicited: false })?;
+        qp.post_send(&SendRequest::new(wr_id, SendOp::Send, &sges))?;
         self.send.expect(WcOpcode::Send, wr_id, "SEND")?;
         Ok(())
     }
@@ -150,13 +150,7 @@ impl Side {
         self.staging.buffer().fill(0, self.size, 0)?;
         let wr_id = self.wr();
         let sges = [self.staging.sge(0, self.size)];
-        qp.post_send(&SendRequest {
-            wr_id,
-            op: SendOp::RdmaRead(peer),
-            sges: &sges,
-            signaled: true,
-            solicited: false,
-        })?;
+        qp.post_send(&SendRequest::new(wr_id, SendOp::RdmaRead(peer), &sges))?;
         let wc = self.send.expect(WcOpcode::RdmaRead, wr_id, "RDMA READ")?;
         let mut data = vec![0u8; self.size];
         self.staging.buffer().read(0, &mut data)?;
@@ -169,13 +163,7 @@ impl Side {
         self.staging.buffer().write(0, &pattern(seed, self.size))?;
         let write_wr = self.wr();
         let sges = [self.staging.sge(0, self.size)];
-        qp.post_send(&SendRequest {
-            wr_id: write_wr,
-            op: SendOp::RdmaWrite(peer),
-            sges: &sges,
-            signaled: true,
-            solicited: false,
-        })?;
+        qp.post_send(&SendRequest::new(write_wr, SendOp::RdmaWrite(peer), &sges))?;
         self.send.expect(WcOpcode::RdmaWrite, write_wr, "RDMA WRITE")?;
         println!("{}: WRITE {} bytes into the peer", self.name, self.size);
         self.send(qp, "write done")

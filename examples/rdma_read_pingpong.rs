@@ -158,25 +158,13 @@ fn client(net: &NetArgs, size: u32, iters: u32, spin: Duration, addr: SocketAddr
     let start = Instant::now();
     for i in 0..u64::from(iters) {
         let t0 = Instant::now();
-        qp.post_send(&SendRequest {
-            wr_id: READ_WR,
-            op: SendOp::RdmaRead(server.remote),
-            sges: &read_sges,
-            signaled: true,
-            solicited: false,
-        })?;
+        qp.post_send(&SendRequest::new(READ_WR, SendOp::RdmaRead(server.remote), &read_sges))?;
         completions.expect(WcOpcode::RdmaRead, READ_WR, "RDMA READ")?;
         let t_read = t0.elapsed();
         dest.buffer().read(0, &mut data)?;
         check_pattern(server.extra, &data).map_err(|e| err(format!("READ {i}: {e}")))?;
         ack.buffer().write(0, &i.to_le_bytes())?;
-        qp.post_send(&SendRequest {
-            wr_id: ACK_WR,
-            op: SendOp::Send,
-            sges: &ack_sges,
-            signaled: true,
-            solicited: false,
-        })?;
+        qp.post_send(&SendRequest::new(ACK_WR, SendOp::Send, &ack_sges))?;
         completions.expect(WcOpcode::Send, ACK_WR, "acknowledgement SEND")?;
         read_lat.record(t_read.as_nanos() as u64)?;
         round_lat.record(t0.elapsed().as_nanos() as u64)?;

@@ -88,21 +88,9 @@ fn server(net: &NetArgs, text: &str, addr: SocketAddr, mut ready: Ready) -> Res<
 
     let mut completions = Completions::new(cq, timeout);
     let sges = [src.sge(0, text.len())];
-    qp.post_send(&SendRequest {
-        wr_id: WRITE_WR,
-        op: SendOp::RdmaWrite(target.remote),
-        sges: &sges,
-        signaled: true,
-        solicited: false,
-    })?;
+    qp.post_send(&SendRequest::new(WRITE_WR, SendOp::RdmaWrite(target.remote), &sges))?;
     let len = u32::try_from(text.len()).map_err(|_| err("text too long"))?;
-    qp.post_send(&SendRequest {
-        wr_id: NOTIFY_WR,
-        op: SendOp::SendWithImm(len),
-        sges: &[],
-        signaled: true,
-        solicited: false,
-    })?;
+    qp.post_send(&SendRequest::new(NOTIFY_WR, SendOp::SendWithImm(len), &[]))?;
     completions.expect(WcOpcode::RdmaWrite, WRITE_WR, "RDMA WRITE")?;
     completions.expect(WcOpcode::Send, NOTIFY_WR, "SEND with immediate")?;
     println!("server: wrote {len} bytes into the client's buffer and notified it");

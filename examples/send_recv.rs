@@ -95,7 +95,7 @@ impl Side {
     fn send(&self, qp: &QueuePair, text: &str, timeout: Duration) -> Res<()> {
         self.send_mr.buffer().write(0, text.as_bytes())?;
         let sges = [self.send_mr.sge(0, text.len())];
-        qp.post_send(&SendRequest { wr_id: SEND_WR, op: SendOp::Send, sges: &sges, signaled: true, solicited: false })?;
+        qp.post_send(&SendRequest::new(SEND_WR, SendOp::Send, &sges))?;
         Completions::new(self.send_cq.clone(), timeout).expect(WcOpcode::Send, SEND_WR, "SEND")?;
         Ok(())
     }

@@ -479,14 +479,16 @@ fn nodes_with_discovery_leak_no_threads_or_descriptors() {
 
 #[test]
 fn discovery_survives_duplicated_delayed_and_dropped_datagrams() {
-    // The subscriber's node receives every announcement twice, 30 ms late, and loses a third of
+    // The subscriber's node receives every announcement twice, 30 ms late, and loses a fifth of
     // them (seeded): it still finds the publisher, keeps it (no false loss: heartbeats arrive
-    // often enough), connects once and delivers everything once, in order.
+    // often enough), connects once and delivers everything once, in order. (With a third lost,
+    // one run in eight here reported the publisher silent: five heartbeat intervals without
+    // one, the silence limit, are then too likely.)
     let d = domain(12);
     let sub_node = node_with(d.clone());
     let pub_node = node_with(d);
     let faults = sub_node.fabric().faults().expect("soft faults");
-    faults.set_ud_faults(UdFaults { drop: 0.3, duplicate: 1.0, delay: Duration::from_millis(30), seed: 7 });
+    faults.set_ud_faults(UdFaults { drop: 0.2, duplicate: 1.0, delay: Duration::from_millis(30), seed: 7 });
     let publisher = pub_node.publisher_with("noisy", small_ring()).unwrap();
     let mut probe = Probe::new(&sub_node, "noisy", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));

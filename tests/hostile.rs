@@ -114,7 +114,7 @@ impl Attacker {
         self.buf.buffer().fill(0, len.min(self.buf.len()), 0xee).unwrap();
         let sge = [self.buf.sge(0, len)];
         let op = SendOp::RdmaRead(remote(&accept));
-        qp.post_send(&SendRequest { wr_id: 7, op, sges: &sge, signaled: true, solicited: false }).expect("post READ");
+        qp.post_send(&SendRequest::new(7, op, &sge)).expect("post READ");
         let wc = self.completion();
         assert_eq!((wc.wr_id, wc.opcode), (7, WcOpcode::RdmaRead));
         if wc.status != WcStatus::Success {
@@ -129,8 +129,7 @@ impl Attacker {
     fn send(&self, qp: &QueuePair, bytes: &[u8]) {
         self.buf.buffer().write(0, bytes).unwrap();
         let sge = [self.buf.sge(0, bytes.len())];
-        qp.post_send(&SendRequest { wr_id: 9, op: SendOp::Send, sges: &sge, signaled: true, solicited: false })
-            .expect("post SEND");
+        qp.post_send(&SendRequest::new(9, SendOp::Send, &sge)).expect("post SEND");
         let wc = self.completion();
         assert_eq!((wc.wr_id, wc.status), (9, WcStatus::Success), "the publisher takes the SEND");
     }

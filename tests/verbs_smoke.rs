@@ -129,13 +129,8 @@ fn connect_carries_private_data_both_ways_then_send_recv() {
 
     p.server.post_recv(7, &[p.server_mr.sge(0, 256)]).unwrap();
     p.client_mr.buffer().write(0, b"ping over rxe").unwrap();
-    let send = SendRequest {
-        wr_id: 1,
-        op: SendOp::SendWithImm(0xabcd),
-        sges: &[p.client_mr.sge(0, 13)],
-        signaled: true,
-        solicited: false,
-    };
+    let send_sges = [p.client_mr.sge(0, 13)];
+    let send = SendRequest::new(1, SendOp::SendWithImm(0xabcd), &send_sges);
     p.client.post_send(&send).unwrap();
     let wc = one_completion(&p.client_cq);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (1, WcStatus::Success, WcOpcode::Send));
@@ -156,13 +151,9 @@ fn rdma_read_and_write() {
     let p = connect_pair(b"rw", b"");
     p.server_mr.buffer().write(100, b"published bytes").unwrap();
     let remote = p.server_mr.remote();
-    let read = SendRequest {
-        wr_id: 2,
-        op: SendOp::RdmaRead(RemoteAddr { addr: remote.addr + 100, rkey: remote.rkey }),
-        sges: &[p.client_mr.sge(0, 15)],
-        signaled: true,
-        solicited: false,
-    };
+    let read_sges = [p.client_mr.sge(0, 15)];
+    let read =
+        SendRequest::new(2, SendOp::RdmaRead(RemoteAddr { addr: remote.addr + 100, rkey: remote.rkey }), &read_sges);
     p.client.post_send(&read).unwrap();
     let wc = one_completion(&p.client_cq);
     assert_eq!((wc.wr_id, wc.status, wc.opcode, wc.byte_len), (2, WcStatus::Success, WcOpcode::RdmaRead, 15));
@@ -171,13 +162,9 @@ fn rdma_read_and_write() {
     assert_eq!(&got, b"published bytes");
 
     p.client_mr.buffer().write(512, b"written remotely").unwrap();
-    let write = SendRequest {
-        wr_id: 3,
-        op: SendOp::RdmaWrite(RemoteAddr { addr: remote.addr + 2000, rkey: remote.rkey }),
-        sges: &[p.client_mr.sge(512, 16)],
-        signaled: true,
-        solicited: false,
-    };
+    let write_sges = [p.client_mr.sge(512, 16)];
+    let write =
+        SendRequest::new(3, SendOp::RdmaWrite(RemoteAddr { addr: remote.addr + 2000, rkey: remote.rkey }), &write_sges);
     p.client.post_send(&write).unwrap();
     let wc = one_completion(&p.client_cq);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (3, WcStatus::Success, WcOpcode::RdmaWrite));
@@ -191,13 +178,12 @@ fn rdma_read_and_write() {
 fn read_with_a_wrong_rkey_is_a_remote_access_error() {
     let p = connect_pair(b"bad rkey", b"");
     let remote = p.server_mr.remote();
-    let read = SendRequest {
-        wr_id: 4,
-        op: SendOp::RdmaRead(RemoteAddr { addr: remote.addr, rkey: remote.rkey ^ 0x5a5a_0000 }),
-        sges: &[p.client_mr.sge(0, 64)],
-        signaled: true,
-        solicited: false,
-    };
+    let read_sges = [p.client_mr.sge(0, 64)];
+    let read = SendRequest::new(
+        4,
+        SendOp::RdmaRead(RemoteAddr { addr: remote.addr, rkey: remote.rkey ^ 0x5a5a_0000 }),
+        &read_sges,
+    );
     p.client.post_send(&read).unwrap();
     let wc = one_completion(&p.client_cq);
     assert_eq!((wc.wr_id, wc.status), (4, WcStatus::RemoteAccessError));
@@ -319,7 +305,8 @@ fn rnr_delay(
     to: &QueuePair,
     to_mr: &MemoryRegion,
 ) -> Duration {
-    let send = SendRequest { wr_id: 99, op: SendOp::Send, sges: &[mr.sge(0, 8)], signaled: true, solicited: false };
+    let send_sges = [mr.sge(0, 8)];
+    let send = SendRequest::new(99, SendOp::Send, &send_sges);
     from.post_send(&send).unwrap();
     // Not a synchronisation: the delay lets the first attempt meet an empty receive queue.
     std::thread::sleep(Duration::from_millis(50));
@@ -359,8 +346,8 @@ fn shared_receive_queue_takes_sends() {
     assert!(matches!(p.server.post_recv(1, &[p.server_mr.sge(0, 64)]), Err(Error::InvalidArgument { .. })));
     srq.post_recv(21, &[p.server_mr.sge(0, 64)]).unwrap();
     p.client_mr.buffer().write(0, b"via srq").unwrap();
-    let send =
-        SendRequest { wr_id: 5, op: SendOp::Send, sges: &[p.client_mr.sge(0, 7)], signaled: false, solicited: false };
+    let send_sges = [p.client_mr.sge(0, 7)];
+    let send = SendRequest::new(5, SendOp::Send, &send_sges).unsignaled();
     p.client.post_send(&send).unwrap();
     let wc = one_completion(&p.server_cq);
     assert_eq!((wc.wr_id, wc.status, wc.byte_len, wc.qp_num), (21, WcStatus::Success, 7, p.server.qp_num()));

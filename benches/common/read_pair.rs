@@ -90,13 +90,7 @@ impl ReadPair {
                 let slot = (posted % depth as u64) as usize * size;
                 let sges = [self.local.sge(slot, size)];
                 let remote = RemoteAddr { addr: self.remote.addr + slot as u64, rkey: self.remote.rkey };
-                let wr = SendRequest {
-                    wr_id: posted,
-                    op: SendOp::RdmaRead(remote),
-                    sges: &sges,
-                    signaled: true,
-                    solicited: false,
-                };
+                let wr = SendRequest::new(posted, SendOp::RdmaRead(remote), &sges);
                 self.qp.post_send(&wr).expect("post READ");
                 posted += 1;
             }

@@ -243,6 +243,23 @@ pub struct SendRequest<'a> {
     pub solicited: bool,
 }
 
+impl<'a> SendRequest<'a> {
+    /// A signaled, unsolicited request.
+    pub fn new(wr_id: u64, op: SendOp, sges: &'a [Sge<'a>]) -> Self {
+        SendRequest { wr_id, op, sges, signaled: true, solicited: false }
+    }
+
+    /// The same request without a completion when it succeeds.
+    pub fn unsignaled(self) -> Self {
+        SendRequest { signaled: false, ..self }
+    }
+
+    /// The same request, solicited (SEND only: see [`SendRequest::solicited`](Self#structfield.solicited)).
+    pub fn solicited(self) -> Self {
+        SendRequest { solicited: true, ..self }
+    }
+}
+
 /// Identifies a connection in CM events.
 pub type ConnId = u64;
 

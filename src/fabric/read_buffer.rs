@@ -37,13 +37,7 @@ impl ReadBuffer {
             return Err(Error::invalid("post READ", "a READ into this buffer is already outstanding"));
         }
         let sge = [self.mr.sge(0, len)];
-        qp.post_send(&SendRequest {
-            wr_id,
-            op: SendOp::RdmaRead(remote),
-            sges: &sge,
-            signaled: true,
-            solicited: false,
-        })?;
+        qp.post_send(&SendRequest::new(wr_id, SendOp::RdmaRead(remote), &sge))?;
         self.in_flight = true;
         self.filled = 0;
         Ok(())

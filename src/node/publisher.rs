@@ -661,13 +661,7 @@ impl PublisherShared {
             let sge = [self.ctrl.sge(offset, bytes.len())];
             st.subs[key]
                 .qp
-                .post_send(&SendRequest {
-                    wr_id: wr_id(KIND_SEND, slot),
-                    op: SendOp::Send,
-                    sges: &sge,
-                    signaled: true,
-                    solicited: false,
-                })
+                .post_send(&SendRequest::new(wr_id(KIND_SEND, slot), SendOp::Send, &sge))
                 .map_err(Error::from)
         });
         match result {

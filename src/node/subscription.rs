@@ -1278,9 +1278,8 @@ fn post_control(
     let offset = slot * SLOT;
     ctrl.buffer().write(offset, &bytes)?;
     let sge = [ctrl.sge(offset, bytes.len())];
-    let wr =
-        SendRequest { wr_id: wr_id(key, gen, kind, slot), op: SendOp::Send, sges: &sge, signaled: true, solicited };
-    qp.post_send(&wr)?;
+    let wr = SendRequest::new(wr_id(key, gen, kind, slot), SendOp::Send, &sge);
+    qp.post_send(&if solicited { wr.solicited() } else { wr })?;
     Ok(())
 }
 

@@ -246,9 +246,9 @@ pub fn assert_success(wc: &WorkCompletion, wr_id: u64, opcode: WcOpcode, qp_num:
     );
 }
 
-/// A signaled or unsignaled send-queue request.
+/// A signaled, unsolicited send-queue request.
 pub fn wr<'a>(wr_id: u64, op: SendOp, sges: &'a [Sge<'a>]) -> SendRequest<'a> {
-    SendRequest { wr_id, op, sges, signaled: true, solicited: false }
+    SendRequest::new(wr_id, op, sges)
 }
 
 /// `len` bytes of a pattern that differs per `seed` and per position.

@@ -116,7 +116,7 @@ pub fn cq_arm_solicited_notifies_only_solicited_sends(spec: &ProviderSpec) {
     assert_success(&poll_one(&p.client.cq), 1, WcOpcode::Send, p.client_qp.qp_num());
     assert!(!p.server.cq.wait(QUIET).expect("wait"), "an unsolicited SEND raised a notification");
     let second = [sbuf.sge(8, 8)];
-    let solicited = SendRequest { solicited: true, ..wr(2, SendOp::Send, &second) };
+    let solicited = wr(2, SendOp::Send, &second).solicited();
     p.client_qp.post_send(&solicited).expect("post solicited SEND");
     assert!(p.server.cq.wait(WAIT).expect("wait"), "no notification for a solicited SEND within {WAIT:?}");
     let mut out = [WorkCompletion::default(); 4];

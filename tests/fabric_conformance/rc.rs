@@ -134,7 +134,7 @@ pub fn rc_unsignaled_success_has_no_completion(spec: &ProviderSpec) {
     let first = [local.sge(0, 1000)];
     let send = [local.sge(0, 10)];
     let last = [local.sge(1000, 1000)];
-    let unsignaled = |wr_id, op, sges| SendRequest { signaled: false, ..wr(wr_id, op, sges) };
+    let unsignaled = |wr_id, op, sges| wr(wr_id, op, sges).unsignaled();
     p.client_qp.post_send(&unsignaled(1, SendOp::RdmaWrite(remote.remote()), &first)).expect("WRITE");
     p.client_qp.post_send(&unsignaled(2, SendOp::Send, &send)).expect("SEND");
     p.client_qp.post_send(&wr(3, SendOp::RdmaWrite(at(remote.remote(), 1000)), &last)).expect("WRITE");

@@ -78,8 +78,7 @@ fn pair(fab: &Fabric) -> Pair {
 
 fn read(qp: &QueuePair, wr_id: u64, dst: &MemoryRegion, off: usize, len: usize, remote: RemoteAddr) {
     let sge = [dst.sge(off, len)];
-    qp.post_send(&SendRequest { wr_id, op: SendOp::RdmaRead(remote), sges: &sge, signaled: true, solicited: false })
-        .unwrap();
+    qp.post_send(&SendRequest::new(wr_id, SendOp::RdmaRead(remote), &sge)).unwrap();
 }
 
 #[test]
@@ -103,8 +102,7 @@ fn read_write_and_send_move_the_bytes() {
     local.buffer().write(100, b"written").unwrap();
     let sge = [local.sge(100, 7)];
     let at = RemoteAddr { addr: remote.addr() + 5000, rkey: remote.rkey() };
-    p.a.post_send(&SendRequest { wr_id: 2, op: SendOp::RdmaWrite(at), sges: &sge, signaled: true, solicited: false })
-        .unwrap();
+    p.a.post_send(&SendRequest::new(2, SendOp::RdmaWrite(at), &sge)).unwrap();
     assert_eq!(completion(&p.cq_a).status, WcStatus::Success);
     let mut w = [0u8; 7];
     remote.buffer().read(5000, &mut w).unwrap();
@@ -112,14 +110,7 @@ fn read_write_and_send_move_the_bytes() {
 
     let rbuf = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
     p.b.post_recv(77, &[rbuf.sge(0, 64)]).unwrap();
-    p.a.post_send(&SendRequest {
-        wr_id: 3,
-        op: SendOp::SendWithImm(0xfeed),
-        sges: &sge,
-        signaled: true,
-        solicited: false,
-    })
-    .unwrap();
+    p.a.post_send(&SendRequest::new(3, SendOp::SendWithImm(0xfeed), &sge)).unwrap();
     let wc = completion(&p.cq_b);
     assert_eq!(
         (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm),
@@ -170,14 +161,7 @@ fn remote_access_is_checked_against_rkey_bounds_and_rights() {
     let dst = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
     let read_only = p.pd.register(64, Access::REMOTE_READ).unwrap();
     let sge = [dst.sge(0, 8)];
-    p.a.post_send(&SendRequest {
-        wr_id: 1,
-        op: SendOp::RdmaWrite(read_only.remote()),
-        sges: &sge,
-        signaled: true,
-        solicited: false,
-    })
-    .unwrap();
+    p.a.post_send(&SendRequest::new(1, SendOp::RdmaWrite(read_only.remote()), &sge)).unwrap();
     assert_eq!(completion(&p.cq_a).status, WcStatus::RemoteAccessError);
     let p = pair(&fab);
     let dst = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
@@ -212,11 +196,11 @@ fn send_without_receive_waits_then_fails_with_rnr_retry_exceeded() {
     let p = pair_with(&fab, 2, QpCaps::default());
     let src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
     let sge = [src.sge(0, 8)];
-    p.a.post_send(&SendRequest { wr_id: 9, op: SendOp::Send, sges: &sge, signaled: true, solicited: false }).unwrap();
+    p.a.post_send(&SendRequest::new(9, SendOp::Send, &sge)).unwrap();
     let wc = completion(&p.cq_a);
     assert_eq!((wc.wr_id, wc.status), (9, WcStatus::RnrRetryExceeded));
     // The queue pair is now in error: later work requests flush.
-    p.a.post_send(&SendRequest { wr_id: 10, op: SendOp::Send, sges: &sge, signaled: false, solicited: false }).unwrap();
+    p.a.post_send(&SendRequest::new(10, SendOp::Send, &sge).unsignaled()).unwrap();
     assert_eq!(completion(&p.cq_a).status, WcStatus::WorkRequestFlushed);
 
     // With infinite retries the SEND lands once a receive is posted, and a later SEND waits
@@ -224,22 +208,8 @@ fn send_without_receive_waits_then_fails_with_rnr_retry_exceeded() {
     let p = pair_with(&fab, RNR_RETRY_INFINITE, QpCaps::default());
     let src = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
     src.buffer().write(0, b"first!!!second!!").unwrap();
-    p.a.post_send(&SendRequest {
-        wr_id: 1,
-        op: SendOp::Send,
-        sges: &[src.sge(0, 8)],
-        signaled: true,
-        solicited: false,
-    })
-    .unwrap();
-    p.a.post_send(&SendRequest {
-        wr_id: 2,
-        op: SendOp::Send,
-        sges: &[src.sge(8, 8)],
-        signaled: true,
-        solicited: false,
-    })
-    .unwrap();
+    p.a.post_send(&SendRequest::new(1, SendOp::Send, &[src.sge(0, 8)])).unwrap();
+    p.a.post_send(&SendRequest::new(2, SendOp::Send, &[src.sge(8, 8)])).unwrap();
     let dst = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
     let deadline = Instant::now() + Duration::from_millis(20);
     let mut wc = [WorkCompletion::default(); 1];
@@ -263,14 +233,7 @@ fn send_longer_than_the_receive_is_a_length_error_on_both_sides() {
     let p = pair(&fab);
     let buf = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
     p.b.post_recv(5, &[buf.sge(0, 4)]).unwrap();
-    p.a.post_send(&SendRequest {
-        wr_id: 6,
-        op: SendOp::Send,
-        sges: &[buf.sge(0, 32)],
-        signaled: true,
-        solicited: false,
-    })
-    .unwrap();
+    p.a.post_send(&SendRequest::new(6, SendOp::Send, &[buf.sge(0, 32)])).unwrap();
     let wc = completion(&p.cq_b);
     assert_eq!((wc.wr_id, wc.status), (5, WcStatus::LocalLengthError));
     let wc = completion(&p.cq_a);
@@ -285,14 +248,7 @@ fn disconnect_flushes_outstanding_requests_and_both_sides_get_disconnected() {
     p.a.post_recv(1, &[buf.sge(0, 8)]).unwrap();
     p.a.post_recv(2, &[buf.sge(8, 8)]).unwrap();
     // A SEND that cannot complete: b has no receive and retries forever.
-    p.a.post_send(&SendRequest {
-        wr_id: 3,
-        op: SendOp::Send,
-        sges: &[buf.sge(0, 8)],
-        signaled: true,
-        solicited: false,
-    })
-    .unwrap();
+    p.a.post_send(&SendRequest::new(3, SendOp::Send, &[buf.sge(0, 8)])).unwrap();
     p.a.disconnect().unwrap();
     let mut seen: Vec<(u64, WcStatus)> = (0..3).map(|_| completion(&p.cq_a)).map(|w| (w.wr_id, w.status)).collect();
     seen.sort_by_key(|s| s.0);
@@ -303,13 +259,7 @@ fn disconnect_flushes_outstanding_requests_and_both_sides_get_disconnected() {
     assert!(matches!(event(&p.ch_a), CmEvent::Disconnected { conn } if conn == p.a.conn_id()));
     assert!(matches!(event(&p.ch_b), CmEvent::Disconnected { conn } if conn == p.b.conn_id()));
     p.a.disconnect().unwrap();
-    let err = p.a.post_send(&SendRequest {
-        wr_id: 4,
-        op: SendOp::Send,
-        sges: &[buf.sge(0, 8)],
-        signaled: true,
-        solicited: false,
-    });
+    let err = p.a.post_send(&SendRequest::new(4, SendOp::Send, &[buf.sge(0, 8)]));
     assert!(matches!(err, Err(Error::NotConnected { .. })), "{err:?}");
     no_completion(&p.cq_a);
 }
@@ -320,14 +270,7 @@ fn a_cut_connection_fails_outstanding_sends_with_transport_retry_exceeded() {
     let p = pair_with(&fab, RNR_RETRY_INFINITE, QpCaps::default());
     let buf = p.pd.register(64, Access::LOCAL_WRITE).unwrap();
     p.a.post_recv(1, &[buf.sge(0, 8)]).unwrap();
-    p.a.post_send(&SendRequest {
-        wr_id: 2,
-        op: SendOp::Send,
-        sges: &[buf.sge(0, 8)],
-        signaled: true,
-        solicited: false,
-    })
-    .unwrap();
+    p.a.post_send(&SendRequest::new(2, SendOp::Send, &[buf.sge(0, 8)])).unwrap();
     fab.faults().unwrap().cut(p.a.conn_id()).unwrap();
     let mut seen: Vec<(u64, WcStatus)> = (0..2).map(|_| completion(&p.cq_a)).map(|w| (w.wr_id, w.status)).collect();
     seen.sort_by_key(|s| s.0);
@@ -344,13 +287,8 @@ fn unsignaled_sends_hold_their_slots_until_a_signaled_one_completes() {
     let p = pair_with(&fab, 6, caps);
     let mr = p.pd.register(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
     let sge = [mr.sge(0, 8)];
-    let write = |wr_id, signaled| SendRequest {
-        wr_id,
-        op: SendOp::RdmaWrite(mr.remote()),
-        sges: &sge,
-        signaled,
-        solicited: false,
-    };
+    let write =
+        |wr_id, signaled| SendRequest { signaled, ..SendRequest::new(wr_id, SendOp::RdmaWrite(mr.remote()), &sge) };
     for i in 0..4 {
         p.a.post_send(&write(i, false)).unwrap();
     }
@@ -362,13 +300,8 @@ fn unsignaled_sends_hold_their_slots_until_a_signaled_one_completes() {
     let p = pair_with(&fab, 6, caps);
     let mr2 = p.pd.register(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
     let sge = [mr2.sge(0, 8)];
-    let write = |wr_id, signaled| SendRequest {
-        wr_id,
-        op: SendOp::RdmaWrite(mr2.remote()),
-        sges: &sge,
-        signaled,
-        solicited: false,
-    };
+    let write =
+        |wr_id, signaled| SendRequest { signaled, ..SendRequest::new(wr_id, SendOp::RdmaWrite(mr2.remote()), &sge) };
     for i in 0..3 {
         p.a.post_send(&write(i, false)).unwrap();
     }
@@ -660,14 +593,7 @@ fn a_shared_receive_queue_serves_several_queue_pairs() {
         receivers.push(b);
     }
     for (i, a) in senders.iter().enumerate() {
-        a.post_send(&SendRequest {
-            wr_id: 10 + i as u64,
-            op: SendOp::Send,
-            sges: &[buf.sge(32, 4)],
-            signaled: false,
-            solicited: false,
-        })
-        .unwrap();
+        a.post_send(&SendRequest::new(10 + i as u64, SendOp::Send, &[buf.sge(32, 4)]).unsignaled()).unwrap();
     }
     let mut recvs: Vec<(u64, u32)> = Vec::new();
     while recvs.len() < 2 {
