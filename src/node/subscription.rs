@@ -969,7 +969,7 @@ impl Subscription {
                 let consumed = a.reader.consumed_position();
                 let wanted = a.credit_wanted.is_some_and(|p| consumed >= p);
                 if wanted || (consumed > a.acked && (idle || consumed - a.acked >= a.capacity / 4)) {
-                    if let Err(e) = send_ack(feed.gen, key, &feed.qp, &feed.ctrl, a, wanted) {
+                    if let Err(e) = send_ack((feed.gen, key, &feed.qp, &feed.ctrl), a, wanted) {
                         failed.push((key, e));
                         continue;
                     }
@@ -1268,7 +1268,7 @@ impl Subscription {
 /// Posts a control SEND from `slot` of the feed's control region (`solicited`: the publisher
 /// waits for it alone).
 fn post_control(
-    (gen, key, qp, ctrl): (u32, usize, &QueuePair, &MemoryRegion),
+    (gen, key, qp, ctrl): ControlPost<'_>,
     kind: u64,
     slot: usize,
     msg: &Control,
@@ -1278,8 +1278,7 @@ fn post_control(
     let offset = slot * SLOT;
     ctrl.buffer().write(offset, &bytes)?;
     let sge = [ctrl.sge(offset, bytes.len())];
-    let wr = SendRequest::new(wr_id(key, gen, kind, slot), SendOp::Send, &sge);
-    qp.post_send(&if solicited { wr.solicited() } else { wr })?;
+    qp.post_send(&SendRequest { solicited, ..SendRequest::new(wr_id(key, gen, kind, slot), SendOp::Send, &sge) })?;
     Ok(())
 }
 
@@ -1298,17 +1297,13 @@ fn post_ring_read(
     Ok(())
 }
 
-fn send_ack(
-    gen: u32,
-    key: usize,
-    qp: &QueuePair,
-    ctrl: &MemoryRegion,
-    a: &mut ActiveFeed,
-    solicited: bool,
-) -> Result<()> {
+/// The feed's parts a control SEND needs: generation, key, queue pair, control region.
+type ControlPost<'a> = (u32, usize, &'a QueuePair, &'a MemoryRegion);
+
+fn send_ack(post: ControlPost<'_>, a: &mut ActiveFeed, solicited: bool) -> Result<()> {
     let position = a.reader.consumed_position();
     let ack = Control::Ack { position, seq: a.reader.next_seq() };
-    post_control((gen, key, qp, ctrl), KIND_ACK, 0, &ack, solicited)?;
+    post_control(post, KIND_ACK, 0, &ack, solicited)?;
     a.ack_in_flight = true;
     a.acked = position;
     Ok(())
@@ -1317,12 +1312,12 @@ fn send_ack(
 /// Asks the publisher for a doorbell and counts it; the feed then makes one more READ and
 /// parks if that finds nothing.
 fn request_doorbell_counted(
-    (gen, key, qp, ctrl): (u32, usize, &QueuePair, &MemoryRegion),
+    post: ControlPost<'_>,
     outstanding: &mut u32,
     a: &mut ActiveFeed,
     counters: &SubscriptionCounters,
 ) -> Result<()> {
-    if request_doorbell(gen, key, qp, ctrl, a)? {
+    if request_doorbell(post, a)? {
         *outstanding += 1;
         counters.doorbell_requests.fetch_add(1, Ordering::Relaxed);
     }
@@ -1331,13 +1326,13 @@ fn request_doorbell_counted(
 }
 
 /// Asks the publisher for a doorbell; returns whether a request was posted.
-fn request_doorbell(gen: u32, key: usize, qp: &QueuePair, ctrl: &MemoryRegion, a: &mut ActiveFeed) -> Result<bool> {
+fn request_doorbell(post: ControlPost<'_>, a: &mut ActiveFeed) -> Result<bool> {
     if a.doorbell_req_in_flight {
         return Ok(false);
     }
     let position = a.reader.consumed_position();
     let request = Control::DoorbellRequest { armed: true, position };
-    post_control((gen, key, qp, ctrl), KIND_DOORBELL_REQ, 1, &request, false)?;
+    post_control(post, KIND_DOORBELL_REQ, 1, &request, false)?;
     a.doorbell_req_in_flight = true;
     Ok(true)
 }

@@ -177,9 +177,9 @@ pub struct RingReader {
 /// record boundary when the records are of the sizes expected (at least the first record and a
 /// header, even past `max_batch`).
 fn whole_records_len(first: usize, stride: usize, max_batch: usize) -> usize {
+    let stride = stride.max(HEADER_LEN);
     let budget = max_batch.max(first + HEADER_LEN);
-    let more = (budget - first - HEADER_LEN) / stride.max(HEADER_LEN);
-    first + more * stride.max(HEADER_LEN) + HEADER_LEN
+    first + (budget - first - HEADER_LEN) / stride * stride + HEADER_LEN
 }
 
 impl RingReader {

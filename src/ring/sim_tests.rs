@@ -41,6 +41,17 @@ fn reader_at(prod: &RingProducer, start: StartPoint) -> RingReader {
     .unwrap()
 }
 
+/// A ring of `capacity` bytes holding messages 1..=`count` of `len` bytes each, and a reader
+/// that started before them.
+fn written(capacity: usize, count: u64, len: usize) -> (Arc<RegisteredBuffer>, RingProducer, RingReader) {
+    let (buf, mut prod) = ring(capacity);
+    let reader = reader_at(&prod, prod.latest());
+    for seq in 1..=count {
+        prod.append(&payload(seq, len), NO_LIMIT).unwrap();
+    }
+    (buf, prod, reader)
+}
+
 fn sim_read(buf: &RegisteredBuffer, plan: ReadPlan) -> Vec<u8> {
     let mut v = vec![0u8; plan.len];
     buf.read(plan.ring_offset, &mut v).unwrap();
@@ -314,12 +325,8 @@ fn torn_record_is_reread() {
 
 #[test]
 fn lapped_reader_counts_losses_exactly() {
-    let (buf, mut prod) = ring(CAP);
-    let mut reader = reader_at(&prod, prod.latest());
+    let (buf, prod, mut reader) = written(CAP, 200, 1000);
     let lens = |_| 1000usize;
-    for seq in 1..=200 {
-        prod.append(&payload(seq, 1000), NO_LIMIT).unwrap();
-    }
     let mut seen = Seen::new(1);
     assert_ne!(step(&mut reader, &buf, 4096, &mut seen, &lens), Stop::End);
     assert_eq!(reader.consumed_position(), prod.head(), "resynchronised at head");
@@ -560,14 +567,9 @@ fn read_and_collect(reader: &mut RingReader, buf: &RegisteredBuffer, got: &mut V
 /// that the next READ brings again.
 #[test]
 fn behind_reads_end_at_a_record_boundary() {
-    let cap = 1 << 20;
-    let (buf, mut prod) = ring(cap);
-    let mut reader = reader_at(&prod, prod.latest());
-    let len = 64 * 1024;
+    let (cap, len) = (1 << 20, 64 * 1024);
+    let (buf, _prod, mut reader) = written(cap, 10, len);
     let record = layout::record_size(len) as usize;
-    for seq in 1..=10 {
-        prod.append(&payload(seq, len), NO_LIMIT).unwrap();
-    }
     let batch = 256 * 1024;
     let mut behind = false;
     let mut delivered = 0;
@@ -594,12 +596,8 @@ fn behind_reads_end_at_a_record_boundary() {
 /// one; a caught-up reader keeps to the batch.
 #[test]
 fn behind_reader_reads_whole_large_records_at_once() {
-    let (buf, mut prod) = ring(CAP);
-    let mut reader = reader_at(&prod, prod.latest());
     let len = 10_000;
-    for seq in 1..=3 {
-        prod.append(&payload(seq, len), NO_LIMIT).unwrap();
-    }
+    let (buf, _prod, mut reader) = written(CAP, 3, len);
     let record = layout::record_size(len) as usize;
     let mut reads = 0;
     let mut behind = false;
@@ -664,11 +662,7 @@ fn caught_up_reader_probes_small_and_behind_reader_reads_the_batch() {
 /// at once, not probed page by page.
 #[test]
 fn a_control_block_showing_data_makes_the_next_read_a_batch() {
-    let (buf, mut prod) = ring(CAP);
-    let mut reader = reader_at(&prod, prod.latest());
-    for seq in 1..=200 {
-        prod.append(&payload(seq, 1000), NO_LIMIT).unwrap();
-    }
+    let (buf, prod, mut reader) = written(CAP, 200, 1000);
     // The reader was lapped: its READ finds a later lap and asks for the control block.
     let parsed = read_once(&mut reader, &buf, 16 * 1024, false);
     assert_eq!(parsed.stop, Stop::NeedControl);
@@ -692,11 +686,7 @@ fn a_control_block_showing_data_makes_the_next_read_a_batch() {
 /// message's size, so empty probes do not move two messages' worth of stale bytes.
 #[test]
 fn probes_grow_with_a_trickle_of_small_records_but_not_with_one_large_one() {
-    let (buf, mut prod) = ring(CAP);
-    let mut reader = reader_at(&prod, prod.latest());
-    for seq in 1..=12 {
-        prod.append(&payload(seq, 200), NO_LIMIT).unwrap();
-    }
+    let (buf, mut prod, mut reader) = written(CAP, 12, 200);
     let parsed = read_once(&mut reader, &buf, 32 * 1024, false);
     assert_eq!((parsed.delivered, parsed.stop), (12, Stop::NotYetWritten));
     assert_eq!(reader.next_read(32 * 1024, false).len, 2 * parsed.consumed);
