@@ -11,7 +11,13 @@
 //!   checksum, acks, doorbells), without the cost of blocking on slower subscribers.
 //! - After the run, a summary: pub/sub goodput ÷ raw READ goodput per size and subscriber
 //!   count, and the publisher thread's CPU time per message (`/proc/thread-self/schedstat`)
-//!   with N subscribers ÷ with 1, under `Block` and under `Overwrite`.
+//!   with N subscribers ÷ with 1, under `Block` and under `Overwrite`, with the publisher's
+//!   credit waits per message.
+//! - Then the goodput ratio with one subscriber split into its two factors, from the CPU time
+//!   of every thread of the process (NIC threads included): goodput = CPUs busy ÷ CPU time per
+//!   byte, so ratio = (raw CPU per byte ÷ pub/sub CPU per byte) × (pub/sub CPUs busy ÷ raw
+//!   CPUs busy). The first factor is the work pub/sub adds (the publisher's copy and checksum,
+//!   the subscriber's validation); the second is how well the threads keep the CPUs busy.
 //!
 //! Run: `taskset -c 0,1 cargo bench --bench pubsub`. Each point measures ~2 s.
 
@@ -34,16 +40,32 @@ const SIZES: [usize; 4] = [64, 1 << 10, 64 << 10, 1 << 20];
 const SUBSCRIBERS: [usize; 3] = [1, 4, 16];
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Totals of one benchmark point: (bytes, wall time, publisher CPU time, messages).
+/// Totals of one benchmark point.
 #[derive(Default, Clone, Copy)]
 struct Totals {
+    /// Payload bytes moved.
     bytes: u64,
+    /// Wall time.
     wall: Duration,
+    /// CPU time of the publishing (or READ-posting) thread.
     cpu: Duration,
+    /// CPU time of every thread of the process.
+    process_cpu: Duration,
+    /// Messages (or READs).
     messages: u64,
+    /// The publisher's credit waits.
+    waits: u64,
 }
 
 impl Totals {
+    /// Threads kept busy on average (process CPU time ÷ wall time).
+    fn busy_cpus(&self) -> f64 {
+        self.process_cpu.as_secs_f64() / self.wall.as_secs_f64().max(1e-9)
+    }
+    /// Process CPU time per payload byte, in seconds.
+    fn cpu_per_byte(&self) -> f64 {
+        self.process_cpu.as_secs_f64() / self.bytes.max(1) as f64
+    }
     fn goodput(&self) -> f64 {
         self.bytes as f64 / self.wall.as_secs_f64().max(1e-9)
     }
@@ -60,7 +82,9 @@ fn record(kind: &'static str, subs: usize, size: usize, t: Totals) {
     e.bytes += t.bytes;
     e.wall += t.wall;
     e.cpu += t.cpu;
+    e.process_cpu += t.process_cpu;
     e.messages += t.messages;
+    e.waits += t.waits;
 }
 
 /// CPU time of the calling thread (nanosecond resolution from schedstat).
@@ -70,6 +94,18 @@ fn thread_cpu() -> Duration {
         .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
         .map(Duration::from_nanos)
         .unwrap_or_default()
+}
+
+/// CPU time of every thread of the process (the sum of their schedstat run times; threads
+/// that exited are not counted, and none exits during a measurement).
+fn process_cpu() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Duration::ZERO };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    Duration::from_nanos(ns)
 }
 
 fn node() -> Node {
@@ -130,6 +166,8 @@ impl Fanout {
     /// `Overwrite`, until each has the last one) and records the totals under `kind`.
     fn run(&mut self, count: u64, subs: usize, kind: &'static str) -> Duration {
         let publisher = self.publisher.as_ref().expect("publisher");
+        let waits = publisher.counters().waits.load(Ordering::Relaxed);
+        let process = process_cpu();
         let cpu = thread_cpu();
         let start = Instant::now();
         for _ in 0..count {
@@ -144,8 +182,11 @@ impl Fanout {
             thread::yield_now();
         }
         let wall = start.elapsed();
+        let process_cpu = process_cpu() - process;
+        let waits = publisher.counters().waits.load(Ordering::Relaxed) - waits;
         let size = self.buf.len();
-        record(kind, subs, size, Totals { bytes: count * size as u64, wall, cpu, messages: count });
+        let bytes = count * size as u64;
+        record(kind, subs, size, Totals { bytes, wall, cpu, process_cpu, messages: count, waits });
         wall
     }
 }
@@ -199,8 +240,11 @@ fn raw_read(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(size as u64));
         group.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, &size| {
             b.iter_custom(|iters| {
+                let process = process_cpu();
                 let wall = pair.reads(iters, size, depth, Duration::ZERO);
-                let t = Totals { bytes: iters * size as u64, wall, cpu: Duration::ZERO, messages: iters };
+                let process_cpu = process_cpu() - process;
+                let bytes = iters * size as u64;
+                let t = Totals { bytes, wall, process_cpu, messages: iters, ..Totals::default() };
                 record("raw_read", 0, size, t);
                 wall
             })
@@ -214,8 +258,8 @@ fn summary() {
     let all = TOTALS.lock().expect("totals");
     println!("\nsummary (totals over warm-up and measurement; CPUs allowed: {})", cpus_allowed());
     println!(
-        "{:>8} {:>5} {:>12} {:>12} {:>8} {:>12} {:>10} {:>14} {:>10}",
-        "size", "subs", "pubsub MB/s", "READ MB/s", "ratio", "pub CPU/msg", "cpu ×1sub", "ovw CPU/msg", "ovw ×1sub"
+        "{:>8} {:>5} {:>12} {:>12} {:>8} {:>12} {:>10} {:>10} {:>14} {:>10}",
+        "size", "subs", "pubsub MB/s", "READ MB/s", "ratio", "pub CPU/msg", "cpu ×1sub", "waits/msg", "ovw CPU/msg", "ovw ×1sub"
     );
     // (µs per message, ÷ the same with 1 subscriber), or dashes where that point was not run.
     let vs = |kind: &'static str, subs: usize, size: usize| -> (String, String) {
@@ -232,7 +276,7 @@ fn summary() {
             let (cpu, vs_one) = vs("pubsub", subs, size);
             let (ovw, ovw_vs_one) = vs("overwrite", subs, size);
             println!(
-                "{:>8} {:>5} {:>12.1} {:>12.1} {:>8.2} {:>12} {:>10} {:>14} {:>10}",
+                "{:>8} {:>5} {:>12.1} {:>12.1} {:>8.2} {:>12} {:>10} {:>10.2} {:>14} {:>10}",
                 size,
                 subs,
                 t.goodput() / 1e6,
@@ -240,10 +284,32 @@ fn summary() {
                 t.goodput() / raw.max(1e-9),
                 cpu,
                 vs_one,
+                t.waits as f64 / t.messages.max(1) as f64,
                 ovw,
                 ovw_vs_one
             );
         }
+    }
+    println!("\ngoodput ratio with 1 subscriber = work factor × busy factor (CPU time of all threads)");
+    println!(
+        "{:>8} {:>14} {:>14} {:>8} {:>10} {:>10} {:>8} {:>8}",
+        "size", "pubsub us/MiB", "READ us/MiB", "work", "pubsub CPUs", "READ CPUs", "busy", "ratio"
+    );
+    for size in SIZES {
+        let (Some(p), Some(r)) = (all.get(&("pubsub", 1, size)), all.get(&("raw_read", 0, size))) else { continue };
+        let work = r.cpu_per_byte() / p.cpu_per_byte().max(1e-18);
+        let busy = p.busy_cpus() / r.busy_cpus().max(1e-9);
+        println!(
+            "{:>8} {:>14.1} {:>14.1} {:>8.2} {:>10.2} {:>10.2} {:>8.2} {:>8.2}",
+            size,
+            p.cpu_per_byte() * 1e6 * (1 << 20) as f64,
+            r.cpu_per_byte() * 1e6 * (1 << 20) as f64,
+            work,
+            p.busy_cpus(),
+            r.busy_cpus(),
+            busy,
+            work * busy
+        );
     }
 }
 
