@@ -259,7 +259,16 @@ fn summary() {
     println!("\nsummary (totals over warm-up and measurement; CPUs allowed: {})", cpus_allowed());
     println!(
         "{:>8} {:>5} {:>12} {:>12} {:>8} {:>12} {:>10} {:>10} {:>14} {:>10}",
-        "size", "subs", "pubsub MB/s", "READ MB/s", "ratio", "pub CPU/msg", "cpu ×1sub", "waits/msg", "ovw CPU/msg", "ovw ×1sub"
+        "size",
+        "subs",
+        "pubsub MB/s",
+        "READ MB/s",
+        "ratio",
+        "pub CPU/msg",
+        "cpu ×1sub",
+        "waits/msg",
+        "ovw CPU/msg",
+        "ovw ×1sub"
     );
     // (µs per message, ÷ the same with 1 subscriber), or dashes where that point was not run.
     let vs = |kind: &'static str, subs: usize, size: usize| -> (String, String) {
