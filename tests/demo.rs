@@ -285,6 +285,44 @@ fn bench_prints_the_matrix_as_json() {
     assert!(out.stderr.contains("taskset"), "the thread placement note: {}", out.stderr);
 }
 
+/// The CPUs this test process may use.
+fn allowed_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    let list = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).expect("Cpus_allowed_list");
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(a.parse::<usize>().expect("a CPU number")..=b.parse::<usize>().expect("a CPU number"));
+    }
+    cpus
+}
+
+#[test]
+fn bench_can_give_the_publisher_a_cpu_of_its_own() {
+    let dir = stats_dir("pinned");
+    let cpus = allowed_cpus();
+    let cpu = cpus[0].to_string();
+    let args = ["bench", "--sizes", "64", "--subscribers", "1,2", "--messages", "500", "--seconds", "0.2", "--json"];
+    let out = run(&dir, &[&args[..], &["--pin-publisher", &cpu]].concat(), Duration::from_secs(60));
+    if cpus.len() < 2 {
+        assert_user_error(&out, "needs at least two allowed CPUs");
+        return;
+    }
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains(&format!("alone on CPU {cpu}")), "the placement note: {}", out.stderr);
+    let points: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).expect("stdout is a JSON array");
+    assert_eq!(points.len(), 2);
+    for p in &points {
+        assert_eq!(p["publisher_cpus"], cpu.as_str(), "{p}");
+        let subscriber_cpus: Vec<&str> = p["subscriber_cpus"].as_str().expect("a CPU list").split(',').collect();
+        assert!(!subscriber_cpus.contains(&cpu.as_str()), "subscribers share the publisher's CPU: {p}");
+        assert_eq!(subscriber_cpus.len(), cpus.len() - 1, "subscribers on every other CPU: {p}");
+    }
+    // A CPU the process may not use is a user error.
+    let out = run(&dir, &[&args[..], &["--pin-publisher", "100000"]].concat(), Duration::from_secs(20));
+    assert_user_error(&out, "not among the allowed CPUs");
+}
+
 #[test]
 fn soak_reports_no_loss_and_no_growth() {
     let dir = stats_dir("soak");

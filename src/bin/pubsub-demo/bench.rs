@@ -46,10 +46,16 @@ struct Point {
     doorbells_per_msg: f64,
     /// CPU time of the publishing thread per message of the throughput run, µs.
     pub_cpu_us: f64,
+    /// The CPUs the publishing thread was allowed during the point.
+    publisher_cpus: String,
+    /// The CPUs the subscriber threads were allowed (each reads its own; they agree).
+    subscriber_cpus: String,
 }
 
 /// What one subscriber thread returns.
 struct SubResult {
+    /// The CPUs the thread was allowed.
+    cpus: String,
     latency: Histogram<u64>,
     lost: u64,
     damaged: u64,
@@ -57,14 +63,33 @@ struct SubResult {
 
 /// Runs the matrix.
 pub fn run(args: &BenchArgs) -> Result<(), Fail> {
+    // With a pinned publisher, every thread but the publishing one goes to the other CPUs:
+    // the nodes' threads and the subscriber threads inherit the CPUs of the main thread, which
+    // moves to its own CPU only to publish.
+    let placement = args.pin_publisher.map(procinfo::Placement::new).transpose().map_err(Fail::Usage)?;
+    if let Some(p) = &placement {
+        p.enter_others().map_err(Fail::Usage)?;
+    }
+    let threads = match (&placement, args.pin_publisher) {
+        (Some(p), Some(cpu)) => format!(
+            "# threads: publisher = the main thread, alone on CPU {cpu}; every other thread on CPUs {} (--pin-publisher):\n\
+             # one thread per subscriber; per node a CM thread, a stats thread and the fabric's own threads (soft: a NIC thread).",
+            p.others_list
+        ),
+        _ => format!(
+            "# threads: publisher = the main thread; one thread per subscriber; per node a CM thread, a stats\n\
+             # thread and the fabric's own threads (soft: a NIC thread). None is pinned: the kernel places them\n\
+             # on the allowed CPUs {}; pin the run with `taskset -c <cpus> pubsub-demo bench ...`, and give the\n\
+             # publisher a CPU of its own with --pin-publisher <cpu>.",
+            procinfo::cpus_allowed()
+        ),
+    };
     // Discovery off: the subscribers connect explicitly, and concurrent runs never mix.
     let pub_node = args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?;
     let sub_node = args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?;
     let note = format!(
         "# pubsub-demo bench: {} fabric ({}), policy {}, publisher node {}, subscriber node {}\n\
-         # threads: publisher = the main thread; one thread per subscriber; per node a CM thread, a stats\n\
-         # thread and the fabric's own threads (soft: a NIC thread). None is pinned: the kernel places them\n\
-         # on the allowed CPUs {}; pin the run with `taskset -c <cpus> pubsub-demo bench ...`.\n\
+         {threads}\n\
          # mb_per_sec = publisher payload goodput (a message counted once, whatever the subscriber count);\n\
          # latency = one message in flight at a time, send time to receipt by each subscriber.",
         pub_node.fabric().kind(),
@@ -72,7 +97,6 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
         args.policy.name(),
         pub_node.local_addr(),
         sub_node.local_addr(),
-        procinfo::cpus_allowed(),
     );
     if args.json {
         eprintln!("{note}");
@@ -99,7 +123,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
     let mut damaged = 0;
     for &size in &args.sizes {
         for &subs in &args.subscribers {
-            let p = measure(&pub_node, &sub_node, args, size, subs)?;
+            let p = measure(&pub_node, &sub_node, args, placement.as_ref(), size, subs)?;
             if !args.json {
                 println!(
                     "{:>9} {:>5} {:<9} {:<8} {:>11.0} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>9.2} {:>8.2} {:>8.2} {:>10.2}",
@@ -129,8 +153,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             .iter()
             .map(|p| {
                 format!(
-                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3}}}",
-                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us
+                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
+                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.publisher_cpus, p.subscriber_cpus
                 )
             })
             .collect();
@@ -143,7 +167,17 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
     Ok(())
 }
 
-fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: u64) -> Result<Point, Fail> {
+fn measure(
+    pub_node: &Node,
+    sub_node: &Node,
+    args: &BenchArgs,
+    placement: Option<&procinfo::Placement>,
+    size: u64,
+    subs: u64,
+) -> Result<Point, Fail> {
+    if let Some(p) = placement {
+        p.enter_others().map_err(Fail::Usage)?;
+    }
     let topic = format!("bench-{size}-{subs}");
     let size = size as usize;
     let ring_capacity = (size * 16).next_power_of_two().clamp(1 << 20, 64 << 20);
@@ -174,6 +208,10 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
                 .map_err(|e| Fail::Usage(format!("cannot start a thread: {e}")))?,
         );
     }
+    if let Some(p) = placement {
+        p.enter_publisher().map_err(Fail::Usage)?;
+    }
+    let publisher_cpus = procinfo::thread_cpus();
     let deadline = Instant::now() + Duration::from_secs_f64(args.seconds.max(0.1));
     let mut buf = vec![0u8; size];
     payload::fill(&mut buf, stream, 0, 0);
@@ -224,8 +262,14 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
     drop(publisher);
     let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds");
     let (mut lost, mut damaged) = (0, 0);
+    let mut subscriber_cpus = String::new();
     for t in threads {
         let r = t.join().map_err(|_| Fail::Usage("a subscriber thread panicked".into()))?;
+        if subscriber_cpus.is_empty() {
+            subscriber_cpus = r.cpus;
+        } else if subscriber_cpus != r.cpus {
+            subscriber_cpus = "mixed".into();
+        }
         let _ = latency.add(&r.latency);
         lost += r.lost;
         damaged += r.damaged;
@@ -249,6 +293,8 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
         acks_per_msg,
         doorbells_per_msg,
         pub_cpu_us,
+        publisher_cpus,
+        subscriber_cpus,
     })
 }
 
@@ -256,6 +302,7 @@ fn measure(pub_node: &Node, sub_node: &Node, args: &BenchArgs, size: u64, subs: 
 /// sequence seen) and recording the latency of stamped messages.
 fn receive(mut sub: rdma_pubsub::Subscription, stream: u32, base: Instant, progress: &AtomicU64) -> SubResult {
     let mut r = SubResult {
+        cpus: procinfo::thread_cpus(),
         latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"),
         lost: 0,
         damaged: 0,
