@@ -70,13 +70,13 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
     if let Some(p) = &placement {
         p.enter_others().map_err(Fail::Usage)?;
     }
-    let threads = match (&placement, args.pin_publisher) {
-        (Some(p), Some(cpu)) => format!(
-            "# threads: publisher = the main thread, alone on CPU {cpu}; every other thread on CPUs {} (--pin-publisher):\n\
+    let placement_note = match &placement {
+        Some(p) => format!(
+            "# threads: publisher = the main thread, alone on CPU {}; every other thread on CPUs {} (--pin-publisher):\n\
              # one thread per subscriber; per node a CM thread, a stats thread and the fabric's own threads (soft: a NIC thread).",
-            p.others_list
+            p.cpu, p.others_list
         ),
-        _ => format!(
+        None => format!(
             "# threads: publisher = the main thread; one thread per subscriber; per node a CM thread, a stats\n\
              # thread and the fabric's own threads (soft: a NIC thread). None is pinned: the kernel places them\n\
              # on the allowed CPUs {}; pin the run with `taskset -c <cpus> pubsub-demo bench ...`, and give the\n\
@@ -89,7 +89,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
     let sub_node = args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?;
     let note = format!(
         "# pubsub-demo bench: {} fabric ({}), policy {}, publisher node {}, subscriber node {}\n\
-         {threads}\n\
+         {placement_note}\n\
          # mb_per_sec = publisher payload goodput (a message counted once, whatever the subscriber count);\n\
          # latency = one message in flight at a time, send time to receipt by each subscriber.",
         pub_node.fabric().kind(),

@@ -60,6 +60,8 @@ fn cpu_list(set: &CpuSet) -> String {
 /// so that the publisher's CPU time is its own work, not the cost of sharing a CPU with the
 /// threads it feeds. Threads inherit the CPUs of the thread that starts them.
 pub struct Placement {
+    /// The publisher's CPU.
+    pub cpu: usize,
     publisher: CpuSet,
     others: CpuSet,
     /// The other CPUs, as a list.
@@ -85,7 +87,7 @@ impl Placement {
         }
         let mut publisher = CpuSet::new();
         publisher.set(cpu).map_err(|e| format!("--pin-publisher {cpu}: {e}"))?;
-        Ok(Placement { publisher, others, others_list })
+        Ok(Placement { cpu, publisher, others, others_list })
     }
 
     /// Moves the calling thread to the publisher's CPU.
