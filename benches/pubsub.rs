@@ -10,8 +10,8 @@
 //!   which never waits for credit: its CPU time per message is the publisher's own work (write,
 //!   checksum, acks, doorbells), without the cost of blocking on slower subscribers.
 //! - Paced publisher CPU (summary only): the publisher's CPU time per message with 1 and with
-//!   16 subscribers at the same rate, in alternating rounds, the publishing thread alone on the first allowed CPU and
-//!   every other thread on the others. Without pacing, 16 subscribers sharing the CPUs run the
+//!   16 subscribers at the same rate, in alternating rounds, the publishing thread alone on the
+//!   first allowed CPU and every other thread on the others. Without pacing, 16 subscribers sharing the CPUs run the
 //!   whole pipeline several times slower, and a publisher that idles between messages pays
 //!   more CPU time for each (on these VMs a mostly idle vCPU wakes with cold caches): 1 MiB
 //!   messages paced at 140/s cost one subscriber's publisher 260-313 µs each, against 100-120
@@ -22,7 +22,7 @@
 //! - After the run, a summary: pub/sub goodput ÷ raw READ goodput per size and subscriber
 //!   count, and the publisher thread's CPU time per message (`CLOCK_THREAD_CPUTIME_ID`)
 //!   with N subscribers ÷ with 1, under `Block` and under `Overwrite`, with the publisher's
-//!   credit waits per message.
+//!   credit waits per message; and the paced ratio, 16 subscribers ÷ 1.
 //! - Then the goodput ratio with one subscriber split into its two factors, from the CPU time
 //!   of every thread of the process (NIC threads included): goodput = CPUs busy ÷ CPU time per
 //!   byte, so ratio = (raw CPU per byte ÷ pub/sub CPU per byte) × (pub/sub CPUs busy ÷ raw
