@@ -54,6 +54,10 @@ fn newest(dir: &std::path::Path) -> Option<(std::time::SystemTime, PathBuf)> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let path = entry.path();
         let candidate = if path.is_dir() {
+            // The demo's sources (`src/bin`) are not part of the library the examples link.
+            if path.ends_with("src/bin") {
+                continue;
+            }
             newest(&path)
         } else if path.extension().is_some_and(|e| e == "rs") {
             Some((modified(&path), path))
