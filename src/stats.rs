@@ -417,6 +417,7 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         unpolled_waits,
         credit_requests,
         solicited_acks,
+        read_buffer_bytes,
     } = c;
     named(&[
         ("delivered", delivered),
@@ -434,6 +435,7 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         ("unpolled_waits", unpolled_waits),
         ("credit_requests", credit_requests),
         ("solicited_acks", solicited_acks),
+        ("read_buffer_bytes", read_buffer_bytes),
     ])
 }
 

@@ -395,6 +395,45 @@ fn a_sixteen_mib_message_passes_through_a_one_mib_ring() {
 }
 
 #[test]
+fn read_buffers_grow_with_the_records_read_not_with_the_ring() {
+    let pub_node = node();
+    let sub_node = node();
+    // A 16 MiB ring allows records of 4 MiB; the subscription's two READ buffers start at the
+    // batch size (256 KiB) and grow only when a record needs more.
+    let options = PublisherOptions { ring_capacity: 16 << 20, ..Default::default() };
+    let publisher = pub_node.publisher_with("grow", options).unwrap();
+    let mut sub = subscribe(&sub_node, "grow", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let held = |sub: &rdma_pubsub::Subscription| sub.counters().read_buffer_bytes.load(Ordering::Relaxed);
+    let batch = SubscriptionOptions::default().batch as u64;
+    assert_eq!(held(&sub), 2 * batch, "two READ buffers of the batch size to start with");
+    let big = 3 << 20;
+    let size = move |seq: u64| if seq == 101 { big } else { 1000 };
+    let deadline = Instant::now() + WAIT;
+    for seq in 1..=100 {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    for expected in 1..=100 {
+        let m = recv_until(&mut sub, deadline);
+        assert_eq!(m.seq, expected);
+        check(&m, size);
+    }
+    assert_eq!(held(&sub), 2 * batch, "small messages need no larger buffer");
+    for seq in 101..=102 {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    for expected in 101..=102 {
+        let m = recv_until(&mut sub, deadline);
+        assert_eq!(m.seq, expected);
+        check(&m, size);
+    }
+    let grown = held(&sub);
+    assert!(grown > 2 * batch && grown >= big as u64, "a buffer grew to hold the 3 MiB record: {grown}");
+    assert!(grown <= 2 * ((4 << 20) + 64), "never past what the ring's largest record needs: {grown}");
+    drop(sub);
+}
+
+#[test]
 fn sixty_four_subscribers_on_one_publisher() {
     let pub_node = node();
     let sub_node = node();

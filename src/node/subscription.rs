@@ -21,14 +21,14 @@ use slab::Slab;
 
 use crate::error::{Error, Result};
 use crate::fabric::{
-    Access, CompletionQueue, ConnId, MemoryRegion, QpCaps, QpInit, QueuePair, ReadBuffer, RejectReason as CmReject,
-    RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
+    Access, CompletionQueue, ConnId, MemoryRegion, ProtectionDomain, QpCaps, QpInit, QueuePair, ReadBuffer,
+    RejectReason as CmReject, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
 };
 use crate::protocol::{
     AcceptData, ConnectData, ConnectFlags, Control, DropReason, Policy as WirePolicy, PolicySet, RejectCode,
     RejectData, StartAt, TopicId,
 };
-use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop};
+use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop, CONTROL_READ_LEN};
 
 use super::cm::FeedEvent;
 use super::discovery::watch::Watch;
@@ -218,6 +218,10 @@ pub struct SubscriptionCounters {
     pub credit_requests: AtomicU64,
     /// Acks sent as solicited SENDs, answering those requests.
     pub solicited_acks: AtomicU64,
+    /// Bytes of READ buffers the subscription holds now (a gauge). A feed's two buffers start
+    /// at the batch size and grow to the largest READ its records need, never past what the
+    /// ring's largest record needs.
+    pub read_buffer_bytes: AtomicU64,
 }
 
 const KIND_READ: u64 = 1;
@@ -294,6 +298,9 @@ struct ActiveFeed {
     reader: RingReader,
     /// Two READ buffers: one READ lands in one while the messages of the other are delivered.
     landings: [ReadBuffer; 2],
+    /// The longest READ this feed can need (the ring's largest record and a header past it):
+    /// how far the READ buffers may grow.
+    max_read_len: usize,
     /// Queued messages that still point into each buffer.
     pending: [usize; 2],
     /// The buffer of the READ in flight.
@@ -866,8 +873,12 @@ impl Subscription {
             }));
         }
         let reader = RingReader::new(accept.reader_config(self.options.max_message_len))?;
-        let landing_len = reader.max_read_len(self.options.batch);
+        // Small until a record needs more: a ring that allows large records costs nothing
+        // while its messages are small.
+        let max_read_len = reader.max_read_len(self.options.batch);
+        let landing_len = self.options.batch.max(CONTROL_READ_LEN).min(max_read_len);
         let landings = [ReadBuffer::new(&self.node.pd, landing_len)?, ReadBuffer::new(&self.node.pd, landing_len)?];
+        self.counters.read_buffer_bytes.fetch_add(2 * landing_len as u64, Ordering::Relaxed);
         let (id, epoch) = (accept.publisher_id, accept.epoch);
         // What earlier connections to this publisher's epoch delivered (or still hold ready).
         let skip_through = self
@@ -884,6 +895,7 @@ impl Subscription {
             info,
             reader,
             landings,
+            max_read_len,
             pending: [0, 0],
             reading_into: 0,
             caught_up: false,
@@ -920,6 +932,8 @@ impl Subscription {
             self.by_conn.remove(&feed.conn);
             self.node.routes.lock().remove(&feed.conn);
             if let Some(a) = &feed.active {
+                let held: usize = a.landings.iter().map(ReadBuffer::capacity).sum();
+                self.counters.read_buffer_bytes.fetch_sub(held as u64, Ordering::Relaxed);
                 let last = a.reader.next_seq().saturating_sub(1);
                 let entry = self.delivered.entry((a.info.id, a.info.epoch)).or_insert(0);
                 *entry = (*entry).max(last);
@@ -998,7 +1012,7 @@ impl Subscription {
             }
             let plan =
                 if a.need_control { ReadPlan::control() } else { a.reader.next_read(self.options.batch, !a.caught_up) };
-            match post_ring_read((feed.gen, key, &feed.qp), a, buf, plan) {
+            match post_ring_read((feed.gen, key, &feed.qp), a, buf, plan, (&self.node.pd, &self.counters)) {
                 Ok(()) => {
                     feed.outstanding += 1;
                     self.counters.reads.fetch_add(1, Ordering::Relaxed);
@@ -1087,7 +1101,8 @@ impl Subscription {
                         .then(|| a.reader.plan_ahead(a.landings[buf].bytes(), plan.position, self.options.batch))
                         .flatten();
                     if let Some(next) = ahead {
-                        match post_ring_read((feed.gen, key, &feed.qp), a, other, next) {
+                        match post_ring_read((feed.gen, key, &feed.qp), a, other, next, (&self.node.pd, &self.counters))
+                        {
                             Ok(()) => {
                                 feed.outstanding += 1;
                                 self.counters.reads.fetch_add(1, Ordering::Relaxed);
@@ -1282,14 +1297,23 @@ fn post_control(
     Ok(())
 }
 
-/// Posts a READ of the publisher's ring as `plan` says into READ buffer `buf`; it is then the
-/// feed's READ in flight.
+/// Posts a READ of the publisher's ring as `plan` says into READ buffer `buf`, which has no
+/// READ in flight and no queued message pointing into it; it is then the feed's READ in flight.
+/// A buffer too small for the READ is replaced by a larger one first (at least twice its size,
+/// at most the feed's longest READ), registered in `pd` and counted in `counters`.
 fn post_ring_read(
     (gen, key, qp): (u32, usize, &QueuePair),
     a: &mut ActiveFeed,
     buf: usize,
     plan: ReadPlan,
+    (pd, counters): (&ProtectionDomain, &SubscriptionCounters),
 ) -> crate::fabric::Result<()> {
+    let old = a.landings[buf].capacity();
+    if plan.len > old {
+        let len = plan.len.max(2 * old).min(a.max_read_len).max(plan.len);
+        a.landings[buf] = ReadBuffer::new(pd, len)?;
+        counters.read_buffer_bytes.fetch_add((len - old) as u64, Ordering::Relaxed);
+    }
     let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
     a.landings[buf].post_read(qp, wr_id(key, gen, KIND_READ, 0), remote, plan.len)?;
     a.plan = Some(plan);
