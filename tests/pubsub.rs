@@ -410,23 +410,19 @@ fn read_buffers_grow_with_the_records_read_not_with_the_ring() {
     let big = 3 << 20;
     let size = move |seq: u64| if seq == 101 { big } else { 1000 };
     let deadline = Instant::now() + WAIT;
-    for seq in 1..=100 {
-        publisher.publish(&payload(seq, size(seq))).unwrap();
-    }
-    for expected in 1..=100 {
-        let m = recv_until(&mut sub, deadline);
-        assert_eq!(m.seq, expected);
-        check(&m, size);
-    }
+    let exchange = |seqs: std::ops::RangeInclusive<u64>, sub: &mut rdma_pubsub::Subscription| {
+        for seq in seqs.clone() {
+            publisher.publish(&payload(seq, size(seq))).unwrap();
+        }
+        for expected in seqs {
+            let m = recv_until(sub, deadline);
+            assert_eq!(m.seq, expected);
+            check(&m, size);
+        }
+    };
+    exchange(1..=100, &mut sub);
     assert_eq!(held(&sub), 2 * batch, "small messages need no larger buffer");
-    for seq in 101..=102 {
-        publisher.publish(&payload(seq, size(seq))).unwrap();
-    }
-    for expected in 101..=102 {
-        let m = recv_until(&mut sub, deadline);
-        assert_eq!(m.seq, expected);
-        check(&m, size);
-    }
+    exchange(101..=102, &mut sub);
     let grown = held(&sub);
     assert!(grown > 2 * batch && grown >= big as u64, "a buffer grew to hold the 3 MiB record: {grown}");
     assert!(grown <= 2 * ((4 << 20) + 64), "never past what the ring's largest record needs: {grown}");
