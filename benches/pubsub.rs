@@ -31,6 +31,8 @@
 //!
 //! Run: `taskset -c 0,1 cargo bench --bench pubsub`. Each point measures ~2 s.
 
+#[path = "../src/bin/pubsub-demo/placement.rs"]
+mod placement;
 #[path = "common/read_pair.rs"]
 mod read_pair;
 
@@ -42,9 +44,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::time::{clock_gettime, ClockId};
-use nix::unistd::Pid;
+use placement::Placement;
 use rdma_pubsub::fabric::FabricKind;
 use rdma_pubsub::{DiscoveryOptions, Node, Policy, Publisher, PublisherOptions, Start, SubscriptionOptions};
 use read_pair::{ReadPair, MAX_OUTSTANDING, WINDOW_BYTES};
@@ -272,37 +273,10 @@ fn publisher_cpu_overwrite(c: &mut Criterion) {
     group.finish();
 }
 
-/// The publishing thread's CPU and the others' (see the module documentation).
-struct Placement {
-    publisher: CpuSet,
-    others: CpuSet,
-    all: CpuSet,
-}
-
-impl Placement {
-    /// The first allowed CPU for the publisher, the rest for the others; `None` with fewer
-    /// than two allowed CPUs.
-    fn new() -> Option<Placement> {
-        let all = sched_getaffinity(Pid::from_raw(0)).ok()?;
-        let first = (0..CpuSet::count()).find(|&c| all.is_set(c).unwrap_or(false))?;
-        let mut others = all;
-        others.unset(first).ok()?;
-        (0..CpuSet::count()).find(|&c| others.is_set(c).unwrap_or(false))?;
-        let mut publisher = CpuSet::new();
-        publisher.set(first).ok()?;
-        Some(Placement { publisher, others, all })
-    }
-
-    /// Moves the calling thread (and the threads it starts from now on) to `cpus`.
-    fn enter(cpus: &CpuSet) {
-        sched_setaffinity(Pid::from_raw(0), cpus).expect("set the CPU affinity of the bench thread");
-    }
-
-    /// A fan-out whose threads run on the other CPUs; the caller stays there too.
-    fn fanout(&self, subs: usize, size: usize) -> Fanout {
-        Self::enter(&self.others);
-        Fanout::new(subs, size, Policy::Block { timeout: WAIT })
-    }
+/// A fan-out whose threads run on the CPUs other than the publisher's; the caller stays there.
+fn placed_fanout(placement: &Placement, subs: usize, size: usize) -> Fanout {
+    placement.enter_others().expect("place the fan-out's threads");
+    Fanout::new(subs, size, Policy::Block { timeout: WAIT })
 }
 
 impl Fanout {
@@ -339,14 +313,16 @@ fn publisher_cpu_paced(_: &mut Criterion) {
     if !filters.is_empty() && !filters.iter().any(|f| "publisher_cpu_paced".contains(f.as_str())) {
         return;
     }
-    let Some(placement) = Placement::new() else {
+    let Some(placement) = Placement::new(None).ok() else {
         eprintln!("publisher_cpu_paced needs two allowed CPUs: skipped");
         return;
     };
     for size in SIZES {
-        let mut sixteen = placement.fanout(16, size);
-        let mut one = placement.fanout(1, size);
-        Placement::enter(&placement.publisher);
+        let mut sixteen = placed_fanout(&placement, 16, size);
+        let mut one = placed_fanout(&placement, 1, size);
+        placement.enter_publisher().expect("pin the publisher");
+        assert_eq!(placement::thread_cpus(), placement.cpu.to_string(), "the publishing thread is pinned");
+        PACED_PLACEMENT.lock().expect("placement").replace((placement.cpu, placement.others_list.clone()));
         let rate = sixteen.sustained_rate(Duration::from_millis(500)) * PACE_SHARE;
         PACED_RATES.lock().expect("rates").insert(size, rate);
         let per_round = ((rate * PACE_ROUND.as_secs_f64()) as u64).max(1);
@@ -355,10 +331,13 @@ fn publisher_cpu_paced(_: &mut Criterion) {
             one.run(per_round, 1, kind, Some(rate));
             sixteen.run(per_round, 16, kind, Some(rate));
         }
-        Placement::enter(&placement.others);
+        placement.enter_others().expect("place the next fan-out's threads");
     }
-    Placement::enter(&placement.all);
+    placement.leave().expect("restore the allowed CPUs");
 }
+
+/// The publisher's CPU and the others' in the paced measurement.
+static PACED_PLACEMENT: Mutex<Option<(usize, String)>> = Mutex::new(None);
 
 /// The rate each size was paced at (messages a second).
 static PACED_RATES: Mutex<BTreeMap<usize, f64>> = Mutex::new(BTreeMap::new());
@@ -433,7 +412,11 @@ fn summary() {
     }
     let rates = PACED_RATES.lock().expect("rates");
     if !rates.is_empty() {
-        println!("\npublisher CPU per message at the same rate, publisher alone on a CPU (publisher_cpu_paced)");
+        let (cpu, others) = PACED_PLACEMENT.lock().expect("placement").clone().unwrap_or_default();
+        println!(
+            "\npublisher CPU per message at the same rate (publisher_cpu_paced): publisher alone on CPU {cpu}, \
+             every other thread on CPUs {others}"
+        );
         println!("{:>8} {:>10} {:>12} {:>12} {:>10}", "size", "msgs/s", "1 sub", "16 subs", "16 ÷ 1");
         for (size, rate) in rates.iter() {
             let cpu = |n| all.get(&("paced", n, *size)).map(|t: &Totals| t.cpu_per_message().as_secs_f64());

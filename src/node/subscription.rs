@@ -332,6 +332,11 @@ struct ActiveFeed {
 }
 
 impl ActiveFeed {
+    /// Bytes of the feed's READ buffers.
+    fn read_buffer_bytes(&self) -> u64 {
+        self.landings.iter().map(|b| b.capacity() as u64).sum()
+    }
+
     /// A READ brought something (or the control block showed data waiting).
     fn note_progress(&mut self) {
         self.empty_since = None;
@@ -876,9 +881,8 @@ impl Subscription {
         // Small until a record needs more: a ring that allows large records costs nothing
         // while its messages are small.
         let max_read_len = reader.max_read_len(self.options.batch);
-        let landing_len = self.options.batch.max(CONTROL_READ_LEN).min(max_read_len);
+        let landing_len = self.options.batch.max(CONTROL_READ_LEN);
         let landings = [ReadBuffer::new(&self.node.pd, landing_len)?, ReadBuffer::new(&self.node.pd, landing_len)?];
-        self.counters.read_buffer_bytes.fetch_add(2 * landing_len as u64, Ordering::Relaxed);
         let (id, epoch) = (accept.publisher_id, accept.epoch);
         // What earlier connections to this publisher's epoch delivered (or still hold ready).
         let skip_through = self
@@ -914,6 +918,8 @@ impl Subscription {
             skip_through,
             pacer: ReadPacer::default(),
         }));
+        let held = feed.active.as_ref().map_or(0, |a| a.read_buffer_bytes());
+        self.counters.read_buffer_bytes.fetch_add(held, Ordering::Relaxed);
         Ok(info)
     }
 
@@ -932,8 +938,7 @@ impl Subscription {
             self.by_conn.remove(&feed.conn);
             self.node.routes.lock().remove(&feed.conn);
             if let Some(a) = &feed.active {
-                let held: usize = a.landings.iter().map(ReadBuffer::capacity).sum();
-                self.counters.read_buffer_bytes.fetch_sub(held as u64, Ordering::Relaxed);
+                self.counters.read_buffer_bytes.fetch_sub(a.read_buffer_bytes(), Ordering::Relaxed);
                 let last = a.reader.next_seq().saturating_sub(1);
                 let entry = self.delivered.entry((a.info.id, a.info.epoch)).or_insert(0);
                 *entry = (*entry).max(last);
@@ -1310,7 +1315,7 @@ fn post_ring_read(
 ) -> crate::fabric::Result<()> {
     let old = a.landings[buf].capacity();
     if plan.len > old {
-        let len = plan.len.max(2 * old).min(a.max_read_len).max(plan.len);
+        let len = (2 * old).min(a.max_read_len).max(plan.len);
         a.landings[buf] = ReadBuffer::new(pd, len)?;
         counters.read_buffer_bytes.fetch_add((len - old) as u64, Ordering::Relaxed);
     }

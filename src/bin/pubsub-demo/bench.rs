@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use rdma_pubsub::{Checksum, DiscoveryOptions, Node, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
 
 use crate::cli::{checksum_name, BenchArgs, PolicyArg};
-use crate::{payload, procinfo, Fail};
+use crate::{payload, placement, procinfo, Fail};
 
 /// Latency messages per point even when its time is up.
 const MIN_LATENCY_SAMPLES: u64 = 200;
@@ -66,7 +66,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
     // With a pinned publisher, every thread but the publishing one goes to the other CPUs:
     // the nodes' threads and the subscriber threads inherit the CPUs of the main thread, which
     // moves to its own CPU only to publish.
-    let placement = args.pin_publisher.map(procinfo::Placement::new).transpose().map_err(Fail::Usage)?;
+    let placement = args.pin_publisher.map(placement::Placement::new).transpose().map_err(Fail::Usage)?;
     if let Some(p) = &placement {
         p.enter_others().map_err(Fail::Usage)?;
     }
@@ -160,6 +160,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             .collect();
         println!("[\n  {}\n]", objects.join(",\n  "));
     }
+    if let Some(p) = &placement {
+        p.leave().map_err(Fail::Usage)?;
+    }
     if damaged > 0 {
         eprintln!("pubsub-demo bench: {damaged} damaged messages");
         return Err(Fail::Check);
@@ -171,7 +174,7 @@ fn measure(
     pub_node: &Node,
     sub_node: &Node,
     args: &BenchArgs,
-    placement: Option<&procinfo::Placement>,
+    placement: Option<&placement::Placement>,
     size: u64,
     subs: u64,
 ) -> Result<Point, Fail> {
@@ -211,7 +214,7 @@ fn measure(
     if let Some(p) = placement {
         p.enter_publisher().map_err(Fail::Usage)?;
     }
-    let publisher_cpus = procinfo::thread_cpus();
+    let publisher_cpus = placement::thread_cpus();
     let deadline = Instant::now() + Duration::from_secs_f64(args.seconds.max(0.1));
     let mut buf = vec![0u8; size];
     payload::fill(&mut buf, stream, 0, 0);
@@ -302,7 +305,7 @@ fn measure(
 /// sequence seen) and recording the latency of stamped messages.
 fn receive(mut sub: rdma_pubsub::Subscription, stream: u32, base: Instant, progress: &AtomicU64) -> SubResult {
     let mut r = SubResult {
-        cpus: procinfo::thread_cpus(),
+        cpus: placement::thread_cpus(),
         latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"),
         lost: 0,
         damaged: 0,

@@ -281,11 +281,11 @@ pub struct BenchArgs {
     /// Print JSON (an array of objects) instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Run the publishing thread alone on this CPU and every other thread on the other allowed
-    /// CPUs: its CPU time per message is then its own work, without the cost of sharing a CPU
-    /// with the subscribers and NIC threads it feeds.
-    #[arg(long, value_name = "CPU")]
-    pub pin_publisher: Option<usize>,
+    /// Run the publishing thread alone on this CPU (default: the first allowed one) and every
+    /// other thread on the other allowed CPUs: its CPU time per message is then its own work,
+    /// without the cost of sharing a CPU with the subscribers and NIC threads it feeds.
+    #[arg(long, value_name = "CPU", num_args = 0..=1)]
+    pub pin_publisher: Option<Option<usize>>,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -15,6 +15,7 @@ mod bench;
 mod cli;
 mod demo;
 mod payload;
+mod placement;
 mod procinfo;
 mod pubsub;
 mod soak;
