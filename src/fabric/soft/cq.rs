@@ -1,6 +1,7 @@
 //! Completion queues and shared receive queues of the soft provider.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,12 @@ use crate::fabric::types::WorkCompletion;
 /// The state of a completion queue shared by the NIC (producer) and the owner (consumer).
 pub(crate) struct CqInner {
     depth: u32,
+    /// Completions queued (a copy of `st.queue.len()` written under the lock): an empty poll
+    /// reads it and returns without taking the lock, so a spinning poller costs the NIC
+    /// thread that pushes nothing.
+    queued: AtomicUsize,
+    /// The queue overflowed (sticky, as on hardware).
+    overrun: AtomicBool,
     st: Mutex<CqState>,
     cv: Condvar,
 }
@@ -31,16 +38,19 @@ enum Notify {
 #[derive(Default)]
 struct CqState {
     queue: VecDeque<WorkCompletion>,
-    overrun: bool,
     armed: Option<Notify>,
     notified: bool,
-    /// Polls in a row that found the queue empty.
-    empty_polls: u32,
 }
 
 impl CqInner {
     pub(crate) fn new(depth: u32) -> Self {
-        CqInner { depth, st: Mutex::new(CqState::default()), cv: Condvar::new() }
+        CqInner {
+            depth,
+            queued: AtomicUsize::new(0),
+            overrun: AtomicBool::new(false),
+            st: Mutex::new(CqState::default()),
+            cv: Condvar::new(),
+        }
     }
 
     /// Adds a completion; past `depth` the queue is overrun (sticky, as on hardware).
@@ -57,9 +67,10 @@ impl CqInner {
             None => false,
         };
         if st.queue.len() >= self.depth as usize {
-            st.overrun = true;
+            self.overrun.store(true, Ordering::Release);
         } else {
             st.queue.push_back(wc);
+            self.queued.store(st.queue.len(), Ordering::Release);
         }
         if fire {
             st.armed = None;
@@ -68,29 +79,22 @@ impl CqInner {
         }
     }
 
-    /// Moves completions into `out`. A poll that finds the queue empty right after another
-    /// empty one is a poller spinning: it yields the CPU, so that on a busy or single CPU the
-    /// NIC threads that produce the completion get to run instead of waiting for preemption.
+    /// Moves completions into `out`. An empty queue is seen from one atomic load, without the
+    /// lock; the poller never yields here (waiting is `poll_wait`'s business).
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
-        let mut st = self.st.lock();
-        if st.overrun {
+        if self.overrun.load(Ordering::Acquire) {
             return Err(Error::CqOverrun { depth: self.depth });
         }
+        if out.is_empty() || self.queued.load(Ordering::Acquire) == 0 {
+            return Ok(0);
+        }
+        let mut st = self.st.lock();
         let n = out.len().min(st.queue.len());
         for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
             *slot = wc;
         }
-        if n > 0 || out.is_empty() {
-            st.empty_polls = 0;
-            return Ok(n);
-        }
-        st.empty_polls = st.empty_polls.saturating_add(1);
-        let spinning = st.empty_polls > 1;
-        drop(st);
-        if spinning {
-            std::thread::yield_now();
-        }
-        Ok(0)
+        self.queued.store(st.queue.len(), Ordering::Release);
+        Ok(n)
     }
 
     fn arm(&self) {
@@ -194,6 +198,24 @@ impl SrqOps for SoftSrq {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_poll_does_not_take_the_lock_the_nic_pushes_under() {
+        let cq = Arc::new(CqInner::new(4));
+        let held = cq.st.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let poller = {
+            let cq = cq.clone();
+            std::thread::spawn(move || {
+                let mut out = [WorkCompletion::default(); 4];
+                tx.send(cq.poll(&mut out).map_err(|e| e.to_string())).unwrap();
+            })
+        };
+        let polled = rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        poller.join().unwrap();
+        assert_eq!(polled.expect("an empty poll returned while the lock was held").unwrap(), 0);
+    }
 
     #[test]
     fn overrun_is_sticky_and_arm_wakes_a_waiter() {
