@@ -1,0 +1,159 @@
+//! The CM thread's side of a publisher: connect requests are checked and accepted (the ring's
+//! address and the subscriber's start point go out in the accept private data) or rejected
+//! with a reason; established and disconnected connections are tracked.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::{wr_id, PublisherShared, SubConn, KIND_RECV, RECVS_PER_SUBSCRIBER, SLOT};
+use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
+use crate::protocol::{AcceptData, ConnectData, ProtocolError, RejectCode, RejectData, StartAt, TopicId};
+
+use super::super::ack_clock::AckClock;
+use super::super::{NodeShared, Route};
+
+impl PublisherShared {
+    /// CM thread: a subscriber asks to connect.
+    pub(super) fn accept(self: &Arc<Self>, req: ConnectRequest, data: &ConnectData) {
+        let mut st = self.state.lock();
+        let refuse = if st.closing {
+            Some((RejectCode::ShuttingDown, "the publisher is closing".to_string()))
+        } else if st.subs.len() >= self.options.max_subscribers {
+            Some((RejectCode::TooManySubscribers, format!("limit {}", self.options.max_subscribers)))
+        } else if !data.accepts.contains(self.options.policy.kind()) {
+            Some((RejectCode::PolicyNotAccepted, format!("{:?}", self.options.policy.kind())))
+        } else {
+            None
+        };
+        if let Some((reason, detail)) = refuse {
+            drop(st);
+            reject(&self.node, req, reason, &detail);
+            return;
+        }
+        let start = match data.start {
+            StartAt::Latest => st.producer.latest(),
+            StartAt::Earliest => st.producer.earliest(),
+        };
+        let accept = AcceptData {
+            topic: self.topic_id,
+            ring: self.remote,
+            region_len: self.region_len as u64,
+            capacity: st.producer.capacity() as u64,
+            epoch: self.node.epoch,
+            publisher_id: self.id,
+            policy: self.options.policy.kind(),
+            max_record_payload: self.max_record_payload as u32,
+            start_position: start.position,
+            start_seq: start.seq,
+            first_seq: start.first_seq,
+            checksum: st.producer.checksum(),
+        };
+        let encoded = match accept.encode() {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(topic = %self.topic, "encoding accept data: {e}");
+                return;
+            }
+        };
+        let caps = QpCaps {
+            max_send_wr: 32,
+            max_recv_wr: if self.srq.is_some() { 0 } else { RECVS_PER_SUBSCRIBER },
+            max_send_sge: 1,
+            max_recv_sge: 1,
+        };
+        let init = QpInit {
+            pd: &self.node.pd,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            srq: self.srq.as_ref(),
+            caps,
+            rnr_retry: RNR_RETRY_INFINITE,
+            min_rnr_timer: Duration::from_micros(640),
+        };
+        let conn = req.conn_id();
+        let peer = req.peer_addr();
+        self.node.routes.lock().insert(conn, Route::Subscriber(Arc::downgrade(self)));
+        let qp = match req.accept(&init, &encoded) {
+            Ok(qp) => qp,
+            Err(e) => {
+                self.node.routes.lock().remove(&conn);
+                tracing::warn!(topic = %self.topic, %peer, "accept failed: {e}");
+                return;
+            }
+        };
+        let key = st.subs.vacant_key();
+        if self.srq.is_none() {
+            for i in 0..RECVS_PER_SUBSCRIBER {
+                let slot = key as u32 * RECVS_PER_SUBSCRIBER + i;
+                if slot < self.recv_slots {
+                    let _ = qp.post_recv(wr_id(KIND_RECV, slot), &[self.ctrl.sge(slot as usize * SLOT, SLOT)]);
+                }
+            }
+        }
+        st.by_conn.insert(conn, key);
+        st.by_qp.insert(qp.qp_num(), key);
+        st.subs.insert(SubConn {
+            qp,
+            conn,
+            acked: start.position,
+            doorbell_at: None,
+            slow_since: None,
+            clock: AckClock::default(),
+            asked_for: 0,
+        });
+        st.refresh_credit(&self.counters);
+        self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(topic = %self.topic, %peer, position = start.position, "subscriber accepted");
+    }
+
+    /// CM thread: a subscriber's connection is up.
+    pub(crate) fn on_established(&self, conn: ConnId) {
+        tracing::trace!(topic = %self.topic, conn, "subscriber established");
+    }
+
+    /// CM thread: a subscriber's connection is gone.
+    pub(crate) fn on_disconnected(&self, conn: ConnId) {
+        let mut st = self.state.lock();
+        if let Some(&key) = st.by_conn.get(&conn) {
+            self.remove_subscriber(&mut st, key);
+        }
+    }
+}
+
+/// The id of the publisher of `topic` on node `node` (stable across restarts of a node with a
+/// fixed id).
+pub(crate) fn publisher_id(node: super::super::NodeId, topic: TopicId) -> u64 {
+    node ^ topic.0.rotate_left(29)
+}
+
+/// Rejects a connect request with a reason, counting it.
+fn reject(node: &NodeShared, req: ConnectRequest, reason: RejectCode, detail: &str) {
+    tracing::debug!(peer = %req.peer_addr(), ?reason, detail, "rejecting a subscriber");
+    node.counters.rejected_connects.fetch_add(1, Ordering::Relaxed);
+    let data = RejectData::new(reason, detail).encode().unwrap_or_default();
+    if let Err(e) = req.reject(&data) {
+        tracing::debug!("reject failed: {e}");
+    }
+}
+
+/// CM thread: routes a connect request to the local publisher of its topic.
+pub(crate) fn handle_connect_request(node: &Arc<NodeShared>, req: ConnectRequest) {
+    let data = match ConnectData::decode(req.private_data()) {
+        Ok(d) => d,
+        Err(e) => {
+            let reason = if matches!(e, ProtocolError::VersionMismatch { .. }) {
+                RejectCode::VersionMismatch
+            } else {
+                RejectCode::Malformed
+            };
+            reject(node, req, reason, &e.to_string());
+            return;
+        }
+    };
+    let publisher = node.publishers.lock().get(&data.topic).and_then(Weak::upgrade);
+    match publisher {
+        Some(p) => p.accept(req, &data),
+        None => reject(node, req, RejectCode::UnknownTopic, "no publisher of that topic on this node"),
+    }
+}

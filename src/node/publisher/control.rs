@@ -1,0 +1,196 @@
+//! The publisher's control traffic: draining its CQ (acks and doorbell requests in, control
+//! SENDs completing), the publisher → subscriber control SENDs (doorbells, drops), and
+//! removing subscribers.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{wr_id, PubState, PublisherShared, KIND_RECV, KIND_SEND, RECVS_PER_SUBSCRIBER, SLOT};
+use crate::error::{Error, Result};
+use crate::fabric::{SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion};
+use crate::protocol::{Control, DropReason, CONTROL_MSG_MAX};
+
+/// Completions taken from the CQ per poll.
+const POLL_BATCH: usize = 32;
+
+impl PublisherShared {
+    /// Drains the completion queue without blocking.
+    pub(super) fn progress(&self, st: &mut PubState) {
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
+        loop {
+            let n = match self.cq.poll(&mut wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, "publisher CQ: {e}");
+                    return;
+                }
+            };
+            self.handle_completions(st, &wcs[..n]);
+            if n < wcs.len() {
+                return;
+            }
+        }
+    }
+
+    pub(super) fn handle_completions(&self, st: &mut PubState, wcs: &[WorkCompletion]) {
+        for wc in wcs {
+            let slot = (wc.wr_id & 0xffff_ffff) as u32;
+            match wc.wr_id >> 32 {
+                KIND_SEND => st.free_send_slots.push(slot),
+                KIND_RECV => {
+                    if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
+                        self.on_control(st, wc.qp_num, slot, wc.byte_len as usize);
+                    }
+                    self.repost_recv(st, slot, wc.status);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn repost_recv(&self, st: &PubState, slot: u32, status: WcStatus) {
+        let sge = [self.ctrl.sge(slot as usize * SLOT, SLOT)];
+        let result = match &self.srq {
+            Some(srq) => srq.post_recv(wr_id(KIND_RECV, slot), &sge),
+            None => {
+                // Per-QP receives: slot s belongs to subscriber s / RECVS_PER_SUBSCRIBER.
+                if status != WcStatus::Success {
+                    return;
+                }
+                match st.subs.get((slot / RECVS_PER_SUBSCRIBER) as usize) {
+                    Some(sub) => sub.qp.post_recv(wr_id(KIND_RECV, slot), &sge),
+                    None => return,
+                }
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(topic = %self.topic, "reposting a receive: {e}");
+        }
+    }
+
+    fn on_control(&self, st: &mut PubState, qp_num: u32, slot: u32, len: usize) {
+        let mut bytes = [0u8; SLOT];
+        let len = len.min(SLOT);
+        if self.ctrl.buffer().read(slot as usize * SLOT, &mut bytes[..len]).is_err() {
+            return;
+        }
+        let Some(&key) = st.by_qp.get(&qp_num) else {
+            self.counters.bad_acks.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let tail = st.producer.tail();
+        match Control::decode(&bytes[..len]) {
+            Ok(Control::Ack { position, .. }) => {
+                let sub = &mut st.subs[key];
+                if position > tail || position < sub.acked {
+                    self.counters.bad_acks.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(topic = %self.topic, position, tail, "refused an ack outside [acked, tail]");
+                    return;
+                }
+                self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                sub.acked = position;
+                sub.slow_since = None;
+                sub.clock.on_ack(Instant::now());
+                st.refresh_credit(&self.counters);
+            }
+            Ok(Control::DoorbellRequest { armed, position }) => {
+                st.subs[key].doorbell_at = armed.then_some(position);
+                if armed {
+                    st.doorbell_floor = st.doorbell_floor.min(position);
+                }
+                self.ring_doorbells(st);
+            }
+            Ok(Control::Bye) => {}
+            Ok(other) => {
+                self.counters.bad_acks.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(topic = %self.topic, ?other, "a subscriber sent a publisher's control message");
+            }
+            Err(e) => {
+                self.counters.bad_acks.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(topic = %self.topic, "undecodable control message: {e}");
+            }
+        }
+    }
+
+    /// Sends a doorbell to every parked subscriber whose position the tail has passed, and
+    /// lowers the doorbell floor to the lowest one still armed. Nothing to do (one comparison)
+    /// while the tail has not passed the floor.
+    pub(super) fn ring_doorbells(&self, st: &mut PubState) {
+        let tail = st.producer.tail();
+        if tail <= st.doorbell_floor {
+            return;
+        }
+        let mut floor = u64::MAX;
+        for key in 0..st.subs.capacity() {
+            let Some(at) = st.subs.get(key).and_then(|s| s.doorbell_at) else { continue };
+            if tail > at && self.send_control(st, key, &Control::Doorbell { tail }).is_ok() {
+                st.subs[key].doorbell_at = None;
+                self.counters.doorbells.fetch_add(1, Ordering::Relaxed);
+            } else {
+                // Not passed yet, or no send slot now: the next commit tries again.
+                floor = floor.min(at);
+            }
+        }
+        st.doorbell_floor = floor;
+    }
+
+    /// Posts a control SEND to subscriber `key`; returns the slot used.
+    pub(super) fn send_control(&self, st: &mut PubState, key: usize, msg: &Control) -> Result<u32> {
+        if st.free_send_slots.is_empty() {
+            self.progress(st);
+        }
+        let slot = st.free_send_slots.pop().ok_or(Error::Closed("no free control send slot"))?;
+        let bytes = msg.encode()?;
+        debug_assert!(bytes.len() <= CONTROL_MSG_MAX);
+        let offset = (self.recv_slots + slot) as usize * SLOT;
+        let result = self.ctrl.buffer().write(offset, &bytes).map_err(Error::from).and_then(|_| {
+            let sge = [self.ctrl.sge(offset, bytes.len())];
+            st.subs[key]
+                .qp
+                .post_send(&SendRequest::new(wr_id(KIND_SEND, slot), SendOp::Send, &sge))
+                .map_err(Error::from)
+        });
+        match result {
+            Ok(()) => Ok(slot),
+            Err(e) => {
+                st.free_send_slots.push(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Tells subscriber `key` why, waits briefly for that to leave, and disconnects it.
+    pub(super) fn drop_subscriber(&self, st: &mut PubState, key: usize, reason: DropReason) {
+        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(topic = %self.topic, ?reason, "dropping a subscriber");
+        let msg = Control::Dropped { reason };
+        if let Ok(slot) = self.send_control(st, key, &msg) {
+            // Briefly: a slow subscriber may not take the notice, and the others must not wait.
+            self.await_send(st, slot, Instant::now() + Duration::from_millis(100));
+        }
+        self.remove_subscriber(st, key);
+    }
+
+    /// Waits (bounded) for the send in `slot` to complete, so a disconnect does not flush it.
+    pub(super) fn await_send(&self, st: &mut PubState, slot: u32, deadline: Instant) {
+        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
+        while !st.free_send_slots.contains(&slot) && Instant::now() < deadline {
+            let n = self.cq.poll_wait(&mut wcs, Duration::from_micros(50), Duration::from_millis(5)).unwrap_or(0);
+            self.handle_completions(st, &wcs[..n]);
+        }
+    }
+
+    pub(super) fn remove_subscriber(&self, st: &mut PubState, key: usize) {
+        if !st.subs.contains(key) {
+            return;
+        }
+        let sub = st.subs.remove(key);
+        st.refresh_credit(&self.counters);
+        st.by_conn.remove(&sub.conn);
+        st.by_qp.remove(&sub.qp.qp_num());
+        self.node.routes.lock().remove(&sub.conn);
+        if let Err(e) = sub.qp.disconnect() {
+            tracing::debug!(topic = %self.topic, "disconnect: {e}");
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! The publishing side of a topic: the ring in a remote-read-only region, the subscribers
+//! connected to it, acks as credits, the slow-subscriber policy, and doorbells for parked
+//! subscribers.
+//!
+//! One lock, `state`, guards the producer, the cached publisher limit and the subscriber
+//! table. A publishing call that fits under the cached limit holds it once, for the copy into
+//! the ring and the commit (`publish.rs`); one that must wait for credit takes the publishing
+//! *turn* (so that no other call interleaves with a message it wrote partly) and releases the
+//! lock while it waits (`credit.rs`), so the CM thread can accept subscribers meanwhile
+//! (`accept.rs`). Acks and doorbell requests arrive on the publisher's CQ, drained after each
+//! commit without blocking (`control.rs`).
+
+mod accept;
+mod control;
+mod credit;
+mod publish;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use slab::Slab;
+
+pub use crate::ring::Claim;
+
+use crate::error::{Error, Result};
+use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QueuePair, RemoteAddr, SharedReceiveQueue};
+use crate::protocol::{Control, Policy as WirePolicy, TopicId};
+use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
+
+use super::ack_clock::AckClock;
+use super::{check_topic, NodeShared};
+
+pub(crate) use accept::{handle_connect_request, publisher_id};
+
+/// What a publisher does when a subscriber falls behind by a whole ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Lossless: `publish` waits for the slowest subscriber up to `timeout`, then returns
+    /// [`Error::Timeout`].
+    Block {
+        /// Longest wait of one publish call.
+        timeout: Duration,
+    },
+    /// A subscriber that keeps the publisher waiting longer than `grace` is disconnected and
+    /// told why; the others are not slowed further.
+    DropSlow {
+        /// How long a slow subscriber may hold the publisher up.
+        grace: Duration,
+    },
+    /// The publisher never waits; a subscriber that was overrun learns exactly how many
+    /// messages it lost and continues from the oldest retained one.
+    Overwrite,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::Block { timeout: Duration::from_secs(5) }
+    }
+}
+
+impl Policy {
+    fn kind(self) -> WirePolicy {
+        match self {
+            Policy::Block { .. } => WirePolicy::Block,
+            Policy::DropSlow { .. } => WirePolicy::DropSlow,
+            Policy::Overwrite => WirePolicy::Overwrite,
+        }
+    }
+}
+
+/// Options of a publisher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublisherOptions {
+    /// Slow-subscriber policy.
+    pub policy: Policy,
+    /// Ring data bytes: a power of two, at least 64 KiB (default 1 MiB).
+    pub ring_capacity: usize,
+    /// Largest payload of one ring record; larger messages are fragmented (default: a
+    /// quarter of the ring).
+    pub max_record_payload: Option<usize>,
+    /// Most subscribers connected at once (default 256).
+    pub max_subscribers: usize,
+    /// On drop, how long to wait for subscribers to consume what was published (default 2 s).
+    pub linger: Duration,
+    /// The function that checksums the ring's records, which subscribers learn from the
+    /// accept private data (default `None`: whichever is faster on this CPU, timed once per
+    /// process by [`Checksum::fastest_here`]).
+    pub checksum: Option<Checksum>,
+}
+
+impl Default for PublisherOptions {
+    fn default() -> Self {
+        PublisherOptions {
+            policy: Policy::default(),
+            ring_capacity: 1 << 20,
+            max_record_payload: None,
+            max_subscribers: 256,
+            linger: Duration::from_secs(2),
+            checksum: None,
+        }
+    }
+}
+
+/// Counters of a publisher, readable while it runs.
+#[derive(Debug, Default)]
+pub struct PublisherCounters {
+    /// Messages published.
+    pub published: AtomicU64,
+    /// Payload bytes published.
+    pub bytes: AtomicU64,
+    /// Acks received.
+    pub acks: AtomicU64,
+    /// Acks refused (position not yet published, or unknown sender).
+    pub bad_acks: AtomicU64,
+    /// Doorbells sent.
+    pub doorbells: AtomicU64,
+    /// Subscribers accepted.
+    pub accepted: AtomicU64,
+    /// Subscribers dropped by the DropSlow policy.
+    pub dropped: AtomicU64,
+    /// Times `publish` waited for credit.
+    pub waits: AtomicU64,
+    /// Of those, the waits woken only by the solicited ack of the subscriber asked for credit
+    /// (several subscribers held the publisher back), not by every ack.
+    pub solicited_waits: AtomicU64,
+    /// `CreditWanted` requests sent: a blocked publisher asking the subscriber that will
+    /// probably ack last for a solicited ack.
+    pub credit_requests: AtomicU64,
+    /// Subscribers connected now (a gauge).
+    pub subscribers: AtomicU64,
+    /// Ring position after the last message published (a gauge, bytes).
+    pub position: AtomicU64,
+    /// Position acknowledged by the slowest connected subscriber (a gauge, bytes): the lag is
+    /// `position - slowest_ack`.
+    pub slowest_ack: AtomicU64,
+}
+
+/// Receive slots kept posted per subscriber (acks are coalesced; a few suffice).
+const RECVS_PER_SUBSCRIBER: u32 = 4;
+/// Send slots for publisher → subscriber control messages.
+const SEND_SLOTS: u32 = 64;
+/// Longest wait for the end-of-stream notices to leave before disconnecting: a bound
+/// for a dead peer; on a live one the send completes in microseconds (milliseconds in an
+/// emulated guest).
+const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes of one control slot.
+const SLOT: usize = 64;
+
+const KIND_RECV: u64 = 1;
+const KIND_SEND: u64 = 2;
+
+fn wr_id(kind: u64, slot: u32) -> u64 {
+    (kind << 32) | slot as u64
+}
+
+/// A subscriber connected to this publisher.
+struct SubConn {
+    qp: QueuePair,
+    conn: ConnId,
+    /// Consumed position from its acks (credit).
+    acked: u64,
+    /// Armed doorbell: ring when the tail passes this position.
+    doorbell_at: Option<u64>,
+    /// Since when it has been holding the publisher up (DropSlow).
+    slow_since: Option<Instant>,
+    /// The rhythm of its acks: which subscriber a blocked publisher asks for credit.
+    clock: AckClock,
+    /// The position it was last asked to ack by a `CreditWanted` (0: never).
+    asked_for: u64,
+}
+
+/// What the `state` lock guards.
+struct PubState {
+    producer: RingProducer,
+    subs: Slab<SubConn>,
+    by_conn: HashMap<ConnId, usize>,
+    by_qp: HashMap<u32, usize>,
+    free_send_slots: Vec<u32>,
+    /// The publisher limit: the position the producer may not write past, from the slowest
+    /// subscriber's credit ([`NO_LIMIT`] under Overwrite or with no subscriber). Refreshed
+    /// whenever an ack arrives or a subscriber comes or goes, never per message.
+    limit: u64,
+    /// The policy never limits the producer.
+    overwrite: bool,
+    /// The lowest armed doorbell position ([`u64::MAX`] when none is armed): a commit that does
+    /// not pass it has no doorbell to ring.
+    doorbell_floor: u64,
+    /// A publishing call holds the turn (it may have released the lock to wait for credit):
+    /// other publishing calls wait for the `turn` condition.
+    publishing: bool,
+    /// A message partly written when a Block timeout hit; finished by the next call.
+    unfinished: Option<Vec<u8>>,
+    closing: bool,
+}
+
+impl PubState {
+    /// Recomputes the publisher limit and the credit gauges from the subscribers' acks.
+    fn refresh_credit(&mut self, counters: &PublisherCounters) {
+        let slowest = self.subs.iter().map(|(_, s)| s.acked).min();
+        self.limit = match slowest {
+            Some(min) if !self.overwrite => self.producer.limit_for(min),
+            _ => NO_LIMIT,
+        };
+        counters.subscribers.store(self.subs.len() as u64, Ordering::Relaxed);
+        counters.slowest_ack.store(slowest.unwrap_or(self.producer.tail()), Ordering::Relaxed);
+    }
+}
+
+/// What the publisher's parts share with the CM thread.
+pub(crate) struct PublisherShared {
+    node: Arc<NodeShared>,
+    topic: String,
+    topic_id: TopicId,
+    id: u64,
+    options: PublisherOptions,
+    max_record_payload: usize,
+    remote: RemoteAddr,
+    region_len: usize,
+    cq: CompletionQueue,
+    srq: Option<SharedReceiveQueue>,
+    ctrl: MemoryRegion,
+    recv_slots: u32,
+    state: Mutex<PubState>,
+    /// Signalled when the publishing turn is given back.
+    turn: Condvar,
+    counters: Arc<PublisherCounters>,
+    // Declared last: deregistered after every queue pair that could READ it is gone. Only
+    // held: the producer writes through its buffer.
+    _ring: MemoryRegion,
+}
+
+/// Publishes messages on one topic. `Send + Sync`: share it between threads with an `Arc`.
+pub struct Publisher {
+    shared: Arc<PublisherShared>,
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher").field("topic", &self.shared.topic).field("id", &self.shared.id).finish()
+    }
+}
+
+impl Publisher {
+    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: PublisherOptions) -> Result<Publisher> {
+        check_topic(topic)?;
+        if options.max_subscribers == 0 || options.max_subscribers > 4096 {
+            return Err(Error::InvalidOption { option: "max_subscribers", detail: "must be in 1..=4096".into() });
+        }
+        let topic_id = TopicId::of(topic);
+        let mut config = RingConfig::new(options.ring_capacity, node.epoch);
+        if let Some(m) = options.max_record_payload {
+            config.max_record_payload = m;
+        }
+        config.checksum = options.checksum.unwrap_or_else(Checksum::fastest_here);
+        crate::ring::layout::check_geometry(config.capacity, config.max_record_payload)
+            .map_err(|e| Error::InvalidOption { option: "ring_capacity/max_record_payload", detail: e.to_string() })?;
+        let attrs = node.fabric.attributes().clone();
+        let ring = node.pd.register(config.region_len(), Access::REMOTE_READ)?;
+        let producer = RingProducer::new(Arc::clone(ring.buffer_arc()), config)?;
+        let srq_wanted = (options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER).min(attrs.max_srq_wr);
+        let srq = if attrs.max_srq_wr > 0 { Some(node.pd.create_srq(srq_wanted, 1)?) } else { None };
+        let recv_slots = if srq.is_some() { srq_wanted } else { options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER };
+        let ctrl = node.pd.register((recv_slots + SEND_SLOTS) as usize * SLOT, Access::LOCAL_WRITE)?;
+        let cq_depth = (recv_slots + SEND_SLOTS + 16).min(attrs.max_cqe);
+        let cq = node.fabric.create_cq(cq_depth)?;
+        if let Some(srq) = &srq {
+            for slot in 0..recv_slots {
+                srq.post_recv(wr_id(KIND_RECV, slot), &[ctrl.sge(slot as usize * SLOT, SLOT)])?;
+            }
+        }
+        let shared = Arc::new(PublisherShared {
+            id: publisher_id(node.id, topic_id),
+            topic: topic.to_owned(),
+            topic_id,
+            max_record_payload: config.max_record_payload,
+            remote: ring.remote(),
+            region_len: ring.len(),
+            cq,
+            srq,
+            recv_slots,
+            state: Mutex::new(PubState {
+                producer,
+                subs: Slab::new(),
+                by_conn: HashMap::new(),
+                by_qp: HashMap::new(),
+                free_send_slots: (0..SEND_SLOTS).rev().collect(),
+                limit: NO_LIMIT,
+                overwrite: options.policy == Policy::Overwrite,
+                doorbell_floor: u64::MAX,
+                publishing: false,
+                unfinished: None,
+                closing: false,
+            }),
+            turn: Condvar::new(),
+            counters: Arc::new(PublisherCounters::default()),
+            ctrl,
+            _ring: ring,
+            options,
+            node: node.clone(),
+        });
+        {
+            let mut publishers = node.publishers.lock();
+            if publishers.get(&topic_id).and_then(Weak::upgrade).is_some() {
+                return Err(Error::AlreadyPublishing { topic: topic.to_owned() });
+            }
+            publishers.insert(topic_id, Arc::downgrade(&shared));
+        }
+        node.stats.add_publisher(topic, shared.id, &shared.counters);
+        node.discovery.publisher_added(topic, topic_id);
+        Ok(Publisher { shared })
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.shared.topic
+    }
+
+    /// This publisher's id (what subscribers see in [`crate::PublisherInfo`]).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The function that checksums this publisher's records.
+    pub fn checksum(&self) -> Checksum {
+        self.shared.state.lock().producer.checksum()
+    }
+
+    /// Subscribers currently connected.
+    pub fn subscriber_count(&self) -> usize {
+        self.shared.state.lock().subs.len()
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &PublisherCounters {
+        &self.shared.counters
+    }
+
+    /// Sequence number the next message gets.
+    pub fn next_seq(&self) -> u64 {
+        self.shared.state.lock().producer.tail_seq()
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shared.close();
+    }
+}
+
+impl PublisherShared {
+    /// On drop: stop accepting, let subscribers consume (bounded by `linger`), tell them the
+    /// stream ended, and disconnect them.
+    fn close(&self) {
+        let deadline = super::deadline_after(self.options.linger);
+        let Ok((turn, mut st)) = self.take_turn(self.state.lock(), super::deadline_after(Duration::MAX)) else {
+            return;
+        };
+        st.closing = true;
+        drop(st);
+        {
+            let mut publishers = self.node.publishers.lock();
+            if publishers.get(&self.topic_id).is_some_and(|w| std::ptr::eq(w.as_ptr(), self)) {
+                publishers.remove(&self.topic_id);
+                self.node.discovery.publisher_removed(self.topic_id);
+            }
+        }
+        let _ = self.finish_unfinished(self.state.lock(), deadline);
+        self.wait_consumed(deadline);
+        let mut st = self.state.lock();
+        let final_seq = st.producer.tail_seq().saturating_sub(1);
+        let keys: Vec<usize> = st.subs.iter().map(|(k, _)| k).collect();
+        let mut slots = Vec::new();
+        for &key in &keys {
+            if let Ok(slot) = self.send_control(&mut st, key, &Control::EndOfStream { final_seq }) {
+                slots.push(slot);
+            }
+        }
+        let deadline = Instant::now() + NOTICE_TIMEOUT;
+        for slot in slots {
+            self.await_send(&mut st, slot, deadline);
+        }
+        for key in keys {
+            self.remove_subscriber(&mut st, key);
+        }
+        drop(st);
+        drop(turn);
+    }
+}
