@@ -4,7 +4,7 @@
 //! with the lowest armed doorbell. No clock read, no allocation, no system call: those wait
 //! for the calls that must block (`credit.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use parking_lot::MutexGuard;
@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::{Claim, PubState, Publisher, PublisherShared};
 use crate::error::{Error, Result};
+use crate::node::add_single_writer;
 use crate::ring::Append;
 
 impl Publisher {
@@ -132,10 +133,4 @@ impl PublisherShared {
         self.progress(st);
         self.ring_doorbells(st);
     }
-}
-
-/// Adds to a counter only ever written under the state lock: a load and a store, not a
-/// locked read-modify-write (readers still see whole values).
-fn add_single_writer(counter: &AtomicU64, n: u64) {
-    counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }

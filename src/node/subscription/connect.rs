@@ -1,0 +1,369 @@
+//! Connecting to publishers and following their connections: explicit and discovery-driven
+//! connects, CM events, activating a feed from the accept private data, closing feeds.
+
+use super::*;
+
+impl Subscription {
+    /// Starts connecting to the publisher of this topic on the node at `addr` (nothing to do
+    /// when a connection to `addr` is open or opening, e.g. made by discovery). The outcome
+    /// arrives as a [`SubscriptionEvent`] (see [`try_event`](Self::try_event)) while receiving,
+    /// or wait for it with [`connect_wait`](Self::connect_wait).
+    pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
+        let start = match self.options.start {
+            Start::Latest => StartAt::Latest,
+            Start::Earliest => StartAt::Earliest,
+        };
+        self.connect_at(addr, start)
+    }
+
+    pub(super) fn has_open_feed(&self, addr: SocketAddr) -> bool {
+        self.feeds.iter().any(|(_, f)| !f.closed && f.addr == addr)
+    }
+
+    pub(super) fn connect_at(&mut self, addr: SocketAddr, start: StartAt) -> Result<()> {
+        if self.has_open_feed(addr) {
+            return Ok(());
+        }
+        if self.feeds.len() >= 1 << 16 {
+            return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
+        }
+        let data = ConnectData {
+            topic: self.topic_id,
+            start,
+            accepts: PolicySet::ALL,
+            node_id: self.node.id,
+            flags: if self.options.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
+        }
+        .encode()?;
+        let ctrl = self.node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
+        let init = QpInit {
+            pd: &self.node.pd,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            srq: None,
+            caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
+            rnr_retry: RNR_RETRY_INFINITE,
+            min_rnr_timer: Duration::from_micros(640),
+        };
+        let key = self.feeds.vacant_key();
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1);
+        // Hold the routes while connecting so the CM thread cannot see the outcome first.
+        let mut routes = self.node.routes.lock();
+        let qp = self.node.channel.connect(addr, &init, &data, Duration::from_secs(5))?;
+        let conn = qp.conn_id();
+        routes.insert(conn, Route::Feed(self.events_tx.clone()));
+        drop(routes);
+        for slot in 0..RECV_SLOTS {
+            let offset = (2 + slot) * SLOT;
+            qp.post_recv(wr_id(key, gen, KIND_RECV, slot), &[ctrl.sge(offset, SLOT)])?;
+        }
+        self.by_conn.insert(conn, key);
+        self.feeds.insert(Feed {
+            qp,
+            conn,
+            addr,
+            gen,
+            ctrl,
+            active: None,
+            closed: false,
+            quiesced: false,
+            outstanding: RECV_SLOTS as u32,
+            closed_at: None,
+        });
+        Ok(())
+    }
+
+    /// Connects to `addr` and waits until the publisher accepted or refused.
+    pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
+        self.connect(addr)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.drain_feed_events();
+            let open = self.feeds.iter().find(|(_, f)| !f.closed && f.addr == addr);
+            if let Some(info) = open.and_then(|(_, f)| f.active.as_ref()).map(|a| a.info) {
+                return Ok(info);
+            }
+            if let Some(pos) = self.user_events.iter().position(|e| match e {
+                SubscriptionEvent::Connected(info) => info.addr == addr,
+                SubscriptionEvent::Rejected { addr: a, .. } | SubscriptionEvent::Unreachable { addr: a, .. } => {
+                    *a == addr
+                }
+                SubscriptionEvent::Disconnected { addr: a, .. } => *a == addr,
+                _ => false,
+            }) {
+                let event = self.user_events.remove(pos).expect("position is valid");
+                return match event {
+                    SubscriptionEvent::Connected(info) => {
+                        self.user_events.push_back(SubscriptionEvent::Connected(info));
+                        Ok(info)
+                    }
+                    SubscriptionEvent::Rejected { addr, reason, detail } => {
+                        Err(Error::Rejected { peer: addr, reason, detail })
+                    }
+                    SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Fabric(crate::fabric::Error::invalid(
+                        "connect",
+                        format!("{addr} is unreachable: {detail}"),
+                    ))),
+                    _ => Err(Error::Closed("the connection closed while it was being set up")),
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout { what: "connect", millis: timeout.as_millis() as u64 });
+            }
+            if let Ok(ev) = self.events_rx.recv_timeout(left.min(SLICE)) {
+                self.on_feed_event(ev);
+            }
+        }
+    }
+
+    /// Applies discovery's sightings: reports lost publishers (closing the connection to a
+    /// silent or restarted one) and connects to the publishers due.
+    pub(super) fn poll_discovery(&mut self) {
+        let Some(watch) = self.watch.as_mut() else { return };
+        let now = Instant::now();
+        let sightings: Vec<Sighting> = watch.receiver().try_iter().collect();
+        let mut lost = Vec::new();
+        for s in sightings {
+            if let Some(l) = watch.apply(s, now) {
+                lost.push(l);
+            }
+        }
+        for l in lost {
+            self.user_events.push_back(SubscriptionEvent::PublisherLost {
+                node: l.node,
+                epoch: l.epoch,
+                addr: l.addr,
+                reason: l.reason,
+            });
+            if matches!(l.reason, LostReason::Silent | LostReason::Restarted) {
+                let gone: Vec<usize> = self
+                    .feeds
+                    .iter()
+                    .filter(|(_, f)| !f.closed && f.addr == l.addr)
+                    .filter(|(_, f)| f.active.as_ref().is_none_or(|a| a.info.epoch == l.epoch))
+                    .map(|(k, _)| k)
+                    .collect();
+                for key in gone {
+                    self.close_feed(key);
+                }
+            }
+        }
+        let feeds = &self.feeds;
+        let Some(watch) = self.watch.as_mut() else { return };
+        let due = watch.due(now, |addr| feeds.iter().any(|(_, f)| !f.closed && f.addr == addr));
+        for (node, addr) in due {
+            // A publisher read before is resumed from its earliest retained message (duplicates
+            // of the same epoch are skipped); a new one starts where the options say.
+            let start = if self.seen.contains(&crate::node::publisher::publisher_id(node, self.topic_id)) {
+                StartAt::Earliest
+            } else {
+                match self.options.start {
+                    Start::Latest => StartAt::Latest,
+                    Start::Earliest => StartAt::Earliest,
+                }
+            };
+            if let Err(e) = self.connect_at(addr, start) {
+                tracing::debug!(topic = %self.topic, %addr, "auto-connect: {e}");
+                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail: e.to_string() });
+            }
+        }
+    }
+
+    pub(super) fn drain_feed_events(&mut self) {
+        while let Ok(ev) = self.events_rx.try_recv() {
+            self.on_feed_event(ev);
+        }
+    }
+
+    pub(super) fn on_feed_event(&mut self, ev: FeedEvent) {
+        match ev {
+            FeedEvent::Established { conn, private_data } => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                match self.activate(key, &private_data) {
+                    Ok(info) => {
+                        self.ever_connected = true;
+                        if !self.seen.insert(info.id) {
+                            self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Some(watch) = self.watch.as_mut() {
+                            watch.connected(info.addr);
+                        }
+                        self.user_events.push_back(SubscriptionEvent::Connected(info));
+                    }
+                    Err(e) => {
+                        let addr = self.feeds[key].addr;
+                        tracing::warn!(topic = %self.topic, %addr, "unusable accept from publisher: {e}");
+                        self.user_events.push_back(SubscriptionEvent::Rejected {
+                            addr,
+                            reason: RejectCode::Malformed,
+                            detail: format!("the publisher's accept data is unusable: {e}"),
+                        });
+                        self.remove_feed(key);
+                    }
+                }
+            }
+            FeedEvent::Rejected { conn, reason, private_data } => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                let addr = self.feeds[key].addr;
+                let event = match (reason, RejectData::decode(&private_data)) {
+                    (_, Ok(r)) => SubscriptionEvent::Rejected { addr, reason: r.reason, detail: r.detail },
+                    (CmReject::NoListener, Err(_)) => {
+                        SubscriptionEvent::Unreachable { addr, detail: "no node listens at that address".into() }
+                    }
+                    (other, Err(e)) => SubscriptionEvent::Rejected {
+                        addr,
+                        reason: RejectCode::Malformed,
+                        detail: format!("rejected ({other:?}) without a readable reason: {e}"),
+                    },
+                };
+                self.user_events.push_back(event);
+                self.remove_feed(key);
+            }
+            FeedEvent::Unreachable { conn, detail } => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                let addr = self.feeds[key].addr;
+                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail });
+                self.remove_feed(key);
+            }
+            FeedEvent::Disconnected { conn } => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                // What arrived before the disconnect (an end of stream, a drop notice) is in the
+                // CQ already: handle it first, so an orderly end is not reported as a failure.
+                self.drain_completions();
+                let Some(feed) = self.feeds.get_mut(key) else { return };
+                if feed.closed {
+                    return;
+                }
+                let event = match &feed.active {
+                    Some(a) => match a.end {
+                        Some(final_seq) => SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: false },
+                        None => SubscriptionEvent::Disconnected { addr: feed.addr, publisher: Some(a.info) },
+                    },
+                    None => SubscriptionEvent::Disconnected { addr: feed.addr, publisher: None },
+                };
+                self.user_events.push_back(event);
+                self.close_feed(key);
+            }
+        }
+    }
+
+    /// Sets up reading of the publisher's ring from its accept data.
+    pub(super) fn activate(&mut self, key: usize, private_data: &[u8]) -> Result<PublisherInfo> {
+        let accept = AcceptData::decode(private_data)?;
+        if accept.topic != self.topic_id {
+            return Err(Error::Protocol(crate::protocol::ProtocolError::Malformed {
+                what: "accept private data",
+                detail: "the publisher accepted another topic".into(),
+            }));
+        }
+        let reader = RingReader::new(accept.reader_config(self.options.max_message_len))?;
+        // Small until a record needs more: a ring that allows large records costs nothing
+        // while its messages are small.
+        let max_read_len = reader.max_read_len(self.options.batch);
+        let landing_len = self.options.batch.max(CONTROL_READ_LEN);
+        let landings = [ReadBuffer::new(&self.node.pd, landing_len)?, ReadBuffer::new(&self.node.pd, landing_len)?];
+        let (id, epoch) = (accept.publisher_id, accept.epoch);
+        // What earlier connections to this publisher's epoch delivered (or still hold ready).
+        let skip_through = self
+            .feeds
+            .iter()
+            .filter_map(|(k, f)| f.active.as_ref().filter(|a| k != key && a.info.id == id && a.info.epoch == epoch))
+            .map(|a| a.reader.next_seq().saturating_sub(1))
+            .chain(self.delivered.get(&(id, epoch)).copied())
+            .max()
+            .unwrap_or(0);
+        let feed = &mut self.feeds[key];
+        let info = PublisherInfo { id, epoch, addr: feed.addr, policy: accept.policy };
+        feed.active = Some(Box::new(ActiveFeed {
+            info,
+            reader,
+            landings,
+            max_read_len,
+            pending: [0, 0],
+            reading_into: 0,
+            caught_up: false,
+            ring: accept.ring,
+            capacity: accept.capacity,
+            plan: None,
+            ready: VecDeque::new(),
+            acked: accept.start_position,
+            ack_in_flight: false,
+            credit_wanted: None,
+            doorbell_req_in_flight: false,
+            idle: Idle::Active,
+            empty_since: None,
+            end: None,
+            need_control: false,
+            skip_through,
+            pacer: ReadPacer::default(),
+        }));
+        let held = feed.active.as_ref().map_or(0, |a| a.read_buffer_bytes());
+        self.counters.read_buffer_bytes.fetch_add(held, Ordering::Relaxed);
+        Ok(info)
+    }
+
+    /// Stops READing a feed; it is removed once its ready messages are delivered.
+    pub(super) fn close_feed(&mut self, key: usize) {
+        if let Some(feed) = self.feeds.get_mut(key) {
+            feed.closed = true;
+            feed.closed_at.get_or_insert_with(Instant::now);
+            let _ = feed.qp.disconnect();
+        }
+    }
+
+    pub(super) fn remove_feed(&mut self, key: usize) {
+        if self.feeds.contains(key) {
+            let feed = self.feeds.remove(key);
+            self.by_conn.remove(&feed.conn);
+            self.node.routes.lock().remove(&feed.conn);
+            if let Some(a) = &feed.active {
+                self.counters.read_buffer_bytes.fetch_sub(a.read_buffer_bytes(), Ordering::Relaxed);
+                let last = a.reader.next_seq().saturating_sub(1);
+                let entry = self.delivered.entry((a.info.id, a.info.epoch)).or_insert(0);
+                *entry = (*entry).max(last);
+                // Older epochs of this publisher are never read again.
+                self.delivered.retain(|&(id, epoch), _| id != a.info.id || epoch >= a.info.epoch);
+            }
+            if let Some(watch) = self.watch.as_mut() {
+                watch.closed(feed.addr, Instant::now());
+            }
+        }
+    }
+
+    pub(super) fn reap_closed(&mut self) {
+        let done: Vec<usize> = self
+            .feeds
+            .iter()
+            .filter(|(_, f)| {
+                let flushed = f.outstanding == 0 || f.closed_at.is_some_and(|t| t.elapsed() >= FLUSH_GRACE);
+                f.closed && flushed && f.active.as_ref().is_none_or(|a| a.ready.is_empty())
+            })
+            .map(|(k, _)| k)
+            .collect();
+        for key in done {
+            self.remove_feed(key);
+        }
+    }
+
+    pub(super) fn fail_feed(&mut self, key: usize, e: Error) {
+        let Some(feed) = self.feeds.get(key) else { return };
+        if feed.closed {
+            return;
+        }
+        if matches!(e, Error::Fabric(crate::fabric::Error::NotConnected { .. })) {
+            // The connection is going away: the CM's Disconnected event closes the feed, with
+            // the right event once the CQ was handled.
+            tracing::debug!(topic = %self.topic, addr = %feed.addr, "feed quiesced: {e}");
+            if let Some(feed) = self.feeds.get_mut(key) {
+                feed.quiesced = true;
+            }
+            return;
+        }
+        tracing::warn!(topic = %self.topic, addr = %feed.addr, "feed failed: {e}");
+        let publisher = feed.active.as_ref().map(|a| a.info);
+        self.user_events.push_back(SubscriptionEvent::Disconnected { addr: feed.addr, publisher });
+        self.close_feed(key);
+    }
+}

@@ -1,0 +1,183 @@
+//! Delivery to the application: `recv`, `recv_timeout`, `try_recv`, `recv_ref` and events.
+//! A message already parsed is handed out at once (the hot path: no clock read, no
+//! housekeeping); only when none is ready does the subscription run its feeds and wait.
+
+use super::*;
+
+impl Subscription {
+    /// The next event about this subscription's connections, if any.
+    pub fn try_event(&mut self) -> Option<SubscriptionEvent> {
+        self.drain_feed_events();
+        self.poll_discovery();
+        self.user_events.pop_front()
+    }
+
+    /// Waits for the next message (until every publisher has gone: then [`Error::Closed`]).
+    pub fn recv(&mut self) -> Result<Message> {
+        loop {
+            if let Some(m) = self.recv_timeout(Duration::MAX)? {
+                return Ok(m);
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the next message; `None` on timeout.
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Message>> {
+        Ok(self.ready_within(Some(timeout))?.map(|key| self.take_owned(key)))
+    }
+
+    /// Returns a message that has already arrived, making progress without blocking.
+    pub fn try_recv(&mut self) -> Result<Option<Message>> {
+        Ok(self.ready_within(None)?.map(|key| self.take_owned(key)))
+    }
+
+    /// Waits up to `timeout` for the next message and lends it without copying: the payload
+    /// stays in the READ buffer it arrived in (reassembled messages in a buffer of the
+    /// subscription) until the next call.
+    pub fn recv_ref(&mut self, timeout: Duration) -> Result<Option<MessageRef<'_>>> {
+        let Some(key) = self.ready_within(Some(timeout))? else { return Ok(None) };
+        let Subscription { feeds, stash, counters, .. } = self;
+        let feed = feeds[key].active.as_mut().expect("a ready feed is active");
+        let ready = feed.ready.pop_front().expect("a ready feed has a message");
+        let data: &[u8] = match ready.payload {
+            Payload::Slice { buf, offset, len } => {
+                feed.pending[buf] -= 1;
+                &feed.landings[buf].bytes()[offset..offset + len]
+            }
+            Payload::Owned(v) => {
+                *stash = v;
+                stash
+            }
+        };
+        counters.count_delivery(data.len());
+        Ok(Some(MessageRef { publisher: feed.info, seq: ready.seq, data }))
+    }
+
+    /// Waits up to `timeout` for the next message and deserializes it (bincode 2, serde).
+    pub fn recv_value<T: DeserializeOwned>(&mut self, timeout: Duration) -> Result<Option<(T, Message)>> {
+        let Some(m) = self.recv_timeout(timeout)? else { return Ok(None) };
+        let (value, _) = bincode::serde::decode_from_slice(&m.data, bincode::config::standard())
+            .map_err(|e| Error::Decode(e.to_string()))?;
+        Ok(Some((value, m)))
+    }
+
+    /// An iterator over messages; it ends when the subscription closes or fails.
+    pub fn iter(&mut self) -> impl Iterator<Item = Message> + '_ {
+        std::iter::from_fn(move || self.recv().ok())
+    }
+
+    /// The key of a feed with a message ready: at once when one was parsed already (no clock
+    /// read, no housekeeping), else after running the feeds for up to `timeout` (`None`: one
+    /// pass that does not block).
+    fn ready_within(&mut self, timeout: Option<Duration>) -> Result<Option<usize>> {
+        if let Some(key) = self.pick_ready() {
+            return Ok(Some(key));
+        }
+        self.next_ready(timeout.map(crate::node::deadline_after))
+    }
+
+    pub(super) fn take_owned(&mut self, key: usize) -> Message {
+        let feed = self.feeds[key].active.as_mut().expect("a ready feed is active");
+        let ready = feed.ready.pop_front().expect("a ready feed has a message");
+        let data = match ready.payload {
+            Payload::Slice { buf, offset, len } => {
+                feed.pending[buf] -= 1;
+                feed.landings[buf].bytes()[offset..offset + len].to_vec()
+            }
+            Payload::Owned(v) => v,
+        };
+        self.counters.count_delivery(data.len());
+        Message { publisher: feed.info, seq: ready.seq, data }
+    }
+
+    /// Runs the feeds until one has a message ready and returns its key; `None` when the
+    /// deadline passes (with no deadline: after one pass that does not block).
+    pub(super) fn next_ready(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
+        let mut wcs = [WorkCompletion::default(); 64];
+        loop {
+            self.drain_feed_events();
+            self.poll_discovery();
+            self.reap_closed();
+            if let Some(key) = self.pick_ready() {
+                return Ok(Some(key));
+            }
+            let may_return = self.watch.as_ref().is_some_and(Watch::expects_publishers);
+            if self.ever_connected && self.feeds.is_empty() && !may_return {
+                return Err(Error::Closed("every publisher of this subscription has gone"));
+            }
+            self.housekeeping();
+            let n = self.cq.poll(&mut wcs)?;
+            if n > 0 {
+                self.handle_completions(&wcs[..n]);
+                continue;
+            }
+            let Some(deadline) = deadline else { return Ok(None) };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let wait = deadline.saturating_duration_since(now).min(SLICE);
+            let any_active = self.feeds.iter().any(|(_, f)| f.active.is_some() && !f.closed);
+            if !any_active {
+                match &self.watch {
+                    Some(watch) => {
+                        // Wake on whichever comes first: a connection event or a sighting (it is
+                        // handled by `poll_discovery` at the top of the loop).
+                        let mut select = channel::Select::new();
+                        select.recv(&self.events_rx);
+                        select.recv(watch.receiver());
+                        let _ = select.ready_timeout(wait);
+                    }
+                    None => {
+                        if let Ok(ev) = self.events_rx.recv_timeout(wait) {
+                            self.on_feed_event(ev);
+                        }
+                    }
+                }
+                continue;
+            }
+            let reading = self.feeds.iter().any(|(_, f)| f.active.as_ref().is_some_and(|a| a.plan.is_some()));
+            let mut spin = if reading || self.options.busy_poll { READ_SPIN } else { Duration::ZERO };
+            let mut wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
+            // A paced feed READs again within microseconds: poll (yielding) until then rather
+            // than sleep, whose wake-up costs more than the delay.
+            let paced = self
+                .feeds
+                .iter()
+                .filter(|(_, f)| !f.closed && !f.quiesced)
+                .filter_map(|(_, f)| f.active.as_ref().filter(|a| a.plan.is_none()).and_then(|a| a.pacer.left(now)))
+                .min();
+            if let Some(left) = paced {
+                spin = spin.max(left);
+                wait = wait.min(left);
+            }
+            // Only so many subscriptions poll at once; the others block at once (see
+            // `spin_permit`). A busy-polling one always polls.
+            let permit = (spin > Duration::ZERO && !self.options.busy_poll).then(SpinPermit::try_acquire);
+            if let Some(None) = permit {
+                spin = Duration::ZERO;
+                self.counters.unpolled_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
+            drop(permit);
+            self.handle_completions(&wcs[..n]);
+        }
+    }
+
+    /// The next feed with a message ready, round-robin from the one after the last served.
+    pub(super) fn pick_ready(&mut self) -> Option<usize> {
+        let n = self.feeds.capacity();
+        let mut key = self.cursor;
+        for _ in 0..n {
+            if key >= n {
+                key = 0;
+            }
+            if self.feeds.get(key).is_some_and(|f| f.active.as_ref().is_some_and(|a| !a.ready.is_empty())) {
+                self.cursor = key + 1;
+                return Some(key);
+            }
+            key += 1;
+        }
+        None
+    }
+}

@@ -1,0 +1,468 @@
+//! The subscribing side of a topic: one feed per publisher connection, each pulling its
+//! publisher's ring with batched RDMA READs into two local READ buffers (one fills while the
+//! messages of the other are delivered), validating and
+//! reassembling records, acknowledging consumption with coalesced SENDs (the publisher's
+//! credits), and parking on a doorbell when the topic is idle.
+//!
+//! With discovery on, a subscription watches its topic in the node's directory and connects to
+//! every publisher announced, reconnecting when one comes back. Messages are deduplicated by
+//! (publisher id, epoch, seq): a reconnection to an epoch already read starts at the earliest
+//! retained message and skips what was delivered.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{self, Receiver, Sender};
+use serde::de::DeserializeOwned;
+use slab::Slab;
+
+use crate::error::{Error, Result};
+use crate::fabric::{
+    Access, CompletionQueue, ConnId, MemoryRegion, ProtectionDomain, QpCaps, QpInit, QueuePair, ReadBuffer,
+    RejectReason as CmReject, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
+};
+use crate::protocol::{
+    AcceptData, ConnectData, ConnectFlags, Control, DropReason, Policy as WirePolicy, PolicySet, RejectCode,
+    RejectData, StartAt, TopicId,
+};
+use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop, CONTROL_READ_LEN};
+
+use super::cm::FeedEvent;
+use super::discovery::watch::Watch;
+use super::discovery::{LostReason, Sighting};
+use super::pacing::ReadPacer;
+use super::spin_permit::SpinPermit;
+use super::{check_topic, NodeId, NodeShared, Route, SLICE};
+
+mod connect;
+mod deliver;
+mod pull;
+
+/// Where a new subscription starts in each publisher's stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Start {
+    /// Only messages published after the subscription connects.
+    #[default]
+    Latest,
+    /// Every message the publisher still retains.
+    Earliest,
+}
+
+/// Options of a subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionOptions {
+    /// Where to start.
+    pub start: Start,
+    /// Bytes one READ brings at most (default 256 KiB).
+    pub batch: usize,
+    /// Never park: keep READing while idle (lowest latency, one busy core).
+    pub busy_poll: bool,
+    /// How long empty READs continue before the subscription asks for a doorbell and parks.
+    pub spin: Duration,
+    /// Largest message reassembled (default 64 MiB); larger ones break the feed.
+    pub max_message_len: u64,
+    /// Connect by itself to every publisher of the topic discovery announces, and reconnect
+    /// to those that come back (default true; no effect when the node's discovery is off).
+    /// Connections are made by the subscription's own calls (`recv*`, `try_recv`,
+    /// `try_event`), like all its progress.
+    pub auto_connect: bool,
+}
+
+impl Default for SubscriptionOptions {
+    fn default() -> Self {
+        SubscriptionOptions {
+            start: Start::Latest,
+            batch: 256 * 1024,
+            busy_poll: false,
+            spin: Duration::from_micros(200),
+            max_message_len: 64 << 20,
+            auto_connect: true,
+        }
+    }
+}
+
+/// Who published a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublisherInfo {
+    /// The publisher's id (stable for a node and topic).
+    pub id: u64,
+    /// Its node's epoch: a restarted node has a larger one.
+    pub epoch: u64,
+    /// Its node's address.
+    pub addr: SocketAddr,
+    /// Its slow-subscriber policy.
+    pub policy: WirePolicy,
+}
+
+/// A delivered message (owned).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Who published it.
+    pub publisher: PublisherInfo,
+    /// Its sequence number in that publisher's stream (1, 2, ...).
+    pub seq: u64,
+    /// The payload.
+    pub data: Vec<u8>,
+}
+
+/// A delivered message borrowed from the subscription's READ buffer (zero copy). Valid until
+/// the next call on the subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    /// Who published it.
+    pub publisher: PublisherInfo,
+    /// Its sequence number in that publisher's stream.
+    pub seq: u64,
+    /// The payload.
+    pub data: &'a [u8],
+}
+
+/// Something that happened to a subscription's connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubscriptionEvent {
+    /// Connected to a publisher.
+    Connected(PublisherInfo),
+    /// The publisher overran this subscription (Overwrite policy): `count` messages were lost
+    /// just before the next one delivered from it.
+    Lost {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// How many messages.
+        count: u64,
+    },
+    /// The publisher closed its stream; `complete` tells whether everything up to `final_seq`
+    /// was delivered.
+    Ended {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// Its last sequence number.
+        final_seq: u64,
+        /// Whether nothing was missed.
+        complete: bool,
+    },
+    /// The publisher dropped this subscription (DropSlow policy), saying why.
+    Dropped {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// Its reason.
+        reason: DropReason,
+    },
+    /// The connection broke (the publisher's node died or the network failed).
+    Disconnected {
+        /// The publisher's node.
+        addr: SocketAddr,
+        /// The publisher, when the connection had been established.
+        publisher: Option<PublisherInfo>,
+    },
+    /// A publisher's node refused the subscription.
+    Rejected {
+        /// The node.
+        addr: SocketAddr,
+        /// Why.
+        reason: RejectCode,
+        /// Its explanation.
+        detail: String,
+    },
+    /// A publisher's node could not be reached.
+    Unreachable {
+        /// The node.
+        addr: SocketAddr,
+        /// What failed.
+        detail: String,
+    },
+    /// Discovery says a publisher of the topic is gone. After [`LostReason::Silent`] and
+    /// [`LostReason::Restarted`] the connection to it is closed; the subscription reconnects
+    /// by itself when the node is announced again.
+    PublisherLost {
+        /// The publisher's node.
+        node: NodeId,
+        /// The epoch that is gone.
+        epoch: u64,
+        /// Its address.
+        addr: SocketAddr,
+        /// How discovery knows.
+        reason: LostReason,
+    },
+}
+
+/// Counters of a subscription.
+#[derive(Debug, Default)]
+pub struct SubscriptionCounters {
+    /// Messages delivered.
+    pub delivered: AtomicU64,
+    /// Payload bytes delivered.
+    pub bytes: AtomicU64,
+    /// READs issued.
+    pub reads: AtomicU64,
+    /// READs that brought nothing new.
+    pub empty_reads: AtomicU64,
+    /// READs posted ahead: before the READ that showed more written data was validated.
+    pub reads_ahead: AtomicU64,
+    /// Records re-read because a READ raced a write.
+    pub torn: AtomicU64,
+    /// Messages lost to overruns.
+    pub lost: AtomicU64,
+    /// Acks sent.
+    pub acks: AtomicU64,
+    /// Doorbells requested.
+    pub doorbell_requests: AtomicU64,
+    /// Doorbells received.
+    pub doorbells: AtomicU64,
+    /// Connections established to a publisher this subscription had been connected to before.
+    pub reconnects: AtomicU64,
+    /// Messages skipped because they had been delivered already (reconnection to the same epoch).
+    pub duplicates: AtomicU64,
+    /// Waits that blocked at once instead of polling first, because as many subscriptions of
+    /// the process as it has CPUs but one were polling already.
+    pub unpolled_waits: AtomicU64,
+    /// `CreditWanted` requests received from publishers waiting for credit.
+    pub credit_requests: AtomicU64,
+    /// Acks sent as solicited SENDs, answering those requests.
+    pub solicited_acks: AtomicU64,
+    /// Bytes of READ buffers the subscription holds now (a gauge). A feed's two buffers start
+    /// at the batch size and grow to the largest READ its records need, never past what the
+    /// ring's largest record needs.
+    pub read_buffer_bytes: AtomicU64,
+}
+
+impl SubscriptionCounters {
+    /// Counts a delivered message. Only the subscription's owner (`&mut`) delivers: a load and
+    /// a store, not a locked read-modify-write, per message.
+    fn count_delivery(&self, len: usize) {
+        super::add_single_writer(&self.delivered, 1);
+        super::add_single_writer(&self.bytes, len as u64);
+    }
+}
+
+const KIND_READ: u64 = 1;
+const KIND_ACK: u64 = 2;
+const KIND_DOORBELL_REQ: u64 = 3;
+const KIND_RECV: u64 = 4;
+
+/// Control slots per feed: [ack send, doorbell-request send, receives...].
+const RECV_SLOTS: usize = 4;
+const SLOT: usize = 64;
+const CTRL_LEN: usize = (2 + RECV_SLOTS) * SLOT;
+/// How long a subscription polls (yielding the CPU between polls) for the completion of a READ
+/// in flight before it blocks: a 1 MiB READ takes a few hundred microseconds on the soft fabric,
+/// and a wake-up from a blocked wait on these machines costs as much again.
+const READ_SPIN: Duration = Duration::from_micros(300);
+/// Longest a closed feed waits for the flush of its work requests before it is removed.
+const FLUSH_GRACE: Duration = Duration::from_secs(2);
+/// Longest a parked feed waits before READing anyway (guards against a lost wake-up).
+const PARK_RECHECK: Duration = Duration::from_millis(100);
+
+fn wr_id(key: usize, gen: u32, kind: u64, slot: usize) -> u64 {
+    ((key as u64) << 40) | ((gen as u64 & 0xffff) << 24) | (kind << 16) | slot as u64
+}
+
+fn split_wr_id(id: u64) -> (usize, u32, u64, usize) {
+    ((id >> 40) as usize, ((id >> 24) & 0xffff) as u32, (id >> 16) & 0xff, (id & 0xffff) as usize)
+}
+
+/// A parsed message waiting for delivery.
+enum Payload {
+    /// In one of the feed's READ buffers.
+    Slice { buf: usize, offset: usize, len: usize },
+    /// Reassembled from fragments.
+    Owned(Vec<u8>),
+}
+
+struct Ready {
+    seq: u64,
+    payload: Payload,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// READing.
+    Active,
+    /// A doorbell was requested; the READ that follows it decides whether to park.
+    Requested,
+    /// Waiting for the doorbell.
+    Parked { since: Instant },
+}
+
+/// A connection to one publisher.
+struct Feed {
+    qp: QueuePair,
+    conn: ConnId,
+    addr: SocketAddr,
+    gen: u32,
+    ctrl: MemoryRegion,
+    active: Option<Box<ActiveFeed>>,
+    /// No more READs: closed, waiting for its ready messages to be delivered.
+    closed: bool,
+    /// The provider refuses or flushes this connection's work: post nothing more and let the
+    /// CM's `Disconnected` event close the feed (it first handles what the CQ holds, such as
+    /// an end-of-stream notice, so an orderly end is not reported as a failure).
+    quiesced: bool,
+    /// Work requests posted and not completed yet: a closed feed is removed only when the
+    /// provider has flushed them all (or after [`FLUSH_GRACE`]).
+    outstanding: u32,
+    closed_at: Option<Instant>,
+}
+
+struct ActiveFeed {
+    info: PublisherInfo,
+    reader: RingReader,
+    /// Two READ buffers: one READ lands in one while the messages of the other are delivered.
+    landings: [ReadBuffer; 2],
+    /// The longest READ this feed can need (the ring's largest record and a header past it):
+    /// how far the READ buffers may grow.
+    max_read_len: usize,
+    /// Queued messages that still point into each buffer.
+    pending: [usize; 2],
+    /// The buffer of the READ in flight.
+    reading_into: usize,
+    /// The last READ reached the end of what was written: READ again only once its messages
+    /// are delivered (reading ahead then would only bring small batches).
+    caught_up: bool,
+    ring: RemoteAddr,
+    capacity: u64,
+    /// The READ in flight.
+    plan: Option<ReadPlan>,
+    ready: VecDeque<Ready>,
+    acked: u64,
+    ack_in_flight: bool,
+    /// The publisher waits for credit and asked for a solicited ack once the consumed position
+    /// reaches this (`Control::CreditWanted`).
+    credit_wanted: Option<u64>,
+    doorbell_req_in_flight: bool,
+    idle: Idle,
+    empty_since: Option<Instant>,
+    /// The publisher announced the end of its stream after this sequence.
+    end: Option<u64>,
+    /// The last parse stopped on a lap: READ the control block next.
+    need_control: bool,
+    /// Messages up to this sequence were delivered by an earlier connection: skip them.
+    skip_through: u64,
+    /// Delays the next data READ while a trickle comes in (not with `busy_poll`).
+    pacer: ReadPacer,
+}
+
+impl ActiveFeed {
+    /// Bytes of the feed's READ buffers.
+    fn read_buffer_bytes(&self) -> u64 {
+        self.landings.iter().map(|b| b.capacity() as u64).sum()
+    }
+
+    /// A READ brought something (or the control block showed data waiting).
+    fn note_progress(&mut self) {
+        self.empty_since = None;
+        self.idle = Idle::Active;
+    }
+
+    /// A READ found nothing new; returns whether it is time to ask for a doorbell.
+    fn note_empty(&mut self, options: &SubscriptionOptions, now: Instant) -> bool {
+        match self.idle {
+            Idle::Active => {
+                let since = *self.empty_since.get_or_insert(now);
+                !options.busy_poll && now.duration_since(since) >= options.spin
+            }
+            Idle::Requested | Idle::Parked { .. } => {
+                self.idle = Idle::Parked { since: now };
+                false
+            }
+        }
+    }
+}
+
+/// A subscription to one topic: receives the messages of every publisher it is connected to,
+/// in order per publisher.
+pub struct Subscription {
+    node: Arc<NodeShared>,
+    topic: String,
+    topic_id: TopicId,
+    options: SubscriptionOptions,
+    cq: CompletionQueue,
+    feeds: Slab<Feed>,
+    by_conn: HashMap<ConnId, usize>,
+    next_gen: u32,
+    events_tx: Sender<FeedEvent>,
+    events_rx: Receiver<FeedEvent>,
+    user_events: VecDeque<SubscriptionEvent>,
+    cursor: usize,
+    ever_connected: bool,
+    /// Holds a reassembled message lent by `recv_ref`.
+    stash: Vec<u8>,
+    counters: Arc<SubscriptionCounters>,
+    /// Discovery's view of the topic's publishers (auto-connect).
+    watch: Option<Watch>,
+    /// Publishers ever connected to (by id): connecting again is a reconnection.
+    seen: HashSet<u64>,
+    /// Highest sequence delivered per (publisher id, epoch) by removed connections.
+    delivered: HashMap<(u64, u64), u64>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").field("topic", &self.topic).field("feeds", &self.feeds.len()).finish()
+    }
+}
+
+impl Subscription {
+    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: SubscriptionOptions) -> Result<Subscription> {
+        check_topic(topic)?;
+        if options.batch < 4096 || options.batch > 64 << 20 {
+            return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
+        }
+        let depth = 4096.min(node.fabric.attributes().max_cqe);
+        let cq = node.fabric.create_cq(depth)?;
+        let (events_tx, events_rx) = channel::unbounded();
+        let counters = Arc::new(SubscriptionCounters::default());
+        node.stats.add_subscription(topic, &counters);
+        let topic_id = TopicId::of(topic);
+        let watch = (options.auto_connect && node.discovery.enabled()).then(|| Watch::new(&node.discovery, topic_id));
+        Ok(Subscription {
+            topic: topic.to_owned(),
+            topic_id,
+            node,
+            options,
+            cq,
+            feeds: Slab::new(),
+            by_conn: HashMap::new(),
+            next_gen: 1,
+            events_tx,
+            events_rx,
+            user_events: VecDeque::new(),
+            cursor: 0,
+            ever_connected: false,
+            stash: Vec::new(),
+            counters,
+            watch,
+            seen: HashSet::new(),
+            delivered: HashMap::new(),
+        })
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &SubscriptionCounters {
+        &self.counters
+    }
+
+    /// Publishers currently connected.
+    pub fn publishers(&self) -> Vec<PublisherInfo> {
+        self.feeds.iter().filter(|(_, f)| !f.closed).filter_map(|(_, f)| f.active.as_ref().map(|a| a.info)).collect()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(watch) = &self.watch {
+            watch.unwatch(&self.node.discovery);
+        }
+        let mut routes = self.node.routes.lock();
+        for (_, feed) in self.feeds.iter() {
+            routes.remove(&feed.conn);
+        }
+    }
+}
