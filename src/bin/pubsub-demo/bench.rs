@@ -1,27 +1,63 @@
-//! `bench`: a throughput and latency matrix in one process, a publisher node and a subscriber
-//! node. For each (size, subscriber count):
+//! `bench`: a throughput and latency matrix, a publisher node and its subscribers: threads of
+//! this process on a second node, or (`--separate-processes`) processes of their own, each with
+//! its node (see [`processes`]). For each (size, subscriber count):
 //!
 //! 1. throughput: the publisher publishes as fast as the policy lets it, up to `--messages`
-//!    or 60 % of `--seconds`; the rate is messages / time until every subscriber has the last
-//!    one; `mb_per_sec` is the publisher's payload goodput (each message counted once);
+//!    or 60 % of `--seconds` (the clock is read every 1024 messages); the last message is
+//!    marked; the rate is messages / time until every subscriber has the last one;
+//!    `mb_per_sec` is the publisher's payload goodput (each message counted once);
+//!    `pub_cpu_us` is the publishing thread's CPU time per message, `sub_cpu_us` the CPU time
+//!    of the receiving threads (from each one's first message to the marked last one) over the
+//!    messages they received, summed over subscribers;
 //! 2. latency: one message at a time, the next when every subscriber has the previous one, for
-//!    the rest of `--seconds` (at least 200, at most 10 000 messages); each message carries its send time and
-//!    each subscriber records now − send time (same process, same clock) in an HDR histogram.
+//!    the rest of `--seconds` (at least 200, at most 10 000 messages); each message carries its
+//!    send time on `CLOCK_MONOTONIC` (one clock for every process of the host) and each
+//!    subscriber records receipt time − send time in an HDR histogram.
 
+mod plot;
+mod processes;
+mod receive;
+
+use std::fs::File;
+use std::io::Write;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rdma_pubsub::{Checksum, DiscoveryOptions, Node, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
+use rdma_pubsub::{Checksum, DiscoveryOptions, Node, PublisherOptions, Start, SubscriptionOptions};
 
 use crate::cli::{checksum_name, BenchArgs, PolicyArg};
 use crate::{payload, placement, procinfo, Fail};
 
 /// Latency messages per point even when its time is up.
 const MIN_LATENCY_SAMPLES: u64 = 200;
+
+/// Messages the publisher publishes between two readings of the clock in the throughput run.
+const CLOCK_EVERY: u64 = 1024;
+
+/// The table's columns: name and width (negative: left-aligned), in the order of [`row`].
+const COLUMNS: [(&str, i32); 16] = [
+    ("size", 9),
+    ("subs", 5),
+    ("policy", -9),
+    ("checksum", -8),
+    ("msgs/s", 11),
+    ("MB/s", 10),
+    ("p50_us", 9),
+    ("p99_us", 9),
+    ("p99.9_us", 9),
+    ("max_us", 9),
+    ("lost", 7),
+    ("waits/msg", 9),
+    ("acks/msg", 8),
+    ("doorbells/msg", 13),
+    ("pub_cpu_us", 10),
+    ("sub_cpu_us", 10),
+];
 
 /// One point of the matrix.
 struct Point {
@@ -46,23 +82,163 @@ struct Point {
     doorbells_per_msg: f64,
     /// CPU time of the publishing thread per message of the throughput run, µs.
     pub_cpu_us: f64,
+    /// CPU time of the receiving threads (or processes) in the throughput run per message
+    /// delivered, summed over subscribers, µs.
+    sub_cpu_us: f64,
     /// The CPUs the publishing thread was allowed during the point.
     publisher_cpus: String,
     /// The CPUs the subscriber threads were allowed (each reads its own; they agree).
     subscriber_cpus: String,
 }
 
-/// What one subscriber thread returns.
+/// What one subscriber (thread or process) counted.
 struct SubResult {
     /// The CPUs the thread was allowed.
     cpus: String,
     latency: Histogram<u64>,
     lost: u64,
     damaged: u64,
+    /// CPU time of its receiving thread in the throughput run.
+    cpu: Duration,
+    /// Messages it received in that time.
+    msgs: u64,
+}
+
+/// An empty latency histogram (1 ns to 1 h, 3 significant digits).
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+/// The subscribers of one point: threads of this process or processes of their own.
+enum Subscribers {
+    /// Threads, each publishing the last sequence it has in its atomic.
+    Threads { progress: Arc<Vec<AtomicU64>>, threads: Vec<JoinHandle<SubResult>> },
+    /// Processes.
+    Processes(processes::Group),
+}
+
+impl Subscribers {
+    /// Waits up to `timeout` until every subscriber has message `seq`: `Ok(false)` when the
+    /// time is up. Processes: an error when one dies or hangs, or (`strict`) when the time is up.
+    fn wait_all(&mut self, seq: u64, timeout: Duration, strict: bool) -> Result<bool, Fail> {
+        match self {
+            Subscribers::Threads { progress, .. } => {
+                let until = Instant::now() + timeout;
+                loop {
+                    if progress.iter().all(|p| p.load(Ordering::Acquire) >= seq) {
+                        return Ok(true);
+                    }
+                    if Instant::now() >= until {
+                        return Ok(false);
+                    }
+                    thread::yield_now();
+                }
+            }
+            Subscribers::Processes(group) => group.wait_all(seq, timeout, strict),
+        }
+    }
+
+    /// The publisher's error `fail`, naming the subscriber process that caused it if one did.
+    fn blame(&mut self, fail: Fail) -> Fail {
+        match self {
+            Subscribers::Threads { .. } => fail,
+            Subscribers::Processes(group) => group.blame(fail),
+        }
+    }
+
+    /// After the publisher has gone: what each subscriber counted.
+    fn finish(self) -> Result<Vec<SubResult>, Fail> {
+        match self {
+            Subscribers::Threads { threads, .. } => threads
+                .into_iter()
+                .map(|t| t.join().map_err(|_| Fail::Usage("a subscriber thread panicked".into())))
+                .collect(),
+            Subscribers::Processes(group) => group.finish(),
+        }
+    }
+}
+
+/// The table row of a point, aligned under [`COLUMNS`].
+fn row(p: &Point) -> String {
+    let fields = [
+        p.size.to_string(),
+        p.subscribers.to_string(),
+        p.policy.name().to_string(),
+        checksum_name(p.checksum).to_string(),
+        format!("{:.0}", p.msgs_per_sec),
+        format!("{:.1}", p.mb_per_sec),
+        format!("{:.1}", p.p50_us),
+        format!("{:.1}", p.p99_us),
+        format!("{:.1}", p.p999_us),
+        format!("{:.1}", p.max_us),
+        p.lost.to_string(),
+        format!("{:.2}", p.waits_per_msg),
+        format!("{:.2}", p.acks_per_msg),
+        format!("{:.2}", p.doorbells_per_msg),
+        format!("{:.3}", p.pub_cpu_us),
+        format!("{:.3}", p.sub_cpu_us),
+    ];
+    aligned(fields.iter().map(String::as_str))
+}
+
+/// `fields` padded to the widths of [`COLUMNS`], one space apart.
+fn aligned<'a>(fields: impl Iterator<Item = &'a str>) -> String {
+    let cells: Vec<String> = fields
+        .zip(COLUMNS)
+        .map(|(f, (_, w))| {
+            let width = w.unsigned_abs() as usize;
+            if w < 0 {
+                format!("{f:<width$}")
+            } else {
+                format!("{f:>width$}")
+            }
+        })
+        .collect();
+    cells.join(" ").trim_end().to_owned()
+}
+
+/// The `--plot` file, created before the run and removed again unless the chart was written.
+struct PlotFile {
+    path: PathBuf,
+    file: File,
+    written: bool,
+}
+
+impl PlotFile {
+    fn create(path: &Path) -> Result<PlotFile, Fail> {
+        let file = File::create(path).map_err(|e| {
+            Fail::Usage(format!("--plot {}: cannot create the file: {e}; choose another path", path.display()))
+        })?;
+        Ok(PlotFile { path: path.to_owned(), file, written: false })
+    }
+
+    fn write(&mut self, svg: &str) -> Result<(), Fail> {
+        self.file
+            .write_all(svg.as_bytes())
+            .map_err(|e| Fail::Usage(format!("--plot {}: cannot write the file: {e}", self.path.display())))?;
+        self.written = true;
+        Ok(())
+    }
+}
+
+impl Drop for PlotFile {
+    fn drop(&mut self) {
+        if !self.written {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Runs the matrix.
 pub fn run(args: &BenchArgs) -> Result<(), Fail> {
+    if let Some(addr) = args.subscriber_of {
+        return processes::run_child(args, addr, args.subscriber_index);
+    }
+    // The plot file is created first: a path that cannot be written fails before the run.
+    let mut plot_file = match &args.plot {
+        Some(path) => Some(PlotFile::create(path)?),
+        None => None,
+    };
     // With a pinned publisher, every thread but the publishing one goes to the other CPUs:
     // the nodes' threads and the subscriber threads inherit the CPUs of the main thread, which
     // moves to its own CPU only to publish.
@@ -70,79 +246,62 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
     if let Some(p) = &placement {
         p.enter_others().map_err(Fail::Usage)?;
     }
+    let subscribers_note = if args.separate_processes {
+        "one process per subscriber (--separate-processes), each with its node"
+    } else {
+        "one thread per subscriber"
+    };
     let placement_note = match &placement {
         Some(p) => format!(
             "# threads: publisher = the main thread, alone on CPU {}; every other thread on CPUs {} (--pin-publisher):\n\
-             # one thread per subscriber; per node a CM thread, a stats thread and the fabric's own threads (soft: a NIC thread).",
+             # {subscribers_note};\n\
+             # per node a CM thread, a stats thread and the fabric's own threads (soft: a NIC thread).",
             p.cpu, p.others_list
         ),
         None => format!(
-            "# threads: publisher = the main thread; one thread per subscriber; per node a CM thread, a stats\n\
-             # thread and the fabric's own threads (soft: a NIC thread). None is pinned: the kernel places them\n\
-             # on the allowed CPUs {}; pin the run with `taskset -c <cpus> pubsub-demo bench ...`, and give the\n\
-             # publisher a CPU of its own with --pin-publisher <cpu>.",
+            "# threads: publisher = the main thread; {subscribers_note};\n\
+             # per node a CM thread, a stats thread and the fabric's own threads (soft: a NIC thread).\n\
+             # None is pinned: the kernel places them on the allowed CPUs {}; pin the run with\n\
+             # `taskset -c <cpus> pubsub-demo bench ...`, and give the publisher a CPU of its own with --pin-publisher <cpu>.",
             procinfo::cpus_allowed()
         ),
     };
     // Discovery off: the subscribers connect explicitly, and concurrent runs never mix.
     let pub_node = args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?;
-    let sub_node = args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?;
+    // Subscriber processes build their own nodes.
+    let sub_node = match args.separate_processes {
+        false => Some(args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?),
+        true => None,
+    };
+    let sub_where = match &sub_node {
+        Some(n) => format!("subscriber node {}", n.local_addr()),
+        None => "subscriber nodes in the subscriber processes".into(),
+    };
     let note = format!(
-        "# pubsub-demo bench: {} fabric ({}), policy {}, publisher node {}, subscriber node {}\n\
+        "# pubsub-demo bench: {} fabric ({}), policy {}, publisher node {}, {sub_where}\n\
          {placement_note}\n\
          # mb_per_sec = publisher payload goodput (a message counted once, whatever the subscriber count);\n\
-         # latency = one message in flight at a time, send time to receipt by each subscriber.",
+         # latency = one message in flight at a time, send time to receipt by each subscriber;\n\
+         # pub_cpu_us = the publishing thread's CPU time per message; sub_cpu_us = the receiving threads'\n\
+         # CPU time over the messages they received (throughput run).",
         pub_node.fabric().kind(),
         pub_node.fabric().device_name(),
         args.policy.name(),
         pub_node.local_addr(),
-        sub_node.local_addr(),
     );
     if args.json {
         eprintln!("{note}");
     } else {
         println!("{note}");
-        println!(
-            "{:>9} {:>5} {:<9} {:<8} {:>11} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>8}",
-            "size",
-            "subs",
-            "policy",
-            "checksum",
-            "msgs/s",
-            "MB/s",
-            "p50 us",
-            "p99 us",
-            "p99.9 us",
-            "max us",
-            "lost",
-            "waits/msg",
-            "acks/msg"
-        );
+        println!("{}", aligned(COLUMNS.iter().map(|(name, _)| *name)));
     }
     let mut points = Vec::new();
     let mut damaged = 0;
     for &size in &args.sizes {
         for &subs in &args.subscribers {
-            let p = measure(&pub_node, &sub_node, args, placement.as_ref(), size, subs)?;
+            let p = measure(&pub_node, sub_node.as_ref(), args, placement.as_ref(), size, subs)?;
             if !args.json {
-                println!(
-                    "{:>9} {:>5} {:<9} {:<8} {:>11.0} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>9.2} {:>8.2} {:>8.2} {:>10.2}",
-                    p.size,
-                    p.subscribers,
-                    p.policy.name(),
-                    checksum_name(p.checksum),
-                    p.msgs_per_sec,
-                    p.mb_per_sec,
-                    p.p50_us,
-                    p.p99_us,
-                    p.p999_us,
-                    p.max_us,
-                    p.lost,
-                    p.waits_per_msg,
-                    p.acks_per_msg,
-                    p.doorbells_per_msg,
-                    p.pub_cpu_us
-                );
+                println!("{}", row(&p));
             }
             damaged += p.damaged;
             points.push(p);
@@ -153,12 +312,36 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             .iter()
             .map(|p| {
                 format!(
-                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
-                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.publisher_cpus, p.subscriber_cpus
+                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"separate_processes\":{},\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"lost\":{},\"damaged\":{},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"sub_cpu_us\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
+                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), args.separate_processes, p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.lost, p.damaged, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.sub_cpu_us, p.publisher_cpus, p.subscriber_cpus
                 )
             })
             .collect();
         println!("[\n  {}\n]", objects.join(",\n  "));
+    }
+    if let Some(plot_file) = plot_file.as_mut() {
+        let plotted: Vec<plot::PlotPoint> = points
+            .iter()
+            .map(|p| plot::PlotPoint {
+                size: p.size,
+                subscribers: p.subscribers,
+                msgs_per_sec: p.msgs_per_sec,
+                mb_per_sec: p.mb_per_sec,
+            })
+            .collect();
+        let title = format!(
+            "pubsub-demo bench: {} fabric, policy {}, subscribers in {}",
+            pub_node.fabric().kind(),
+            args.policy.name(),
+            if args.separate_processes { "processes" } else { "threads" }
+        );
+        plot_file.write(&plot::svg(&plotted, &title))?;
+        let written = format!("# plot: {}", plot_file.path.display());
+        if args.json {
+            eprintln!("{written}");
+        } else {
+            println!("{written}");
+        }
     }
     if let Some(p) = &placement {
         p.leave().map_err(Fail::Usage)?;
@@ -172,7 +355,7 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
 
 fn measure(
     pub_node: &Node,
-    sub_node: &Node,
+    sub_node: Option<&Node>,
     args: &BenchArgs,
     placement: Option<&placement::Placement>,
     size: u64,
@@ -194,23 +377,20 @@ fn measure(
         },
     )?;
     let stream = payload::stream_of(&topic);
-    let base = Instant::now();
-    let progress: Arc<Vec<AtomicU64>> = Arc::new((0..subs).map(|_| AtomicU64::new(0)).collect());
-    let mut threads: Vec<JoinHandle<SubResult>> = Vec::new();
-    for i in 0..subs as usize {
-        let mut sub = sub_node.subscribe_with(
-            &topic,
-            SubscriptionOptions { start: Start::Earliest, busy_poll: args.busy_poll, ..Default::default() },
-        )?;
-        sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10))?;
-        let progress = progress.clone();
-        threads.push(
-            thread::Builder::new()
-                .name(format!("bench-sub-{i}"))
-                .spawn(move || receive(sub, stream, base, &progress[i]))
-                .map_err(|e| Fail::Usage(format!("cannot start a thread: {e}")))?,
-        );
-    }
+    // Started from this thread while it is on the other CPUs: threads and processes alike
+    // inherit them.
+    let mut subscribers = match sub_node {
+        Some(sub_node) => start_threads(pub_node, sub_node, args, &topic, size, subs)?,
+        None => {
+            let spec = processes::Spec {
+                fabric: pub_node.fabric().kind(),
+                addr: pub_node.local_addr(),
+                topic: &topic,
+                size: size as u64,
+            };
+            Subscribers::Processes(processes::Group::start(args, &spec, subs)?)
+        }
+    };
     if let Some(p) = placement {
         p.enter_publisher().map_err(Fail::Usage)?;
     }
@@ -218,20 +398,24 @@ fn measure(
     let deadline = Instant::now() + Duration::from_secs_f64(args.seconds.max(0.1));
     let mut buf = vec![0u8; size];
     payload::fill(&mut buf, stream, 0, 0);
-    let all_have = |seq: u64| progress.iter().all(|p| p.load(Ordering::Acquire) >= seq);
 
-    // Throughput.
+    // Throughput: the clock is read every CLOCK_EVERY messages; the last message is marked.
     let throughput_end = Instant::now() + Duration::from_secs_f64(args.seconds.max(0.1) * 0.6);
     let counted = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let (waits0, acks0) = (counted(&publisher.counters().waits), counted(&publisher.counters().acks));
     let doorbells0 = counted(&publisher.counters().doorbells);
+    let most = args.messages.max(1);
     let cpu0 = procinfo::thread_cpu();
     let start = Instant::now();
     let mut seq = 0u64;
-    while seq < args.messages.max(1) && (seq == 0 || Instant::now() < throughput_end) {
+    loop {
         seq += 1;
-        payload::write_header(&mut buf, stream, seq, 0);
-        publisher.publish(&buf)?;
+        let last = seq >= most || (seq % CLOCK_EVERY == 0 && Instant::now() >= throughput_end);
+        payload::write_header(&mut buf, stream, seq, if last { receive::THROUGHPUT_END } else { 0 });
+        publisher.publish(&buf).map_err(|e| subscribers.blame(e.into()))?;
+        if last {
+            break;
+        }
     }
     let published = seq;
     let pub_cpu_us = (procinfo::thread_cpu() - cpu0).as_secs_f64() * 1e6 / published as f64;
@@ -239,10 +423,7 @@ fn measure(
     let waits_per_msg = per_message(counted(&publisher.counters().waits), waits0);
     let acks_per_msg = per_message(counted(&publisher.counters().acks), acks0);
     let doorbells_per_msg = per_message(counted(&publisher.counters().doorbells), doorbells0);
-    let wait_end = Instant::now() + Duration::from_secs(30);
-    while !all_have(published) && Instant::now() < wait_end {
-        thread::yield_now();
-    }
+    subscribers.wait_all(published, Duration::from_secs(30), true)?;
     let secs = start.elapsed().as_secs_f64();
 
     // Latency.
@@ -253,21 +434,18 @@ fn measure(
             break;
         }
         seq += 1;
-        payload::write_header(&mut buf, stream, seq, base.elapsed().as_nanos() as u64 + 1);
-        publisher.publish(&buf)?;
-        let until = Instant::now() + Duration::from_secs(1);
-        while !all_have(seq) && Instant::now() < until {
-            thread::yield_now();
-        }
+        payload::write_header(&mut buf, stream, seq, receive::stamp_now());
+        publisher.publish(&buf).map_err(|e| subscribers.blame(e.into()))?;
+        subscribers.wait_all(seq, Duration::from_secs(1), false)?;
     }
     let _ = publisher.flush(Duration::from_secs(5));
     let checksum = publisher.checksum();
     drop(publisher);
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds");
+    let mut latency = new_histogram();
     let (mut lost, mut damaged) = (0, 0);
+    let (mut sub_cpu, mut sub_msgs) = (Duration::ZERO, 0);
     let mut subscriber_cpus = String::new();
-    for t in threads {
-        let r = t.join().map_err(|_| Fail::Usage("a subscriber thread panicked".into()))?;
+    for r in subscribers.finish()? {
         if subscriber_cpus.is_empty() {
             subscriber_cpus = r.cpus;
         } else if subscriber_cpus != r.cpus {
@@ -276,6 +454,8 @@ fn measure(
         let _ = latency.add(&r.latency);
         lost += r.lost;
         damaged += r.damaged;
+        sub_cpu += r.cpu;
+        sub_msgs += r.msgs;
     }
     let q = |v: f64| latency.value_at_quantile(v) as f64 / 1e3;
     let msgs_per_sec = published as f64 / secs;
@@ -296,50 +476,77 @@ fn measure(
         acks_per_msg,
         doorbells_per_msg,
         pub_cpu_us,
+        sub_cpu_us: if sub_msgs > 0 { sub_cpu.as_secs_f64() * 1e6 / sub_msgs as f64 } else { 0.0 },
         publisher_cpus,
         subscriber_cpus,
     })
 }
 
-/// A subscriber thread: receives until the stream ends, publishing its progress (the last
-/// sequence seen) and recording the latency of stamped messages.
-fn receive(mut sub: rdma_pubsub::Subscription, stream: u32, base: Instant, progress: &AtomicU64) -> SubResult {
-    let mut r = SubResult {
-        cpus: placement::thread_cpus(),
-        latency: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds"),
-        lost: 0,
-        damaged: 0,
-    };
-    let mut last_message = Instant::now();
-    let mut next = 1;
-    loop {
-        match sub.recv_ref(Duration::from_millis(100)) {
-            Ok(Some(m)) => {
-                let now = base.elapsed().as_nanos() as u64;
-                last_message = Instant::now();
-                match payload::header(m.data, stream) {
-                    Ok(h) if h.seq == m.seq => {
-                        if h.stamp_ns != 0 {
-                            let _ = r.latency.record(now.saturating_sub(h.stamp_ns - 1).max(1));
-                        }
+/// Subscribes `subs` times on `sub_node`, connects each subscription and starts a thread
+/// receiving on it.
+fn start_threads(
+    pub_node: &Node,
+    sub_node: &Node,
+    args: &BenchArgs,
+    topic: &str,
+    size: usize,
+    subs: u64,
+) -> Result<Subscribers, Fail> {
+    let stream = payload::stream_of(topic);
+    let progress: Arc<Vec<AtomicU64>> = Arc::new((0..subs).map(|_| AtomicU64::new(0)).collect());
+    let mut threads = Vec::new();
+    for i in 0..subs as usize {
+        let mut sub = sub_node.subscribe_with(
+            topic,
+            SubscriptionOptions { start: Start::Earliest, busy_poll: args.busy_poll, ..Default::default() },
+        )?;
+        sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10))?;
+        let progress = progress.clone();
+        threads.push(
+            thread::Builder::new()
+                .name(format!("bench-sub-{i}"))
+                .spawn(move || {
+                    let mut report = AtomicReporter { progress: &progress[i], latency: new_histogram() };
+                    // The reporter never fails and no flag orphans a thread.
+                    let totals = receive::receive(&mut sub, stream, size, &mut report, None).unwrap_or_default();
+                    progress[i].store(u64::MAX, Ordering::Release);
+                    SubResult {
+                        cpus: placement::thread_cpus(),
+                        latency: report.latency,
+                        lost: totals.lost,
+                        damaged: totals.damaged,
+                        cpu: totals.throughput_cpu,
+                        msgs: totals.throughput_msgs,
                     }
-                    _ => r.damaged += 1,
-                }
-                r.lost += m.seq.saturating_sub(next);
-                next = m.seq + 1;
-                progress.store(m.seq, Ordering::Release);
-            }
-            Ok(None) if last_message.elapsed() > Duration::from_secs(10) => break,
-            Ok(None) => {}
-            Err(_) => break,
-        }
-        while let Some(e) = sub.try_event() {
-            if let SubscriptionEvent::Dropped { .. } = e {
-                // Let the publisher stop waiting for this subscriber.
-                progress.store(u64::MAX, Ordering::Release);
-            }
-        }
+                })
+                .map_err(|e| Fail::Usage(format!("cannot start a thread: {e}")))?,
+        );
     }
-    progress.store(u64::MAX, Ordering::Release);
-    r
+    Ok(Subscribers::Threads { progress, threads })
+}
+
+/// A subscriber thread's reports: the last sequence in an atomic the publishing thread reads,
+/// latency samples in the thread's histogram.
+struct AtomicReporter<'a> {
+    progress: &'a AtomicU64,
+    latency: Histogram<u64>,
+}
+
+impl receive::Reporter for AtomicReporter<'_> {
+    fn progress(&mut self, seq: u64) -> Result<(), Fail> {
+        self.progress.store(seq, Ordering::Release);
+        Ok(())
+    }
+
+    fn latency(&mut self, seq: u64, ns: u64) -> Result<(), Fail> {
+        self.latency.saturating_record(ns);
+        self.progress.store(seq, Ordering::Release);
+        Ok(())
+    }
+
+    fn dropped(&mut self) -> Result<(), Fail> {
+        // Let the publisher stop waiting for this subscriber.
+        self.progress.store(u64::MAX, Ordering::Release);
+        Ok(())
+    }
 }

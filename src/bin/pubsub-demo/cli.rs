@@ -33,7 +33,8 @@ pub enum Command {
     /// Subscribe to `pub` processes (found by discovery, or --connect), verify every message,
     /// print a summary.
     Sub(SubArgs),
-    /// Throughput and latency matrix (sizes × subscribers × policy) in one process.
+    /// Throughput and latency matrix (sizes × subscribers × policy), subscribers in threads of
+    /// this process or, with --separate-processes, in processes of their own.
     Bench(BenchArgs),
     /// One publisher to many subscribers for a while, then subscribe/unsubscribe cycles:
     /// checks for loss and for growth of memory, descriptors and threads.
@@ -286,6 +287,24 @@ pub struct BenchArgs {
     /// without the cost of sharing a CPU with the subscribers and NIC threads it feeds.
     #[arg(long, value_name = "CPU", num_args = 0..=1)]
     pub pin_publisher: Option<Option<usize>>,
+    /// Run each subscriber in a process of its own (this program, re-executed, with a node of
+    /// its own) instead of a thread of this process, as peers such as ZeroMQ are measured.
+    #[arg(long)]
+    pub separate_processes: bool,
+    /// Also draw msgs/s and MB/s against message size, one line per subscriber count, as an
+    /// SVG chart in this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<std::path::PathBuf>,
+    /// Internal (--separate-processes): run as one subscriber process, connected to the
+    /// publisher's node at IP:PORT, reporting to the bench process on stdout.
+    #[arg(long, hide = true, value_name = "IP:PORT", value_parser = parse_peer, requires = "topic")]
+    pub subscriber_of: Option<SocketAddr>,
+    /// Internal: the index of that subscriber process (in error messages).
+    #[arg(long, hide = true, default_value_t = 0, requires = "subscriber_of")]
+    pub subscriber_index: u64,
+    /// Internal: the topic of that subscriber process.
+    #[arg(long, hide = true, requires = "subscriber_of")]
+    pub topic: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
