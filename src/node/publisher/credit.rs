@@ -153,7 +153,7 @@ impl PublisherShared {
                 return Ok(st);
             }
         } else if now >= deadline {
-            return Err(Error::Timeout { what: "publish (waiting for the slowest subscriber)", millis: 0 });
+            return Err(self.credit_timeout());
         }
         let solicited = st.subs.len() >= 2 && self.ask_for_credit(&mut st, needed_limit.saturating_sub(capacity));
         drop(st);
@@ -170,13 +170,21 @@ impl PublisherShared {
         let mut st = self.state.lock();
         self.handle_completions(&mut st, &wcs[..n]);
         if n == 0 && Instant::now() >= deadline && !matches!(self.options.policy, Policy::DropSlow { .. }) {
-            let waited = deadline.saturating_duration_since(now);
-            return Err(Error::Timeout {
-                what: "publish (waiting for the slowest subscriber)",
-                millis: waited.as_millis().min(u64::MAX as u128) as u64,
-            });
+            return Err(self.credit_timeout());
         }
         Ok(st)
+    }
+
+    /// The error of a publishing call that waited its whole Block timeout for credit.
+    fn credit_timeout(&self) -> Error {
+        let waited = match self.options.policy {
+            Policy::Block { timeout } => timeout,
+            _ => Duration::ZERO,
+        };
+        Error::Timeout {
+            what: "publish (waiting for the slowest subscriber)",
+            millis: waited.as_millis().min(u64::MAX as u128) as u64,
+        }
     }
 
     /// Several subscribers hold the publisher back (acked below `floor`): asks the one that

@@ -367,7 +367,10 @@ impl PublisherShared {
                 self.node.discovery.publisher_removed(self.topic_id);
             }
         }
-        let _ = self.finish_unfinished(self.state.lock(), deadline);
+        // Whether or not it could be finished, the subscribers get what is complete.
+        if let Ok(st) = self.finish_unfinished(self.state.lock(), deadline) {
+            drop(st);
+        }
         self.wait_consumed(deadline);
         let mut st = self.state.lock();
         let final_seq = st.producer.tail_seq().saturating_sub(1);
