@@ -3,15 +3,16 @@
 # (../shared/rxe-vm), so that both run on the same emulated machine and only their ratio is
 # meaningful:
 #
-#   1. ib_read_bw -R  (server and client on rxe0 / RXE_IP, 64 KiB messages)
-#   2. ib_read_lat -R (64 KiB)
-#   3. pubsub-demo bench --fabric verbs --bind RXE_IP --sizes 65536 --subscribers 1 --busy-poll --json
+#   1. ib_read_bw -R  (server and client on rxe0 / RXE_IP, 64 B and 64 KiB messages)
+#   2. ib_read_lat -R (64 B and 64 KiB)
+#   3. pubsub-demo bench --fabric verbs --bind RXE_IP --sizes 64,65536 --subscribers 1 --busy-poll --json
 #      (busy-polling subscribers, as ib_read_lat polls: its latency is one message at a time),
 #      twice: with the checksum the publisher picks by default (--checksum auto: the faster on
 #      this CPU, XXH64 in the emulated guest) and with CRC-32C forced (--checksum crc32c)
 #
-# and prints, for each, our goodput / ib_read_bw average and our p50 latency / ib_read_lat
-# typical.
+# and prints, for each size, our goodput / ib_read_bw average, our message rate / ib_read_bw's
+# (the small-message figure: one of our READs brings many messages, one of perftest's one) and
+# our p50 latency / ib_read_lat typical.
 #
 #   scripts/verbs-perf.sh
 #
@@ -63,14 +64,16 @@ pair() {
 }
 
 rc=0
-pair read_bw ib_read_bw -R -F -d "$dev" -s 65536 -n "$iters" || rc=1
-pair read_lat ib_read_lat -R -F -d "$dev" -s 65536 -n "$iters" || rc=1
+for size in 64 65536; do
+  pair read_bw_$size ib_read_bw -R -F -d "$dev" -s $size -n "$iters" || rc=1
+  pair read_lat_$size ib_read_lat -R -F -d "$dev" -s $size -n "$iters" || rc=1
+done
 
 bench_rc=0
 for checksum in auto crc32c; do
   echo "== pubsub-demo bench --checksum $checksum"
   rc_one=0
-  timeout 180 "$bin" bench --fabric verbs --bind "$ip" --sizes 65536 --subscribers 1 --busy-poll --json \
+  timeout 180 "$bin" bench --fabric verbs --bind "$ip" --sizes 64,65536 --subscribers 1 --busy-poll --json \
     --checksum $checksum > $out/bench-$checksum.json 2> $out/bench-$checksum.err || rc_one=$?
   cat $out/bench-$checksum.json
   [ $rc_one -eq 0 ] || { bench_rc=$rc_one; echo "== bench failed ($rc_one):"; tail -20 $out/bench-$checksum.err; }
@@ -80,22 +83,25 @@ done
 import json, sys
 out, bench_rc = sys.argv[1], int(sys.argv[2])
 
-def perftest(path, col):
-    """The value in column `col` of the result row of 65536-byte messages."""
+def perftest(path, col, size):
+    """The value in column `col` of the result row of `size`-byte messages."""
     try:
         for line in open(path):
             f = line.split()
-            if len(f) > col and f[0] == "65536":
+            if len(f) > col and f[0] == str(size):
                 return float(f[col])
     except OSError:
         pass
     return None
 
-bw = perftest(f"{out}/read_bw.client", 3)    # BW average [MB/sec]
-lat = perftest(f"{out}/read_lat.client", 4)  # t_typical [usec]
+SIZES = (64, 65536)
+bw = {s: perftest(f"{out}/read_bw_{s}.client", 3, s) for s in SIZES}     # BW average [MB/sec]
+mpps = {s: perftest(f"{out}/read_bw_{s}.client", 4, s) for s in SIZES}   # MsgRate [Mpps]
+lat = {s: perftest(f"{out}/read_lat_{s}.client", 4, s) for s in SIZES}   # t_typical [usec]
 print("== summary (one guest run)")
-print(f"ib_read_bw  64 KiB: {bw} MB/s average")
-print(f"ib_read_lat 64 KiB: {lat} us typical")
+for s in SIZES:
+    print(f"ib_read_bw  {s} B: {bw[s]} MB/s average, {mpps[s]} Mpps")
+    print(f"ib_read_lat {s} B: {lat[s]} us typical")
 
 rows = []
 for checksum in ("auto", "crc32c"):
@@ -113,16 +119,19 @@ for checksum in ("auto", "crc32c"):
         else:
             i += 1
 for r in rows:
-    if r.get("size") != 65536:
+    size = r.get("size")
+    if size not in SIZES:
         continue
     mb, p50 = r["mb_per_sec"], r["p50_us"]
     print("pubsub %d B, %d sub, %s, checksum %s (--checksum %s): %.1f MB/s, %.0f msg/s, p50 %.0f us, p99 %.0f us, p99.9 %.0f us, max %.0f us"
           % (r["size"], r["subscribers"], r.get("policy"), r.get("checksum"), r["asked"], mb, r["msgs_per_sec"], p50,
              r["p99_us"], r["p999_us"], r["max_us"]))
-    if bw:
-        print("  goodput / ib_read_bw:   %.2f" % (mb / bw))
-    if lat:
-        print("  p50 / ib_read_lat typ.: %.2f" % (p50 / lat))
+    if bw[size]:
+        print("  goodput / ib_read_bw:   %.2f" % (mb / bw[size]))
+    if mpps[size]:
+        print("  msg/s / ib_read_bw msg/s:%.2f" % (r["msgs_per_sec"] / (mpps[size] * 1e6)))
+    if lat[size]:
+        print("  p50 / ib_read_lat typ.: %.2f" % (p50 / lat[size]))
 if not rows:
     print("pubsub bench: no result (see above)")
 PY

@@ -101,6 +101,10 @@ pub struct DeviceAttributes {
     pub ud_mtu: usize,
     /// Largest RDMA READ or WRITE message in bytes.
     pub max_msg_size: u64,
+    /// The device moves data with this host's CPUs (soft: a NIC thread of the process copies
+    /// every byte READ or sent), so it competes for them with the threads that produce the
+    /// data; a hardware NIC's DMA does not.
+    pub copies_on_host_cpus: bool,
 }
 
 /// A memory region's remote address and key, as a peer uses it in READ and WRITE.

@@ -128,6 +128,7 @@ impl Device {
             max_srq_wr: o.max_srq_wr,
             ud_mtu: o.ud_mtu,
             max_msg_size: 1 << 31,
+            copies_on_host_cpus: true,
         };
         let poll = mio::Poll::new().map_err(|e| Error::os("soft open: epoll_create", None, e))?;
         let registry = poll.registry().try_clone().map_err(|e| Error::os("soft open: epoll dup", None, e))?;

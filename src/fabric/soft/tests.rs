@@ -668,3 +668,10 @@ fn connections_made_and_closed_leave_no_timer_behind() {
     assert_eq!(shared.conns.lock().len(), 0, "connections left");
     assert_eq!(pending(), 0, "timers left for connections that are gone");
 }
+
+#[test]
+fn the_soft_device_says_its_copies_run_on_this_hosts_cpus() {
+    // Producers of bulk data leave the soft NIC thread a turn on their CPU (the publisher
+    // yields after large commits) only where the device says so.
+    assert!(fabric().attributes().copies_on_host_cpus);
+}

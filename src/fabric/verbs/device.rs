@@ -151,6 +151,9 @@ impl Device {
             max_srq_wr: if dev.max_srq > 0 { clamp(dev.max_srq_wr) } else { 0 },
             ud_mtu: mtu_bytes(port_attr.active_mtu),
             max_msg_size: u64::from(port_attr.max_msg_sz),
+            // Soft-RoCE (rxe) copies in the kernel, on this host's CPUs too, but in softirq
+            // context: the scheduler does not share it out among threads.
+            copies_on_host_cpus: false,
         };
         let to_u8 = |v: i32| v.clamp(0, 255) as u8;
         let events = AsyncEvents::start(ctx, &name)?;

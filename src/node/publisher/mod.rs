@@ -148,6 +148,14 @@ const SEND_SLOTS: u32 = 64;
 const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes of one control slot.
 const SLOT: usize = 64;
+/// On a fabric whose NIC copies on this host's CPUs (soft), a publisher that has just
+/// committed this many payload bytes or more yields the CPU once, so that the NIC thread that
+/// must copy them (and the subscribers it feeds) get a turn on a machine with fewer CPUs than
+/// busy threads. Measured on 2 vCPUs, 64 KiB messages in one process, 14 rounds: 2.28 GB/s
+/// mean without the yield against 2.75 with it (a yield per message of any size, as a
+/// yielding CQ poll did, gave the same 64 KiB figure but cut 64 B messages from 8.7 to
+/// 3.2 M/s). At 16 KiB the system call is a few percent of the copy and checksum.
+const YIELD_AFTER_BYTES: usize = 16 * 1024;
 
 const KIND_RECV: u64 = 1;
 const KIND_SEND: u64 = 2;
@@ -217,6 +225,9 @@ pub(crate) struct PublisherShared {
     id: u64,
     options: PublisherOptions,
     max_record_payload: usize,
+    /// A commit of at least this many payload bytes gives the CPU up once (see
+    /// [`YIELD_AFTER_BYTES`]); `usize::MAX` where the NIC does not copy on this host's CPUs.
+    yield_after: usize,
     remote: RemoteAddr,
     region_len: usize,
     cq: CompletionQueue,
@@ -276,6 +287,7 @@ impl Publisher {
             topic: topic.to_owned(),
             topic_id,
             max_record_payload: config.max_record_payload,
+            yield_after: if attrs.copies_on_host_cpus { YIELD_AFTER_BYTES } else { usize::MAX },
             remote: ring.remote(),
             region_len: ring.len(),
             cq,

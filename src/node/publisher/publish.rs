@@ -132,5 +132,8 @@ impl PublisherShared {
         c.position.store(st.producer.tail(), Ordering::Relaxed);
         self.progress(st);
         self.ring_doorbells(st);
+        if len >= self.yield_after {
+            std::thread::yield_now();
+        }
     }
 }
