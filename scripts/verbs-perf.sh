@@ -127,11 +127,11 @@ for r in rows:
           % (r["size"], r["subscribers"], r.get("policy"), r.get("checksum"), r["asked"], mb, r["msgs_per_sec"], p50,
              r["p99_us"], r["p999_us"], r["max_us"]))
     if bw[size]:
-        print("  goodput / ib_read_bw:   %.2f" % (mb / bw[size]))
+        print("  goodput / ib_read_bw:     %.2f" % (mb / bw[size]))
     if mpps[size]:
-        print("  msg/s / ib_read_bw msg/s:%.2f" % (r["msgs_per_sec"] / (mpps[size] * 1e6)))
+        print("  msg/s / ib_read_bw msg/s: %.2f" % (r["msgs_per_sec"] / (mpps[size] * 1e6)))
     if lat[size]:
-        print("  p50 / ib_read_lat typ.: %.2f" % (p50 / lat[size]))
+        print("  p50 / ib_read_lat typ.:   %.2f" % (p50 / lat[size]))
 if not rows:
     print("pubsub bench: no result (see above)")
 PY
