@@ -29,6 +29,10 @@ struct TopicPlan {
     subscribers: &'static [usize],
 }
 
+/// Telemetry messages per burst, and the time between bursts: 20,000 messages a second.
+const TELEMETRY_BURST: u64 = 64;
+const TELEMETRY_BURST_EVERY: Duration = Duration::from_micros(3200);
+
 const TOPICS: [TopicPlan; 3] = [
     TopicPlan {
         name: "prices",
@@ -135,9 +139,12 @@ pub fn run(args: &DemoArgs) -> Result<(), Fail> {
                     payload::fill(&mut buf, stream, seq, 0);
                     p.publish(&buf)?;
                     seq += 1;
-                    if TOPICS[t].policy == Policy::Overwrite && seq % 64 == 0 {
-                        // Telemetry is a trickle next to the others.
-                        thread::yield_now();
+                    if TOPICS[t].policy == Policy::Overwrite && seq % TELEMETRY_BURST == 0 {
+                        // Telemetry is a trickle next to the others: bursts at a fixed rate.
+                        let due = start + TELEMETRY_BURST_EVERY * (seq / TELEMETRY_BURST) as u32;
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            thread::sleep(wait);
+                        }
                     }
                 }
                 p.flush(Duration::from_secs(5))?;
