@@ -49,6 +49,7 @@ macro_rules! for_each_case {
             device::remote_write_requires_local_write,
             cq::cq_depth_limits,
             cq::cq_poll_in_batches,
+            cq::cq_drain_hands_over_full_batches_then_a_short_one,
             cq::cq_poll_wait_times_out_when_empty,
             cq::cq_arm_wait_poll,
             cq::cq_arm_solicited_notifies_only_solicited_sends,

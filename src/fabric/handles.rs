@@ -201,6 +201,17 @@ impl CompletionQueue {
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         self.ops.poll(out)
     }
+    /// Polls into `batch` until the queue is empty, handing each batch to `each`, without
+    /// waiting.
+    pub fn drain(&self, batch: &mut [WorkCompletion], mut each: impl FnMut(&[WorkCompletion])) -> Result<()> {
+        loop {
+            let n = self.poll(batch)?;
+            each(&batch[..n]);
+            if n < batch.len() {
+                return Ok(());
+            }
+        }
+    }
     /// Requests a notification for the next completion (`ibv_req_notify_cq`).
     pub fn arm(&self) -> Result<()> {
         self.ops.arm()

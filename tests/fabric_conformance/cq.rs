@@ -62,6 +62,42 @@ pub fn cq_poll_in_batches(spec: &ProviderSpec) {
     }
 }
 
+/// `drain` polls until the queue is empty: within one call every batch but the last is full,
+/// and over the calls every completion arrives once, in order.
+pub fn cq_drain_hands_over_full_batches_then_a_short_one(spec: &ProviderSpec) {
+    const N: u64 = 24;
+    let p = Pair::connect(spec);
+    let remote = p.server.register(64 * N as usize, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
+    let local = p.client.register(64, Access::NONE);
+    for i in 0..N {
+        let sge = [local.sge(0, 64)];
+        p.client_qp.post_send(&wr(i, SendOp::RdmaWrite(at(remote.remote(), 64 * i)), &sge)).expect("post WRITE");
+    }
+    let deadline = Instant::now() + WAIT;
+    let mut got = Vec::new();
+    let mut batch = [WorkCompletion::default(); 4];
+    while got.len() < N as usize {
+        assert!(Instant::now() < deadline, "{} of {N} completions within {WAIT:?}", got.len());
+        let mut sizes = Vec::new();
+        p.client
+            .cq
+            .drain(&mut batch, |wcs| {
+                sizes.push(wcs.len());
+                got.extend_from_slice(wcs);
+            })
+            .expect("drain");
+        let (last, full) = sizes.split_last().expect("at least one batch");
+        assert!(*last < 4 && full.iter().all(|&n| n == 4), "batch sizes of one drain: {sizes:?}");
+        if sizes == [0] {
+            std::thread::yield_now();
+        }
+    }
+    for (i, wc) in got.iter().enumerate() {
+        assert_success(wc, i as u64, WcOpcode::RdmaWrite, p.client_qp.qp_num());
+    }
+    assert_cq_empty(&p.client.cq, "after draining every completion");
+}
+
 /// `poll_wait` and arm + `wait` on an empty CQ time out after the given time, not much later.
 pub fn cq_poll_wait_times_out_when_empty(spec: &ProviderSpec) {
     let fabric = spec.open();

@@ -17,18 +17,8 @@ impl PublisherShared {
     /// Drains the completion queue without blocking.
     pub(super) fn progress(&self, st: &mut PubState) {
         let mut wcs = [WorkCompletion::default(); POLL_BATCH];
-        loop {
-            let n = match self.cq.poll(&mut wcs) {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(topic = %self.topic, "publisher CQ: {e}");
-                    return;
-                }
-            };
-            self.handle_completions(st, &wcs[..n]);
-            if n < wcs.len() {
-                return;
-            }
+        if let Err(e) = self.cq.drain(&mut wcs, |wcs| self.handle_completions(st, wcs)) {
+            tracing::warn!(topic = %self.topic, "publisher CQ: {e}");
         }
     }
 

@@ -72,18 +72,9 @@ impl Subscription {
     /// Handles every completion already in the CQ, without waiting.
     pub(super) fn drain_completions(&mut self) {
         let mut wcs = [WorkCompletion::default(); 64];
-        loop {
-            let n = match self.cq.poll(&mut wcs) {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(topic = %self.topic, "subscription CQ: {e}");
-                    return;
-                }
-            };
-            self.handle_completions(&wcs[..n]);
-            if n < wcs.len() {
-                return;
-            }
+        let cq = self.cq.clone();
+        if let Err(e) = cq.drain(&mut wcs, |wcs| self.handle_completions(wcs)) {
+            tracing::warn!(topic = %self.topic, "subscription CQ: {e}");
         }
     }
 
