@@ -14,10 +14,20 @@ use crate::protocol::{Control, DropReason, CONTROL_MSG_MAX};
 const POLL_BATCH: usize = 32;
 
 impl PublisherShared {
-    /// Drains the completion queue without blocking.
+    /// Drains the completion queue without blocking. Most commits find it empty: a poll of one
+    /// entry tells, before a batch of completions is set up (zeroing one per commit was a
+    /// tenth of the publisher's time for 64 B messages).
     pub(super) fn progress(&self, st: &mut PubState) {
-        let mut wcs = [WorkCompletion::default(); POLL_BATCH];
-        if let Err(e) = self.cq.drain(&mut wcs, |wcs| self.handle_completions(st, wcs)) {
+        let mut first = [WorkCompletion::default(); 1];
+        let polled = self.cq.poll(&mut first).and_then(|n| {
+            if n == 0 {
+                return Ok(());
+            }
+            self.handle_completions(st, &first);
+            let mut wcs = [WorkCompletion::default(); POLL_BATCH];
+            self.cq.drain(&mut wcs, |wcs| self.handle_completions(st, wcs))
+        });
+        if let Err(e) = polled {
             tracing::warn!(topic = %self.topic, "publisher CQ: {e}");
         }
     }
