@@ -31,6 +31,7 @@ pub mod node;
 pub mod protocol;
 pub mod ring;
 pub mod stats;
+mod time;
 
 pub use error::{Error, Result};
 pub use fabric::FabricKind;

@@ -52,6 +52,7 @@ macro_rules! for_each_case {
             cq::cq_drain_hands_over_full_batches_then_a_short_one,
             cq::cq_poll_wait_times_out_when_empty,
             cq::cq_arm_wait_poll,
+            cq::cq_waits_accept_any_duration,
             cq::cq_arm_solicited_notifies_only_solicited_sends,
             cq::cq_poll_wait_returns_on_completion,
             cq::cq_overrun,

@@ -742,6 +742,7 @@ fn every_duration_is_a_valid_timeout() {
         )
         .unwrap();
     let mut sub = subscribe(&sub_node, "forever", Start::Latest, pub_node.local_addr());
+    sub.connect_wait(pub_node.local_addr(), Duration::MAX).expect("connect_wait(Duration::MAX)");
     wait_subscribers(&publisher, 1);
     publisher.publish(b"no overflow").expect("publish with a Duration::MAX Block timeout");
     let m = sub.recv_timeout(Duration::MAX).expect("recv_timeout(Duration::MAX)").expect("a message");

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam::channel::Sender;
 use parking_lot::Mutex;
@@ -331,15 +331,7 @@ pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// How long blocking internals wait per slice before they re-check for shutdown.
 pub(crate) const SLICE: Duration = Duration::from_millis(20);
 
-/// The instant `timeout` from now, saturating far in the future for durations too large to
-/// add (such as `Duration::MAX`): every `Duration` is a valid timeout.
-pub(crate) fn deadline_after(timeout: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(timeout).unwrap_or_else(|| now + FAR_FUTURE)
-}
-
-/// What "no deadline" means: a century.
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub(crate) use crate::time::deadline_after;
 
 /// Adds `n` to a counter that only one thread at a time writes (under a lock, or through
 /// `&mut`): a load and a store instead of a locked read-modify-write on the per-message

@@ -138,6 +138,28 @@ pub fn cq_arm_wait_poll(spec: &ProviderSpec) {
     assert!(!p.server.cq.wait(QUIET).expect("wait"), "a notification with no new completion");
 }
 
+/// `wait` and `poll_wait` take any timeout, `Duration::MAX` included (it saturates instead of
+/// overflowing the deadline): an armed wait for a completion that comes returns true.
+pub fn cq_waits_accept_any_duration(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let rbuf = p.server.register(64, Access::LOCAL_WRITE);
+    let sbuf = p.client.register(64, Access::NONE);
+    p.server_qp.post_recv(9, &[rbuf.sge(0, 64)]).expect("post_recv");
+    p.server.cq.arm().expect("arm");
+    let (tx, rx) = mpsc::channel();
+    let cq = p.server.cq.clone();
+    let waiter = std::thread::spawn(move || {
+        let _ = tx.send(cq.wait(Duration::MAX).map_err(|e| e.to_string()));
+    });
+    p.client_qp.post_send(&wr(1, SendOp::Send, &[sbuf.sge(0, 8)])).expect("post SEND");
+    let woke = rx.recv_timeout(WAIT).expect("wait(Duration::MAX) returned after the completion");
+    assert!(woke.expect("wait"), "the armed wait was notified");
+    waiter.join().expect("waiter");
+    let mut out = [WorkCompletion::default(); 4];
+    assert_eq!(p.server.cq.poll_wait(&mut out, SPIN, Duration::MAX).expect("poll_wait(Duration::MAX)"), 1);
+    assert_success(&out[0], 9, WcOpcode::Recv, p.server_qp.qp_num());
+}
+
 /// A CQ armed for solicited completions (`ibv_req_notify_cq(cq, 1)`) stays quiet for the
 /// receive of an unsolicited SEND, which is still queued, and notifies that of a solicited one.
 pub fn cq_arm_solicited_notifies_only_solicited_sends(spec: &ProviderSpec) {

@@ -180,14 +180,14 @@ impl CmChannelOps for SoftChannel {
                     shared.conns.lock().remove(&conn.id);
                     return Err(Error::os("connect: epoll_ctl", Some(addr), e));
                 }
-                shared.command(Cmd::Timer(Instant::now() + timeout, conn.id, TimerKind::ConnectTimeout));
+                shared.command(Cmd::Timer(crate::time::deadline_after(timeout), conn.id, TimerKind::ConnectTimeout));
             }
         }
         Ok(Box::new(SoftQp::new(conn, init, self.dev.clone(), Some(self.inner.clone()))))
     }
 
     fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOps>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         let mut q = self.inner.queue.lock();
         let ev = loop {
             if let Some(ev) = q.pop_front() {

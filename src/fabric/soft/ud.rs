@@ -215,7 +215,7 @@ impl UdOps for SoftUd {
     }
 
     fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         let mut rx = self.rx.lock();
         loop {
             let now = Instant::now();

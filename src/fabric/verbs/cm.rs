@@ -373,7 +373,7 @@ impl CmChannelOps for Channel {
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         let conn = next_conn_id();
         let private = Arc::new(RawChannel::new()?);
         let mut id = CmId::new(
@@ -400,7 +400,7 @@ impl CmChannelOps for Channel {
     }
 
     fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOps>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         loop {
             if let Some(ev) = self.synthetic.lock().pop_front() {
                 return Ok(Some(ev));

@@ -89,7 +89,7 @@ impl Cq {
     }
 
     fn blocking(&self, timeout: Duration, mut poll: impl FnMut() -> Result<usize>) -> Result<usize> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         loop {
             let n = poll()?;
             if n > 0 {
@@ -178,7 +178,7 @@ impl CqOps for Cq {
     }
 
     fn wait(&self, timeout: Duration) -> Result<bool> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         loop {
             let mut cq: *mut ibv_cq = std::ptr::null_mut();
             let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();

@@ -198,7 +198,7 @@ pub(super) fn resolve(
     own_qpn: u32,
     timeout: Duration,
 ) -> Result<Resolved> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::time::deadline_after(timeout);
     let fail = |detail: String| Error::os("resolve UD unicast address", Some(to.into()), std::io::Error::other(detail));
     let channel = Arc::new(RawChannel::new()?);
     let id = CmId::new(&channel, rdma_port_space::RDMA_PS_UDP, IdCtx::new(0, false, 0))?;

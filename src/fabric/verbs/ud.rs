@@ -383,7 +383,7 @@ impl UdOps for UdEndpoint {
     }
 
     fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         // SAFETY: ibv_wc is plain old data; zero is a valid value.
         let mut raw: [ibv_wc; 1] = unsafe { std::mem::zeroed() };
         loop {

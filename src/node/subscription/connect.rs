@@ -77,7 +77,7 @@ impl Subscription {
     /// Connects to `addr` and waits until the publisher accepted or refused.
     pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
         self.connect(addr)?;
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::time::deadline_after(timeout);
         loop {
             self.drain_feed_events();
             let open = self.feeds.iter().find(|(_, f)| !f.closed && f.addr == addr);
