@@ -63,6 +63,23 @@ pub enum Error {
         /// The publisher's explanation.
         detail: String,
     },
+    /// No node answered at that address: nothing listens there, or nothing answered in time.
+    #[error("{peer} is unreachable: {detail}")]
+    Unreachable {
+        /// The address tried.
+        peer: SocketAddr,
+        /// What the fabric said.
+        detail: String,
+    },
+    /// A subscription has nothing to receive from: no publisher is connected or being
+    /// connected, and discovery (which would find them) is off, so waiting could never end.
+    #[error(
+        "the subscription to {topic:?} has no publisher to receive from and discovery is off: connect one (Subscription::connect) or build the node with discovery"
+    )]
+    NotConnected {
+        /// The subscription's topic.
+        topic: String,
+    },
     /// A message could not be serialized.
     #[error("serializing a message failed: {0}")]
     Encode(String),

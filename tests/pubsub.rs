@@ -754,3 +754,45 @@ fn every_duration_is_a_valid_timeout() {
     drop(sub);
     publisher.flush(Duration::MAX).expect("flush(Duration::MAX)");
 }
+
+/// A node of the fabric under test without discovery: only explicit connects reach publishers.
+fn node_without_discovery() -> Node {
+    Node::builder()
+        .fabric(fabric_kind())
+        .bind(bind_addr())
+        .discovery(rdma_pubsub::DiscoveryOptions::disabled())
+        .build()
+        .expect("node")
+}
+
+#[test]
+fn receiving_with_nothing_to_receive_from_says_so_instead_of_waiting_forever() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let _publisher = pub_node.publisher("somewhere").unwrap();
+    // Never connected, and discovery is off: every receiving call says so at once.
+    let mut sub = sub_node.subscribe("nowhere").unwrap();
+    let started = Instant::now();
+    assert!(matches!(sub.recv(), Err(Error::NotConnected { ref topic }) if topic == "nowhere"));
+    assert!(matches!(sub.recv_timeout(Duration::MAX), Err(Error::NotConnected { .. })));
+    assert!(matches!(sub.recv_ref(WAIT), Err(Error::NotConnected { .. })));
+    assert!(matches!(sub.try_recv(), Err(Error::NotConnected { .. })));
+    assert!(started.elapsed() < WAIT, "none of them waited");
+    // A connect the publisher's node refuses (no publisher of that topic there) leaves it so.
+    let err = sub.connect_wait(pub_node.local_addr(), WAIT).expect_err("no publisher of that topic");
+    assert!(matches!(err, Error::Rejected { reason: RejectCode::UnknownTopic, .. }), "{err}");
+    assert!(matches!(sub.recv(), Err(Error::NotConnected { .. })));
+}
+
+#[test]
+fn connecting_where_nothing_listens_is_an_unreachable_error() {
+    // A port that was free a moment ago: bound, then released.
+    let port = std::net::TcpListener::bind(bind_addr()).unwrap().local_addr().unwrap().port();
+    let addr = SocketAddr::new(bind_addr().ip(), port);
+    let sub_node = node_without_discovery();
+    let mut sub = sub_node.subscribe("lonely").unwrap();
+    match sub.connect_wait(addr, WAIT) {
+        Err(Error::Unreachable { peer, .. }) => assert_eq!(peer, addr),
+        other => panic!("expected Error::Unreachable naming {addr}, got {other:?}"),
+    }
+}

@@ -400,7 +400,7 @@ pub fn explain(e: &Error) -> String {
         Error::Fabric(f) if f.raw_os_error() == Some(libc::ECONNREFUSED) => {
             format!("{e}; is `pubsub-demo pub` running at that address? check --connect")
         }
-        Error::Fabric(FabricError::InvalidArgument { verb: "connect", .. }) => {
+        Error::Fabric(FabricError::InvalidArgument { verb: "connect", .. }) | Error::Unreachable { .. } => {
             format!("{e}; is `pubsub-demo pub` running at that address? check --connect")
         }
         Error::Rejected { reason: RejectCode::UnknownTopic, .. } => {

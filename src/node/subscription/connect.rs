@@ -101,10 +101,7 @@ impl Subscription {
                     SubscriptionEvent::Rejected { addr, reason, detail } => {
                         Err(Error::Rejected { peer: addr, reason, detail })
                     }
-                    SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Fabric(crate::fabric::Error::invalid(
-                        "connect",
-                        format!("{addr} is unreachable: {detail}"),
-                    ))),
+                    SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Unreachable { peer: addr, detail }),
                     _ => Err(Error::Closed("the connection closed while it was being set up")),
                 };
             }

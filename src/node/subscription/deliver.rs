@@ -102,8 +102,14 @@ impl Subscription {
                 return Ok(Some(key));
             }
             let may_return = self.watch.as_ref().is_some_and(Watch::expects_publishers);
-            if self.ever_connected && self.feeds.is_empty() && !may_return {
-                return Err(Error::Closed("every publisher of this subscription has gone"));
+            if self.feeds.is_empty() && !may_return {
+                if self.ever_connected {
+                    return Err(Error::Closed("every publisher of this subscription has gone"));
+                }
+                if self.watch.is_none() {
+                    // Without discovery nothing will ever connect it: waiting would never end.
+                    return Err(Error::NotConnected { topic: self.topic.clone() });
+                }
             }
             self.housekeeping();
             let n = self.cq.poll(&mut wcs)?;
