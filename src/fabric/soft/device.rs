@@ -119,6 +119,12 @@ pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Device {
     fn open(config: &FabricConfig, handshake_timeout: Duration) -> Result<Arc<Device>> {
+        if let Some(name) = config.device.as_deref().filter(|&n| n != DEVICE_NAME) {
+            return Err(Error::NoDevice {
+                provider: "soft",
+                detail: format!("no soft device is named {name:?}: the soft provider has one device, {DEVICE_NAME}"),
+            });
+        }
         let o = &config.soft;
         let attrs = DeviceAttributes {
             max_qp_wr: o.max_qp_wr,

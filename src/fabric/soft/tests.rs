@@ -675,3 +675,14 @@ fn the_soft_device_says_its_copies_run_on_this_hosts_cpus() {
     // yields after large commits) only where the device says so.
     assert!(fabric().attributes().copies_on_host_cpus);
 }
+
+#[test]
+fn a_device_name_other_than_soft0_is_refused() {
+    let named = |name: &str| FabricConfig { device: Some(name.into()), ..FabricConfig::new(FabricKind::Soft) };
+    match open(&named("mlx5_0")) {
+        Err(Error::NoDevice { provider: "soft", detail }) => assert!(detail.contains("mlx5_0"), "{detail}"),
+        Err(e) => panic!("expected NoDevice naming mlx5_0, got {e}"),
+        Ok(_) => panic!("a soft fabric opened as mlx5_0"),
+    }
+    assert_eq!(open(&named("soft0")).expect("soft0 is the soft device").device_name(), "soft0");
+}
