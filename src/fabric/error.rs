@@ -110,12 +110,18 @@ pub enum Error {
         detail: String,
     },
     /// An operating-system or library call failed.
-    #[error("{verb}{}: {source}", peer.map(|p| format!(" (peer {p})")).unwrap_or_default())]
+    #[error(
+        "{verb}{}{}: {source}",
+        peer.map(|p| format!(" (peer {p})")).unwrap_or_default(),
+        local.map(|l| format!(" (local address {l})")).unwrap_or_default()
+    )]
     Os {
         /// The verb or system call.
         verb: &'static str,
         /// The peer concerned, if any.
         peer: Option<SocketAddr>,
+        /// The local address concerned (binding, listening), if any.
+        local: Option<SocketAddr>,
         /// The underlying error (errno).
         #[source]
         source: std::io::Error,
@@ -128,7 +134,12 @@ pub enum Error {
 impl Error {
     /// An [`Error::Os`] from the last OS error or an explicit one.
     pub fn os(verb: &'static str, peer: Option<SocketAddr>, source: std::io::Error) -> Self {
-        Error::Os { verb, peer, source }
+        Error::Os { verb, peer, local: None, source }
+    }
+
+    /// An [`Error::Os`] about a local address (bind, listen), named as such.
+    pub fn os_local(verb: &'static str, local: SocketAddr, source: std::io::Error) -> Self {
+        Error::Os { verb, peer: None, local: Some(local), source }
     }
 
     /// An [`Error::InvalidArgument`].

@@ -126,9 +126,9 @@ impl CmChannelOps for SoftChannel {
         sock.set_reuse_address(true).map_err(|e| Error::os("listen: SO_REUSEADDR", None, e))?;
         sock.bind(&addr.into()).map_err(|e| match e.kind() {
             std::io::ErrorKind::AddrInUse => Error::AddrInUse { verb: "listen", addr },
-            _ => Error::os("listen: bind", Some(addr), e),
+            _ => Error::os_local("listen: bind", addr, e),
         })?;
-        sock.listen(backlog.clamp(1, i32::MAX as u32) as i32).map_err(|e| Error::os("listen", Some(addr), e))?;
+        sock.listen(backlog.clamp(1, i32::MAX as u32) as i32).map_err(|e| Error::os_local("listen", addr, e))?;
         sock.set_nonblocking(true).map_err(|e| Error::os("listen: O_NONBLOCK", None, e))?;
         let listener: std::net::TcpListener = sock.into();
         let local = listener.local_addr().map_err(|e| Error::os("listen: getsockname", None, e))?;

@@ -686,3 +686,16 @@ fn a_device_name_other_than_soft0_is_refused() {
     }
     assert_eq!(open(&named("soft0")).expect("soft0 is the soft device").device_name(), "soft0");
 }
+
+#[test]
+fn a_bind_error_names_the_local_address_not_a_peer() {
+    // 192.0.2.1 (TEST-NET-1) is no address of this host: binding fails, nothing is sent.
+    let addr = SocketAddr::from(([192, 0, 2, 1], 0));
+    let err = match fabric().create_event_channel().unwrap().listen(addr, 4) {
+        Err(e) => e,
+        Ok(_) => panic!("listening on an address of no interface succeeded"),
+    };
+    assert!(matches!(err, Error::Os { peer: None, local: Some(a), .. } if a == addr), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("local address 192.0.2.1:0") && !text.contains("peer"), "{text}");
+}

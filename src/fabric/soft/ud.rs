@@ -94,7 +94,7 @@ fn unicast_socket(interface: Ipv4Addr, buffer: usize) -> Result<UdpSocket> {
     let _ = s.set_recv_buffer_size(buffer);
     s.bind(&SocketAddr::from((interface, 0)).into()).map_err(|e| match is_unavailable(&e) {
         true => unavailable(interface, "binding the unicast socket".into(), &e),
-        false => Error::os("create_ud: bind", Some(SocketAddr::from((interface, 0))), e),
+        false => Error::os_local("create_ud: bind", SocketAddr::from((interface, 0)), e),
     })?;
     s.set_multicast_if_v4(&interface).map_err(|e| unavailable(interface, "IP_MULTICAST_IF".into(), &e))?;
     s.set_multicast_loop_v4(true).map_err(os("create_ud: IP_MULTICAST_LOOP"))?;

@@ -356,11 +356,11 @@ impl CmChannelOps for Channel {
             if err.raw_os_error() == Some(libc::EADDRINUSE) {
                 return Err(Error::AddrInUse { verb: "listen", addr });
             }
-            return Err(Error::os("rdma_bind_addr", Some(addr), err));
+            return Err(Error::os_local("rdma_bind_addr", addr, err));
         }
         // SAFETY: the id is live and bound.
         if unsafe { rdma_listen(id.raw(), backlog.min(i32::MAX as u32) as i32) } != 0 {
-            return Err(Error::os("rdma_listen", Some(addr), std::io::Error::last_os_error()));
+            return Err(Error::os_local("rdma_listen", addr, std::io::Error::last_os_error()));
         }
         let local = id.local_addr().unwrap_or(addr);
         Ok(Box::new(Listener { _id: id, local }))
