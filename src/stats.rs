@@ -329,6 +329,31 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<Found>> {
     Ok(found)
 }
 
+/// Removes the stats files (and temporary files) in `dir` of processes that no longer exist,
+/// such as nodes of SIGKILLed processes, which could not remove their own; returns how many.
+pub fn remove_dead(dir: &Path) -> std::io::Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        // `<pid>-<node>.stats`, or its temporary `.<pid>-<node>.stats.tmp`.
+        let stem = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")).unwrap_or(name);
+        if !stem.ends_with(".stats") {
+            continue;
+        }
+        let Some(pid) = stem.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !process_alive(pid) && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// Whether process `pid` exists (on Linux, `/proc/<pid>` does).
 pub fn process_alive(pid: u32) -> bool {
     Path::new("/proc").join(pid.to_string()).exists()

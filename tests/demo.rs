@@ -543,11 +543,19 @@ fn soak_reports_no_loss_and_no_growth() {
 #[test]
 fn stat_once_with_no_nodes_says_so() {
     let dir = stats_dir("empty");
-    // A file of a process that does not exist is skipped.
-    std::fs::write(dir.join("4194305-0000000000000001.stats"), "rdma-pubsub-stats 1\npid 4194305\n").unwrap();
+    // A file of a process that does not exist (and its temporary file) is skipped and removed;
+    // a file that is no stats file stays.
+    let dead = dir.join("4194305-0000000000000001.stats");
+    let dead_tmp = dir.join(".4194305-0000000000000001.stats.tmp");
+    let other = dir.join("notes.txt");
+    for f in [&dead, &dead_tmp, &other] {
+        std::fs::write(f, "rdma-pubsub-stats 1\npid 4194305\n").unwrap();
+    }
     let out = run(&dir, &["stat", "--once", "--dir", dir.to_str().unwrap()], Duration::from_secs(10));
     assert_eq!(out.code, Some(0));
     assert!(out.stdout.contains("): 0"), "{}", out.stdout);
+    assert!(!dead.exists() && !dead_tmp.exists(), "the dead process's files were removed");
+    assert!(other.exists(), "other files are left alone");
 }
 
 #[test]

@@ -22,6 +22,8 @@ pub fn run(args: &StatArgs) -> Result<(), Fail> {
     let live = !args.once;
     let clear = live && std::io::stdout().is_terminal();
     loop {
+        // Files of dead processes (killed nodes cannot remove theirs) are cleaned up as seen.
+        let _ = stats::remove_dead(&dir);
         let found = stats::list(&dir)
             .map_err(|e| Fail::Usage(format!("cannot read {}: {e}; give the directory with --dir", dir.display())))?;
         let now = Instant::now();
