@@ -796,3 +796,28 @@ fn connecting_where_nothing_listens_is_an_unreachable_error() {
         other => panic!("expected Error::Unreachable naming {addr}, got {other:?}"),
     }
 }
+
+#[test]
+fn iter_yields_results_ends_at_the_close_and_reports_other_errors() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node.publisher("iterated").unwrap();
+    let mut sub = subscribe(&sub_node, "iterated", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    // Dropping the publisher (once the subscriber consumed everything) ends its stream: the
+    // iterator ends after the last message.
+    let publishing = thread::spawn(move || {
+        for i in 0..3u8 {
+            publisher.publish(&[i]).unwrap();
+        }
+        drop(publisher);
+    });
+    let got: Vec<Vec<u8>> = sub.iter().map(|m| m.expect("a message").data).collect();
+    publishing.join().expect("publishing thread");
+    assert_eq!(got, [[0u8], [1], [2]]);
+    // An error other than the end is yielded once, then the iterator ends.
+    let mut lonely = sub_node.subscribe("nobody-publishes").unwrap();
+    let mut it = lonely.iter();
+    assert!(matches!(it.next(), Some(Err(Error::NotConnected { .. }))));
+    assert!(it.next().is_none());
+}

@@ -61,9 +61,27 @@ impl Subscription {
         Ok(Some((value, m)))
     }
 
-    /// An iterator over messages; it ends when the subscription closes or fails.
-    pub fn iter(&mut self) -> impl Iterator<Item = Message> + '_ {
-        std::iter::from_fn(move || self.recv().ok())
+    /// An iterator over messages, each `Ok`. It ends when the subscription closes (every
+    /// publisher it was connected to has gone, [`Error::Closed`]); any other error is yielded
+    /// once, then it ends.
+    pub fn iter(&mut self) -> impl Iterator<Item = Result<Message>> + '_ {
+        let mut ended = false;
+        std::iter::from_fn(move || {
+            if ended {
+                return None;
+            }
+            match self.recv() {
+                Ok(m) => Some(Ok(m)),
+                Err(Error::Closed(_)) => {
+                    ended = true;
+                    None
+                }
+                Err(e) => {
+                    ended = true;
+                    Some(Err(e))
+                }
+            }
+        })
     }
 
     /// The key of a feed with a message ready: at once when one was parsed already (no clock
