@@ -821,3 +821,37 @@ fn iter_yields_results_ends_at_the_close_and_reports_other_errors() {
     assert!(matches!(it.next(), Some(Err(Error::NotConnected { .. }))));
     assert!(it.next().is_none());
 }
+
+#[test]
+fn a_message_over_the_subscribers_limit_is_an_event_naming_both_sizes() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node
+        .publisher_with(
+            "too-large",
+            PublisherOptions { policy: Policy::Block { timeout: WAIT }, ring_capacity: 1 << 20, ..Default::default() },
+        )
+        .unwrap();
+    let options = SubscriptionOptions { start: Start::Latest, max_message_len: 64 * 1024, ..Default::default() };
+    let mut sub = sub_node.subscribe_with("too-large", options).unwrap();
+    sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
+    wait_subscribers(&publisher, 1);
+    let len = 100 * 1024;
+    publisher.publish(&payload(1, len)).unwrap();
+    let deadline = Instant::now() + WAIT;
+    let mut events = Vec::new();
+    while !events.iter().any(|e| matches!(e, SubscriptionEvent::Disconnected { .. })) {
+        assert!(Instant::now() < deadline, "no Disconnected after the oversized message: {events:?}");
+        match sub.recv_timeout(Duration::from_millis(50)) {
+            Ok(Some(m)) => panic!("message {} of {} bytes was delivered over the limit", m.seq, m.data.len()),
+            Ok(None) | Err(Error::Closed(_)) => {}
+            Err(e) => panic!("recv: {e}"),
+        }
+        events.extend(std::iter::from_fn(|| sub.try_event()));
+    }
+    let too_large = events
+        .iter()
+        .position(|e| matches!(e, SubscriptionEvent::MessageTooLarge { len: l, limit: 65536, .. } if *l == len as u64));
+    let disconnected = events.iter().position(|e| matches!(e, SubscriptionEvent::Disconnected { .. }));
+    assert!(too_large.is_some() && too_large < disconnected, "MessageTooLarge, then Disconnected: {events:?}");
+}

@@ -522,16 +522,16 @@ impl RingReader {
                 if !h.is_first() || h.seq != self.next_seq {
                     return Err(self.corrupt(h, "expected the first fragment of the next message"));
                 }
+                let total = h.total_len as u64;
+                if total > self.max_message_len {
+                    return Err(RingError::MessageTooLarge { len: total, max: self.max_message_len });
+                }
                 if h.is_last() {
                     if h.len != h.total_len {
                         return Err(self.corrupt(h, "single-record message with a different total"));
                     }
                     self.deliver(payload, out, deliver);
                 } else {
-                    let total = h.total_len as u64;
-                    if total > self.max_message_len {
-                        return Err(RingError::MessageTooLarge { len: total, max: self.max_message_len });
-                    }
                     self.assembly.clear();
                     self.assembly.reserve(total as usize);
                     self.assembly.extend_from_slice(payload);

@@ -360,6 +360,9 @@ impl Subscription {
         }
         tracing::warn!(topic = %self.topic, addr = %feed.addr, "feed failed: {e}");
         let publisher = feed.active.as_ref().map(|a| a.info);
+        if let (Error::Ring(crate::ring::RingError::MessageTooLarge { len, max }), Some(publisher)) = (&e, publisher) {
+            self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *max });
+        }
         self.user_events.push_back(SubscriptionEvent::Disconnected { addr: feed.addr, publisher });
         self.close_feed(key);
     }

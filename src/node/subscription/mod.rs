@@ -150,6 +150,17 @@ pub enum SubscriptionEvent {
         /// Its reason.
         reason: DropReason,
     },
+    /// The publisher sent a message longer than this subscription accepts
+    /// ([`SubscriptionOptions::max_message_len`]): the subscription stops reading that
+    /// publisher (a `Disconnected` follows), since the stream cannot continue without it.
+    MessageTooLarge {
+        /// The publisher.
+        publisher: PublisherInfo,
+        /// The message's length in bytes.
+        len: u64,
+        /// This subscription's limit in bytes.
+        limit: u64,
+    },
     /// The connection broke (the publisher's node died or the network failed).
     Disconnected {
         /// The publisher's node.
