@@ -105,11 +105,8 @@ fn subscribe(sub_node: &Node, topic: &str, start: Start, addr: SocketAddr) -> rd
 }
 
 fn wait_subscribers(p: &rdma_pubsub::Publisher, n: usize) {
-    let deadline = Instant::now() + WAIT;
-    while p.subscriber_count() < n {
-        assert!(Instant::now() < deadline, "subscribers did not arrive");
-        thread::yield_now();
-    }
+    let connected = p.wait_for_subscribers(n, WAIT).expect("subscribers did not arrive");
+    assert!(connected >= n);
 }
 
 #[test]
@@ -854,4 +851,23 @@ fn a_message_over_the_subscribers_limit_is_an_event_naming_both_sizes() {
         .position(|e| matches!(e, SubscriptionEvent::MessageTooLarge { len: l, limit: 65536, .. } if *l == len as u64));
     let disconnected = events.iter().position(|e| matches!(e, SubscriptionEvent::Disconnected { .. }));
     assert!(too_large.is_some() && too_large < disconnected, "MessageTooLarge, then Disconnected: {events:?}");
+}
+
+#[test]
+fn a_publisher_waits_for_its_subscribers_or_says_how_long_it_waited() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node.publisher("awaited").unwrap();
+    let none = publisher.wait_for_subscribers(1, Duration::from_millis(50));
+    assert!(matches!(none, Err(Error::Timeout { millis: 50, .. })), "{none:?}");
+    assert_eq!(publisher.wait_for_subscribers(0, Duration::ZERO).unwrap(), 0);
+    let addr = pub_node.local_addr();
+    let subscribers = thread::spawn(move || {
+        let subs: Vec<_> = (0..2).map(|_| subscribe(&sub_node, "awaited", Start::Latest, addr)).collect();
+        (sub_node, subs)
+    });
+    assert_eq!(publisher.wait_for_subscribers(2, Duration::MAX).unwrap(), 2);
+    let (_node, subs) = subscribers.join().expect("subscribing thread");
+    drop(subs);
+    assert_eq!(publisher.counters().accepted.load(Ordering::Relaxed), 2);
 }

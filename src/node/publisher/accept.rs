@@ -103,6 +103,7 @@ impl PublisherShared {
             asked_for: 0,
         });
         st.refresh_credit(&self.counters);
+        self.subscribers_changed.notify_all();
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(topic = %self.topic, %peer, position = start.position, "subscriber accepted");
     }

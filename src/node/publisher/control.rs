@@ -186,6 +186,7 @@ impl PublisherShared {
         }
         let sub = st.subs.remove(key);
         st.refresh_credit(&self.counters);
+        self.subscribers_changed.notify_all();
         st.by_conn.remove(&sub.conn);
         st.by_qp.remove(&sub.qp.qp_num());
         self.node.routes.lock().remove(&sub.conn);

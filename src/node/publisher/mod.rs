@@ -237,6 +237,8 @@ pub(crate) struct PublisherShared {
     state: Mutex<PubState>,
     /// Signalled when the publishing turn is given back.
     turn: Condvar,
+    /// Signalled when a subscriber is accepted or removed.
+    subscribers_changed: Condvar,
     counters: Arc<PublisherCounters>,
     // Declared last: deregistered after every queue pair that could READ it is gone. Only
     // held: the producer writes through its buffer.
@@ -307,6 +309,7 @@ impl Publisher {
                 closing: false,
             }),
             turn: Condvar::new(),
+            subscribers_changed: Condvar::new(),
             counters: Arc::new(PublisherCounters::default()),
             ctrl,
             _ring: ring,
@@ -343,6 +346,25 @@ impl Publisher {
     /// Subscribers currently connected.
     pub fn subscriber_count(&self) -> usize {
         self.shared.state.lock().subs.len()
+    }
+
+    /// Waits up to `timeout` (any `Duration`) until at least `n` subscribers are connected;
+    /// returns how many are.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when fewer than `n` are connected when the time is up.
+    pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize> {
+        let deadline = super::deadline_after(timeout);
+        let mut st = self.shared.state.lock();
+        while st.subs.len() < n {
+            if self.shared.subscribers_changed.wait_until(&mut st, deadline).timed_out() && st.subs.len() < n {
+                return Err(Error::Timeout {
+                    what: "waiting for subscribers",
+                    millis: timeout.as_millis().min(u64::MAX as u128) as u64,
+                });
+            }
+        }
+        Ok(st.subs.len())
     }
 
     /// The counters.
