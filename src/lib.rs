@@ -41,3 +41,8 @@ pub use node::{
     SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
 };
 pub use ring::Checksum;
+
+/// The README's usage example, compiled and run as a doc test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeUsage;
