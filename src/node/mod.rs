@@ -42,6 +42,20 @@ pub use subscription::{
 pub type NodeId = u64;
 
 /// Builds a [`Node`].
+///
+/// ```
+/// use std::time::Duration;
+/// use rdma_pubsub::{DiscoveryOptions, FabricKind, Node};
+///
+/// let node = Node::builder()
+///     .fabric(FabricKind::Soft)                      // or Verbs, or Auto (the default)
+///     .bind("127.0.0.1:0".parse().unwrap())           // port 0: any free port
+///     .discovery(DiscoveryOptions::disabled())        // connect by address only
+///     .stats_dir(None)                                // no stats file
+///     .build()?;
+/// assert_eq!(node.local_addr().ip().to_string(), "127.0.0.1");
+/// # Ok::<(), rdma_pubsub::Error>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct NodeBuilder {
     fabric: FabricConfig,
@@ -162,6 +176,15 @@ impl NodeBuilder {
 /// Dropping the node stops its CM thread and its discovery thread (which says goodbye first):
 /// it accepts no new subscribers and its subscriptions connect to no new publishers;
 /// publishers and subscriptions already created keep working until they are dropped.
+///
+/// ```
+/// use rdma_pubsub::{DiscoveryOptions, FabricKind, Node};
+///
+/// // The soft fabric on loopback, without discovery: subscribers connect by address.
+/// let node = Node::builder().fabric(FabricKind::Soft).discovery(DiscoveryOptions::disabled()).build()?;
+/// println!("node {:016x} at {} on the {} fabric", node.id(), node.local_addr(), node.fabric().kind());
+/// # Ok::<(), rdma_pubsub::Error>(())
+/// ```
 pub struct Node {
     shared: Arc<NodeShared>,
     cm: Option<JoinHandle<()>>,

@@ -246,6 +246,19 @@ pub(crate) struct PublisherShared {
 }
 
 /// Publishes messages on one topic. `Send + Sync`: share it between threads with an `Arc`.
+///
+/// ```
+/// use std::time::Duration;
+/// use rdma_pubsub::{DiscoveryOptions, Node, Policy, PublisherOptions};
+///
+/// let node = Node::builder().discovery(DiscoveryOptions::disabled()).build()?;
+/// let options = PublisherOptions { policy: Policy::Block { timeout: Duration::from_secs(1) }, ..Default::default() };
+/// let publisher = node.publisher_with("doc-publisher", options)?;
+/// // With no subscriber connected nothing holds the ring back.
+/// assert_eq!(publisher.publish(b"first")?, 1);
+/// assert_eq!(publisher.publish_value(&("second", 2u32))?, 2);
+/// # Ok::<(), rdma_pubsub::Error>(())
+/// ```
 pub struct Publisher {
     shared: Arc<PublisherShared>,
 }

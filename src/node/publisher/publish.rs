@@ -54,6 +54,20 @@ impl Publisher {
     /// reserved record and writes the payload straight into the ring (no intermediate copy),
     /// then the message is committed and its sequence number returned. If `fill` fails,
     /// nothing is published.
+    ///
+    /// ```
+    /// use rdma_pubsub::{DiscoveryOptions, Node};
+    ///
+    /// let node = Node::builder().discovery(DiscoveryOptions::disabled()).build()?;
+    /// let publisher = node.publisher("doc-in-place")?;
+    /// let seq = publisher.publish_with(16, |claim| {
+    ///     claim.write_at(0, &7u64.to_le_bytes())?;
+    ///     claim.write_at(8, &42u64.to_le_bytes())?;
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(seq, 1);
+    /// # Ok::<(), rdma_pubsub::Error>(())
+    /// ```
     pub fn publish_with<F>(&self, len: usize, fill: F) -> Result<u64>
     where
         F: FnOnce(&mut Claim<'_>) -> Result<()>,

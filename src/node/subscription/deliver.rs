@@ -34,6 +34,21 @@ impl Subscription {
     /// Waits up to `timeout` for the next message and lends it without copying: the payload
     /// stays in the READ buffer it arrived in (reassembled messages in a buffer of the
     /// subscription) until the next call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rdma_pubsub::{DiscoveryOptions, Node};
+    ///
+    /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
+    /// let (a, b) = (without_discovery()?, without_discovery()?);
+    /// let publisher = a.publisher("doc-zero-copy")?;
+    /// let mut sub = b.subscribe("doc-zero-copy")?;
+    /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
+    /// publisher.publish(b"borrowed")?;
+    /// let view = sub.recv_ref(Duration::from_secs(10))?.expect("a message within 10 s");
+    /// assert_eq!(view.data, b"borrowed"); // valid until the next call on `sub`
+    /// # Ok::<(), rdma_pubsub::Error>(())
+    /// ```
     pub fn recv_ref(&mut self, timeout: Duration) -> Result<Option<MessageRef<'_>>> {
         let Some(key) = self.ready_within(Some(timeout))? else { return Ok(None) };
         let Subscription { feeds, stash, counters, .. } = self;

@@ -384,6 +384,22 @@ impl ActiveFeed {
 
 /// A subscription to one topic: receives the messages of every publisher it is connected to,
 /// in order per publisher.
+///
+/// ```
+/// use std::time::Duration;
+/// use rdma_pubsub::{DiscoveryOptions, Node, Start, SubscriptionOptions};
+///
+/// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
+/// let (a, b) = (without_discovery()?, without_discovery()?);
+/// let publisher = a.publisher("doc-subscription")?;
+/// let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
+/// let mut sub = b.subscribe_with("doc-subscription", options)?;
+/// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
+/// publisher.publish(b"hello")?;
+/// let m = sub.recv_timeout(Duration::from_secs(10))?.expect("a message within 10 s");
+/// assert_eq!((m.seq, m.data.as_slice()), (1, &b"hello"[..]));
+/// # Ok::<(), rdma_pubsub::Error>(())
+/// ```
 pub struct Subscription {
     node: Arc<NodeShared>,
     topic: String,
