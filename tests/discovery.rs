@@ -507,3 +507,26 @@ fn discovery_survives_duplicated_delayed_and_dropped_datagrams() {
     assert!(!probe.events.iter().any(|e| matches!(e, SubscriptionEvent::PublisherLost { .. })), "{:?}", probe.events);
     assert_eq!(sub_node.peers().len(), 1);
 }
+
+#[test]
+fn an_ended_stream_is_followed_by_no_spurious_rejection() {
+    let d = domain(13);
+    let sub_node = node_with(d.clone());
+    let pub_node = node_with(d);
+    let mut probe = Probe::new(&sub_node, "ends", Start::Earliest);
+    let publisher = pub_node.publisher("ends").unwrap();
+    probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
+    wait_subscribers(&publisher, 1);
+    publish_range(&publisher, 1..=10);
+    // The publisher goes (its drop waits for the subscriber to consume) while discovery may
+    // still announce its topic for a moment.
+    let ending = std::thread::spawn(move || drop(publisher));
+    probe.until("the end of the stream", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Ended { .. })));
+    ending.join().expect("dropping the publisher");
+    // Drive the subscription for a while longer (discovery heartbeats, reconnect attempts).
+    let watch_until = Instant::now() + Duration::from_millis(1500);
+    probe.until("a quiet while", |_| Instant::now() >= watch_until);
+    let spurious: Vec<_> = probe.events.iter().filter(|e| matches!(e, SubscriptionEvent::Rejected { .. })).collect();
+    assert!(spurious.is_empty(), "events after the end: {:?}", probe.events);
+    assert_eq!(probe.messages.len(), 10);
+}
