@@ -1,7 +1,22 @@
 //! Connecting to publishers and following their connections: explicit and discovery-driven
 //! connects, CM events, activating a feed from the accept private data, closing feeds.
 
-use super::*;
+use super::{
+    wr_id, ActiveFeed, Feed, Idle, PublisherInfo, Start, Subscription, SubscriptionEvent, CTRL_LEN, FLUSH_GRACE,
+    KIND_RECV, RECV_SLOTS, SLOT,
+};
+use crate::error::{Error, Result};
+use crate::fabric::{Access, QpCaps, QpInit, ReadBuffer, RejectReason as CmReject, RNR_RETRY_INFINITE};
+use crate::node::cm::FeedEvent;
+use crate::node::discovery::{LostReason, Sighting};
+use crate::node::pacing::ReadPacer;
+use crate::node::{Route, SLICE};
+use crate::protocol::{AcceptData, ConnectData, ConnectFlags, PolicySet, RejectCode, RejectData, StartAt};
+use crate::ring::{RingReader, CONTROL_READ_LEN};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 impl Subscription {
     /// Starts connecting to the publisher of this topic on the node at `addr` (nothing to do

@@ -2,7 +2,16 @@
 //! A message already parsed is handed out at once (the hot path: no clock read, no
 //! housekeeping); only when none is ready does the subscription run its feeds and wait.
 
-use super::*;
+use super::{Message, MessageRef, Payload, Subscription, SubscriptionEvent, PARK_RECHECK, READ_SPIN};
+use crate::error::{Error, Result};
+use crate::fabric::WorkCompletion;
+use crate::node::discovery::watch::Watch;
+use crate::node::spin_permit::SpinPermit;
+use crate::node::SLICE;
+use crossbeam::channel;
+use serde::de::DeserializeOwned;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 impl Subscription {
     /// The next event about this subscription's connections, if any.

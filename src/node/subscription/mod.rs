@@ -11,31 +11,23 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver, Sender};
-use serde::de::DeserializeOwned;
 use slab::Slab;
 
 use crate::error::{Error, Result};
-use crate::fabric::{
-    Access, CompletionQueue, ConnId, MemoryRegion, ProtectionDomain, QpCaps, QpInit, QueuePair, ReadBuffer,
-    RejectReason as CmReject, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
-};
-use crate::protocol::{
-    AcceptData, ConnectData, ConnectFlags, Control, DropReason, Policy as WirePolicy, PolicySet, RejectCode,
-    RejectData, StartAt, TopicId,
-};
-use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop, CONTROL_READ_LEN};
+use crate::fabric::{CompletionQueue, ConnId, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
+use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, TopicId};
+use crate::ring::{ReadPlan, RingReader};
 
 use super::cm::FeedEvent;
 use super::discovery::watch::Watch;
-use super::discovery::{LostReason, Sighting};
+use super::discovery::LostReason;
 use super::pacing::ReadPacer;
-use super::spin_permit::SpinPermit;
-use super::{check_topic, NodeId, NodeShared, Route, SLICE};
+use super::{check_topic, NodeId, NodeShared};
 
 mod connect;
 mod deliver;

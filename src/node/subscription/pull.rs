@@ -2,7 +2,19 @@
 //! bring, acks (the publisher's credits), doorbell requests, and the publisher's control
 //! messages.
 
-use super::*;
+use super::{
+    split_wr_id, wr_id, ActiveFeed, Feed, Idle, Payload, Ready, Subscription, SubscriptionCounters, SubscriptionEvent,
+    KIND_ACK, KIND_DOORBELL_REQ, KIND_READ, KIND_RECV, PARK_RECHECK, SLOT,
+};
+use crate::error::{Error, Result};
+use crate::fabric::{
+    MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+use crate::protocol::{Control, Policy as WirePolicy};
+use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 impl Subscription {
     /// Posts the READs, acks and doorbell requests each feed needs now.
