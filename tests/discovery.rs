@@ -299,10 +299,10 @@ fn junk_datagrams_are_counted_and_dropped() {
     let sub_node = node_with(d.clone());
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 1));
     let topics = vec![("junk".to_string(), TopicId::of("junk"))];
-    let valid = Announcement::split(AnnounceKind::Hello, 42, 1, addr, &topics, 1024).unwrap()[0].encode().unwrap();
+    let valid = Announcement::split(AnnounceKind::Hello, 0, 42, 1, addr, &topics, 1024).unwrap()[0].encode().unwrap();
     let mut future = valid.clone();
     future[0] = PROTOCOL_VERSION + 1;
-    let mut wrong_id = Announcement::split(AnnounceKind::Hello, 43, 1, addr, &topics, 1024).unwrap();
+    let mut wrong_id = Announcement::split(AnnounceKind::Hello, 0, 43, 1, addr, &topics, 1024).unwrap();
     wrong_id[0].topics[0].1 = TopicId(7);
     let junk = vec![
         Vec::new(),
@@ -335,7 +335,7 @@ fn many_topics_are_split_across_datagrams() {
     let names: Vec<String> = (0..40).map(|i| format!("topic-{i:02}-{}", "x".repeat(50))).collect();
     let listed: Vec<(String, TopicId)> = names.iter().map(|n| (n.clone(), TopicId::of(n))).collect();
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 1));
-    let parts = Announcement::split(AnnounceKind::Hello, 1, 1, addr, &listed, 1024).unwrap();
+    let parts = Announcement::split(AnnounceKind::Hello, 0, 1, 1, addr, &listed, 1024).unwrap();
     assert!(parts.len() >= 3, "{} parts", parts.len());
     let pub_node = node_with(d.clone());
     let publishers: Vec<Publisher> = names.iter().map(|n| pub_node.publisher_with(n, small_ring()).unwrap()).collect();
@@ -529,4 +529,48 @@ fn an_ended_stream_is_followed_by_no_spurious_rejection() {
     let spurious: Vec<_> = probe.events.iter().filter(|e| matches!(e, SubscriptionEvent::Rejected { .. })).collect();
     assert!(spurious.is_empty(), "events after the end: {:?}", probe.events);
     assert_eq!(probe.messages.len(), 10);
+}
+
+#[test]
+fn nodes_of_different_domains_never_see_each_other() {
+    let base = domain(14);
+    let in_domain = |d: u16| DiscoveryOptions { domain: d, ..base.clone() };
+    let pub_node = node_with(in_domain(1));
+    let same = node_with(in_domain(1));
+    let other = node_with(in_domain(0));
+    let publisher = pub_node.publisher("one-name").unwrap();
+    let mut same_probe = Probe::new(&same, "one-name", Start::Earliest);
+    let mut other_probe = Probe::new(&other, "one-name", Start::Earliest);
+    same_probe.until("the connection in the same domain", |p| {
+        p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_)))
+    });
+    wait_subscribers(&publisher, 1);
+    publish_range(&publisher, 1..=5);
+    same_probe.until("5 messages", |p| p.messages.len() >= 5);
+    // Five heartbeats later the other domain has heard of nobody.
+    let quiet_until = Instant::now() + base.heartbeat * 5;
+    other_probe.until("five heartbeats", |_| Instant::now() >= quiet_until);
+    assert!(other_probe.events.is_empty() && other_probe.messages.is_empty(), "{:?}", other_probe.events);
+    assert!(other.peers().is_empty(), "domain 0 sees {:?}", other.peers());
+    assert_eq!(publisher.subscriber_count(), 1);
+    // An announcement of another domain that reaches this domain's port is counted and dropped.
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 1));
+    let topics = vec![("one-name".to_string(), TopicId::of("one-name"))];
+    let foreign = Announcement::split(AnnounceKind::Hello, 7, 77, 1, addr, &topics, 1024).unwrap()[0].encode().unwrap();
+    send_raw(&in_domain(0), &[foreign]);
+    let deadline = Instant::now() + WAIT;
+    while other.discovery_counters().other_domain.load(Ordering::Relaxed) == 0 {
+        assert!(Instant::now() < deadline, "the foreign announcement was not counted");
+        std::thread::yield_now();
+    }
+    assert!(other.peers().iter().all(|p| p.node != 77), "a node of domain 7 was admitted");
+}
+
+#[test]
+fn a_domain_past_the_last_port_is_refused() {
+    let options = DiscoveryOptions { port: 65000, domain: 1000, ..domain(15) };
+    let err = Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(options).build().err();
+    assert!(matches!(err, Some(rdma_pubsub::Error::InvalidOption { option: "discovery domain", .. })), "{err:?}");
+    assert_eq!(DiscoveryOptions { domain: 3, ..Default::default() }.domain_port(), 7480);
+    assert_eq!(DiscoveryOptions { domain: 3, ..DiscoveryOptions::unicast(Vec::new()) }.domain_port(), 0);
 }

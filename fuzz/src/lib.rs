@@ -391,11 +391,11 @@ fn seeds_announcement() -> Vec<Vec<u8>> {
     let topics: Vec<(String, TopicId)> =
         ["a", "prices", "orders/eu"].iter().map(|t| (t.to_string(), TopicId::of(t))).collect();
     let mut out = Vec::new();
-    for a in Announcement::split(AnnounceKind::Hello, 1, 2, connect, &topics, 1024).unwrap() {
+    for a in Announcement::split(AnnounceKind::Hello, 9, 1, 2, connect, &topics, 1024).unwrap() {
         out.push(a.encode().unwrap());
     }
     out.push(
-        Announcement { kind: AnnounceKind::Goodbye, node_id: 3, epoch: 4, connect: v6, part: 0, parts: 1, topics }
+        Announcement { kind: AnnounceKind::Goodbye, domain: 7, node_id: 3, epoch: 4, connect: v6, part: 0, parts: 1, topics }
             .encode()
             .unwrap(),
     );

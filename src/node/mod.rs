@@ -86,6 +86,14 @@ impl NodeBuilder {
         self.fabric.kind = kind;
         self
     }
+    /// The discovery domain (default 0): nodes discover only nodes of their own domain
+    /// ([`DiscoveryOptions::domain`]). Shorthand for setting it in [`discovery`](Self::discovery)
+    /// options; call it after that.
+    pub fn domain(mut self, domain: u16) -> Self {
+        self.discovery.domain = domain;
+        self
+    }
+
     /// Chooses the RDMA device by name (verbs).
     pub fn device(mut self, name: impl Into<String>) -> Self {
         self.fabric.device = Some(name.into());
@@ -137,7 +145,7 @@ impl NodeBuilder {
         let shared = Arc::new(NodeShared {
             id,
             epoch,
-            discovery: discovery::Directory::new(id, epoch, addr, self.discovery.enabled),
+            discovery: discovery::Directory::new(id, self.discovery.domain, epoch, addr, self.discovery.enabled),
             addr,
             fabric,
             pd,

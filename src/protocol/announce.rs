@@ -30,6 +30,8 @@ pub enum AnnounceKind {
 pub struct Announcement {
     /// Hello, heartbeat or goodbye.
     pub kind: AnnounceKind,
+    /// The discovery domain of the announcing node: nodes hear only their own domain.
+    pub domain: u16,
     /// The announcing node.
     pub node_id: u64,
     /// Its epoch (a restarted node has a new one).
@@ -69,13 +71,15 @@ impl Announcement {
     /// bytes (an empty list gives one part). A topic too long for one datagram is an error.
     pub fn split(
         kind: AnnounceKind,
+        domain: u16,
         node_id: u64,
         epoch: u64,
         connect: SocketAddr,
         topics: &[(String, TopicId)],
         mtu: usize,
     ) -> Result<Vec<Announcement>, ProtocolError> {
-        let empty = Announcement { kind, node_id, epoch, connect, part: u16::MAX, parts: u16::MAX, topics: Vec::new() };
+        let empty =
+            Announcement { kind, domain, node_id, epoch, connect, part: u16::MAX, parts: u16::MAX, topics: Vec::new() };
         // The list length is a varint: 1 byte for an empty list, at most 3 below 65536 entries.
         let base = empty.encode()?.len() + 2;
         let entry_len = |t: &(String, TopicId)| {
@@ -105,7 +109,16 @@ impl Announcement {
         let out: Vec<Announcement> = parts
             .into_iter()
             .enumerate()
-            .map(|(i, topics)| Announcement { kind, node_id, epoch, connect, part: i as u16, parts: count, topics })
+            .map(|(i, topics)| Announcement {
+                kind,
+                domain,
+                node_id,
+                epoch,
+                connect,
+                part: i as u16,
+                parts: count,
+                topics,
+            })
             .collect();
         for a in &out {
             let len = a.encode()?.len();

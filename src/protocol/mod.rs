@@ -26,4 +26,4 @@ pub use error::ProtocolError;
 pub use topic::TopicId;
 
 /// Version of this protocol (first byte of every message).
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;

@@ -173,6 +173,7 @@ fn version_kind_and_truncation_errors() {
 fn announcement_roundtrip_and_part_check() {
     let a = Announcement {
         kind: AnnounceKind::Heartbeat,
+        domain: 232,
         node_id: 9,
         epoch: 3,
         connect: v6(),
@@ -195,7 +196,7 @@ fn announcement_split_packs_many_long_topics_under_the_mtu() {
         })
         .collect();
     for kind in [AnnounceKind::Hello, AnnounceKind::Heartbeat, AnnounceKind::Goodbye] {
-        let parts = Announcement::split(kind, u64::MAX, u64::MAX, v6(), &topics, ANNOUNCE_MTU).unwrap();
+        let parts = Announcement::split(kind, 0, u64::MAX, u64::MAX, v6(), &topics, ANNOUNCE_MTU).unwrap();
         assert!(parts.len() > 1);
         let mut back = Vec::new();
         for (i, p) in parts.iter().enumerate() {
@@ -210,11 +211,11 @@ fn announcement_split_packs_many_long_topics_under_the_mtu() {
         let sizes: Vec<usize> = parts.iter().map(|p| p.encode().unwrap().len()).collect();
         assert!(sizes.windows(2).all(|w| w[0] + w[1] > ANNOUNCE_MTU));
     }
-    let one = Announcement::split(AnnounceKind::Goodbye, 1, 1, v6(), &[], ANNOUNCE_MTU).unwrap();
+    let one = Announcement::split(AnnounceKind::Goodbye, 0, 1, 1, v6(), &[], ANNOUNCE_MTU).unwrap();
     assert_eq!((one.len(), one[0].parts, one[0].topics.len()), (1, 1, 0));
     let huge = vec![("x".repeat(2000), TopicId(1))];
     assert!(matches!(
-        Announcement::split(AnnounceKind::Hello, 1, 1, v6(), &huge, ANNOUNCE_MTU),
+        Announcement::split(AnnounceKind::Hello, 0, 1, 1, v6(), &huge, ANNOUNCE_MTU),
         Err(ProtocolError::TooLarge { .. })
     ));
 }

@@ -79,31 +79,41 @@ pub struct DiscoveryArgs {
           conflicts_with = "group")]
     pub peers: Option<Vec<SocketAddrV4>>,
     /// No discovery at all: subscribers connect with `sub --connect`.
-    #[arg(long, conflicts_with_all = ["group", "peers"])]
+    #[arg(long, conflicts_with_all = ["group", "peers", "domain"])]
     pub no_discovery: bool,
+    /// Discovery domain: nodes find only nodes of the same domain (its UD port is the group's
+    /// port plus the domain).
+    #[arg(long, default_value_t = 0)]
+    pub domain: u16,
 }
 
 impl DiscoveryArgs {
     /// The node's discovery options.
     pub fn options(&self) -> DiscoveryOptions {
-        if self.no_discovery {
+        let options = if self.no_discovery {
             DiscoveryOptions::disabled()
         } else if let Some(peers) = &self.peers {
             DiscoveryOptions::unicast(peers.clone())
         } else {
             let group = self.group.unwrap_or(SocketAddrV4::new(DEFAULT_GROUP, DEFAULT_PORT));
             DiscoveryOptions { group: *group.ip(), port: group.port(), ..Default::default() }
-        }
+        };
+        DiscoveryOptions { domain: self.domain, ..options }
     }
 
     /// The flags that make another process discover the same way, to print in hints
     /// (`discovery_addr`: this node's unicast endpoint).
     pub fn hint(&self, discovery_addr: Option<SocketAddr>) -> String {
-        match (&self.peers, self.group, discovery_addr) {
-            _ if self.no_discovery => " --no-discovery".into(),
+        let how = match (&self.peers, self.group, discovery_addr) {
+            _ if self.no_discovery => return " --no-discovery".into(),
             (Some(_), _, Some(addr)) => format!(" --peers {addr}"),
             (None, Some(g), _) => format!(" --group {g}"),
             _ => String::new(),
+        };
+        if self.domain == 0 {
+            how
+        } else {
+            format!("{how} --domain {}", self.domain)
         }
     }
 }

@@ -49,9 +49,15 @@ pub struct DiscoveryOptions {
     pub multicast: bool,
     /// The multicast group (default [`DEFAULT_GROUP`]).
     pub group: Ipv4Addr,
-    /// The UD port (default [`DEFAULT_PORT`]); 0 picks a free port (unicast only). Nodes of one
-    /// host using unicast only need distinct ports: see [`crate::Node::discovery_addr`].
+    /// The UD port of domain 0 (default [`DEFAULT_PORT`]); domain `d` uses `port + d`. 0 picks a
+    /// free port (unicast only). Nodes of one host using unicast only need distinct ports: see
+    /// [`crate::Node::discovery_addr`].
     pub port: u16,
+    /// The discovery domain (default 0): nodes find only nodes of their own domain, so that
+    /// unrelated applications on one network using the same topic names stay apart (as ROS 2's
+    /// domain id does). It is carried in every announcement (others are counted in
+    /// [`DiscoveryCounters::other_domain`] and dropped) and moves the UD port to `port + domain`.
+    pub domain: u16,
     /// Local interface address of the UD endpoint (`IP_MULTICAST_IF`). Default: the node's
     /// bind address, or 127.0.0.1 when that is unspecified or IPv6.
     pub interface: Option<Ipv4Addr>,
@@ -74,6 +80,7 @@ impl Default for DiscoveryOptions {
             multicast: true,
             group: DEFAULT_GROUP,
             port: DEFAULT_PORT,
+            domain: 0,
             interface: None,
             peers: Vec::new(),
             heartbeat: DEFAULT_HEARTBEAT,
@@ -93,6 +100,15 @@ impl DiscoveryOptions {
         DiscoveryOptions { multicast: false, port: 0, peers, ..Default::default() }
     }
 
+    /// The UD port this node uses: `port + domain`, or 0 (a free port) when `port` is 0.
+    pub fn domain_port(&self) -> u16 {
+        if self.port == 0 {
+            0
+        } else {
+            self.port.saturating_add(self.domain)
+        }
+    }
+
     /// How long a silent peer lives.
     pub(crate) fn expiry(&self) -> Duration {
         self.heartbeat.saturating_mul(self.missed_heartbeats)
@@ -108,6 +124,9 @@ impl DiscoveryOptions {
         }
         if self.multicast && self.port == 0 {
             return bad("discovery port", "multicast needs a fixed port");
+        }
+        if self.port != 0 && u32::from(self.port) + u32::from(self.domain) > u32::from(u16::MAX) {
+            return bad("discovery domain", "port + domain must be a port number (at most 65535)");
         }
         if self.heartbeat < Duration::from_millis(1) || self.heartbeat > Duration::from_secs(3600) {
             return bad("heartbeat", "must be in 1 ms..=1 h");
@@ -159,6 +178,8 @@ pub struct DiscoveryCounters {
     pub expired: AtomicU64,
     /// Datagrams that could not be sent.
     pub send_errors: AtomicU64,
+    /// Announcements of another discovery domain, dropped.
+    pub other_domain: AtomicU64,
 }
 
 /// What a subscription learns about publishers of its topic.
@@ -220,6 +241,7 @@ pub(crate) struct Applied {
 /// watching topics.
 pub(crate) struct Directory {
     me: NodeId,
+    domain: u16,
     epoch: u64,
     addr: SocketAddr,
     enabled: bool,
@@ -230,9 +252,10 @@ pub(crate) struct Directory {
 }
 
 impl Directory {
-    pub(crate) fn new(me: NodeId, epoch: u64, addr: SocketAddr, enabled: bool) -> Directory {
+    pub(crate) fn new(me: NodeId, domain: u16, epoch: u64, addr: SocketAddr, enabled: bool) -> Directory {
         Directory {
             me,
+            domain,
             epoch,
             addr,
             enabled,
@@ -240,6 +263,11 @@ impl Directory {
             dirty: AtomicBool::new(true),
             counters: DiscoveryCounters::default(),
         }
+    }
+
+    /// The discovery domain this node hears.
+    pub(crate) fn domain(&self) -> u16 {
+        self.domain
     }
 
     /// Whether discovery runs (subscriptions auto-connect only then).
@@ -329,9 +357,14 @@ impl Directory {
         self.inner.lock().peers.values().filter_map(|p| p.from).collect()
     }
 
-    /// Applies one decoded announcement of another node received from `from`.
+    /// Applies one decoded announcement of another node received from `from` (one of another
+    /// domain is counted and dropped).
     pub(crate) fn apply(&self, a: Announcement, from: SocketAddr, now: Instant) -> Applied {
         let mut applied = Applied::default();
+        if a.domain != self.domain {
+            self.counters.other_domain.fetch_add(1, Ordering::Relaxed);
+            return applied;
+        }
         if a.node_id == self.me {
             if a.epoch != self.epoch {
                 tracing::warn!(node = self.me, "another node announces this node's id; ignored");
@@ -425,5 +458,8 @@ pub(crate) fn encode_announcement(
     topics: &[(String, TopicId)],
     mtu: usize,
 ) -> Result<Vec<Vec<u8>>, crate::protocol::ProtocolError> {
-    Announcement::split(kind, dir.me, dir.epoch, dir.addr, topics, mtu)?.iter().map(Announcement::encode).collect()
+    Announcement::split(kind, dir.domain, dir.me, dir.epoch, dir.addr, topics, mtu)?
+        .iter()
+        .map(Announcement::encode)
+        .collect()
 }

@@ -33,7 +33,7 @@ pub(crate) fn setup(node: &NodeShared, options: &DiscoveryOptions) -> crate::Res
         std::net::IpAddr::V4(ip) if !ip.is_unspecified() => ip,
         _ => Ipv4Addr::LOCALHOST,
     });
-    let init = crate::fabric::UdInit { interface, port: options.port, recv_depth: 256 };
+    let init = crate::fabric::UdInit { interface, port: options.domain_port(), recv_depth: 256 };
     let ud = node.fabric.create_ud(&node.pd, &init)?;
     if options.multicast {
         ud.join(options.group)?;
@@ -112,7 +112,7 @@ fn handle(node: &NodeShared, d: Datagram) -> bool {
             return false;
         }
     };
-    if announcement.node_id != node.id {
+    if announcement.node_id != node.id && announcement.domain == node.discovery.domain() {
         node.discovery.counters.received.fetch_add(1, Ordering::Relaxed);
     }
     node.discovery.apply(announcement, d.from, Instant::now()).newcomer
