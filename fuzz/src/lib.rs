@@ -395,9 +395,18 @@ fn seeds_announcement() -> Vec<Vec<u8>> {
         out.push(a.encode().unwrap());
     }
     out.push(
-        Announcement { kind: AnnounceKind::Goodbye, domain: 7, node_id: 3, epoch: 4, connect: v6, part: 0, parts: 1, topics }
-            .encode()
-            .unwrap(),
+        Announcement {
+            kind: AnnounceKind::Goodbye,
+            domain: 7,
+            node_id: 3,
+            epoch: 4,
+            connect: v6,
+            part: 0,
+            parts: 1,
+            topics,
+        }
+        .encode()
+        .unwrap(),
     );
     with_variants(out)
 }
