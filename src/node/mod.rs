@@ -135,6 +135,11 @@ impl NodeBuilder {
         self
     }
     /// Opens the fabric, starts listening, and starts the CM and discovery threads.
+    ///
+    /// # Errors
+    /// [`Error::Fabric`] when the fabric cannot be opened (no such device or provider, the
+    /// address is in use or not local); [`Error::InvalidOption`] for discovery options out of
+    /// range.
     pub fn build(self) -> Result<Node> {
         let fabric = fabric::open(&self.fabric)?;
         let pd = fabric.alloc_pd()?;
@@ -258,6 +263,11 @@ impl Node {
         self.publisher_with(topic, PublisherOptions::default())
     }
     /// Creates the publisher of `topic` on this node.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTopic`], [`Error::InvalidOption`] (ring geometry, subscriber limit),
+    /// [`Error::AlreadyPublishing`] when this node publishes the topic already, and
+    /// [`Error::Fabric`] when the ring cannot be registered.
     pub fn publisher_with(&self, topic: &str, options: PublisherOptions) -> Result<Publisher> {
         Publisher::create(self.shared.clone(), topic, options)
     }
@@ -268,6 +278,10 @@ impl Node {
         self.subscribe_with(topic, SubscriptionOptions::default())
     }
     /// Creates a subscription to `topic`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTopic`], [`Error::InvalidOption`] (the batch size), and
+    /// [`Error::Fabric`] when the completion queue cannot be created.
     pub fn subscribe_with(&self, topic: &str, options: SubscriptionOptions) -> Result<Subscription> {
         Subscription::create(self.shared.clone(), topic, options)
     }

@@ -20,6 +20,10 @@ impl Publisher {
     /// sequence number. Under [`super::Policy::Block`] it waits for credit up to the timeout;
     /// on timeout nothing of the message was published, unless it was larger than the free
     /// space and partly written: then it is finished by the next `publish`/`flush` call.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when a Block publisher waited its whole timeout for credit;
+    /// [`Error::Ring`] for a message over 4 GiB.
     pub fn publish(&self, payload: &[u8]) -> Result<u64> {
         let shared = &*self.shared;
         let mut st = shared.state.lock();
@@ -44,6 +48,10 @@ impl Publisher {
     }
 
     /// Serializes `value` with bincode 2 (serde, standard configuration) and publishes it.
+    ///
+    /// # Errors
+    /// [`Error::Encode`] when the value does not serialize; otherwise as
+    /// [`publish`](Self::publish).
     pub fn publish_value<T: Serialize>(&self, value: &T) -> Result<u64> {
         let bytes = bincode::serde::encode_to_vec(value, bincode::config::standard())
             .map_err(|e| Error::Encode(e.to_string()))?;
@@ -68,6 +76,10 @@ impl Publisher {
     /// assert_eq!(seq, 1);
     /// # Ok::<(), rdma_pubsub::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] when `len` exceeds one ring record, [`Error::Timeout`] as for
+    /// [`publish`](Self::publish), and whatever `fill` returns (nothing is published then).
     pub fn publish_with<F>(&self, len: usize, fill: F) -> Result<u64>
     where
         F: FnOnce(&mut Claim<'_>) -> Result<()>,
@@ -95,6 +107,9 @@ impl Publisher {
 
     /// Waits (under Block, up to the timeout) until every connected subscriber has consumed
     /// everything published, and finishes a partly written message first.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when a subscriber has not consumed everything within `timeout`.
     pub fn flush(&self, timeout: Duration) -> Result<()> {
         let shared = &*self.shared;
         let deadline = super::super::deadline_after(timeout);

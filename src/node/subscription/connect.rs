@@ -23,6 +23,11 @@ impl Subscription {
     /// when a connection to `addr` is open or opening, e.g. made by discovery). The outcome
     /// arrives as a [`SubscriptionEvent`] (see [`try_event`](Self::try_event)) while receiving,
     /// or wait for it with [`connect_wait`](Self::connect_wait).
+    ///
+    /// # Errors
+    /// [`Error::Fabric`] when the connection cannot be started (resources, addresses);
+    /// [`Error::InvalidOption`] past 65,536 publishers. Refusals and unreachable nodes arrive
+    /// as events.
     pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
         let start = match self.options.start {
             Start::Latest => StartAt::Latest,
@@ -90,6 +95,11 @@ impl Subscription {
     }
 
     /// Connects to `addr` and waits until the publisher accepted or refused.
+    ///
+    /// # Errors
+    /// [`Error::Rejected`] with the publisher's reason, [`Error::Unreachable`] when no node
+    /// answers at `addr`, [`Error::Timeout`] when no answer came within `timeout`, and
+    /// [`Error::Closed`] when the connection closed while it was set up.
     pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
         self.connect(addr)?;
         let deadline = crate::time::deadline_after(timeout);

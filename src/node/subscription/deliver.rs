@@ -22,6 +22,11 @@ impl Subscription {
     }
 
     /// Waits for the next message (until every publisher has gone: then [`Error::Closed`]).
+    ///
+    /// # Errors
+    /// [`Error::Closed`] when every publisher it was connected to has gone;
+    /// [`Error::NotConnected`] when it has no publisher and discovery is off; [`Error::Fabric`]
+    /// when its completion queue fails.
     pub fn recv(&mut self) -> Result<Message> {
         loop {
             if let Some(m) = self.recv_timeout(Duration::MAX)? {
@@ -31,11 +36,17 @@ impl Subscription {
     }
 
     /// Waits up to `timeout` for the next message; `None` on timeout.
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv).
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Message>> {
         Ok(self.ready_within(Some(timeout))?.map(|key| self.take_owned(key)))
     }
 
     /// Returns a message that has already arrived, making progress without blocking.
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv).
     pub fn try_recv(&mut self) -> Result<Option<Message>> {
         Ok(self.ready_within(None)?.map(|key| self.take_owned(key)))
     }
@@ -58,6 +69,9 @@ impl Subscription {
     /// assert_eq!(view.data, b"borrowed"); // valid until the next call on `sub`
     /// # Ok::<(), rdma_pubsub::Error>(())
     /// ```
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv).
     pub fn recv_ref(&mut self, timeout: Duration) -> Result<Option<MessageRef<'_>>> {
         let Some(key) = self.ready_within(Some(timeout))? else { return Ok(None) };
         let Subscription { feeds, stash, counters, .. } = self;
@@ -78,6 +92,9 @@ impl Subscription {
     }
 
     /// Waits up to `timeout` for the next message and deserializes it (bincode 2, serde).
+    ///
+    /// # Errors
+    /// [`Error::Decode`] when the message is not a `T`; otherwise as [`recv`](Self::recv).
     pub fn recv_value<T: DeserializeOwned>(&mut self, timeout: Duration) -> Result<Option<(T, Message)>> {
         let Some(m) = self.recv_timeout(timeout)? else { return Ok(None) };
         let (value, _) = bincode::serde::decode_from_slice(&m.data, bincode::config::standard())
