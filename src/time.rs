@@ -12,6 +12,11 @@ pub(crate) fn deadline_after(timeout: Duration) -> Instant {
     now.checked_add(timeout).unwrap_or_else(|| now + FAR_FUTURE)
 }
 
+/// Whole milliseconds of `d` for an error message, saturating at `u64::MAX`.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -23,5 +28,6 @@ mod tests {
         let before = Instant::now();
         let soon = deadline_after(Duration::from_millis(5));
         assert!(soon >= before + Duration::from_millis(5) && soon <= Instant::now() + Duration::from_millis(5));
+        assert_eq!((millis(Duration::from_micros(2500)), millis(Duration::MAX)), (2, u64::MAX));
     }
 }

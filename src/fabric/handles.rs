@@ -187,7 +187,7 @@ fn check_sges(sges: &[Sge<'_>]) -> Result<()> {
     Ok(())
 }
 
-/// Polls between two clock reads while [`CompletionQueue::poll_wait`] spins (a few µs).
+/// Polls between two clock reads (and yields) while [`CompletionQueue::poll_wait`] spins (a few µs).
 const SPIN_POLLS_PER_CLOCK_READ: u32 = 64;
 
 /// A completion queue. Cheap to clone.
@@ -229,10 +229,11 @@ impl CompletionQueue {
     pub fn depth(&self) -> u32 {
         self.ops.depth()
     }
-    /// Polls; when empty, spins for up to `spin` (a pause instruction between polls, the clock
-    /// read once every 64 polls, never a yield), then arms and
-    /// blocks on the completion channel until a completion arrives or `timeout` (counted from
-    /// the call) passes. Returns the number of completions moved into `out` (0 on timeout).
+    /// Polls; when empty, spins for up to `spin` (a pause instruction between polls; the clock
+    /// read and one yield per 64 polls, so a thread sharing this CPU gets a turn every few
+    /// µs), then arms and blocks on the completion channel until a completion arrives or
+    /// `timeout` (counted from the call) passes. Returns the number of completions moved into
+    /// `out` (0 on timeout).
     pub fn poll_wait(&self, out: &mut [WorkCompletion], spin: Duration, timeout: Duration) -> Result<usize> {
         let n = self.poll(out)?;
         if n > 0 {
@@ -245,9 +246,6 @@ impl CompletionQueue {
                 return Ok(0);
             }
             if elapsed < spin {
-                if elapsed > Duration::ZERO {
-                    std::thread::yield_now();
-                }
                 for _ in 0..SPIN_POLLS_PER_CLOCK_READ {
                     std::hint::spin_loop();
                     let n = self.poll(out)?;
@@ -255,6 +253,7 @@ impl CompletionQueue {
                         return Ok(n);
                     }
                 }
+                std::thread::yield_now();
                 continue;
             }
             self.arm()?;

@@ -376,8 +376,6 @@ pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// How long blocking internals wait per slice before they re-check for shutdown.
 pub(crate) const SLICE: Duration = Duration::from_millis(20);
 
-pub(crate) use crate::time::deadline_after;
-
 /// Adds `n` to a counter that only one thread at a time writes (under a lock, or through
 /// `&mut`): a load and a store instead of a locked read-modify-write on the per-message
 /// paths; readers still see whole values.

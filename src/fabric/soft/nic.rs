@@ -227,8 +227,8 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
         let timeout = if !nic.ready.is_empty() {
             Some(Duration::ZERO)
         } else if now.duration_since(last_busy) < spin {
-            // Spin without a system call between the polls of the sockets, and never yield:
-            // a yielding spinner takes the CPU from the threads it serves.
+            // Pause between two polls of the sockets (a system call each), then yield once: a
+            // thread this one serves and that shares its CPU gets a turn every few µs.
             for _ in 0..SPIN_PAUSES {
                 std::hint::spin_loop();
             }

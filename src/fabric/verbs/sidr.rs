@@ -224,7 +224,7 @@ pub(super) fn resolve(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(Error::Timeout { verb: "SIDR resolution", millis: timeout.as_millis() as u64 });
+            return Err(Error::Timeout { verb: "SIDR resolution", millis: crate::time::millis(timeout) });
         }
         poll_fd(channel.fd(), left, "poll SIDR channel")?;
         let got = channel.next_event(Instant::now(), |ev| {

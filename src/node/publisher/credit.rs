@@ -33,8 +33,8 @@ impl PublisherShared {
     /// Overwrite do not time out).
     pub(super) fn deadline(&self) -> Instant {
         match self.options.policy {
-            Policy::Block { timeout } => super::super::deadline_after(timeout),
-            _ => super::super::deadline_after(Duration::MAX),
+            Policy::Block { timeout } => crate::time::deadline_after(timeout),
+            _ => crate::time::deadline_after(Duration::MAX),
         }
     }
 
@@ -46,7 +46,7 @@ impl PublisherShared {
     ) -> Result<(Turn<'a>, MutexGuard<'a, PubState>)> {
         while st.publishing {
             if self.turn.wait_until(&mut st, deadline).timed_out() && st.publishing {
-                return Err(Error::Timeout { what: "publish (waiting for another publishing call)", millis: 0 });
+                return Err(self.block_timeout("publish (waiting for another publishing call)"));
             }
         }
         st.publishing = true;
@@ -153,7 +153,7 @@ impl PublisherShared {
                 return Ok(st);
             }
         } else if now >= deadline {
-            return Err(self.credit_timeout());
+            return Err(self.block_timeout("publish (waiting for the slowest subscriber)"));
         }
         let solicited = st.subs.len() >= 2 && self.ask_for_credit(&mut st, needed_limit.saturating_sub(capacity));
         drop(st);
@@ -170,21 +170,19 @@ impl PublisherShared {
         let mut st = self.state.lock();
         self.handle_completions(&mut st, &wcs[..n]);
         if n == 0 && Instant::now() >= deadline && !matches!(self.options.policy, Policy::DropSlow { .. }) {
-            return Err(self.credit_timeout());
+            return Err(self.block_timeout("publish (waiting for the slowest subscriber)"));
         }
         Ok(st)
     }
 
-    /// The error of a publishing call that waited its whole Block timeout for credit.
-    fn credit_timeout(&self) -> Error {
+    /// The error of a publishing call that waited its whole Block timeout for `what` (only
+    /// Block calls have a deadline).
+    fn block_timeout(&self, what: &'static str) -> Error {
         let waited = match self.options.policy {
             Policy::Block { timeout } => timeout,
             _ => Duration::ZERO,
         };
-        Error::Timeout {
-            what: "publish (waiting for the slowest subscriber)",
-            millis: waited.as_millis().min(u64::MAX as u128) as u64,
-        }
+        Error::Timeout { what, millis: crate::time::millis(waited) }
     }
 
     /// Several subscribers hold the publisher back (acked below `floor`): asks the one that

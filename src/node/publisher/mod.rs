@@ -367,14 +367,11 @@ impl Publisher {
     /// # Errors
     /// [`Error::Timeout`] when fewer than `n` are connected when the time is up.
     pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize> {
-        let deadline = super::deadline_after(timeout);
+        let deadline = crate::time::deadline_after(timeout);
         let mut st = self.shared.state.lock();
         while st.subs.len() < n {
             if self.shared.subscribers_changed.wait_until(&mut st, deadline).timed_out() && st.subs.len() < n {
-                return Err(Error::Timeout {
-                    what: "waiting for subscribers",
-                    millis: timeout.as_millis().min(u64::MAX as u128) as u64,
-                });
+                return Err(Error::Timeout { what: "waiting for subscribers", millis: crate::time::millis(timeout) });
             }
         }
         Ok(st.subs.len())
@@ -401,8 +398,8 @@ impl PublisherShared {
     /// On drop: stop accepting, let subscribers consume (bounded by `linger`), tell them the
     /// stream ended, and disconnect them.
     fn close(&self) {
-        let deadline = super::deadline_after(self.options.linger);
-        let Ok((turn, mut st)) = self.take_turn(self.state.lock(), super::deadline_after(Duration::MAX)) else {
+        let deadline = crate::time::deadline_after(self.options.linger);
+        let Ok((turn, mut st)) = self.take_turn(self.state.lock(), crate::time::deadline_after(Duration::MAX)) else {
             return;
         };
         st.closing = true;

@@ -112,14 +112,14 @@ impl Publisher {
     /// [`Error::Timeout`] when a subscriber has not consumed everything within `timeout`.
     pub fn flush(&self, timeout: Duration) -> Result<()> {
         let shared = &*self.shared;
-        let deadline = super::super::deadline_after(timeout);
+        let deadline = crate::time::deadline_after(timeout);
         let (turn, st) = shared.take_turn(shared.state.lock(), deadline)?;
         let finished = shared.finish_unfinished(st, deadline).map(drop);
         let consumed = finished.and_then(|()| {
             if shared.wait_consumed(deadline) {
                 Ok(())
             } else {
-                Err(Error::Timeout { what: "flush", millis: timeout.as_millis().min(u64::MAX as u128) as u64 })
+                Err(Error::Timeout { what: "flush", millis: crate::time::millis(timeout) })
             }
         });
         drop(turn);

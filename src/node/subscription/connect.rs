@@ -132,7 +132,7 @@ impl Subscription {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::Timeout { what: "connect", millis: timeout.as_millis() as u64 });
+                return Err(Error::Timeout { what: "connect", millis: crate::time::millis(timeout) });
             }
             if let Ok(ev) = self.events_rx.recv_timeout(left.min(SLICE)) {
                 self.on_feed_event(ev);

@@ -132,7 +132,7 @@ impl Subscription {
         if let Some(key) = self.pick_ready() {
             return Ok(Some(key));
         }
-        self.next_ready(timeout.map(crate::node::deadline_after))
+        self.next_ready(timeout.map(crate::time::deadline_after))
     }
 
     pub(super) fn take_owned(&mut self, key: usize) -> Message {
