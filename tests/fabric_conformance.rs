@@ -64,6 +64,7 @@ macro_rules! for_each_case {
             cm::cm_private_data_too_long,
             cm::cm_invalid_queue_pair_settings,
             cm::cm_drop_queue_pair_disconnects,
+            rc::rc_data_path_is_the_providers,
             rc::rc_send_recv,
             rc::rc_send_with_immediate,
             rc::rc_send_gathers_two_sges,
@@ -71,6 +72,7 @@ macro_rules! for_each_case {
             rc::rc_rdma_write,
             rc::rc_unsignaled_success_has_no_completion,
             rc::rc_batched_reads,
+            rc::rc_read_behind_a_waiting_send_completes_after_it,
             rc::rc_read_one_mib,
             rc_errors::read_with_forged_rkey,
             rc_errors::read_out_of_bounds,
@@ -101,13 +103,28 @@ macro_rules! for_each_case {
     };
 }
 
-/// The suite against the soft provider on loopback.
+/// The suite against the soft provider on loopback, same-host path on: both ends of every
+/// connection are in this process, so READs and WRITEs are copies through shared memory.
 mod soft {
     macro_rules! instantiate {
         ($($module:ident :: $case:ident),* $(,)?) => {$(
             #[test]
             fn $case() {
                 super::cases::$module::$case(&super::ProviderSpec::soft())
+            }
+        )*};
+    }
+    for_each_case!(instantiate);
+}
+
+/// The suite against the soft provider on loopback, same-host path off: everything through
+/// the NIC threads and TCP.
+mod soft_network {
+    macro_rules! instantiate {
+        ($($module:ident :: $case:ident),* $(,)?) => {$(
+            #[test]
+            fn $case() {
+                super::cases::$module::$case(&super::ProviderSpec::soft_network())
             }
         )*};
     }

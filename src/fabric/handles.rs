@@ -396,6 +396,11 @@ impl QueuePair {
     pub fn local_addr(&self) -> SocketAddr {
         self.ops.local_addr()
     }
+    /// How this end's READs and WRITEs reach the peer: the network, or (soft provider, both ends
+    /// on this host) shared memory. Known once the connection is established.
+    pub fn data_path(&self) -> DataPath {
+        self.ops.data_path()
+    }
     /// Posts a receive into `sges`.
     pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         check_sges(sges)?;

@@ -1,14 +1,19 @@
 //! Registered memory: a page-aligned allocation that the NIC (hardware, or the soft NIC thread)
 //! may read or write at any time while its owner also accesses it.
 //!
+//! Every buffer is its own shared-memory object (a sealed memfd mapped once): the soft
+//! provider's same-host path hands a region's descriptor to a peer process on the same host,
+//! which maps it and copies from it as a NIC would. Nothing else of the process is shared, and
+//! the object can neither shrink nor grow (`F_SEAL_SHRINK | F_SEAL_GROW`), so a mapping of it
+//! never faults.
+//!
 //! Because another agent may access the bytes concurrently, the owner never holds plain
 //! references into it: copies in and out use relaxed atomic word accesses, control words are
 //! atomics, and providers hand raw pointers to the kernel or the device (which are outside the
 //! Rust memory model, like DMA). This module and the verbs provider are the only places with
 //! `unsafe`.
 
-use std::alloc::{self, Layout};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
@@ -17,15 +22,17 @@ use super::error::{Error, Result};
 /// Alignment of every registered buffer (a page, as `ibv_reg_mr` users do).
 pub const BUFFER_ALIGN: usize = 4096;
 
-/// A zeroed, page-aligned allocation accessed only through atomics, volatile-equivalent copies
-/// and raw pointers. Shared between the owner and the NIC through `Arc`.
+/// A zeroed, page-aligned shared-memory object accessed only through atomics, volatile-equivalent
+/// copies and raw pointers. Shared between the owner and the NIC through `Arc`.
 pub struct RegisteredBuffer {
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    /// Bytes mapped (and the size of the memory object): `len` rounded up to whole pages.
+    map_len: usize,
+    memfd: OwnedFd,
 }
 
-// SAFETY: the buffer is a plain heap allocation owned by this struct; every access to its bytes
+// SAFETY: the buffer is a mapping owned by this struct; every access to its bytes
 // goes through atomic operations or raw pointers handed to the kernel/device, so sharing the
 // handle between threads cannot create data races in Rust code.
 unsafe impl Send for RegisteredBuffer {}
@@ -39,16 +46,35 @@ impl std::fmt::Debug for RegisteredBuffer {
 }
 
 impl RegisteredBuffer {
-    /// Allocates `len` zeroed bytes (at least one page is reserved, `len` may be 0).
+    /// Allocates `len` zeroed bytes (at least one page is reserved, `len` may be 0) in a new
+    /// sealed shared-memory object.
     pub fn new(len: usize) -> Result<Self> {
-        let size = len.max(1).div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
-        let layout = Layout::from_size_align(size, BUFFER_ALIGN)
-            .map_err(|e| Error::invalid("register memory", format!("{len} bytes: {e}")))?;
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw)
-            .ok_or_else(|| Error::os("register memory", None, std::io::Error::from(std::io::ErrorKind::OutOfMemory)))?;
-        Ok(RegisteredBuffer { ptr, len, layout })
+        let map_len =
+            len.max(1).checked_next_multiple_of(BUFFER_ALIGN).filter(|&n| n <= isize::MAX as usize).ok_or_else(
+                || Error::invalid("register memory", format!("{len} bytes do not fit the address space")),
+            )?;
+        let memfd = sealed_memfd(c"rdma-pubsub-region", map_len)?;
+        // SAFETY: a fresh shared mapping of the whole object; the kernel picks the address.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                memfd.as_raw_fd(),
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(Error::os("register memory: mmap", None, std::io::Error::last_os_error()));
+        }
+        let ptr = NonNull::new(raw.cast()).expect("mmap never returns a null mapping on success");
+        Ok(RegisteredBuffer { ptr, len, map_len, memfd })
+    }
+
+    /// The shared-memory object holding the buffer (its first byte is the buffer's first).
+    pub(crate) fn memfd(&self) -> BorrowedFd<'_> {
+        self.memfd.as_fd()
     }
 
     /// Length in bytes as registered.
@@ -84,7 +110,7 @@ impl RegisteredBuffer {
 
     /// The atomic byte at `offset` (bounds already checked by the caller).
     fn byte(&self, offset: usize) -> &AtomicU8 {
-        debug_assert!(offset < self.layout.size());
+        debug_assert!(offset < self.map_len);
         // SAFETY: in bounds of the live allocation; AtomicU8 has the layout of u8 and all
         // concurrent accesses from Rust are atomic.
         unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU8) }
@@ -92,7 +118,7 @@ impl RegisteredBuffer {
 
     /// The atomic word at an 8-aligned offset (bounds already checked by the caller).
     fn word(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= self.layout.size());
+        debug_assert!(offset % 8 == 0 && offset + 8 <= self.map_len);
         // SAFETY: in bounds, 8-aligned (the base is page-aligned), and all concurrent accesses
         // from Rust are atomic.
         unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU64) }
@@ -292,9 +318,33 @@ pub fn recv_vectored(fd: BorrowedFd<'_>, ranges: &[RawRange<'_>]) -> std::io::Re
 
 impl Drop for RegisteredBuffer {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout and freed exactly once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        // SAFETY: mapped in `new` with this length and unmapped exactly once; the descriptor
+        // closes with `memfd`. Peers that mapped the object keep their own mappings.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.map_len) };
     }
+}
+
+/// A new memory object of `len` bytes that can neither shrink nor grow, so that every mapping
+/// of it (ours or a peer's) stays backed.
+pub(crate) fn sealed_memfd(name: &std::ffi::CStr, len: usize) -> Result<OwnedFd> {
+    // SAFETY: `name` is a valid C string; the flags are plain bits.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(Error::os("register memory: memfd_create", None, std::io::Error::last_os_error()));
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let size = libc::off_t::try_from(len)
+        .map_err(|_| Error::invalid("register memory", format!("{len} bytes do not fit a file size")))?;
+    // SAFETY: plain calls on a descriptor we own.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+        return Err(Error::os("register memory: ftruncate", None, std::io::Error::last_os_error()));
+    }
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) } != 0 {
+        return Err(Error::os("register memory: seal", None, std::io::Error::last_os_error()));
+    }
+    Ok(fd)
 }
 
 #[cfg(test)]

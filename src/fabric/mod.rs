@@ -76,6 +76,9 @@ pub struct SoftOptions {
     pub max_mr_size: u64,
     /// How long the NIC thread spins for work before it blocks.
     pub nic_spin: Duration,
+    /// Whether connections between processes of this host move READs and WRITEs through
+    /// shared memory (auto) or always through the NIC threads and TCP (off).
+    pub same_host: SameHost,
 }
 
 impl Default for SoftOptions {
@@ -87,6 +90,7 @@ impl Default for SoftOptions {
             max_srq_wr: 16384,
             max_mr_size: 1 << 32,
             nic_spin: Duration::from_micros(50),
+            same_host: SameHost::Auto,
         }
     }
 }

@@ -106,6 +106,11 @@ pub trait QpOps: AsAny {
     /// Disconnects: outstanding work requests complete with `WorkRequestFlushed`, both sides
     /// get a `Disconnected` event. Idempotent.
     fn disconnect(&self) -> Result<()>;
+    /// How this end's RDMA READs and WRITEs reach the peer (fixed once the connection is
+    /// established).
+    fn data_path(&self) -> DataPath {
+        DataPath::Network
+    }
 }
 
 /// A connection-manager event channel.

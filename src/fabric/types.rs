@@ -75,6 +75,10 @@ impl Access {
     pub fn bits(self) -> u32 {
         self.0
     }
+    /// The flags of `bits` this type knows; other bits are dropped.
+    pub fn from_bits_truncate(bits: u32) -> Access {
+        Access(bits & (Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0))
+    }
 }
 
 impl std::ops::BitOr for Access {
@@ -254,4 +258,46 @@ pub struct UdFaults {
     pub delay: Duration,
     /// Seed of the fault generator (deterministic tests).
     pub seed: u64,
+}
+
+/// How one end of a connection moves its RDMA READs and WRITEs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DataPath {
+    /// Through the device: the RDMA hardware, or the soft NIC threads over TCP.
+    #[default]
+    Network,
+    /// Soft provider, both ends on this host: copies by the posting thread from a mapping of
+    /// the peer's region (see the soft provider's same-host path).
+    SharedMemory,
+}
+
+impl DataPath {
+    /// A short name for logs and statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataPath::Network => "network",
+            DataPath::SharedMemory => "shared memory",
+        }
+    }
+}
+
+/// Whether the soft provider takes the same-host path for connections whose ends share a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SameHost {
+    /// Detect same-host peers when connections are set up and use shared memory with them.
+    #[default]
+    Auto,
+    /// Always use the network path.
+    Off,
+}
+
+impl std::str::FromStr for SameHost {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(SameHost::Auto),
+            "off" => Ok(SameHost::Off),
+            other => Err(format!("unknown same-host setting '{other}': use auto or off")),
+        }
+    }
 }

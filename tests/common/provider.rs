@@ -6,7 +6,7 @@ use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use rdma_pubsub::fabric::{self, Fabric, FabricConfig, FabricKind};
+use rdma_pubsub::fabric::{self, DataPath, Fabric, FabricConfig, FabricKind, SameHost, SoftOptions};
 
 /// The environment variable naming the address of the Soft-RoCE interface in the verbs VM.
 pub const RXE_IP_ENV: &str = "RXE_IP";
@@ -36,10 +36,14 @@ pub struct ProviderSpec {
     pub leak_warmup: usize,
     /// Time limit of a test run in a child process.
     pub child_timeout: Duration,
+    /// The soft provider's same-host setting.
+    pub same_host: SameHost,
+    /// How READs and WRITEs between two devices of this test process travel.
+    pub data_path: DataPath,
 }
 
 impl ProviderSpec {
-    /// The soft provider on loopback.
+    /// The soft provider on loopback, its same-host path on (both ends are in this process).
     pub fn soft() -> Self {
         ProviderSpec {
             name: "soft",
@@ -50,7 +54,15 @@ impl ProviderSpec {
             leak_cycles: 1000,
             leak_warmup: 50,
             child_timeout: Duration::from_secs(120),
+            same_host: SameHost::Auto,
+            data_path: DataPath::SharedMemory,
         }
+    }
+
+    /// The soft provider on loopback with its same-host path off: everything through the NIC
+    /// threads and TCP.
+    pub fn soft_network() -> Self {
+        ProviderSpec { name: "soft_network", same_host: SameHost::Off, data_path: DataPath::Network, ..Self::soft() }
     }
 
     /// The verbs provider on the Soft-RoCE device behind `RXE_IP` (default 10.0.2.15).
@@ -68,12 +80,19 @@ impl ProviderSpec {
             leak_cycles: 100,
             leak_warmup: 20,
             child_timeout: Duration::from_secs(600),
+            same_host: SameHost::Auto,
+            data_path: DataPath::Network,
         }
     }
 
     /// The configuration that opens this provider.
     pub fn config(&self) -> FabricConfig {
-        FabricConfig { kind: self.kind, bind: IpAddr::V4(self.local_ip), ..FabricConfig::default() }
+        FabricConfig {
+            kind: self.kind,
+            bind: IpAddr::V4(self.local_ip),
+            soft: SoftOptions { same_host: self.same_host, ..SoftOptions::default() },
+            ..FabricConfig::default()
+        }
     }
 
     /// Opens a device of this provider, panicking with the reason when it cannot.

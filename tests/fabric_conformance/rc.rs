@@ -186,3 +186,39 @@ pub fn rc_read_one_mib(spec: &ProviderSpec) {
     assert_eq!(wc.byte_len, LEN as u32);
     assert!(read_mr(&local, 0, LEN) == data, "1 MiB READ content differs");
 }
+
+/// Both ends of a connection report the data path the provider promises: shared memory for the
+/// soft provider with its same-host path on (both ends are in this process), else the network.
+pub fn rc_data_path_is_the_providers(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    assert_eq!(p.client_qp.data_path(), spec.data_path, "active side");
+    assert_eq!(p.server_qp.data_path(), spec.data_path, "passive side");
+}
+
+/// The send queue completes in order whatever path its requests take: a READ posted behind a
+/// SEND that waits for a receive (RNR, retried forever) completes after that SEND, with the
+/// bytes it read.
+pub fn rc_read_behind_a_waiting_send_completes_after_it(spec: &ProviderSpec) {
+    let cfg = PairConfig {
+        client_rnr_retry: RNR_RETRY_INFINITE,
+        server_min_rnr_timer: std::time::Duration::from_millis(1),
+        ..PairConfig::default()
+    };
+    let p = Pair::connect_with(spec, cfg);
+    let remote = p.server.register(4096, Access::REMOTE_READ);
+    remote.buffer().write(0, &pattern(64, 0x21)).expect("write");
+    let sbuf = p.client.register(64, Access::NONE);
+    let local = p.client.register(64, Access::LOCAL_WRITE);
+    let rbuf = p.server.register(64, Access::LOCAL_WRITE);
+    p.client_qp.post_send(&wr(1, SendOp::Send, &[sbuf.sge(0, 16)])).expect("post SEND");
+    p.client_qp.post_send(&wr(2, SendOp::RdmaRead(remote.remote()), &[local.sge(0, 64)])).expect("post READ");
+    assert!(
+        poll_up_to(&p.client.cq, 1, QUIET).is_empty(),
+        "nothing completes while the SEND before the READ waits for a receive"
+    );
+    p.server_qp.post_recv(9, &[rbuf.sge(0, 64)]).expect("post_recv");
+    let wcs = poll_n(&p.client.cq, 2);
+    assert_success(&wcs[0], 1, WcOpcode::Send, p.client_qp.qp_num());
+    assert_success(&wcs[1], 2, WcOpcode::RdmaRead, p.client_qp.qp_num());
+    assert_eq!(read_mr(&local, 0, 64), pattern(64, 0x21));
+}

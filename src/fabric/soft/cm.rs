@@ -174,6 +174,10 @@ impl CmChannelOps for SoftChannel {
                 let mut h = Header::new(FrameType::ConnectReq);
                 h.len = private_data.len() as u32;
                 h.aux = u32::from(init.rnr_retry);
+                if let Some(offer) = shared.shm.as_ref().and_then(|ep| ep.offer(conn.id)) {
+                    st.shm_nonce = offer.nonce;
+                    (h.addr, h.psn, h.rkey, h.imm) = offer.fields();
+                }
                 st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
                 shared.conns.lock().insert(conn.id, conn.clone());
                 if let Err(e) = conn.register(&mut st, true) {
@@ -279,6 +283,18 @@ impl ConnRequestOps for SoftConnRequest {
             let mut h = Header::new(FrameType::Accept);
             h.len = private_data.len() as u32;
             h.aux = u32::from(init.rnr_retry);
+            // Same-host path: the requester offered; this end opens its stream to the
+            // requester's device and offers its own in the accept.
+            let shm = self.dev.shared.shm.as_ref();
+            if let (Some(ep), Some(peer)) =
+                (shm, st.peer_offer.take().filter(|o| shm.is_some_and(|ep| ep.same_boot(o))))
+            {
+                st.shm = ep.connect(&peer);
+                if let Some(offer) = ep.offer(self.conn.id) {
+                    st.shm_nonce = offer.nonce;
+                    (h.addr, h.psn, h.rkey, h.imm) = offer.fields();
+                }
+            }
             st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
             self.conn.flush_from_user(&mut st);
             st.event(Ev::Established { conn: self.conn.id, data: Vec::new() });

@@ -16,6 +16,7 @@ use super::cm::ChannelInner;
 use super::cq::{CqInner, SrqInner};
 use super::device::{Shared, SoftMr};
 use super::nic::{Cmd, Rx};
+use super::shm::{Offer, ShmClient};
 use super::wire::{FrameType, Header, HEADER_LEN};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::memory::{self, IoPart, RegisteredBuffer, MAX_IOV};
@@ -81,6 +82,9 @@ pub(crate) struct InFlight {
     pub(crate) dest: Vec<Seg>,
     /// The NIC is writing the READ response into `dest`: only the NIC may complete it.
     pub(crate) busy: bool,
+    /// Executed by the posting thread (same-host path) with this outcome; it completes once
+    /// the requests before it have.
+    pub(crate) local: Option<WcStatus>,
 }
 
 /// The queue-pair half of a connection.
@@ -148,6 +152,32 @@ impl QpData {
             imm: None,
             qp_num: self.qp_num,
         });
+    }
+
+    /// Completes a request the posting thread executed itself: at once when nothing is in
+    /// flight before it, else after the requests before it. Returns whether the queue pair must
+    /// now enter the error state.
+    pub(crate) fn complete_local(&mut self, mut f: InFlight, status: WcStatus) -> bool {
+        if self.inflight.is_empty() {
+            self.retire(f, status);
+            return !status.is_success();
+        }
+        f.local = Some(status);
+        self.inflight.push_back(f);
+        false
+    }
+
+    /// Retires the locally executed requests now at the front of the send queue. Returns
+    /// whether one of them failed (the queue pair must then enter the error state).
+    pub(crate) fn retire_local_front(&mut self) -> bool {
+        while let Some(status) = self.inflight.front().and_then(|f| f.local) {
+            let f = self.inflight.pop_front().expect("front checked");
+            self.retire(f, status);
+            if !status.is_success() {
+                return true;
+            }
+        }
+        false
     }
 
     /// A receive completion on this queue pair.
@@ -258,6 +288,12 @@ pub(crate) struct ConnState {
     /// Where CM events of this connection go.
     pub(crate) channel: Option<Arc<ChannelInner>>,
     pub(crate) peer_rnr_retry: u8,
+    /// Same-host path: this end's stream to the peer's device, when both ends share a host.
+    pub(crate) shm: Option<ShmClient>,
+    /// The nonce this end offered for the peer's same-host stream (0: none).
+    pub(crate) shm_nonce: u64,
+    /// The peer's same-host offer (passive side, from its connect request).
+    pub(crate) peer_offer: Option<Offer>,
 }
 
 impl ConnState {
@@ -348,6 +384,9 @@ impl Conn {
                 qp,
                 channel,
                 peer_rnr_retry: 0,
+                shm: None,
+                shm_nonce: 0,
+                peer_offer: None,
             }),
             rx: Mutex::new(Rx::new()),
         })

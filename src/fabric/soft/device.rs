@@ -14,6 +14,7 @@ use super::cm::SoftChannel;
 use super::conn::{Conn, Seg};
 use super::cq::{SoftCq, SoftSrq};
 use super::nic::{self, Cmd, ListenerEntry};
+use super::shm::{self, KeySlot};
 use super::ud::SoftUd;
 use crate::fabric::error::{Error, Result};
 use crate::fabric::memory::RegisteredBuffer;
@@ -42,12 +43,16 @@ pub(crate) struct Shared {
     pub(crate) ud_faults: Mutex<Option<FaultGen>>,
     /// Timers pending in the NIC thread (updated by it every turn of its loop).
     pub(crate) timers_pending: AtomicUsize,
+    /// The same-host endpoint (`None` with `same_host: off`, or where it could not be opened).
+    pub(crate) shm: Option<shm::Endpoint>,
 }
 
 struct RegionEntry {
     buf: Arc<RegisteredBuffer>,
     access: Access,
     pd: u32,
+    /// Its slot in the same-host key table (regions with remote access).
+    slot: Option<KeySlot>,
 }
 
 /// The seeded generator of UD faults.
@@ -91,20 +96,69 @@ impl Shared {
         Seg::new(r.buf.clone(), off as usize, len as usize).ok()
     }
 
-    fn add_region(&self, buf: Arc<RegisteredBuffer>, access: Access, pd: u32) -> u32 {
+    fn add_region(&self, buf: Arc<RegisteredBuffer>, access: Access, pd: u32) -> Result<u32> {
         let mut regions = self.regions.write();
         let mut rng = rand::thread_rng();
-        loop {
+        let key = loop {
             let key: u32 = rng.gen();
             if key != 0 && !regions.contains_key(&key) {
-                regions.insert(key, RegionEntry { buf, access, pd });
-                return key;
+                break key;
             }
-        }
+        };
+        let remote = access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE);
+        let slot = match self.shm.as_ref().filter(|_| remote) {
+            Some(ep) => Some(ep.keys.publish(key).ok_or(Error::QueueFull {
+                queue: "same-host key table (regions with remote access)",
+                depth: shm::KEY_SLOTS,
+            })?),
+            None => None,
+        };
+        regions.insert(key, RegionEntry { buf, access, pd, slot });
+        Ok(key)
     }
 
     fn remove_region(&self, key: u32) {
-        self.regions.write().remove(&key);
+        let entry = self.regions.write().remove(&key);
+        if let (Some(RegionEntry { slot: Some(slot), .. }), Some(ep)) = (entry, self.shm.as_ref()) {
+            ep.keys.revoke(slot);
+        }
+    }
+
+    /// What a same-host peer on connection `conn` gets for `rkey`: the region's memory object
+    /// (read-only unless it grants remote write) and where it is, if the region exists, is in
+    /// the protection domain of the connection's queue pair and grants remote access.
+    fn same_host_grant(&self, conn: ConnId, rkey: u32) -> Option<(std::os::fd::OwnedFd, shm::Answer)> {
+        let c = self.conns.lock().get(&conn).cloned()?;
+        let pd = c.st.lock().qp.as_ref()?.pd;
+        let regions = self.regions.read();
+        let r = regions.get(&rkey).filter(|r| r.pd == pd)?;
+        let slot = r.slot?;
+        let fd = if r.access.contains(Access::REMOTE_WRITE) {
+            r.buf.memfd().try_clone_to_owned().ok()?
+        } else {
+            shm::reopen_read_only(r.buf.memfd()).ok()?
+        };
+        let answer = shm::Answer {
+            granted: true,
+            access: r.access.bits(),
+            slot: slot.index,
+            word: slot.word,
+            base: r.buf.addr(),
+            len: r.buf.len() as u64,
+        };
+        Some((fd, answer))
+    }
+}
+
+impl shm::Owner for Shared {
+    fn endpoint(&self) -> &shm::Endpoint {
+        self.shm.as_ref().expect("same-host events come only from a device with an endpoint")
+    }
+    fn conn_open(&self, conn: ConnId) -> bool {
+        self.conns.lock().contains_key(&conn)
+    }
+    fn grant(&self, conn: ConnId, rkey: u32) -> Option<(std::os::fd::OwnedFd, shm::Answer)> {
+        self.same_host_grant(conn, rkey)
     }
 }
 
@@ -140,6 +194,22 @@ impl Device {
         let registry = poll.registry().try_clone().map_err(|e| Error::os("soft open: epoll dup", None, e))?;
         let waker =
             mio::Waker::new(poll.registry(), nic::WAKER).map_err(|e| Error::os("soft open: eventfd", None, e))?;
+        let shm = match o.same_host {
+            SameHost::Off => None,
+            SameHost::Auto => match shm::Endpoint::open() {
+                Ok(ep) => {
+                    let fd = ep.listener_fd();
+                    registry
+                        .register(&mut mio::unix::SourceFd(&fd), shm::LISTENER_TOKEN, mio::Interest::READABLE)
+                        .map_err(|e| Error::os("soft open: epoll_ctl (same-host socket)", None, e))?;
+                    Some(ep)
+                }
+                Err(e) => {
+                    tracing::info!("soft open: no same-host path ({e}); every connection uses the network path");
+                    None
+                }
+            },
+        };
         let shared = Arc::new(Shared {
             attrs,
             nic_spin: o.nic_spin,
@@ -154,6 +224,7 @@ impl Device {
             next_qpn: AtomicU32::new(rand::thread_rng().gen_range(0x100..0x10000)),
             ud_faults: Mutex::new(None),
             timers_pending: AtomicUsize::new(0),
+            shm,
         });
         let nic_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -242,7 +313,7 @@ pub(crate) struct SoftPd {
 
 impl PdOps for SoftPd {
     fn register(&self, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<Box<dyn MrOps>> {
-        let key = self.dev.shared.add_region(buffer, access, self.id);
+        let key = self.dev.shared.add_region(buffer, access, self.id)?;
         Ok(Box::new(SoftMr { key, pd: self.id, access, dev: self.dev.clone() }))
     }
     fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Arc<dyn SrqOps>> {

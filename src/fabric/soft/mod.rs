@@ -12,6 +12,7 @@ mod cq;
 mod device;
 mod nic;
 mod qp;
+mod shm;
 mod timers;
 mod ud;
 pub mod wire;

@@ -13,6 +13,7 @@ use mio::{Events, Poll, Token};
 use super::cm::{connect_failure, ChannelInner, Ev};
 use super::conn::{Conn, ConnState, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Shared;
+use super::shm::{Offer, Streams};
 pub(crate) use super::timers::TimerKind;
 use super::timers::Timers;
 use super::wire::{FrameType, Header, Status, AUX_SOLICITED, HEADER_LEN};
@@ -183,12 +184,14 @@ struct Nic {
     shared: Arc<Shared>,
     timers: Timers,
     ready: Vec<ConnId>,
+    /// Same-host streams of peers on this host (see `shm`).
+    streams: Streams,
 }
 
 /// The NIC thread's main loop.
 pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
     let spin = shared.nic_spin;
-    let mut nic = Nic { shared, timers: Timers::default(), ready: Vec::new() };
+    let mut nic = Nic { shared, timers: Timers::default(), ready: Vec::new(), streams: Streams::default() };
     let mut events = Events::with_capacity(256);
     let mut last_busy = Instant::now();
     // Commands come with a wake-up: the queue is looked at only after the waker fired.
@@ -253,6 +256,12 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
                 woken = true;
                 continue;
             }
+            if Streams::owns(ev.token()) {
+                if nic.shared.shm.is_some() {
+                    nic.streams.on_event(ev.token(), &*nic.shared, &nic.shared.registry);
+                }
+                continue;
+            }
             if t & LISTENER_BIT != 0 {
                 nic.accept((t & !LISTENER_BIT) as u64);
                 continue;
@@ -297,7 +306,9 @@ impl Nic {
             st.phase = Phase::Closed;
             st.channel = None;
             st.qp = None;
+            st.shm = None;
         }
+        self.streams.clear(&self.shared.registry);
         let listeners: Vec<_> = self.shared.listeners.lock().drain().map(|(_, l)| l).collect();
         for l in listeners {
             let _ = self.shared.registry.deregister(&mut SourceFd(&l.sock.as_raw_fd()));
@@ -515,7 +526,7 @@ impl Nic {
                 }
                 let f = qp.inflight.pop_front().expect("front checked");
                 qp.retire(f, hdr.status.wc_status());
-                if hdr.status != Status::Ok {
+                if hdr.status != Status::Ok || qp.retire_local_front() {
                     st.qp_error();
                 }
                 Step::Continue
@@ -727,6 +738,9 @@ impl Nic {
                 let f = qp.inflight.pop_front().expect("front checked");
                 let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
                 qp.retire(f, status);
+                if status.is_success() && qp.retire_local_front() {
+                    st.qp_error();
+                }
             }
             Then::Recv { recv, imm, solicited } => {
                 let Some(qp) = st.qp.as_mut() else { return Step::Continue };
@@ -746,6 +760,7 @@ impl Nic {
         match (hdr.ty, st.phase) {
             (FrameType::ConnectReq, Phase::Incoming) => {
                 st.peer_rnr_retry = hdr.aux as u8;
+                st.peer_offer = Offer::from_fields(hdr.addr, hdr.psn, hdr.rkey, hdr.imm);
                 st.phase = Phase::Requested;
                 self.timers.cancel(c.id, TimerKind::HandshakeTimeout);
                 let ch = st.channel.clone();
@@ -757,6 +772,12 @@ impl Nic {
             }
             (FrameType::Accept, Phase::Connecting) => {
                 st.peer_rnr_retry = hdr.aux as u8;
+                // Same-host path: both ends offered, and this end's stream opens (or not)
+                // before the connection is reported established.
+                let offer = Offer::from_fields(hdr.addr, hdr.psn, hdr.rkey, hdr.imm);
+                if let (Some(ep), Some(offer), true) = (&self.shared.shm, offer, st.shm_nonce != 0) {
+                    st.shm = ep.connect(&offer);
+                }
                 st.phase = Phase::Established;
                 self.timers.cancel(c.id, TimerKind::ConnectTimeout);
                 st.event(Ev::Established { conn: c.id, data });
@@ -846,6 +867,11 @@ impl Nic {
         st.phase = Phase::Closed;
         self.shared.conns.lock().remove(&c.id);
         self.timers.cancel_conn(c.id);
+        self.streams.close_conn(c.id, &self.shared.registry);
+        st.shm = None;
+        if let Some(ep) = &self.shared.shm {
+            ep.withdraw(std::mem::take(&mut st.shm_nonce));
+        }
         c.deregister();
         let _ = c.sock.shutdown(std::net::Shutdown::Both);
         if let Some(ev) = ev {

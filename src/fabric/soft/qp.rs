@@ -48,6 +48,13 @@ impl QpOps for SoftQp {
     fn local_addr(&self) -> SocketAddr {
         self.conn.local
     }
+    fn data_path(&self) -> DataPath {
+        if self.conn.st.lock().shm.is_some() {
+            DataPath::SharedMemory
+        } else {
+            DataPath::Network
+        }
+    }
 
     fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         let mut st = self.conn.st.lock();
@@ -108,6 +115,7 @@ impl QpOps for SoftQp {
             len: total as u32,
             dest,
             busy: false,
+            local: None,
         };
         if qp.error {
             qp.retire(entry(0, Vec::new()), WcStatus::WorkRequestFlushed);
@@ -124,6 +132,21 @@ impl QpOps for SoftQp {
             st.qp_error();
             return Ok(());
         };
+        if let (Some(client), SendOp::RdmaRead(r) | SendOp::RdmaWrite(r)) = (st.shm.as_mut(), wr.op) {
+            // Same-host path: this thread executes the READ or WRITE now; its completion keeps
+            // its place behind the requests still in flight.
+            let status = match wr.op {
+                SendOp::RdmaRead(_) => client.read(r.rkey, r.addr, &segs),
+                _ => client.write(r.rkey, r.addr, &segs),
+            };
+            let qp = st.qp.as_mut().expect("checked above");
+            qp.sq_used += 1;
+            if qp.complete_local(entry(0, Vec::new()), status) {
+                st.qp_error();
+            }
+            return Ok(());
+        }
+        let qp = st.qp.as_mut().expect("checked above");
         let psn = qp.next_psn;
         qp.next_psn = psn.wrapping_add(1);
         let mut h;

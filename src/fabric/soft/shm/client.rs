@@ -1,0 +1,183 @@
+//! The requester's side of a same-host connection: its stream to the responder's device, the
+//! responder's key table and regions as mapped so far, and the copies that replace RDMA READ
+//! and WRITE.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{fence, Ordering};
+
+use super::fds::{recv_with_fds, send_with_fds};
+use super::keys::{KeySlot, PeerKeys};
+use super::map::PeerMapping;
+use super::proto::{Answer, Request, ANSWER_LEN, WANT_KEYS};
+use crate::fabric::soft::conn::Seg;
+use crate::fabric::types::{Access, WcStatus};
+
+/// Regions of one peer kept mapped; past this, the mappings are dropped and fetched again.
+const MAX_REGIONS: usize = 256;
+
+/// A responder's region as mapped here.
+struct PeerRegion {
+    map: PeerMapping,
+    base: u64,
+    len: u64,
+    access: Access,
+    slot: KeySlot,
+}
+
+/// The requester's state of one same-host connection.
+pub(crate) struct ShmClient {
+    stream: UnixStream,
+    keys: Option<PeerKeys>,
+    regions: HashMap<u32, PeerRegion>,
+    /// The stream failed: later operations fail as transport errors.
+    broken: bool,
+}
+
+impl ShmClient {
+    pub(crate) fn new(stream: UnixStream) -> ShmClient {
+        ShmClient { stream, keys: None, regions: HashMap::new(), broken: false }
+    }
+
+    /// Regions mapped now.
+    #[cfg(test)]
+    pub(crate) fn mapped(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// An RDMA READ of `[addr, addr + total)` of region `rkey` into `dest`, by this thread.
+    pub(crate) fn read(&mut self, rkey: u32, addr: u64, dest: &[Seg]) -> WcStatus {
+        self.copy(rkey, addr, dest, Access::REMOTE_READ)
+    }
+
+    /// An RDMA WRITE of `src` to `[addr, addr + total)` of region `rkey`, by this thread.
+    pub(crate) fn write(&mut self, rkey: u32, addr: u64, src: &[Seg]) -> WcStatus {
+        self.copy(rkey, addr, src, Access::REMOTE_WRITE)
+    }
+
+    fn copy(&mut self, rkey: u32, addr: u64, segs: &[Seg], need: Access) -> WcStatus {
+        if let Err(status) = self.ensure(rkey) {
+            return status;
+        }
+        let (status, revoked) = self.copy_mapped(rkey, addr, segs, need);
+        if revoked {
+            self.regions.remove(&rkey);
+        }
+        status
+    }
+
+    /// The copy itself, on a region already mapped; also says whether the region was found
+    /// revoked (its mapping is then dropped).
+    fn copy_mapped(&self, rkey: u32, addr: u64, segs: &[Seg], need: Access) -> (WcStatus, bool) {
+        let (Some(region), Some(keys)) = (self.regions.get(&rkey), self.keys.as_ref()) else {
+            return (WcStatus::RemoteAccessError, false);
+        };
+        let total: u64 = segs.iter().map(|s| s.len as u64).sum();
+        let Some(start) = addr
+            .checked_sub(region.base)
+            .filter(|off| region.access.contains(need) && off.checked_add(total).is_some_and(|end| end <= region.len))
+        else {
+            return (WcStatus::RemoteAccessError, false);
+        };
+        if !keys.live(region.slot) {
+            return (WcStatus::RemoteAccessError, true);
+        }
+        let mut off = start as usize;
+        for s in segs {
+            let Ok(local) = s.buf.raw_range(s.off, s.len) else { return (WcStatus::LocalProtectionError, false) };
+            // SAFETY: `local` is a bounds-checked range of a registered buffer kept alive by the
+            // segment; registered memory is only accessed through atomics and raw pointers.
+            let done = unsafe {
+                if need == Access::REMOTE_READ {
+                    region.map.copy_out(off, local, s.len)
+                } else {
+                    region.map.copy_in(off, local, s.len)
+                }
+            };
+            if !done {
+                return (WcStatus::RemoteAccessError, false);
+            }
+            off += s.len;
+        }
+        // The copy's loads come before the second look at the slot: a revocation that raced
+        // with them is seen (the owner revokes before it writes the region again).
+        fence(Ordering::Acquire);
+        if !keys.live(region.slot) {
+            return (WcStatus::RemoteAccessError, true);
+        }
+        (WcStatus::Success, false)
+    }
+
+    /// Maps the region of `rkey` unless it is mapped, asking the responder.
+    fn ensure(&mut self, rkey: u32) -> Result<(), WcStatus> {
+        if self.regions.contains_key(&rkey) {
+            return Ok(());
+        }
+        if self.broken {
+            return Err(WcStatus::TransportRetryExceeded);
+        }
+        let region = match self.fetch(rkey) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(WcStatus::RemoteAccessError),
+            Err(e) => {
+                tracing::debug!("soft same-host: region request for rkey {rkey:#x} failed: {e}");
+                self.broken = true;
+                return Err(WcStatus::TransportRetryExceeded);
+            }
+        };
+        if self.regions.len() >= MAX_REGIONS {
+            self.regions.clear();
+        }
+        self.regions.insert(rkey, region);
+        Ok(())
+    }
+
+    /// Asks the responder for region `rkey`: `None` when it refuses (no such region in this
+    /// connection's protection domain, or no remote access).
+    fn fetch(&mut self, rkey: u32) -> io::Result<Option<PeerRegion>> {
+        let want_keys = self.keys.is_none();
+        let req = Request { rkey, flags: if want_keys { WANT_KEYS } else { 0 } };
+        let bytes = req.encode();
+        if send_with_fds(&self.stream, &bytes, &[])? != bytes.len() {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "short request"));
+        }
+        let mut buf = [0u8; ANSWER_LEN];
+        let mut got = 0;
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        while got < ANSWER_LEN {
+            let (n, more) = recv_with_fds(&self.stream, &mut buf[got..])?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the responder closed the stream"));
+            }
+            got += n;
+            fds.extend(more);
+        }
+        let answer = Answer::decode(&buf).ok_or_else(|| invalid("malformed answer"))?;
+        if !answer.granted {
+            return Ok(None);
+        }
+        let expected = 1 + usize::from(want_keys);
+        if fds.len() != expected {
+            return Err(invalid("answer with the wrong number of descriptors"));
+        }
+        if want_keys {
+            let keys = PeerKeys::map(fds[1].as_fd()).map_err(io::Error::other)?;
+            self.keys = Some(keys);
+        }
+        let slot = KeySlot::from_peer(answer.slot, answer.word).map_err(io::Error::other)?;
+        let access = answer.access();
+        if answer.base.checked_add(answer.len).is_none() || answer.len > isize::MAX as u64 {
+            return Err(invalid("region out of the address space"));
+        }
+        let map_len = (answer.len as usize).max(1);
+        let map = PeerMapping::new(fds[0].as_fd(), map_len, access.contains(Access::REMOTE_WRITE))
+            .map_err(io::Error::other)?;
+        Ok(Some(PeerRegion { map, base: answer.base, len: answer.len, access, slot }))
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}

@@ -1,0 +1,197 @@
+//! The same-host path of the soft provider: when both ends of a connection run on this host,
+//! RDMA READs and WRITEs become copies by the requester's own thread between its registered
+//! memory and a mapping of the responder's region, with no NIC thread and no socket.
+//!
+//! - **Detection** happens when a connection is set up, never from an address: each device
+//!   with the path on listens on an abstract Unix socket named by a random token. A connect
+//!   request offers the requester's token, boot identity and a nonce; an accept answers with
+//!   the acceptor's. Each end that finds the same boot identity connects to the other's socket
+//!   and opens the stream with the nonce it was given, which binds the stream to that one
+//!   connection at the other end. A Unix connection only succeeds within one kernel.
+//! - **Regions**: every registered buffer is its own sealed memory object
+//!   ([`crate::fabric::memory`]). The first time a requester targets an rkey it asks over its
+//!   stream; the owner's NIC thread checks the rkey, the connection's protection domain and the
+//!   access flags, and answers with the object's descriptor (a read-only one unless the region
+//!   grants remote write) and the region's slot in the owner's key table ([`keys`]).
+//! - **Checks**: bounds and access on every operation, and the key-table word before and after
+//!   every copy: deregistration revokes access at once (a remote access error, never stale
+//!   bytes). Mappings are checked to be sealed and large enough, so the owner's exit or
+//!   deregistration never faults the requester.
+//! - **Ordering**: a copy runs when it is posted; its completion waits behind requests of the
+//!   same queue pair still on the network path (SENDs), so the send queue completes in order.
+//!
+//! Failure modes: a peer that never answers a region request within [`ANSWER_TIMEOUT`] fails
+//! that request with a transport error; a stream that breaks fails later requests the same
+//! way; the connection's own transport (SENDs, CM) is unchanged and reports the peer's end.
+
+mod client;
+mod fds;
+mod keys;
+mod map;
+mod proto;
+mod serve;
+
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rand::Rng;
+use socket2::{Domain, SockAddr, Socket, Type};
+
+pub(crate) use client::ShmClient;
+pub(crate) use keys::{KeySlot, KeyTable, SLOTS as KEY_SLOTS};
+pub(crate) use map::reopen_read_only;
+pub(crate) use proto::Answer;
+pub(crate) use serve::{Owner, Streams, LISTENER_TOKEN};
+
+use crate::fabric::error::{Error, Result};
+use crate::fabric::provider::ConnId;
+
+/// How long a requester waits for the owner to answer a region request.
+pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What one end of a connection being set up offers: where its device listens, which boot of
+/// which kernel it runs on, and the nonce that opens a stream for this connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Offer {
+    /// The device's token (names its Unix socket), never 0.
+    pub(crate) token: u64,
+    /// A hash of the kernel's boot identity.
+    pub(crate) boot: u32,
+    /// The nonce the other end sends first on its stream.
+    pub(crate) nonce: u64,
+}
+
+impl Offer {
+    /// The offer carried in a CM frame's otherwise unused header fields (token 0: none).
+    pub(crate) fn from_fields(addr: u64, psn: u32, rkey: u32, imm: u32) -> Option<Offer> {
+        let nonce = u64::from(psn) << 32 | u64::from(rkey);
+        (addr != 0 && nonce != 0).then_some(Offer { token: addr, boot: imm, nonce })
+    }
+
+    /// The header fields `(addr, psn, rkey, imm)` carrying this offer.
+    pub(crate) fn fields(&self) -> (u64, u32, u32, u32) {
+        (self.token, (self.nonce >> 32) as u32, self.nonce as u32, self.boot)
+    }
+}
+
+/// The same-host endpoint of a device: its Unix socket, key table and open nonces.
+pub(crate) struct Endpoint {
+    token: u64,
+    boot: u32,
+    pub(crate) listener: UnixListener,
+    pub(crate) keys: KeyTable,
+    /// Nonces handed out in offers, each good for one stream of one connection.
+    nonces: Mutex<HashMap<u64, ConnId>>,
+}
+
+/// Nonces one device may have outstanding (connections being set up at once); more offers are
+/// simply not made.
+const MAX_NONCES: usize = 4096;
+
+impl Endpoint {
+    /// Opens the endpoint: a key table and an abstract Unix socket with a fresh token.
+    pub(crate) fn open() -> Result<Endpoint> {
+        let boot = boot_identity()?;
+        let keys = KeyTable::new()?;
+        let mut rng = rand::thread_rng();
+        for _ in 0..8 {
+            let token: u64 = rng.gen::<u64>().max(1);
+            let sock =
+                Socket::new(Domain::UNIX, Type::STREAM, None).map_err(|e| Error::os("same-host: socket", None, e))?;
+            if let Err(e) = sock.bind(&socket_name(token)?) {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    continue;
+                }
+                return Err(Error::os("same-host: bind", None, e));
+            }
+            sock.listen(128).map_err(|e| Error::os("same-host: listen", None, e))?;
+            sock.set_nonblocking(true).map_err(|e| Error::os("same-host: O_NONBLOCK", None, e))?;
+            let listener = UnixListener::from(OwnedFd::from(sock));
+            return Ok(Endpoint { token, boot, listener, keys, nonces: Mutex::new(HashMap::new()) });
+        }
+        Err(Error::invalid("same-host", "no free socket name after 8 tries"))
+    }
+
+    /// An offer for connection `conn`, with a fresh nonce; `None` when too many are open.
+    pub(crate) fn offer(&self, conn: ConnId) -> Option<Offer> {
+        let mut nonces = self.nonces.lock();
+        if nonces.len() >= MAX_NONCES {
+            return None;
+        }
+        let mut rng = rand::thread_rng();
+        loop {
+            let nonce: u64 = rng.gen();
+            if nonce != 0 && !nonces.contains_key(&nonce) {
+                nonces.insert(nonce, conn);
+                return Some(Offer { token: self.token, boot: self.boot, nonce });
+            }
+        }
+    }
+
+    /// Forgets an offer (its connection is set up or gone).
+    pub(crate) fn withdraw(&self, nonce: u64) {
+        self.nonces.lock().remove(&nonce);
+    }
+
+    /// The connection a hello's nonce was offered for (the nonce is used up).
+    fn redeem(&self, nonce: u64) -> Option<ConnId> {
+        self.nonces.lock().remove(&nonce)
+    }
+
+    /// Whether a peer's offer comes from this kernel's current boot and another device.
+    pub(crate) fn same_boot(&self, offer: &Offer) -> bool {
+        offer.boot == self.boot && offer.token != self.token
+    }
+
+    /// Opens a stream to the device that made `offer`: connects to its socket without
+    /// blocking and sends the hello. `None` when that fails (the peer is elsewhere, gone, or
+    /// its backlog is full): the connection then uses the network path.
+    pub(crate) fn connect(&self, offer: &Offer) -> Option<ShmClient> {
+        if !self.same_boot(offer) {
+            return None;
+        }
+        let attempt = || -> std::io::Result<UnixStream> {
+            let sock = Socket::new(Domain::UNIX, Type::STREAM, None)?;
+            sock.set_nonblocking(true)?;
+            let name = socket_name(offer.token).map_err(std::io::Error::other)?;
+            sock.connect(&name)?;
+            let stream = UnixStream::from(OwnedFd::from(sock));
+            let hello = proto::hello(offer.nonce);
+            if fds::send_with_fds(&stream, &hello, &[])? != hello.len() {
+                return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "short hello"));
+            }
+            stream.set_nonblocking(false)?;
+            stream.set_read_timeout(Some(ANSWER_TIMEOUT))?;
+            Ok(stream)
+        };
+        match attempt() {
+            Ok(stream) => Some(ShmClient::new(stream)),
+            Err(e) => {
+                tracing::debug!("soft same-host: no stream to device {:016x}: {e}", offer.token);
+                None
+            }
+        }
+    }
+
+    /// The listener's raw descriptor (registered with the NIC's poll).
+    pub(crate) fn listener_fd(&self) -> std::os::fd::RawFd {
+        self.listener.as_raw_fd()
+    }
+}
+
+/// The abstract socket name of the device with `token`.
+fn socket_name(token: u64) -> Result<SockAddr> {
+    SockAddr::unix(format!("\0rdma-pubsub/soft/{token:016x}"))
+        .map_err(|e| Error::invalid("same-host", format!("socket name: {e}")))
+}
+
+/// A hash of this kernel's boot identity (`/proc/sys/kernel/random/boot_id`), never 0.
+fn boot_identity() -> Result<u32> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map_err(|e| Error::os("same-host: read boot_id", None, e))?;
+    let h = xxhash_rust::xxh64::xxh64(id.trim().as_bytes(), 0x5348);
+    Ok((h as u32).max(1))
+}
