@@ -442,6 +442,8 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         unpolled_waits,
         credit_requests,
         solicited_acks,
+        shared_memory_connects,
+        network_connects,
         read_buffer_bytes,
     } = c;
     named(&[
@@ -460,6 +462,8 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         ("unpolled_waits", unpolled_waits),
         ("credit_requests", credit_requests),
         ("solicited_acks", solicited_acks),
+        ("shared_memory_connects", shared_memory_connects),
+        ("network_connects", network_connects),
         ("read_buffer_bytes", read_buffer_bytes),
     ])
 }

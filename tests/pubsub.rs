@@ -8,6 +8,10 @@
 //! (`scripts/verbs-vm-tests.sh`): `RDMA_PUBSUB_TEST_FABRIC=verbs` selects it, `RXE_IP` the
 //! address to bind, and `RDMA_PUBSUB_TEST_SCALE=N` divides the message counts of the bulk tests
 //! (the guest is emulated and about 100 times slower).
+//!
+//! On soft, `RDMA_PUBSUB_TEST_SAME_HOST=off` turns the same-host path off (`scripts/test.sh`
+//! runs this file both ways): with it on (the default), every subscriber reads its
+//! publisher's ring through shared memory.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +19,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::fabric::{self, CmEvent, FabricConfig, FabricKind, QpInit};
+use rdma_pubsub::fabric::{self, CmEvent, DataPath, FabricConfig, FabricKind, QpInit, SameHost};
 use rdma_pubsub::protocol::{
     ConnectData, ConnectFlags, DropReason, PolicySet, RejectCode, RejectData, StartAt, TopicId, PROTOCOL_VERSION,
 };
@@ -44,8 +48,22 @@ fn bind_addr() -> SocketAddr {
     SocketAddr::new(ip.parse().expect("RXE_IP is an IP address"), 0)
 }
 
+/// The soft provider's same-host setting under test: auto unless `RDMA_PUBSUB_TEST_SAME_HOST`
+/// says otherwise.
+fn same_host() -> SameHost {
+    std::env::var("RDMA_PUBSUB_TEST_SAME_HOST").ok().and_then(|v| v.parse().ok()).unwrap_or(SameHost::Auto)
+}
+
+/// How a subscriber of this process reads a publisher of this process.
+fn expected_data_path() -> DataPath {
+    match (fabric_kind(), same_host()) {
+        (FabricKind::Soft, SameHost::Auto) => DataPath::SharedMemory,
+        _ => DataPath::Network,
+    }
+}
+
 fn node() -> Node {
-    Node::builder().fabric(fabric_kind()).bind(bind_addr()).build().expect("node")
+    Node::builder().fabric(fabric_kind()).bind(bind_addr()).same_host(same_host()).build().expect("node")
 }
 
 /// xorshift64*: the payload and size generator.
@@ -757,9 +775,30 @@ fn node_without_discovery() -> Node {
     Node::builder()
         .fabric(fabric_kind())
         .bind(bind_addr())
+        .same_host(same_host())
         .discovery(rdma_pubsub::DiscoveryOptions::disabled())
         .build()
         .expect("node")
+}
+
+#[test]
+fn a_subscriber_reads_through_the_path_its_node_chose_and_counts_it() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node.publisher("path").unwrap();
+    let mut sub = sub_node.subscribe_with("path", SubscriptionOptions::default()).unwrap();
+    let info = sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    assert_eq!(info.data_path, expected_data_path());
+    let (shared, network) = match expected_data_path() {
+        DataPath::SharedMemory => (1, 0),
+        DataPath::Network => (0, 1),
+    };
+    assert_eq!(sub.counters().shared_memory_connects.load(Ordering::Relaxed), shared);
+    assert_eq!(sub.counters().network_connects.load(Ordering::Relaxed), network);
+    publisher.publish(&payload(1, 100)).unwrap();
+    let m = sub.recv_timeout(WAIT).unwrap().expect("a message");
+    assert_eq!(m.data, payload(1, 100));
+    assert_eq!(m.publisher.data_path, info.data_path);
 }
 
 #[test]

@@ -291,6 +291,16 @@ pub enum SameHost {
     Off,
 }
 
+impl SameHost {
+    /// The name used on command lines (`auto`, `off`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SameHost::Auto => "auto",
+            SameHost::Off => "off",
+        }
+    }
+}
+
 impl std::str::FromStr for SameHost {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {

@@ -27,7 +27,9 @@ use crossbeam::channel::Sender;
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::fabric::{self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, ProtectionDomain, SoftOptions};
+use crate::fabric::{
+    self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, ProtectionDomain, SameHost, SoftOptions,
+};
 use crate::protocol::TopicId;
 use crate::stats;
 
@@ -103,6 +105,14 @@ impl NodeBuilder {
     pub fn bind(mut self, addr: SocketAddr) -> Self {
         self.fabric.bind = addr.ip();
         self.port = addr.port();
+        self
+    }
+    /// Whether connections between processes of this host use shared memory (soft fabric;
+    /// default [`SameHost::Auto`]): READs then become copies by the subscriber's own thread
+    /// instead of trips through the soft NIC threads and TCP loopback. Shorthand for
+    /// [`SoftOptions::same_host`]; call it after [`soft_options`](Self::soft_options).
+    pub fn same_host(mut self, same_host: SameHost) -> Self {
+        self.fabric.soft.same_host = same_host;
         self
     }
     /// Settings of the soft fabric.

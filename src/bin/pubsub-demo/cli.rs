@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use rdma_pubsub::fabric::Error as FabricError;
+use rdma_pubsub::fabric::{Error as FabricError, SameHost};
 use rdma_pubsub::node::discovery::{DEFAULT_GROUP, DEFAULT_PORT};
 use rdma_pubsub::protocol::RejectCode;
 use rdma_pubsub::{Checksum, DiscoveryOptions, Error, FabricKind, Node, Policy};
@@ -52,12 +52,16 @@ pub struct FabricArgs {
     /// RDMA device name (verbs), e.g. rxe0.
     #[arg(long)]
     pub device: Option<String>,
+    /// Soft fabric: whether connections between processes of this host use shared memory
+    /// (auto) or the NIC threads and TCP loopback (off).
+    #[arg(long, default_value = "auto")]
+    pub same_host: SameHost,
 }
 
 impl FabricArgs {
     /// Builds a node bound to `bind`, discovering its peers as `discovery` says.
     pub fn node(&self, bind: SocketAddr, discovery: DiscoveryOptions) -> Result<Node, Error> {
-        let mut b = Node::builder().fabric(self.fabric).bind(bind).discovery(discovery);
+        let mut b = Node::builder().fabric(self.fabric).bind(bind).discovery(discovery).same_host(self.same_host);
         if let Some(d) = &self.device {
             b = b.device(d.clone());
         }

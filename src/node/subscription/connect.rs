@@ -6,7 +6,7 @@ use super::{
     KIND_RECV, RECV_SLOTS, SLOT,
 };
 use crate::error::{Error, Result};
-use crate::fabric::{Access, QpCaps, QpInit, ReadBuffer, RejectReason as CmReject, RNR_RETRY_INFINITE};
+use crate::fabric::{Access, DataPath, QpCaps, QpInit, ReadBuffer, RejectReason as CmReject, RNR_RETRY_INFINITE};
 use crate::node::cm::FeedEvent;
 use crate::node::discovery::{LostReason, Sighting};
 use crate::node::pacing::ReadPacer;
@@ -297,7 +297,13 @@ impl Subscription {
             .max()
             .unwrap_or(0);
         let feed = &mut self.feeds[key];
-        let info = PublisherInfo { id, epoch, addr: feed.addr, policy: accept.policy };
+        let data_path = feed.qp.data_path();
+        let info = PublisherInfo { id, epoch, addr: feed.addr, policy: accept.policy, data_path };
+        let connects = match data_path {
+            DataPath::SharedMemory => &self.counters.shared_memory_connects,
+            DataPath::Network => &self.counters.network_connects,
+        };
+        connects.fetch_add(1, Ordering::Relaxed);
         feed.active = Some(Box::new(ActiveFeed {
             info,
             reader,

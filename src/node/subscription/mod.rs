@@ -19,7 +19,7 @@ use crossbeam::channel::{self, Receiver, Sender};
 use slab::Slab;
 
 use crate::error::{Error, Result};
-use crate::fabric::{CompletionQueue, ConnId, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
+use crate::fabric::{CompletionQueue, ConnId, DataPath, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
 use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, TopicId};
 use crate::ring::{ReadPlan, RingReader};
 
@@ -87,6 +87,9 @@ pub struct PublisherInfo {
     pub addr: SocketAddr,
     /// Its slow-subscriber policy.
     pub policy: WirePolicy,
+    /// How this subscription's READs reach the publisher's ring: shared memory when both run
+    /// on this host (soft fabric, [`crate::fabric::SameHost::Auto`]), else the network.
+    pub data_path: DataPath,
 }
 
 /// A delivered message (owned).
@@ -225,6 +228,11 @@ pub struct SubscriptionCounters {
     pub credit_requests: AtomicU64,
     /// Acks sent as solicited SENDs, answering those requests.
     pub solicited_acks: AtomicU64,
+    /// Connections to publishers whose ring this subscription reads through shared memory
+    /// (same host, soft fabric).
+    pub shared_memory_connects: AtomicU64,
+    /// Connections to publishers whose ring this subscription reads over the network.
+    pub network_connects: AtomicU64,
     /// Bytes of READ buffers the subscription holds now (a gauge). A feed's two buffers start
     /// at the batch size and grow to the largest READ its records need, never past what the
     /// ring's largest record needs.

@@ -193,6 +193,7 @@ impl Group {
             if let Some(d) = &args.fabric.device {
                 cmd.arg("--device").arg(d);
             }
+            cmd.arg("--same-host").arg(args.fabric.same_host.name());
             if args.busy_poll {
                 cmd.arg("--busy-poll");
             }

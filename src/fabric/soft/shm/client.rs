@@ -41,12 +41,6 @@ impl ShmClient {
         ShmClient { stream, keys: None, regions: HashMap::new(), broken: false }
     }
 
-    /// Regions mapped now.
-    #[cfg(test)]
-    pub(crate) fn mapped(&self) -> usize {
-        self.regions.len()
-    }
-
     /// An RDMA READ of `[addr, addr + total)` of region `rkey` into `dest`, by this thread.
     pub(crate) fn read(&mut self, rkey: u32, addr: u64, dest: &[Seg]) -> WcStatus {
         self.copy(rkey, addr, dest, Access::REMOTE_READ)
