@@ -38,7 +38,7 @@ impl ChildProcess {
     pub fn spawn(test_path: &str, role: &str, envs: &[(&str, String)]) -> ChildProcess {
         let exe = std::env::current_exe().expect("current_exe");
         let mut cmd = Command::new(exe);
-        cmd.args([test_path, "--exact", "--test-threads=1", "--nocapture"])
+        cmd.args([test_path, "--exact", "--include-ignored", "--test-threads=1", "--nocapture"])
             .env(ROLE_ENV, role)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

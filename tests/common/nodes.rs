@@ -1,10 +1,29 @@
 //! Nodes for tests that connect explicitly and expect a cut connection to end a subscription
 //! (with discovery, a live publisher would be reconnected by itself).
 
+use rdma_pubsub::fabric::SameHost;
 use rdma_pubsub::node::discovery::DiscoveryOptions;
 use rdma_pubsub::{FabricKind, Node};
 
-/// A soft node on loopback without discovery.
+/// The same-host setting under test: auto unless `RDMA_PUBSUB_TEST_SAME_HOST` says otherwise
+/// (`scripts/test.sh` runs the end-to-end suites both ways).
+#[allow(dead_code)]
+pub fn same_host_under_test() -> SameHost {
+    std::env::var("RDMA_PUBSUB_TEST_SAME_HOST").ok().and_then(|v| v.parse().ok()).unwrap_or(SameHost::Auto)
+}
+
+/// A soft node on loopback without discovery, with the same-host setting under test.
+#[allow(dead_code)]
 pub fn soft_node_without_discovery() -> Node {
-    Node::builder().fabric(FabricKind::Soft).discovery(DiscoveryOptions::disabled()).build().expect("node")
+    soft_node_with(same_host_under_test())
+}
+
+/// A soft node on loopback without discovery, with the same-host path as given.
+pub fn soft_node_with(same_host: SameHost) -> Node {
+    Node::builder()
+        .fabric(FabricKind::Soft)
+        .same_host(same_host)
+        .discovery(DiscoveryOptions::disabled())
+        .build()
+        .expect("node")
 }

@@ -13,6 +13,8 @@ pub struct Usage {
     pub threads: usize,
     /// Resident set size in KiB (`VmRSS:` of `/proc/self/status`).
     pub rss_kib: u64,
+    /// Memory mappings (lines of `/proc/self/maps`).
+    pub mappings: usize,
 }
 
 impl Usage {
@@ -20,17 +22,26 @@ impl Usage {
     pub fn now() -> Usage {
         let fds = std::fs::read_dir("/proc/self/fd").expect("read /proc/self/fd").count();
         let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-        Usage { fds, threads: status_field(&status, "Threads:") as usize, rss_kib: status_field(&status, "VmRSS:") }
+        let mappings = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps").lines().count();
+        Usage {
+            fds,
+            threads: status_field(&status, "Threads:") as usize,
+            rss_kib: status_field(&status, "VmRSS:"),
+            mappings,
+        }
     }
 
-    /// Waits up to `timeout` for the descriptor and thread counts to fall back to `baseline`
+    /// Waits up to `timeout` for the descriptor, thread and mapping counts to fall back to
+    /// `baseline`
     /// (threads of closed connections may still be exiting) and returns the last reading.
     /// There is no notification for "a thread exited", so this polls `/proc` every 5 ms.
     pub fn settle_to(baseline: Usage, timeout: Duration) -> Usage {
         let deadline = Instant::now() + timeout;
         loop {
             let now = Usage::now();
-            if (now.fds <= baseline.fds && now.threads <= baseline.threads) || Instant::now() >= deadline {
+            let settled =
+                now.fds <= baseline.fds && now.threads <= baseline.threads && now.mappings <= baseline.mappings;
+            if settled || Instant::now() >= deadline {
                 return now;
             }
             std::thread::sleep(Duration::from_millis(5));

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rdma_pubsub::fabric::*;
 
+use crate::common::child::{self, ChildProcess};
 use crate::common::fabric::*;
 use crate::common::provider::ProviderSpec;
 
@@ -318,4 +319,71 @@ pub fn disconnect_flushes_and_notifies(spec: &ProviderSpec) {
     assert_no_event(&p.server.events, "after Disconnected");
     assert_cq_empty(&p.client.cq, "after the flush");
     assert_cq_empty(&p.server.cq, "after the flush");
+}
+
+/// Bytes of the region the killed responder exposes, and of each READ of it.
+const KILLED_REGION: usize = 1 << 20;
+const KILLED_READ: usize = 64 * 1024;
+/// The byte the killed responder's region holds.
+const KILLED_FILL: u8 = 0x77;
+
+/// A responder process killed (SIGKILL) while the requester READs its region back to back:
+/// the requester never faults (on the same-host path its mapping stays backed), every READ
+/// completes with the region's bytes or fails, and the connection then ends: a failed
+/// completion, a refused post or a `Disconnected` event, within a bound.
+pub fn read_from_a_peer_process_killed_mid_read(spec: &ProviderSpec) {
+    if child::role().as_deref() == Some("responder") {
+        return killed_responder(spec);
+    }
+    let path = format!("{}::read_from_a_peer_process_killed_mid_read", spec.name);
+    let mut responder = ChildProcess::spawn(&path, "responder", &[]);
+    let addr: std::net::SocketAddr = responder.expect("addr", WAIT).parse().expect("an address");
+    let rkey: u32 = responder.expect("rkey", WAIT).parse().expect("an rkey");
+    let base: u64 = responder.expect("base", WAIT).parse().expect("an address");
+    let client = Node::open(spec);
+    let qp = client.events.connect(addr, &client.qp_init(), &[], WAIT).expect("connect");
+    expect_established(&client.events, qp.conn_id());
+    assert_eq!(qp.data_path(), spec.data_path);
+    let landing = client.register(KILLED_READ, Access::LOCAL_WRITE);
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut reads = 0u64;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "READs kept succeeding {WAIT:?} after the kill");
+        let offset = (reads as usize * 4096) % (KILLED_REGION - KILLED_READ);
+        let from = RemoteAddr { addr: base + offset as u64, rkey };
+        if qp.post_send(&wr(reads, SendOp::RdmaRead(from), &[landing.sge(0, KILLED_READ)])).is_err() {
+            break;
+        }
+        let wc = poll_one(&client.cq);
+        if wc.status != WcStatus::Success {
+            break;
+        }
+        assert!(
+            read_mr(&landing, 0, KILLED_READ).iter().all(|&b| b == KILLED_FILL),
+            "READ {reads} brought other bytes"
+        );
+        reads += 1;
+        if reads == 50 {
+            responder.kill();
+        }
+    }
+    assert!(reads >= 50, "the connection failed after {reads} READs, before the responder was killed");
+}
+
+/// Child role: a responder with a filled region, serving READs until it is killed.
+fn killed_responder(spec: &ProviderSpec) {
+    let server = Node::open(spec);
+    let listener = server.events.listen(spec.listen_addr(), 4).expect("listen");
+    let region = server.register(KILLED_REGION, Access::REMOTE_READ);
+    region.buffer().fill(0, KILLED_REGION, KILLED_FILL).expect("fill");
+    child::report("addr", listener.local_addr());
+    child::report("rkey", region.remote().rkey);
+    child::report("base", region.remote().addr);
+    let req = expect_connect_request(&server.events);
+    let _qp = req.accept(&server.qp_init(), &[]).expect("accept");
+    // Alive until killed (bounded: the parent kills it within its own WAIT).
+    let deadline = std::time::Instant::now() + 6 * WAIT;
+    while std::time::Instant::now() < deadline {
+        let _ = server.events.get_event(WAIT);
+    }
 }
