@@ -29,6 +29,9 @@ cargo clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets
 echo "== cargo test (soft fabric: unit, integration, examples, doc tests)"
 # Plain `cargo test` also builds the example programs that tests/examples.rs runs.
 cargo test --release --no-fail-fast
+echo "== end-to-end suites again with the soft same-host path off (the fabric suite runs both ways itself)"
+RDMA_PUBSUB_TEST_SAME_HOST=off cargo test --release --no-fail-fast \
+  --test pubsub --test faults --test hostile --test torn_reads
 echo "== fuzz targets (their own workspace): built, and 20,000 runs of each without libFuzzer"
 cargo run --release --manifest-path fuzz/Cargo.toml --no-default-features --bin fuzz-loop -- all 20000
 echo "== verbs provider inside the Soft-RoCE guest"

@@ -30,6 +30,8 @@ mod keys;
 mod map;
 mod proto;
 mod serve;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -137,7 +139,7 @@ impl Endpoint {
     }
 
     /// The connection a hello's nonce was offered for (the nonce is used up).
-    fn redeem(&self, nonce: u64) -> Option<ConnId> {
+    pub(crate) fn redeem(&self, nonce: u64) -> Option<ConnId> {
         self.nonces.lock().remove(&nonce)
     }
 
@@ -174,6 +176,12 @@ impl Endpoint {
                 None
             }
         }
+    }
+
+    /// The abstract name of the device's socket.
+    #[cfg(test)]
+    pub(crate) fn abstract_name(&self) -> Vec<u8> {
+        format!("rdma-pubsub/soft/{:016x}", self.token).into_bytes()
     }
 
     /// The listener's raw descriptor (registered with the NIC's poll).

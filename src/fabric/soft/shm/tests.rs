@@ -1,0 +1,122 @@
+//! The same-host path's defences: what any local process can do to a device's socket, what a
+//! peer's descriptors must be before they are mapped, and revocation through the key table.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::time::Duration;
+
+use super::keys::{KeyTable, PeerKeys};
+use super::map::{reopen_read_only, PeerMapping};
+use super::{proto, Endpoint, Offer};
+use crate::fabric::memory::sealed_memfd;
+use crate::fabric::soft::device::{open_inspected, HANDSHAKE_TIMEOUT};
+use crate::fabric::*;
+
+const T: Duration = Duration::from_secs(5);
+
+fn attach(ep: &Endpoint) -> UnixStream {
+    let addr = SocketAddr::from_abstract_name(ep.abstract_name()).expect("an abstract name");
+    let s = UnixStream::connect_addr(&addr).expect("connect to the device's same-host socket");
+    s.set_read_timeout(Some(T)).unwrap();
+    s
+}
+
+/// Reads until the device closes the stream (bounded by the read timeout).
+fn closed_by_the_device(mut s: UnixStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(0))
+}
+
+#[test]
+fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_serving() {
+    let (fab, shared) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let ep = shared.shm.as_ref().expect("same-host path on by default");
+
+    let mut garbage = attach(ep);
+    garbage.write_all(&[0xFF; proto::MSG_LEN]).unwrap();
+    assert!(closed_by_the_device(garbage), "a stream opening with garbage is closed");
+
+    let mut stranger = attach(ep);
+    stranger.write_all(&proto::hello(0x1234_5678_9ABC)).unwrap();
+    assert!(closed_by_the_device(stranger), "a hello with a nonce nobody offered is closed");
+
+    // Streams that never say hello: the device keeps at most 64 of them, closing the oldest.
+    let silent: Vec<UnixStream> = (0..100).map(|_| attach(ep)).collect();
+    let mut silent = silent.into_iter();
+    for s in silent.by_ref().take(36) {
+        assert!(closed_by_the_device(s), "the oldest silent streams are closed past the bound");
+    }
+
+    // A real connection from another device still takes the same-host path and reads.
+    let other = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
+    let (pd_a, pd_b) = (other.alloc_pd().unwrap(), fab.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (other.create_cq(16).unwrap(), fab.create_cq(16).unwrap());
+    let (ch_a, ch_b) = (other.create_event_channel().unwrap(), fab.create_event_channel().unwrap());
+    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
+    let a = ch_a.connect(listener.local_addr(), &QpInit::new(&pd_a, &cq_a), &[], T).unwrap();
+    let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") else { panic!("a request") };
+    let _b = req.accept(&QpInit::new(&pd_b, &cq_b), &[]).unwrap();
+    assert!(matches!(ch_a.get_event(T).unwrap(), Some(CmEvent::Established { .. })));
+    assert_eq!(a.data_path(), DataPath::SharedMemory);
+    let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    remote.buffer().write(0, b"still serving").unwrap();
+    let local = pd_a.register(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [local.sge(0, 13)];
+    a.post_send(&SendRequest::new(1, SendOp::RdmaRead(remote.remote()), &sge)).unwrap();
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::from_micros(50), T).unwrap(), 1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    let mut got = [0u8; 13];
+    local.buffer().read(0, &mut got).unwrap();
+    assert_eq!(&got, b"still serving");
+    drop(silent);
+}
+
+#[test]
+fn a_nonce_opens_one_stream_once() {
+    let ep = Endpoint::open().unwrap();
+    let offer = ep.offer(7).expect("an offer");
+    assert_eq!(Offer::from_fields(offer.fields().0, offer.fields().1, offer.fields().2, offer.fields().3), Some(offer));
+    assert_eq!(ep.redeem(offer.nonce), Some(7));
+    assert_eq!(ep.redeem(offer.nonce), None, "a nonce is good once");
+    let withdrawn = ep.offer(8).unwrap();
+    ep.withdraw(withdrawn.nonce);
+    assert_eq!(ep.redeem(withdrawn.nonce), None, "a withdrawn nonce opens nothing");
+    assert!(!ep.same_boot(&offer), "a device never takes the same-host path to itself");
+    assert!(ep.connect(&offer).is_none());
+}
+
+#[test]
+fn objects_that_could_shrink_or_are_too_small_are_not_mapped() {
+    // SAFETY: a plain call with a valid C string; the descriptor is owned right away.
+    let unsealed = unsafe {
+        let fd = libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0);
+        OwnedFd::from_raw_fd(fd)
+    };
+    // SAFETY: a plain call on a descriptor we own.
+    assert_eq!(unsafe { libc::ftruncate(std::os::fd::AsRawFd::as_raw_fd(&unsealed), 8192) }, 0);
+    assert!(PeerMapping::new(unsealed.as_fd(), 4096, false).is_err(), "no shrink seal: not mapped");
+    let sealed = sealed_memfd(c"sealed", 8192).unwrap();
+    assert!(PeerMapping::new(sealed.as_fd(), 8193, false).is_err(), "smaller than claimed: not mapped");
+    assert!(PeerMapping::new(sealed.as_fd(), 8192, false).is_ok());
+    let read_only = reopen_read_only(sealed.as_fd()).unwrap();
+    assert!(PeerMapping::new(read_only.as_fd(), 4096, true).is_err(), "a read-only descriptor maps read-only only");
+    assert!(PeerMapping::new(read_only.as_fd(), 4096, false).is_ok());
+}
+
+#[test]
+fn a_revoked_slot_is_seen_at_once_and_a_reused_slot_has_a_new_word() {
+    let table = KeyTable::new().unwrap();
+    let peer = PeerKeys::map(table.peer_fd()).unwrap();
+    let first = table.publish(0xAAAA).unwrap();
+    assert!(peer.live(first));
+    table.revoke(first);
+    assert!(!peer.live(first), "revoked");
+    let second = table.publish(0xAAAA).unwrap();
+    assert_eq!(second.index, first.index, "the slot is reused");
+    assert_ne!(second.word, first.word, "with a new generation");
+    assert!(!peer.live(first) && peer.live(second));
+}
