@@ -195,9 +195,9 @@ pub fn rc_data_path_is_the_providers(spec: &ProviderSpec) {
     assert_eq!(p.server_qp.data_path(), spec.data_path, "passive side");
 }
 
-/// The send queue completes in order whatever path its requests take: a READ posted behind a
-/// SEND that waits for a receive (RNR, retried forever) completes after that SEND, with the
-/// bytes it read.
+/// Requests execute and complete in order whatever path they take: a READ posted behind a SEND
+/// that waits for a receive (RNR, retried forever) executes only once that SEND is placed (it
+/// reads what the responder wrote before posting the receive) and completes after it.
 pub fn rc_read_behind_a_waiting_send_completes_after_it(spec: &ProviderSpec) {
     let cfg = PairConfig {
         client_rnr_retry: RNR_RETRY_INFINITE,
@@ -216,9 +216,10 @@ pub fn rc_read_behind_a_waiting_send_completes_after_it(spec: &ProviderSpec) {
         poll_up_to(&p.client.cq, 1, QUIET).is_empty(),
         "nothing completes while the SEND before the READ waits for a receive"
     );
+    remote.buffer().write(0, &pattern(64, 0x22)).expect("write");
     p.server_qp.post_recv(9, &[rbuf.sge(0, 64)]).expect("post_recv");
     let wcs = poll_n(&p.client.cq, 2);
     assert_success(&wcs[0], 1, WcOpcode::Send, p.client_qp.qp_num());
     assert_success(&wcs[1], 2, WcOpcode::RdmaRead, p.client_qp.qp_num());
-    assert_eq!(read_mr(&local, 0, 64), pattern(64, 0x21));
+    assert_eq!(read_mr(&local, 0, 64), pattern(64, 0x22), "the READ ran before the SEND ahead of it was placed");
 }

@@ -82,9 +82,32 @@ pub(crate) struct InFlight {
     pub(crate) dest: Vec<Seg>,
     /// The NIC is writing the READ response into `dest`: only the NIC may complete it.
     pub(crate) busy: bool,
-    /// Executed by the posting thread (same-host path) with this outcome; it completes once
-    /// the requests before it have.
-    pub(crate) local: Option<WcStatus>,
+    /// A same-host READ or WRITE waiting for the requests before it: it is executed (as a copy,
+    /// `dest` being its local segments) once they have completed, as RC executes a request at
+    /// the responder only after the ones before it.
+    pub(crate) local: Option<LocalOp>,
+}
+
+/// A READ or WRITE of the same-host path.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalOp {
+    /// READ (else WRITE).
+    pub(crate) read: bool,
+    /// The peer's region.
+    pub(crate) rkey: u32,
+    /// The peer's address.
+    pub(crate) addr: u64,
+}
+
+impl LocalOp {
+    /// Executes the operation on `segs` through `client`.
+    pub(crate) fn run(&self, client: &mut ShmClient, segs: &[Seg]) -> WcStatus {
+        if self.read {
+            client.read(self.rkey, self.addr, segs)
+        } else {
+            client.write(self.rkey, self.addr, segs)
+        }
+    }
 }
 
 /// The queue-pair half of a connection.
@@ -152,32 +175,6 @@ impl QpData {
             imm: None,
             qp_num: self.qp_num,
         });
-    }
-
-    /// Completes a request the posting thread executed itself: at once when nothing is in
-    /// flight before it, else after the requests before it. Returns whether the queue pair must
-    /// now enter the error state.
-    pub(crate) fn complete_local(&mut self, mut f: InFlight, status: WcStatus) -> bool {
-        if self.inflight.is_empty() {
-            self.retire(f, status);
-            return !status.is_success();
-        }
-        f.local = Some(status);
-        self.inflight.push_back(f);
-        false
-    }
-
-    /// Retires the locally executed requests now at the front of the send queue. Returns
-    /// whether one of them failed (the queue pair must then enter the error state).
-    pub(crate) fn retire_local_front(&mut self) -> bool {
-        while let Some(status) = self.inflight.front().and_then(|f| f.local) {
-            let f = self.inflight.pop_front().expect("front checked");
-            self.retire(f, status);
-            if !status.is_success() {
-                return true;
-            }
-        }
-        false
     }
 
     /// A receive completion on this queue pair.
@@ -326,6 +323,22 @@ impl ConnState {
         let keep = if self.out_pos > 0 { self.out.pop_front() } else { None };
         self.out.clear();
         self.out.extend(keep);
+    }
+
+    /// Executes and retires the same-host requests now at the front of the send queue (every
+    /// request before them has completed). Returns whether one failed: the queue pair must then
+    /// enter the error state.
+    pub(crate) fn run_local_front(&mut self) -> bool {
+        let (Some(qp), Some(client)) = (self.qp.as_mut(), self.shm.as_mut()) else { return false };
+        while let Some(op) = qp.inflight.front().and_then(|f| f.local) {
+            let f = qp.inflight.pop_front().expect("front checked");
+            let status = op.run(client, &f.dest);
+            qp.retire(f, status);
+            if !status.is_success() {
+                return true;
+            }
+        }
+        false
     }
 
     /// Moves the queue pair to the error state: later and outstanding requests are flushed.

@@ -526,7 +526,7 @@ impl Nic {
                 }
                 let f = qp.inflight.pop_front().expect("front checked");
                 qp.retire(f, hdr.status.wc_status());
-                if hdr.status != Status::Ok || qp.retire_local_front() {
+                if hdr.status != Status::Ok || st.run_local_front() {
                     st.qp_error();
                 }
                 Step::Continue
@@ -738,7 +738,7 @@ impl Nic {
                 let f = qp.inflight.pop_front().expect("front checked");
                 let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
                 qp.retire(f, status);
-                if status.is_success() && qp.retire_local_front() {
+                if status.is_success() && st.run_local_front() {
                     st.qp_error();
                 }
             }

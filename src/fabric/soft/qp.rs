@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::cm::{ChannelInner, Ev, CLOSE_LINGER};
-use super::conn::{Conn, InFlight, OutFrame, Phase, RecvWr, Seg, Tail};
+use super::conn::{Conn, InFlight, LocalOp, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Device;
 use super::nic::{Cmd, TimerKind};
 use super::wire::{FrameType, Header, AUX_SOLICITED};
@@ -132,17 +132,26 @@ impl QpOps for SoftQp {
             st.qp_error();
             return Ok(());
         };
-        if let (Some(client), SendOp::RdmaRead(r) | SendOp::RdmaWrite(r)) = (st.shm.as_mut(), wr.op) {
-            // Same-host path: this thread executes the READ or WRITE now; its completion keeps
-            // its place behind the requests still in flight.
-            let status = match wr.op {
-                SendOp::RdmaRead(_) => client.read(r.rkey, r.addr, &segs),
-                _ => client.write(r.rkey, r.addr, &segs),
-            };
-            let qp = st.qp.as_mut().expect("checked above");
+        let state = &mut *st;
+        if let (Some(client), SendOp::RdmaRead(r) | SendOp::RdmaWrite(r)) = (state.shm.as_mut(), wr.op) {
+            // Same-host path: a copy by this thread, now if nothing is in flight before it,
+            // else once the requests before it have completed (as RC executes requests in
+            // order at the responder). Its region is mapped now either way.
+            let op = LocalOp { read: matches!(wr.op, SendOp::RdmaRead(_)), rkey: r.rkey, addr: r.addr };
+            let qp = state.qp.as_mut().expect("checked above");
             qp.sq_used += 1;
-            if qp.complete_local(entry(0, Vec::new()), status) {
-                st.qp_error();
+            let mut f = entry(0, Vec::new());
+            if qp.inflight.is_empty() {
+                let status = op.run(client, &segs);
+                qp.retire(f, status);
+                if !status.is_success() {
+                    state.qp_error();
+                }
+            } else {
+                client.prefetch(r.rkey);
+                f.dest = segs;
+                f.local = Some(op);
+                qp.inflight.push_back(f);
             }
             return Ok(());
         }

@@ -51,6 +51,13 @@ impl ShmClient {
         self.copy(rkey, addr, src, Access::REMOTE_WRITE)
     }
 
+    /// Maps the region of `rkey` ahead of a copy that waits for earlier requests (the copy
+    /// then runs on the NIC thread, which should not wait for the peer's answer); a failure
+    /// is reported by that copy.
+    pub(crate) fn prefetch(&mut self, rkey: u32) {
+        let _ = self.ensure(rkey);
+    }
+
     fn copy(&mut self, rkey: u32, addr: u64, segs: &[Seg], need: Access) -> WcStatus {
         if let Err(status) = self.ensure(rkey) {
             return status;
