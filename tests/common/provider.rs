@@ -36,6 +36,10 @@ pub struct ProviderSpec {
     pub leak_warmup: usize,
     /// Time limit of a test run in a child process.
     pub child_timeout: Duration,
+    /// Longest a request to a peer that vanished (its process killed) may take to fail: soft
+    /// sees the TCP connection end at once; an RDMA device retries first (retry count and
+    /// timeout of the queue pair).
+    pub dead_peer_timeout: Duration,
     /// The soft provider's same-host setting.
     pub same_host: SameHost,
     /// How READs and WRITEs between two devices of this test process travel.
@@ -54,6 +58,7 @@ impl ProviderSpec {
             leak_cycles: 1000,
             leak_warmup: 50,
             child_timeout: Duration::from_secs(120),
+            dead_peer_timeout: Duration::from_secs(10),
             same_host: SameHost::Auto,
             data_path: DataPath::SharedMemory,
         }
@@ -80,6 +85,7 @@ impl ProviderSpec {
             leak_cycles: 100,
             leak_warmup: 20,
             child_timeout: Duration::from_secs(600),
+            dead_peer_timeout: Duration::from_secs(90),
             same_host: SameHost::Auto,
             data_path: DataPath::Network,
         }
