@@ -4,7 +4,10 @@
 //! address to use, the few facts the contract leaves to providers). [`for_each_case!`] lists the
 //! cases once; each provider module instantiates the whole list as `#[test]`s:
 //!
-//! - `soft::*`: the user-space provider on 127.0.0.1, run by a plain `cargo test`;
+//! - `soft::*`: the user-space provider on 127.0.0.1 with its same-host path (READs and WRITEs
+//!   between the two devices of a test are copies through shared memory), and `soft_network::*`:
+//!   the same with that path off (everything through the NIC threads and TCP); both run by a plain
+//!   `cargo test`;
 //! - `verbs::*` (feature `verbs`): libibverbs/librdmacm on the Soft-RoCE device at `RXE_IP`
 //!   (default 10.0.2.15); ignored unless run with `--ignored`, as `scripts/verbs-vm-tests.sh`
 //!   does inside the rxe VM.
@@ -40,10 +43,11 @@ mod cases {
 
 use common::provider::ProviderSpec;
 
-/// Expands `$instantiate! { module::case, ... }` with every case of the suite.
+/// Expands `$instantiate! { [spec;] module::case, ... }` with every case of the suite.
 macro_rules! for_each_case {
-    ($instantiate:ident) => {
+    ($instantiate:ident $(, $spec:path)?) => {
         $instantiate! {
+            $($spec;)?
             device::device_attributes,
             device::memory_regions_of_every_access,
             device::remote_write_requires_local_write,
@@ -104,32 +108,26 @@ macro_rules! for_each_case {
     };
 }
 
+/// Expands `#[test] fn case() { case(&spec()) }` for each case.
+macro_rules! run_on {
+    ($spec:path; $($module:ident :: $case:ident),* $(,)?) => {$(
+        #[test]
+        fn $case() {
+            crate::cases::$module::$case(&$spec())
+        }
+    )*};
+}
+
 /// The suite against the soft provider on loopback, same-host path on: both ends of every
 /// connection are in this process, so READs and WRITEs are copies through shared memory.
 mod soft {
-    macro_rules! instantiate {
-        ($($module:ident :: $case:ident),* $(,)?) => {$(
-            #[test]
-            fn $case() {
-                super::cases::$module::$case(&super::ProviderSpec::soft())
-            }
-        )*};
-    }
-    for_each_case!(instantiate);
+    for_each_case!(run_on, crate::ProviderSpec::soft);
 }
 
 /// The suite against the soft provider on loopback, same-host path off: everything through
 /// the NIC threads and TCP.
 mod soft_network {
-    macro_rules! instantiate {
-        ($($module:ident :: $case:ident),* $(,)?) => {$(
-            #[test]
-            fn $case() {
-                super::cases::$module::$case(&super::ProviderSpec::soft_network())
-            }
-        )*};
-    }
-    for_each_case!(instantiate);
+    for_each_case!(run_on, crate::ProviderSpec::soft_network);
 }
 
 /// The suite against the verbs provider (Soft-RoCE in the test VM).

@@ -3,7 +3,8 @@
 //! and unreliable-datagram multicast) behind one contract with two providers:
 //!
 //! - [`soft`]: verbs semantics in user space over TCP and UDP, with a NIC thread per opened
-//!   device that serves remote READs and WRITEs from registered memory;
+//!   device that serves remote READs and WRITEs from registered memory (between processes of
+//!   one host: copies by the requester's own thread from a mapping of the peer's region);
 //! - `verbs` (cargo feature `verbs`): libibverbs and librdmacm.
 //!
 //! Callers use the handles re-exported here ([`Fabric`], [`ProtectionDomain`], ...). Each

@@ -5,6 +5,9 @@
 //! serves remote READs and WRITEs straight from and into registered memory (checked against
 //! the region table of the queue pair's protection domain) without the owner's threads, and
 //! posting threads write their frames to the socket themselves when nothing is queued.
+//!
+//! Between devices of one host, READs and WRITEs take the same-host path instead (`shm`): the
+//! posting thread copies from a read-only mapping of the peer's region, with the same checks.
 
 mod cm;
 mod conn;
