@@ -289,7 +289,7 @@ impl ConnRequestOps for SoftConnRequest {
             if let (Some(ep), Some(peer)) =
                 (shm, st.peer_offer.take().filter(|o| shm.is_some_and(|ep| ep.same_boot(o))))
             {
-                st.shm = ep.connect(&peer);
+                self.conn.set_same_host(ep.connect(&peer));
                 if let Some(offer) = ep.offer(self.conn.id) {
                     st.shm_nonce = offer.nonce;
                     (h.addr, h.psn, h.rkey, h.imm) = offer.fields();

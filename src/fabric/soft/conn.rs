@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,13 +101,10 @@ pub(crate) struct LocalOp {
 }
 
 impl LocalOp {
-    /// Executes the operation on `segs` through `client`.
+    /// Executes the operation on `segs` through `client` (its region was mapped when it was
+    /// posted).
     pub(crate) fn run(&self, client: &mut ShmClient, segs: &[Seg]) -> WcStatus {
-        if self.read {
-            client.read(self.rkey, self.addr, segs)
-        } else {
-            client.write(self.rkey, self.addr, segs)
-        }
+        client.copy(self.rkey, self.addr, segs, self.read)
     }
 }
 
@@ -285,8 +283,6 @@ pub(crate) struct ConnState {
     /// Where CM events of this connection go.
     pub(crate) channel: Option<Arc<ChannelInner>>,
     pub(crate) peer_rnr_retry: u8,
-    /// Same-host path: this end's stream to the peer's device, when both ends share a host.
-    pub(crate) shm: Option<ShmClient>,
     /// The nonce this end offered for the peer's same-host stream (0: none).
     pub(crate) shm_nonce: u64,
     /// The peer's same-host offer (passive side, from its connect request).
@@ -325,22 +321,6 @@ impl ConnState {
         self.out.extend(keep);
     }
 
-    /// Executes and retires the same-host requests now at the front of the send queue (every
-    /// request before them has completed). Returns whether one failed: the queue pair must then
-    /// enter the error state.
-    pub(crate) fn run_local_front(&mut self) -> bool {
-        let (Some(qp), Some(client)) = (self.qp.as_mut(), self.shm.as_mut()) else { return false };
-        while let Some(op) = qp.inflight.front().and_then(|f| f.local) {
-            let f = qp.inflight.pop_front().expect("front checked");
-            let status = op.run(client, &f.dest);
-            qp.retire(f, status);
-            if !status.is_success() {
-                return true;
-            }
-        }
-        false
-    }
-
     /// Moves the queue pair to the error state: later and outstanding requests are flushed.
     pub(crate) fn qp_error(&mut self) {
         self.drop_unsent_requests();
@@ -368,6 +348,12 @@ pub(crate) struct Conn {
     pub(crate) st: Mutex<ConnState>,
     /// Receive state: used by the NIC thread only (lock order: `rx` before `st`).
     pub(crate) rx: Mutex<Rx>,
+    /// Same-host path: this end's stream to the peer's device and the peer's regions mapped so
+    /// far, when both ends share a host (lock order: `st` before `shm`; a region request to the
+    /// peer holds `shm` alone).
+    pub(crate) shm: Mutex<Option<ShmClient>>,
+    /// `shm` holds a client (set once, before the connection is established).
+    same_host: AtomicBool,
 }
 
 impl Conn {
@@ -397,12 +383,48 @@ impl Conn {
                 qp,
                 channel,
                 peer_rnr_retry: 0,
-                shm: None,
                 shm_nonce: 0,
                 peer_offer: None,
             }),
             rx: Mutex::new(Rx::new()),
+            shm: Mutex::new(None),
+            same_host: AtomicBool::new(false),
         })
+    }
+
+    /// Whether this end's READs and WRITEs take the same-host path.
+    pub(crate) fn same_host(&self) -> bool {
+        self.same_host.load(Ordering::Acquire)
+    }
+
+    /// Makes this end take the same-host path (at connection set-up, under `st`).
+    pub(crate) fn set_same_host(&self, client: Option<ShmClient>) {
+        let on = client.is_some();
+        *self.shm.lock() = client;
+        self.same_host.store(on, Ordering::Release);
+    }
+
+    /// Drops the same-host client, unmapping the peer's regions (the connection closed).
+    pub(crate) fn drop_same_host(&self) {
+        self.shm.lock().take();
+    }
+
+    /// Executes and retires the same-host requests now at the front of the send queue (every
+    /// request before them has completed). Returns whether one failed: the queue pair must then
+    /// enter the error state.
+    pub(crate) fn run_local_front(&self, st: &mut ConnState) -> bool {
+        let Some(qp) = st.qp.as_mut() else { return false };
+        let mut shm = self.shm.lock();
+        let Some(client) = shm.as_mut() else { return false };
+        while let Some(op) = qp.inflight.front().and_then(|f| f.local) {
+            let f = qp.inflight.pop_front().expect("front checked");
+            let status = op.run(client, &f.dest);
+            qp.retire(f, status);
+            if !status.is_success() {
+                return true;
+            }
+        }
+        false
     }
 
     /// The poll token of this connection.

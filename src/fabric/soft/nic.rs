@@ -306,7 +306,7 @@ impl Nic {
             st.phase = Phase::Closed;
             st.channel = None;
             st.qp = None;
-            st.shm = None;
+            c.drop_same_host();
         }
         self.streams.clear(&self.shared.registry);
         let listeners: Vec<_> = self.shared.listeners.lock().drain().map(|(_, l)| l).collect();
@@ -526,7 +526,7 @@ impl Nic {
                 }
                 let f = qp.inflight.pop_front().expect("front checked");
                 qp.retire(f, hdr.status.wc_status());
-                if hdr.status != Status::Ok || st.run_local_front() {
+                if hdr.status != Status::Ok || c.run_local_front(&mut st) {
                     st.qp_error();
                 }
                 Step::Continue
@@ -738,7 +738,7 @@ impl Nic {
                 let f = qp.inflight.pop_front().expect("front checked");
                 let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
                 qp.retire(f, status);
-                if status.is_success() && st.run_local_front() {
+                if status.is_success() && c.run_local_front(&mut st) {
                     st.qp_error();
                 }
             }
@@ -776,7 +776,7 @@ impl Nic {
                 // before the connection is reported established.
                 let offer = Offer::from_fields(hdr.addr, hdr.psn, hdr.rkey, hdr.imm);
                 if let (Some(ep), Some(offer), true) = (&self.shared.shm, offer, st.shm_nonce != 0) {
-                    st.shm = ep.connect(&offer);
+                    c.set_same_host(ep.connect(&offer));
                 }
                 st.phase = Phase::Established;
                 self.timers.cancel(c.id, TimerKind::ConnectTimeout);
@@ -868,7 +868,7 @@ impl Nic {
         self.shared.conns.lock().remove(&c.id);
         self.timers.cancel_conn(c.id);
         self.streams.close_conn(c.id, &self.shared.registry);
-        st.shm = None;
+        c.drop_same_host();
         if let Some(ep) = &self.shared.shm {
             ep.withdraw(std::mem::take(&mut st.shm_nonce));
         }

@@ -49,7 +49,7 @@ impl QpOps for SoftQp {
         self.conn.local
     }
     fn data_path(&self) -> DataPath {
-        if self.conn.st.lock().shm.is_some() {
+        if self.conn.same_host() {
             DataPath::SharedMemory
         } else {
             DataPath::Network
@@ -89,6 +89,13 @@ impl QpOps for SoftQp {
         let total: u64 = wr.sges.iter().map(|s| s.len as u64).sum();
         if total > max_msg {
             return Err(Error::invalid("post_send", format!("{total} bytes exceed the message limit of {max_msg}")));
+        }
+        if let (true, SendOp::RdmaRead(r) | SendOp::RdmaWrite(r)) = (self.conn.same_host(), wr.op) {
+            // The region is mapped before the connection's lock is taken: asking the peer for
+            // it waits for the peer's NIC thread, which must not wait for ours meanwhile.
+            if let Some(client) = self.conn.shm.lock().as_mut() {
+                client.prefetch(r.rkey);
+            }
         }
         let mut st = self.conn.st.lock();
         let phase = st.phase;
@@ -132,23 +139,24 @@ impl QpOps for SoftQp {
             st.qp_error();
             return Ok(());
         };
-        let state = &mut *st;
-        if let (Some(client), SendOp::RdmaRead(r) | SendOp::RdmaWrite(r)) = (state.shm.as_mut(), wr.op) {
+        if let (true, SendOp::RdmaRead(r) | SendOp::RdmaWrite(r)) = (self.conn.same_host(), wr.op) {
             // Same-host path: a copy by this thread, now if nothing is in flight before it,
             // else once the requests before it have completed (as RC executes requests in
-            // order at the responder). Its region is mapped now either way.
+            // order at the responder).
             let op = LocalOp { read: matches!(wr.op, SendOp::RdmaRead(_)), rkey: r.rkey, addr: r.addr };
-            let qp = state.qp.as_mut().expect("checked above");
+            let mut shm = self.conn.shm.lock();
+            let Some(client) = shm.as_mut() else { return Err(self.not_connected("post_send", Phase::Closed)) };
+            let qp = st.qp.as_mut().expect("checked above");
             qp.sq_used += 1;
             let mut f = entry(0, Vec::new());
             if qp.inflight.is_empty() {
                 let status = op.run(client, &segs);
                 qp.retire(f, status);
+                drop(shm);
                 if !status.is_success() {
-                    state.qp_error();
+                    st.qp_error();
                 }
             } else {
-                client.prefetch(r.rkey);
                 f.dest = segs;
                 f.local = Some(op);
                 qp.inflight.push_back(f);

@@ -41,26 +41,21 @@ impl ShmClient {
         ShmClient { stream, keys: None, regions: HashMap::new(), broken: false }
     }
 
-    /// An RDMA READ of `[addr, addr + total)` of region `rkey` into `dest`, by this thread.
-    pub(crate) fn read(&mut self, rkey: u32, addr: u64, dest: &[Seg]) -> WcStatus {
-        self.copy(rkey, addr, dest, Access::REMOTE_READ)
-    }
-
-    /// An RDMA WRITE of `src` to `[addr, addr + total)` of region `rkey`, by this thread.
-    pub(crate) fn write(&mut self, rkey: u32, addr: u64, src: &[Seg]) -> WcStatus {
-        self.copy(rkey, addr, src, Access::REMOTE_WRITE)
-    }
-
-    /// Maps the region of `rkey` ahead of a copy that waits for earlier requests (the copy
-    /// then runs on the NIC thread, which should not wait for the peer's answer); a failure
-    /// is reported by that copy.
+    /// Maps the region of `rkey` unless it is mapped, asking the peer (a round trip to its NIC
+    /// thread: callers hold no lock of the connection but this client's); a failure is reported
+    /// by the copy.
     pub(crate) fn prefetch(&mut self, rkey: u32) {
         let _ = self.ensure(rkey);
     }
 
-    fn copy(&mut self, rkey: u32, addr: u64, segs: &[Seg], need: Access) -> WcStatus {
-        if let Err(status) = self.ensure(rkey) {
-            return status;
+    /// An RDMA READ (`read`) of `[addr, addr + total)` of region `rkey` into `segs`, or a WRITE
+    /// of `segs` there, by this thread, on a region [`prefetch`](Self::prefetch) mapped: one the
+    /// peer refused fails as a remote access error, one it never answered for as a transport
+    /// error.
+    pub(crate) fn copy(&mut self, rkey: u32, addr: u64, segs: &[Seg], read: bool) -> WcStatus {
+        let need = if read { Access::REMOTE_READ } else { Access::REMOTE_WRITE };
+        if !self.regions.contains_key(&rkey) {
+            return if self.broken { WcStatus::TransportRetryExceeded } else { WcStatus::RemoteAccessError };
         }
         let (status, revoked) = self.copy_mapped(rkey, addr, segs, need);
         if revoked {
