@@ -180,7 +180,21 @@ pub struct DiscoveryCounters {
     pub send_errors: AtomicU64,
     /// Announcements of another discovery domain, dropped.
     pub other_domain: AtomicU64,
+    /// Announcements dropped because they exceed the directory's bounds ([`MAX_PEERS`],
+    /// [`MAX_PARTS`], [`MAX_PEER_TOPICS`], [`MAX_TOTAL_TOPICS`]) or name an invalid topic.
+    pub refused: AtomicU64,
 }
+
+/// Most peers a node keeps in its directory; announcements of further nodes are refused (and
+/// counted) until known peers leave or expire.
+pub const MAX_PEERS: usize = 1024;
+/// Most datagrams (parts) one node's announcement may be split into.
+pub const MAX_PARTS: usize = 256;
+/// Most topics one peer may announce.
+pub const MAX_PEER_TOPICS: usize = 8192;
+/// Most topics of all peers together. With topic names of at most 200 bytes, the directory stays
+/// within a few tens of MiB whatever is sent to the discovery port.
+pub const MAX_TOTAL_TOPICS: usize = 65_536;
 
 /// What a subscription learns about publishers of its topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,6 +217,11 @@ struct Peer {
 }
 
 impl Peer {
+    /// Topic entries over its parts.
+    fn topic_count(&self) -> usize {
+        self.parts.iter().map(Vec::len).sum()
+    }
+
     fn topics(&self) -> BTreeMap<TopicId, String> {
         self.parts.iter().flatten().map(|(name, id)| (*id, name.clone())).collect()
     }
@@ -212,6 +231,8 @@ impl Peer {
 struct Inner {
     local: BTreeMap<TopicId, String>,
     peers: HashMap<NodeId, Peer>,
+    /// Topic entries over every peer's parts (bounded by [`MAX_TOTAL_TOPICS`]).
+    peer_topics: usize,
     watchers: HashMap<TopicId, Vec<(u64, Sender<Sighting>)>>,
     next_token: u64,
 }
@@ -405,7 +426,12 @@ impl Directory {
             self.remove_peer(&mut inner, id, LostReason::Restarted);
         }
         let is_new = !inner.peers.contains_key(&a.node_id);
+        if !self.within_bounds(&inner, &a, is_new) {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            return applied;
+        }
         applied.newcomer = is_new && a.kind == AnnounceKind::Hello;
+        let total_before = inner.peer_topics;
         let peer = inner.peers.entry(a.node_id).or_insert_with(|| Peer {
             epoch: a.epoch,
             addr,
@@ -416,11 +442,15 @@ impl Directory {
         peer.last_heard = now;
         peer.from = from.or(peer.from);
         let before = peer.topics();
+        let count_before = peer.topic_count();
         let parts = usize::from(a.parts);
         peer.parts.resize_with(parts, Vec::new);
+        peer.parts.shrink_to(parts);
         peer.parts[usize::from(a.part)] = a.topics;
+        let count_after = peer.topic_count();
         let after = peer.topics();
         let (node, epoch) = (a.node_id, peer.epoch);
+        inner.peer_topics = total_before - count_before + count_after;
         for id in after.keys().filter(|id| !before.contains_key(id)) {
             inner.notify(*id, &Sighting::Up { node, epoch, addr });
         }
@@ -443,8 +473,37 @@ impl Directory {
         inner.peers.values().map(|p| p.last_heard + expiry).min()
     }
 
+    /// Whether applying `a` keeps the directory within its bounds: a part count, topic names
+    /// and topic counts (the peer's and everyone's) within the limits, and room for a new peer.
+    fn within_bounds(&self, inner: &Inner, a: &Announcement, is_new: bool) -> bool {
+        if usize::from(a.parts) > MAX_PARTS
+            || a.topics.len() > MAX_PEER_TOPICS
+            || a.topics.iter().any(|(name, _)| super::check_topic(name).is_err())
+        {
+            return false;
+        }
+        if is_new && inner.peers.len() >= MAX_PEERS {
+            return false;
+        }
+        let (part, parts) = (usize::from(a.part), usize::from(a.parts));
+        let (peer_before, peer_after) = match inner.peers.get(&a.node_id) {
+            Some(p) => {
+                let kept: usize =
+                    p.parts.iter().take(parts).enumerate().filter(|&(i, _)| i != part).map(|(_, t)| t.len()).sum();
+                (p.topic_count(), kept + a.topics.len())
+            }
+            None => (0, a.topics.len()),
+        };
+        peer_after <= MAX_PEER_TOPICS && inner.peer_topics - peer_before + peer_after <= MAX_TOTAL_TOPICS
+    }
+
     fn remove_peer(&self, inner: &mut Inner, node: NodeId, reason: LostReason) {
         if let Some(peer) = inner.peers.remove(&node) {
+            inner.peer_topics -= peer.topic_count();
+            // Memory a flood of forged peers made the map take is given back once they are gone.
+            if inner.peers.capacity() > 4 * inner.peers.len() + 64 {
+                inner.peers.shrink_to_fit();
+            }
             let (epoch, addr) = (peer.epoch, peer.addr);
             inner.notify_all(&peer.topics(), || Sighting::Down { node, epoch, addr, reason });
         }
@@ -462,4 +521,98 @@ pub(crate) fn encode_announcement(
         .iter()
         .map(Announcement::encode)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn directory() -> Directory {
+        Directory::new(1, 0, 1, SocketAddr::from(([127, 0, 0, 1], 9)), true)
+    }
+
+    fn hello(node_id: NodeId, part: u16, parts: u16, topics: Vec<(String, TopicId)>) -> Announcement {
+        Announcement {
+            kind: AnnounceKind::Hello,
+            domain: 0,
+            node_id,
+            epoch: 1,
+            connect: SocketAddr::from(([127, 0, 0, 1], 1000)),
+            part,
+            parts,
+            topics,
+        }
+    }
+
+    fn topics(prefix: &str, n: usize) -> Vec<(String, TopicId)> {
+        (0..n).map(|i| format!("{prefix}-{i}")).map(|t| (t.clone(), TopicId::of(&t))).collect()
+    }
+
+    fn from() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 5000))
+    }
+
+    #[test]
+    fn floods_of_peers_parts_and_topics_are_refused_and_counted() {
+        let dir = directory();
+        let now = Instant::now();
+        let refused = |d: &Directory| d.counters.refused.load(Ordering::Relaxed);
+        dir.apply(hello(2, 0, 1, topics("real", 3)), from(), now);
+        assert_eq!(dir.peers().len(), 1);
+
+        // Many node ids: no more than MAX_PEERS are kept; the real peer stays.
+        for id in 0..(MAX_PEERS as u64 + 500) {
+            dir.apply(hello(1000 + id, 0, 1, topics("t", 1)), from(), now);
+        }
+        assert_eq!(dir.peers().len(), MAX_PEERS);
+        assert_eq!(refused(&dir), 501);
+        assert!(dir.peers().iter().any(|p| p.node == 2), "the real peer was pushed out");
+
+        // Part counts past the bound, and invalid topic names, are refused whole.
+        let before = refused(&dir);
+        dir.apply(hello(2, 0, u16::MAX, topics("real", 3)), from(), now);
+        dir.apply(hello(2, 0, 1, vec![("x".repeat(70_000), TopicId(9))]), from(), now);
+        assert_eq!(refused(&dir), before + 2);
+        assert_eq!(dir.inner.lock().peers[&2].parts.len(), 1);
+
+        // One peer's topics past its bound: refused, its earlier parts stand.
+        let before = refused(&dir);
+        for part in 0..MAX_PARTS as u16 {
+            dir.apply(hello(2, part, MAX_PARTS as u16, topics(&format!("p{part}"), 100)), from(), now);
+        }
+        let kept = dir.inner.lock().peers[&2].topic_count();
+        assert!(kept <= MAX_PEER_TOPICS, "{kept} topics kept");
+        assert_eq!(refused(&dir) - before, (MAX_PARTS - MAX_PEER_TOPICS / 100) as u64);
+
+        // Everyone's topics past the total bound: refused.
+        let inner_total = dir.inner.lock().peer_topics;
+        assert!(inner_total <= MAX_TOTAL_TOPICS);
+        let big = MAX_PEER_TOPICS / MAX_PARTS;
+        for id in 1000..1000 + (MAX_TOTAL_TOPICS / (big * MAX_PARTS)) as u64 + 2 {
+            for part in 0..MAX_PARTS as u16 {
+                dir.apply(hello(id, part, MAX_PARTS as u16, topics(&format!("n{id}p{part}"), big)), from(), now);
+            }
+        }
+        let total = dir.inner.lock().peer_topics;
+        assert!(total <= MAX_TOTAL_TOPICS, "{total} topics over all peers");
+        let recount: usize = dir.inner.lock().peers.values().map(Peer::topic_count).sum();
+        assert_eq!(recount, total, "the running total matches the peers");
+    }
+
+    #[test]
+    fn peers_leaving_give_their_room_and_memory_back() {
+        let dir = directory();
+        let now = Instant::now();
+        for id in 0..MAX_PEERS as u64 {
+            dir.apply(hello(10 + id, 0, 1, topics("t", 2)), from(), now);
+        }
+        let expiry = Duration::from_secs(1);
+        dir.expire(now + 2 * expiry, expiry);
+        let inner = dir.inner.lock();
+        assert_eq!((inner.peers.len(), inner.peer_topics), (0, 0));
+        assert!(inner.peers.capacity() <= 64, "capacity {} kept after every peer left", inner.peers.capacity());
+        drop(inner);
+        dir.apply(hello(5, 0, 1, topics("again", 1)), from(), now + 3 * expiry);
+        assert_eq!(dir.peers().len(), 1, "room again once the flood expired");
+    }
 }
