@@ -9,6 +9,7 @@
 mod isolate;
 #[path = "common/nodes.rs"]
 mod nodes;
+#[allow(dead_code)]
 #[path = "common/resources.rs"]
 mod resources;
 
