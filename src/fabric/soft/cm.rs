@@ -285,10 +285,8 @@ impl ConnRequestOps for SoftConnRequest {
             h.aux = u32::from(init.rnr_retry);
             // Same-host path: the requester offered; this end opens its stream to the
             // requester's device and offers its own in the accept.
-            let shm = self.dev.shared.shm.as_ref();
-            if let (Some(ep), Some(peer)) =
-                (shm, st.peer_offer.take().filter(|o| shm.is_some_and(|ep| ep.same_boot(o))))
-            {
+            let peer = st.peer_offer.take();
+            if let Some((ep, peer)) = self.dev.shared.shm.as_ref().zip(peer).filter(|(ep, p)| ep.same_boot(p)) {
                 self.conn.set_same_host(ep.connect(&peer));
                 if let Some(offer) = ep.offer(self.conn.id) {
                     st.shm_nonce = offer.nonce;

@@ -123,11 +123,19 @@ impl Shared {
             ep.keys.revoke(slot);
         }
     }
+}
 
-    /// What a same-host peer on connection `conn` gets for `rkey`: the region's memory object
-    /// (read-only unless it grants remote write) and where it is, if the region exists, is in
-    /// the protection domain of the connection's queue pair and grants remote access.
-    fn same_host_grant(&self, conn: ConnId, rkey: u32) -> Option<(std::os::fd::OwnedFd, shm::Answer)> {
+impl shm::Owner for Shared {
+    fn endpoint(&self) -> &shm::Endpoint {
+        self.shm.as_ref().expect("same-host events come only from a device with an endpoint")
+    }
+    fn conn_open(&self, conn: ConnId) -> bool {
+        self.conns.lock().contains_key(&conn)
+    }
+    /// The region's memory object (read-only unless it grants remote write) and where it is,
+    /// if it exists, is in the protection domain of the connection's queue pair and grants
+    /// remote access.
+    fn grant(&self, conn: ConnId, rkey: u32) -> Option<(std::os::fd::OwnedFd, shm::Answer)> {
         let c = self.conns.lock().get(&conn).cloned()?;
         let pd = c.st.lock().qp.as_ref()?.pd;
         let regions = self.regions.read();
@@ -147,18 +155,6 @@ impl Shared {
             len: r.buf.len() as u64,
         };
         Some((fd, answer))
-    }
-}
-
-impl shm::Owner for Shared {
-    fn endpoint(&self) -> &shm::Endpoint {
-        self.shm.as_ref().expect("same-host events come only from a device with an endpoint")
-    }
-    fn conn_open(&self, conn: ConnId) -> bool {
-        self.conns.lock().contains_key(&conn)
-    }
-    fn grant(&self, conn: ConnId, rkey: u32) -> Option<(std::os::fd::OwnedFd, shm::Answer)> {
-        self.same_host_grant(conn, rkey)
     }
 }
 

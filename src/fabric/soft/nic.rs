@@ -775,7 +775,7 @@ impl Nic {
                 // Same-host path: both ends offered, and this end's stream opens (or not)
                 // before the connection is reported established.
                 let offer = Offer::from_fields(hdr.addr, hdr.psn, hdr.rkey, hdr.imm);
-                if let (Some(ep), Some(offer), true) = (&self.shared.shm, offer, st.shm_nonce != 0) {
+                if let Some((ep, offer)) = self.shared.shm.as_ref().zip(offer).filter(|_| st.shm_nonce != 0) {
                     c.set_same_host(ep.connect(&offer));
                 }
                 st.phase = Phase::Established;

@@ -90,12 +90,17 @@ impl QpOps for SoftQp {
         if total > max_msg {
             return Err(Error::invalid("post_send", format!("{total} bytes exceed the message limit of {max_msg}")));
         }
-        if let (true, SendOp::RdmaRead(r) | SendOp::RdmaWrite(r)) = (self.conn.same_host(), wr.op) {
-            // The region is mapped before the connection's lock is taken: asking the peer for
-            // it waits for the peer's NIC thread, which must not wait for ours meanwhile.
-            if let Some(client) = self.conn.shm.lock().as_mut() {
-                client.prefetch(r.rkey);
+        // Same-host path: a READ or WRITE is a copy by this thread. Its region is mapped before
+        // the connection's lock is taken: asking the peer for it waits for the peer's NIC
+        // thread, which must not wait for ours meanwhile.
+        let local = match wr.op {
+            SendOp::RdmaRead(r) | SendOp::RdmaWrite(r) if self.conn.same_host() => {
+                Some(LocalOp { read: matches!(wr.op, SendOp::RdmaRead(_)), rkey: r.rkey, addr: r.addr })
             }
+            _ => None,
+        };
+        if let (Some(op), Some(client)) = (local, self.conn.shm.lock().as_mut()) {
+            client.prefetch(op.rkey);
         }
         let mut st = self.conn.st.lock();
         let phase = st.phase;
@@ -139,11 +144,9 @@ impl QpOps for SoftQp {
             st.qp_error();
             return Ok(());
         };
-        if let (true, SendOp::RdmaRead(r) | SendOp::RdmaWrite(r)) = (self.conn.same_host(), wr.op) {
-            // Same-host path: a copy by this thread, now if nothing is in flight before it,
-            // else once the requests before it have completed (as RC executes requests in
-            // order at the responder).
-            let op = LocalOp { read: matches!(wr.op, SendOp::RdmaRead(_)), rkey: r.rkey, addr: r.addr };
+        if let Some(op) = local {
+            // The copy runs now if nothing is in flight before it, else once the requests before
+            // it have completed (as RC executes requests in order at the responder).
             let mut shm = self.conn.shm.lock();
             let Some(client) = shm.as_mut() else { return Err(self.not_connected("post_send", Phase::Closed)) };
             let qp = st.qp.as_mut().expect("checked above");

@@ -426,12 +426,12 @@ impl Directory {
             self.remove_peer(&mut inner, id, LostReason::Restarted);
         }
         let is_new = !inner.peers.contains_key(&a.node_id);
-        if !self.within_bounds(&inner, &a, is_new) {
+        let Some((count_before, count_after)) = Self::topic_counts_within_bounds(&inner, &a, is_new) else {
             self.counters.refused.fetch_add(1, Ordering::Relaxed);
             return applied;
-        }
+        };
         applied.newcomer = is_new && a.kind == AnnounceKind::Hello;
-        let total_before = inner.peer_topics;
+        inner.peer_topics = inner.peer_topics - count_before + count_after;
         let peer = inner.peers.entry(a.node_id).or_insert_with(|| Peer {
             epoch: a.epoch,
             addr,
@@ -442,15 +442,12 @@ impl Directory {
         peer.last_heard = now;
         peer.from = from.or(peer.from);
         let before = peer.topics();
-        let count_before = peer.topic_count();
         let parts = usize::from(a.parts);
         peer.parts.resize_with(parts, Vec::new);
         peer.parts.shrink_to(parts);
         peer.parts[usize::from(a.part)] = a.topics;
-        let count_after = peer.topic_count();
         let after = peer.topics();
         let (node, epoch) = (a.node_id, peer.epoch);
-        inner.peer_topics = total_before - count_before + count_after;
         for id in after.keys().filter(|id| !before.contains_key(id)) {
             inner.notify(*id, &Sighting::Up { node, epoch, addr });
         }
@@ -473,20 +470,19 @@ impl Directory {
         inner.peers.values().map(|p| p.last_heard + expiry).min()
     }
 
-    /// Whether applying `a` keeps the directory within its bounds: a part count, topic names
-    /// and topic counts (the peer's and everyone's) within the limits, and room for a new peer.
-    fn within_bounds(&self, inner: &Inner, a: &Announcement, is_new: bool) -> bool {
+    /// The peer's topic count before and after applying `a`, if that keeps the directory within
+    /// its bounds: a part count, topic names and topic counts (the peer's and everyone's) within
+    /// the limits, and room for a new peer.
+    fn topic_counts_within_bounds(inner: &Inner, a: &Announcement, is_new: bool) -> Option<(usize, usize)> {
         if usize::from(a.parts) > MAX_PARTS
             || a.topics.len() > MAX_PEER_TOPICS
             || a.topics.iter().any(|(name, _)| super::check_topic(name).is_err())
+            || (is_new && inner.peers.len() >= MAX_PEERS)
         {
-            return false;
-        }
-        if is_new && inner.peers.len() >= MAX_PEERS {
-            return false;
+            return None;
         }
         let (part, parts) = (usize::from(a.part), usize::from(a.parts));
-        let (peer_before, peer_after) = match inner.peers.get(&a.node_id) {
+        let (before, after) = match inner.peers.get(&a.node_id) {
             Some(p) => {
                 let kept: usize =
                     p.parts.iter().take(parts).enumerate().filter(|&(i, _)| i != part).map(|(_, t)| t.len()).sum();
@@ -494,7 +490,7 @@ impl Directory {
             }
             None => (0, a.topics.len()),
         };
-        peer_after <= MAX_PEER_TOPICS && inner.peer_topics - peer_before + peer_after <= MAX_TOTAL_TOPICS
+        (after <= MAX_PEER_TOPICS && inner.peer_topics - before + after <= MAX_TOTAL_TOPICS).then_some((before, after))
     }
 
     fn remove_peer(&self, inner: &mut Inner, node: NodeId, reason: LostReason) {

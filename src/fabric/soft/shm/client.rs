@@ -45,89 +45,39 @@ impl ShmClient {
     /// thread: callers hold no lock of the connection but this client's); a failure is reported
     /// by the copy.
     pub(crate) fn prefetch(&mut self, rkey: u32) {
-        let _ = self.ensure(rkey);
+        if self.broken || self.regions.contains_key(&rkey) {
+            return;
+        }
+        match self.fetch(rkey) {
+            Ok(Some(region)) => {
+                if self.regions.len() >= MAX_REGIONS {
+                    self.regions.clear();
+                }
+                self.regions.insert(rkey, region);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!("soft same-host: region request for rkey {rkey:#x} failed: {e}");
+                self.broken = true;
+            }
+        }
     }
 
     /// An RDMA READ (`read`) of `[addr, addr + total)` of region `rkey` into `segs`, or a WRITE
     /// of `segs` there, by this thread, on a region [`prefetch`](Self::prefetch) mapped: one the
     /// peer refused fails as a remote access error, one it never answered for as a transport
-    /// error.
+    /// error. A region found revoked is unmapped.
     pub(crate) fn copy(&mut self, rkey: u32, addr: u64, segs: &[Seg], read: bool) -> WcStatus {
         let need = if read { Access::REMOTE_READ } else { Access::REMOTE_WRITE };
-        if !self.regions.contains_key(&rkey) {
-            return if self.broken { WcStatus::TransportRetryExceeded } else { WcStatus::RemoteAccessError };
-        }
-        let (status, revoked) = self.copy_mapped(rkey, addr, segs, need);
+        let (status, revoked) = match (self.regions.get(&rkey), self.keys.as_ref()) {
+            (Some(region), Some(keys)) => copy_region(region, keys, addr, segs, need),
+            _ if self.broken => return WcStatus::TransportRetryExceeded,
+            _ => return WcStatus::RemoteAccessError,
+        };
         if revoked {
             self.regions.remove(&rkey);
         }
         status
-    }
-
-    /// The copy itself, on a region already mapped; also says whether the region was found
-    /// revoked (its mapping is then dropped).
-    fn copy_mapped(&self, rkey: u32, addr: u64, segs: &[Seg], need: Access) -> (WcStatus, bool) {
-        let (Some(region), Some(keys)) = (self.regions.get(&rkey), self.keys.as_ref()) else {
-            return (WcStatus::RemoteAccessError, false);
-        };
-        let total: u64 = segs.iter().map(|s| s.len as u64).sum();
-        let Some(start) = addr
-            .checked_sub(region.base)
-            .filter(|off| region.access.contains(need) && off.checked_add(total).is_some_and(|end| end <= region.len))
-        else {
-            return (WcStatus::RemoteAccessError, false);
-        };
-        if !keys.live(region.slot) {
-            return (WcStatus::RemoteAccessError, true);
-        }
-        let mut off = start as usize;
-        for s in segs {
-            let Ok(local) = s.buf.raw_range(s.off, s.len) else { return (WcStatus::LocalProtectionError, false) };
-            // SAFETY: `local` is a bounds-checked range of a registered buffer kept alive by the
-            // segment; registered memory is only accessed through atomics and raw pointers.
-            let done = unsafe {
-                if need == Access::REMOTE_READ {
-                    region.map.copy_out(off, local, s.len)
-                } else {
-                    region.map.copy_in(off, local, s.len)
-                }
-            };
-            if !done {
-                return (WcStatus::RemoteAccessError, false);
-            }
-            off += s.len;
-        }
-        // The copy's loads come before the second look at the slot: a revocation that raced
-        // with them is seen (the owner revokes before it writes the region again).
-        fence(Ordering::Acquire);
-        if !keys.live(region.slot) {
-            return (WcStatus::RemoteAccessError, true);
-        }
-        (WcStatus::Success, false)
-    }
-
-    /// Maps the region of `rkey` unless it is mapped, asking the responder.
-    fn ensure(&mut self, rkey: u32) -> Result<(), WcStatus> {
-        if self.regions.contains_key(&rkey) {
-            return Ok(());
-        }
-        if self.broken {
-            return Err(WcStatus::TransportRetryExceeded);
-        }
-        let region = match self.fetch(rkey) {
-            Ok(Some(r)) => r,
-            Ok(None) => return Err(WcStatus::RemoteAccessError),
-            Err(e) => {
-                tracing::debug!("soft same-host: region request for rkey {rkey:#x} failed: {e}");
-                self.broken = true;
-                return Err(WcStatus::TransportRetryExceeded);
-            }
-        };
-        if self.regions.len() >= MAX_REGIONS {
-            self.regions.clear();
-        }
-        self.regions.insert(rkey, region);
-        Ok(())
     }
 
     /// Asks the responder for region `rkey`: `None` when it refuses (no such region in this
@@ -172,6 +122,46 @@ impl ShmClient {
             .map_err(io::Error::other)?;
         Ok(Some(PeerRegion { map, base: answer.base, len: answer.len, access, slot }))
     }
+}
+
+/// Copies between `segs` and `[addr, addr + total)` of a mapped region (`need`: READ or WRITE
+/// access), checking its key-table word before and after; also says whether the region was
+/// found revoked.
+fn copy_region(region: &PeerRegion, keys: &PeerKeys, addr: u64, segs: &[Seg], need: Access) -> (WcStatus, bool) {
+    let total: u64 = segs.iter().map(|s| s.len as u64).sum();
+    let Some(start) = addr
+        .checked_sub(region.base)
+        .filter(|off| region.access.contains(need) && off.checked_add(total).is_some_and(|end| end <= region.len))
+    else {
+        return (WcStatus::RemoteAccessError, false);
+    };
+    if !keys.live(region.slot) {
+        return (WcStatus::RemoteAccessError, true);
+    }
+    let mut off = start as usize;
+    for s in segs {
+        let Ok(local) = s.buf.raw_range(s.off, s.len) else { return (WcStatus::LocalProtectionError, false) };
+        // SAFETY: `local` is a bounds-checked range of a registered buffer kept alive by the
+        // segment; registered memory is only accessed through atomics and raw pointers.
+        let done = unsafe {
+            if need == Access::REMOTE_READ {
+                region.map.copy_out(off, local, s.len)
+            } else {
+                region.map.copy_in(off, local, s.len)
+            }
+        };
+        if !done {
+            return (WcStatus::RemoteAccessError, false);
+        }
+        off += s.len;
+    }
+    // The copy's loads come before the second look at the slot: a revocation that raced
+    // with them is seen (the owner revokes before it writes the region again).
+    fence(Ordering::Acquire);
+    if !keys.live(region.slot) {
+        return (WcStatus::RemoteAccessError, true);
+    }
+    (WcStatus::Success, false)
 }
 
 fn invalid(what: &str) -> io::Error {

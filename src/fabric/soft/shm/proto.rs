@@ -11,6 +11,8 @@ const VERSION: u32 = 1;
 pub(crate) const MSG_LEN: usize = 16;
 /// Size of an answer.
 pub(crate) const ANSWER_LEN: usize = 40;
+/// The one kind of request: a region by its rkey.
+const OP_REGION: u32 = 1;
 /// Request flag: attach the key table too.
 pub(crate) const WANT_KEYS: u32 = 1;
 
@@ -45,7 +47,7 @@ impl Request {
     /// The wire bytes.
     pub(crate) fn encode(&self) -> [u8; MSG_LEN] {
         let mut b = [0u8; MSG_LEN];
-        b[0..4].copy_from_slice(&1u32.to_le_bytes());
+        b[0..4].copy_from_slice(&OP_REGION.to_le_bytes());
         b[4..8].copy_from_slice(&self.rkey.to_le_bytes());
         b[8..12].copy_from_slice(&self.flags.to_le_bytes());
         b
@@ -54,7 +56,8 @@ impl Request {
     /// Decodes a request; `None` for anything else.
     pub(crate) fn decode(b: &[u8; MSG_LEN]) -> Option<Request> {
         let word = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        (word(0) == 1 && word(12) == 0 && word(8) & !WANT_KEYS == 0).then(|| Request { rkey: word(4), flags: word(8) })
+        (word(0) == OP_REGION && word(12) == 0 && word(8) & !WANT_KEYS == 0)
+            .then(|| Request { rkey: word(4), flags: word(8) })
     }
 }
 

@@ -79,9 +79,10 @@ impl Streams {
             if sock.set_nonblocking(true).is_err() {
                 continue;
             }
-            let unbound: Vec<u64> = self.streams.iter().filter(|(_, s)| s.conn.is_none()).map(|(&id, _)| id).collect();
-            if unbound.len() >= MAX_UNBOUND {
-                self.close(unbound[0], registry);
+            let mut unbound = self.streams.iter().filter(|(_, s)| s.conn.is_none()).map(|(&id, _)| id);
+            let oldest = unbound.next();
+            if let Some(oldest) = oldest.filter(|_| 1 + unbound.count() >= MAX_UNBOUND) {
+                self.close(oldest, registry);
             }
             let id = self.next;
             self.next += 1;
