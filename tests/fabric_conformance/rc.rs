@@ -223,3 +223,30 @@ pub fn rc_read_behind_a_waiting_send_completes_after_it(spec: &ProviderSpec) {
     assert_success(&wcs[1], 2, WcOpcode::RdmaRead, p.client_qp.qp_num());
     assert_eq!(read_mr(&local, 0, 64), pattern(64, 0x22), "the READ ran before the SEND ahead of it was placed");
 }
+
+/// SENDs of every size arrive in post order, whatever way each takes to the peer (a provider
+/// may carry small and large SENDs differently): small, large, small, large, small.
+pub fn rc_sends_of_every_size_arrive_in_post_order(spec: &ProviderSpec) {
+    const SIZES: [usize; 5] = [8, 64 * 1024, 1, 20 * 1024, 0];
+    let p = Pair::connect(spec);
+    let slot = 64 * 1024;
+    let rbuf = p.server.register(SIZES.len() * slot, Access::LOCAL_WRITE);
+    for i in 0..SIZES.len() {
+        p.server_qp.post_recv(i as u64, &[rbuf.sge(i * slot, slot)]).expect("post_recv");
+    }
+    let sbuf = p.client.register(SIZES.len() * slot, Access::NONE);
+    for (i, &len) in SIZES.iter().enumerate() {
+        sbuf.buffer().write(i * slot, &pattern(len, i as u8)).expect("write");
+        let imm = SendOp::SendWithImm(100 + i as u32);
+        p.client_qp.post_send(&wr(i as u64, imm, &[sbuf.sge(i * slot, len)])).expect("post SEND");
+    }
+    let wcs = poll_n(&p.server.cq, SIZES.len());
+    for (i, (wc, &len)) in wcs.iter().zip(&SIZES).enumerate() {
+        assert_success(wc, i as u64, WcOpcode::Recv, p.server_qp.qp_num());
+        assert_eq!((wc.imm, wc.byte_len), (Some(100 + i as u32), len as u32), "receive {i}");
+        assert_eq!(read_mr(&rbuf, i * slot, len), pattern(len, i as u8), "receive {i}");
+    }
+    let sent = poll_n(&p.client.cq, SIZES.len());
+    let ids: Vec<u64> = sent.iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, (0..SIZES.len() as u64).collect::<Vec<_>>(), "SENDs complete in post order");
+}

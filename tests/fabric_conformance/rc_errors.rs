@@ -321,6 +321,38 @@ pub fn disconnect_flushes_and_notifies(spec: &ProviderSpec) {
     assert_cq_empty(&p.server.cq, "after the flush");
 }
 
+/// SENDs that completed at the sender before it disconnects were received: the receiver
+/// finds their receives completed with their bytes, in order, and only its other receives
+/// flushed (a completed SEND was acknowledged, so it was placed).
+pub fn sends_completed_before_a_disconnect_are_received(spec: &ProviderSpec) {
+    const SENT: u64 = 3;
+    const POSTED: u64 = 5;
+    let p = Pair::connect(spec);
+    let rbuf = p.server.register(4096, Access::LOCAL_WRITE);
+    for i in 0..POSTED {
+        p.server_qp.post_recv(i, &[rbuf.sge(64 * i as usize, 64)]).expect("post_recv");
+    }
+    let sbuf = p.client.register(64, Access::NONE);
+    for i in 0..SENT {
+        sbuf.buffer().write(0, &pattern(16, i as u8)).expect("write");
+        p.client_qp.post_send(&wr(10 + i, SendOp::Send, &[sbuf.sge(0, 16)])).expect("post SEND");
+        assert_success(&poll_one(&p.client.cq), 10 + i, WcOpcode::Send, p.client_qp.qp_num());
+    }
+    p.client_qp.disconnect().expect("disconnect");
+    expect_disconnected_each(&[(&p.client.events, p.client_qp.conn_id()), (&p.server.events, p.server_qp.conn_id())]);
+    p.server_qp.disconnect().expect("disconnect on the passive side");
+    let wcs = poll_n(&p.server.cq, POSTED as usize);
+    for (i, wc) in wcs.iter().enumerate() {
+        if (i as u64) < SENT {
+            assert_success(wc, i as u64, WcOpcode::Recv, p.server_qp.qp_num());
+            assert_eq!(read_mr(&rbuf, 64 * i, 16), pattern(16, i as u8), "receive {i}");
+        } else {
+            assert_eq!((wc.wr_id, wc.status), (i as u64, WcStatus::WorkRequestFlushed), "{wc:?}");
+        }
+    }
+    assert_cq_empty(&p.server.cq, "after the flush");
+}
+
 /// Bytes of the region the killed responder exposes, and of each READ of it.
 const KILLED_REGION: usize = 1 << 20;
 const KILLED_READ: usize = 64 * 1024;

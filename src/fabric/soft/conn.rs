@@ -1,12 +1,13 @@
 //! One RC connection (a TCP stream) and the queue-pair state it carries: the output queue with
-//! its partial-write state, the in-flight send work requests and the receive list.
+//! its partial-write state, the in-flight send work requests, the receive list and, on the
+//! same-host path, the inbox the peer writes its SENDs into.
 
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use mio::unix::SourceFd;
@@ -14,10 +15,10 @@ use mio::{Interest, Token};
 use parking_lot::Mutex;
 
 use super::cm::ChannelInner;
-use super::cq::{CqInner, SrqInner};
+use super::cq::{CqInner, Drain, InboxSource, SrqInner};
 use super::device::{Shared, SoftMr};
 use super::nic::{Cmd, Rx};
-use super::shm::{Offer, ShmClient};
+use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, Pool, ShmClient};
 use super::wire::{FrameType, Header, HEADER_LEN};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::memory::{self, IoPart, RegisteredBuffer, MAX_IOV};
@@ -124,6 +125,8 @@ pub(crate) struct QpData {
     pub(crate) inflight: VecDeque<InFlight>,
     pub(crate) next_psn: u32,
     pub(crate) rq: VecDeque<RecvWr>,
+    /// Credits of `rq` for a same-host sender (made when it asks for this end's inbox).
+    pool: Option<Arc<Pool>>,
     /// The queue pair is in the error state.
     pub(crate) error: bool,
 }
@@ -151,8 +154,42 @@ impl QpData {
             inflight: VecDeque::new(),
             next_psn: 0,
             rq: VecDeque::new(),
+            pool: None,
             error: false,
         }
+    }
+
+    /// Adds a posted receive to the receive list (and to its credits).
+    pub(crate) fn push_recv(&mut self, wr: RecvWr) {
+        if let Some(pool) = &self.pool {
+            pool.posted(wr.cap);
+        }
+        self.rq.push_back(wr);
+    }
+
+    /// Takes the receive the next SEND is placed into, from the shared receive queue or the
+    /// queue pair's own list: for a SEND that claimed it (`claimed`, from the inbox) or one
+    /// that came over the stream.
+    pub(crate) fn take_recv(&mut self, claimed: bool) -> Option<RecvWr> {
+        if let Some(srq) = &self.srq {
+            return srq.take(claimed);
+        }
+        let wr = self.rq.pop_front()?;
+        if let (false, Some(pool)) = (claimed, &self.pool) {
+            pool.taken_unclaimed();
+        }
+        Some(wr)
+    }
+
+    /// The receive credits a same-host sender claims from (made on first use).
+    fn pool(&mut self) -> Option<Arc<Pool>> {
+        if let Some(srq) = &self.srq {
+            return srq.pool();
+        }
+        if self.pool.is_none() {
+            self.pool = Some(Arc::new(Pool::new(self.rq.iter().map(|w| w.cap)).ok()?));
+        }
+        self.pool.clone()
     }
 
     /// Completes `f` with `status`: a signaled or failed request produces a completion and
@@ -287,6 +324,14 @@ pub(crate) struct ConnState {
     pub(crate) shm_nonce: u64,
     /// The peer's same-host offer (passive side, from its connect request).
     pub(crate) peer_offer: Option<Offer>,
+    /// Same-host path: the inbox the peer writes its SENDs into (once it asked for it).
+    inbox: Option<Inbox>,
+    /// Same-host path: SENDs this end wrote into the peer's inbox.
+    pub(crate) inbox_sends: u64,
+    /// Same-host path: this end's key slot for the connection, live while its queue pair
+    /// answers the peer's requests (revoked when it fails or closes, so the peer's copies and
+    /// SENDs stop as they would at a dead responder).
+    live: Option<HeldSlot>,
 }
 
 impl ConnState {
@@ -324,16 +369,69 @@ impl ConnState {
     /// Moves the queue pair to the error state: later and outstanding requests are flushed.
     pub(crate) fn qp_error(&mut self) {
         self.drop_unsent_requests();
+        self.fail_qp(WcStatus::WorkRequestFlushed);
+    }
+
+    /// Moves the queue pair to the error state after placing the SENDs its inbox holds (they
+    /// completed at the sender, as SENDs the responder acknowledged), then flushes outstanding
+    /// send requests with `send_status` and every receive.
+    pub(crate) fn fail_qp(&mut self, send_status: WcStatus) {
+        self.drain_inbox();
+        self.live = None;
         if let Some(qp) = self.qp.as_mut() {
             qp.error = true;
-            qp.flush(WcStatus::WorkRequestFlushed);
+            qp.flush(send_status);
         }
+    }
+
+    /// Places the SENDs waiting in the inbox into posted receives, in order, completing each
+    /// receive. Returns whether some wait for a receive. A SEND larger than its receive fails
+    /// the receive and the queue pair, as on the network path; an inbox found corrupt (the
+    /// peer wrote garbage into it) is dropped and the queue pair fails.
+    pub(crate) fn drain_inbox(&mut self) -> bool {
+        let ConnState { inbox: Some(inbox), qp: Some(qp), .. } = self else { return false };
+        if qp.error || !inbox.has_entries() {
+            return false;
+        }
+        loop {
+            let entry = match inbox.peek() {
+                Ok(Some(entry)) => entry,
+                Ok(None) => return false,
+                Err(Corrupt) => break,
+            };
+            let Some(recv) = qp.take_recv(true) else { return true };
+            if recv.cap < entry.len as usize || !inbox.copy_to(&entry, &recv.segs) {
+                inbox.consume(&entry);
+                qp.complete_recv(recv.wr_id, WcStatus::LocalLengthError, 0, None);
+                break;
+            }
+            inbox.consume(&entry);
+            qp.complete_recv_solicited(recv.wr_id, WcStatus::Success, entry.len, entry.imm, entry.solicited);
+        }
+        tracing::debug!("soft same-host: a peer broke the inbox of queue pair {}", qp.qp_num);
+        self.inbox = None;
+        self.qp_error();
+        false
     }
 
     /// Sends a CM event to the connection's channel.
     pub(crate) fn event(&self, ev: super::cm::Ev) {
         if let Some(ch) = &self.channel {
             ch.push(ev);
+        }
+    }
+}
+
+impl InboxSource for Conn {
+    fn drain(&self) -> Drain {
+        let mut st = self.st.lock();
+        if st.inbox.is_none() || st.phase == Phase::Closed {
+            return Drain::Gone;
+        }
+        if st.drain_inbox() {
+            Drain::Waiting
+        } else {
+            Drain::Done
         }
     }
 }
@@ -385,6 +483,9 @@ impl Conn {
                 peer_rnr_retry: 0,
                 shm_nonce: 0,
                 peer_offer: None,
+                inbox: None,
+                inbox_sends: 0,
+                live: None,
             }),
             rx: Mutex::new(Rx::new()),
             shm: Mutex::new(None),
@@ -405,26 +506,77 @@ impl Conn {
     }
 
     /// Drops the same-host client, unmapping the peer's regions (the connection closed).
-    pub(crate) fn drop_same_host(&self) {
+    pub(crate) fn drop_same_host(&self, st: &mut ConnState) {
+        st.inbox = None;
+        st.live = None;
         self.shm.lock().take();
+    }
+
+    /// Opens this end's inbox for the peer's SENDs (once, on a live queue pair) and
+    /// makes polls of the receive CQ drain it: the descriptors of the inbox, the receive pool
+    /// (counts read-only, claims) and the CQ's bell, for the peer to map.
+    pub(crate) fn open_inbox(self: &Arc<Self>) -> Option<([OwnedFd; 4], KeySlot)> {
+        let (fds, cq, live) = {
+            let mut st = self.st.lock();
+            if st.inbox.is_some() {
+                return None;
+            }
+            let live = self.responder_slot(&mut st)?;
+            let qp = st.qp.as_mut().filter(|q| !q.error)?;
+            let pool = qp.pool()?;
+            let cq = qp.recv_cq.clone();
+            let inbox = Inbox::new().ok()?;
+            let [info, claims] = pool.fds();
+            let fds = [
+                inbox.fd().try_clone_to_owned().ok()?,
+                info.try_clone_to_owned().ok()?,
+                claims.try_clone_to_owned().ok()?,
+                cq.bell.fd().try_clone_to_owned().ok()?,
+            ];
+            st.inbox = Some(inbox);
+            (fds, cq, live)
+        };
+        let source: Weak<dyn InboxSource> = Arc::downgrade(self) as Weak<Conn>;
+        cq.attach(source);
+        Some((fds, live))
+    }
+
+    /// This end's key slot for the connection (published on first use): `None` once the queue
+    /// pair failed or closed, or when the key table is full.
+    pub(crate) fn responder_slot(&self, st: &mut ConnState) -> Option<KeySlot> {
+        // Not necessarily established yet here: the peer may ask as soon as its end is, before
+        // this end's NIC thread has read the frame that establishes it.
+        let qp = st.qp.as_ref().filter(|q| !q.error && st.phase != Phase::Closed)?;
+        if st.live.is_none() {
+            let ep = self.shared.shm.as_ref()?;
+            st.live = Some(HeldSlot::publish(&ep.keys, qp.qp_num)?);
+        }
+        st.live.as_ref().map(HeldSlot::slot)
     }
 
     /// Executes and retires the same-host requests now at the front of the send queue (every
     /// request before them has completed). Returns whether one failed: the queue pair must then
     /// enter the error state.
     pub(crate) fn run_local_front(&self, st: &mut ConnState) -> bool {
-        let Some(qp) = st.qp.as_mut() else { return false };
+        st.drain_inbox();
         let mut shm = self.shm.lock();
         let Some(client) = shm.as_mut() else { return false };
-        while let Some(op) = qp.inflight.front().and_then(|f| f.local) {
+        loop {
+            let Some(qp) = st.qp.as_mut() else { return false };
+            let Some(op) = qp.inflight.front().and_then(|f| f.local) else { return false };
             let f = qp.inflight.pop_front().expect("front checked");
             let status = op.run(client, &f.dest);
-            qp.retire(f, status);
-            if !status.is_success() {
-                return true;
+            if status.is_success() {
+                qp.retire(f, status);
+                continue;
             }
+            // As in `post_send`: a SEND that arrived during the failed copy completes first.
+            st.drain_inbox();
+            if let Some(qp) = st.qp.as_mut() {
+                qp.retire(f, status);
+            }
+            return true;
         }
-        false
     }
 
     /// The poll token of this connection.

@@ -1,17 +1,41 @@
 //! Completion queues and shared receive queues of the soft provider.
+//!
+//! A CQ's waiter sleeps on the futex word of its [`Bell`], a page of shared memory: the NIC
+//! thread rings it for completions it queues, and same-host peers ring it for SENDs they write
+//! into the inboxes of queue pairs whose receives complete here. A poll first places the SENDs
+//! waiting in those inboxes (when the bell's count says some were written), then takes
+//! completions.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::conn::RecvWr;
 use super::device::Device;
+use super::shm::{Bell, Pool};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::{CqOps, Sge, SrqOps};
 use crate::fabric::types::WorkCompletion;
+
+/// What a look into a connection's inbox left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drain {
+    /// Every SEND found was placed.
+    Done,
+    /// SENDs wait for receives to be posted.
+    Waiting,
+    /// The connection has no inbox any more.
+    Gone,
+}
+
+/// A connection whose inbox holds SENDs for receives that complete on this CQ.
+pub(crate) trait InboxSource: Send + Sync {
+    /// Places the SENDs waiting in the inbox into posted receives.
+    fn drain(&self) -> Drain;
+}
 
 /// The state of a completion queue shared by the NIC (producer) and the owner (consumer).
 pub(crate) struct CqInner {
@@ -23,34 +47,60 @@ pub(crate) struct CqInner {
     /// The queue overflowed (sticky, as on hardware).
     overrun: AtomicBool,
     st: Mutex<CqState>,
-    cv: Condvar,
-}
-
-/// What an armed CQ notifies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Notify {
-    /// The next completion.
-    Next,
-    /// The next receive of a solicited SEND, or failed completion.
-    Solicited,
+    /// Where the waiter sleeps and what it is armed for (shared with same-host senders).
+    pub(crate) bell: Bell,
+    /// Connections with an inbox feeding this CQ (lock order: `sources` before a connection's
+    /// lock).
+    sources: Mutex<Vec<Weak<dyn InboxSource>>>,
+    /// The bell's SEND count when the inboxes were last drained.
+    drained_at: AtomicU64,
+    /// SENDs were left waiting for receives: look again at the next poll.
+    backlog: AtomicBool,
 }
 
 #[derive(Default)]
 struct CqState {
     queue: VecDeque<WorkCompletion>,
-    armed: Option<Notify>,
-    notified: bool,
 }
 
 impl CqInner {
-    pub(crate) fn new(depth: u32) -> Self {
-        CqInner {
+    pub(crate) fn new(depth: u32) -> Result<Self> {
+        Ok(CqInner {
             depth,
             queued: AtomicUsize::new(0),
             overrun: AtomicBool::new(false),
             st: Mutex::new(CqState::default()),
-            cv: Condvar::new(),
+            bell: Bell::new()?,
+            sources: Mutex::new(Vec::new()),
+            drained_at: AtomicU64::new(0),
+            backlog: AtomicBool::new(false),
+        })
+    }
+
+    /// Makes polls of this CQ drain `source`'s inbox.
+    pub(crate) fn attach(&self, source: Weak<dyn InboxSource>) {
+        self.sources.lock().push(source);
+    }
+
+    /// Places the SENDs waiting in the inboxes of this CQ's connections, if the bell says some
+    /// were written since the last look (or some waited for receives then).
+    fn drain_inboxes(&self) {
+        let pending = self.bell.pending();
+        if pending == self.drained_at.load(Ordering::Relaxed) && !self.backlog.load(Ordering::Relaxed) {
+            return;
         }
+        let mut sources = self.sources.lock();
+        self.drained_at.store(pending, Ordering::Relaxed);
+        let mut waiting = false;
+        sources.retain(|s| match s.upgrade().map(|s| s.drain()) {
+            Some(Drain::Done) => true,
+            Some(Drain::Waiting) => {
+                waiting = true;
+                true
+            }
+            Some(Drain::Gone) | None => false,
+        });
+        self.backlog.store(waiting, Ordering::Relaxed);
     }
 
     /// Adds a completion; past `depth` the queue is overrun (sticky, as on hardware).
@@ -61,27 +111,21 @@ impl CqInner {
     /// Adds a completion that may be the receive of a solicited SEND.
     pub(crate) fn push_solicited(&self, wc: WorkCompletion, solicited: bool) {
         let mut st = self.st.lock();
-        let fire = match st.armed {
-            Some(Notify::Next) => true,
-            Some(Notify::Solicited) => solicited || !wc.status.is_success(),
-            None => false,
-        };
         if st.queue.len() >= self.depth as usize {
             self.overrun.store(true, Ordering::Release);
         } else {
             st.queue.push_back(wc);
             self.queued.store(st.queue.len(), Ordering::Release);
         }
-        if fire {
-            st.armed = None;
-            st.notified = true;
-            self.cv.notify_all();
-        }
+        // Under the lock: an owner that armed before we took it is notified, one that arms
+        // after we release it sees the completion when it polls.
+        self.bell.notify(solicited || !wc.status.is_success());
     }
 
     /// Moves completions into `out`. An empty queue is seen from one atomic load, without the
     /// lock; the poller never yields here (waiting is `poll_wait`'s business).
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        self.drain_inboxes();
         if self.overrun.load(Ordering::Acquire) {
             return Err(Error::CqOverrun { depth: self.depth });
         }
@@ -98,25 +142,18 @@ impl CqInner {
     }
 
     fn arm(&self) {
-        let mut st = self.st.lock();
-        st.armed = Some(Notify::Next);
+        let _st = self.st.lock();
+        self.bell.arm();
     }
 
     /// Arms for a solicited (or failed) completion, unless armed for the next one already.
     fn arm_solicited(&self) {
-        let mut st = self.st.lock();
-        st.armed.get_or_insert(Notify::Solicited);
+        let _st = self.st.lock();
+        self.bell.arm_solicited();
     }
 
     fn wait(&self, timeout: Duration) -> bool {
-        let deadline = crate::time::deadline_after(timeout);
-        let mut st = self.st.lock();
-        while !st.notified {
-            if self.cv.wait_until(&mut st, deadline).timed_out() {
-                break;
-            }
-        }
-        std::mem::take(&mut st.notified)
+        self.bell.wait(timeout)
     }
 }
 
@@ -127,8 +164,8 @@ pub(crate) struct SoftCq {
 }
 
 impl SoftCq {
-    pub(crate) fn new(dev: Arc<Device>, depth: u32) -> Self {
-        SoftCq { inner: Arc::new(CqInner::new(depth)), _dev: dev }
+    pub(crate) fn new(dev: Arc<Device>, depth: u32) -> Result<Self> {
+        Ok(SoftCq { inner: Arc::new(CqInner::new(depth)?), _dev: dev })
     }
 }
 
@@ -157,13 +194,35 @@ pub(crate) struct SrqInner {
     pub(crate) pd: u32,
     max_wr: u32,
     max_sge: u32,
-    queue: Mutex<VecDeque<RecvWr>>,
+    queue: Mutex<SrqList>,
+}
+
+/// Posted receives and, once a same-host sender asked, their credits.
+#[derive(Default)]
+struct SrqList {
+    wrs: VecDeque<RecvWr>,
+    pool: Option<Arc<Pool>>,
 }
 
 impl SrqInner {
-    /// Takes the oldest posted receive.
-    pub(crate) fn take(&self) -> Option<RecvWr> {
-        self.queue.lock().pop_front()
+    /// Takes the oldest posted receive, for a SEND that claimed it from the pool (`claimed`)
+    /// or one that came over a stream.
+    pub(crate) fn take(&self, claimed: bool) -> Option<RecvWr> {
+        let mut q = self.queue.lock();
+        let wr = q.wrs.pop_front()?;
+        if let (false, Some(pool)) = (claimed, &q.pool) {
+            pool.taken_unclaimed();
+        }
+        Some(wr)
+    }
+
+    /// The receive credits of this queue, made on first use.
+    pub(crate) fn pool(&self) -> Option<Arc<Pool>> {
+        let mut q = self.queue.lock();
+        if q.pool.is_none() {
+            q.pool = Some(Arc::new(Pool::new(q.wrs.iter().map(|w| w.cap)).ok()?));
+        }
+        q.pool.clone()
     }
 }
 
@@ -175,7 +234,7 @@ pub(crate) struct SoftSrq {
 
 impl SoftSrq {
     pub(crate) fn new(dev: Arc<Device>, pd: u32, max_wr: u32, max_sge: u32) -> Self {
-        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(VecDeque::new()) }), _dev: dev }
+        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(SrqList::default()) }), _dev: dev }
     }
 }
 
@@ -187,10 +246,13 @@ impl SrqOps for SoftSrq {
         }
         let wr = RecvWr::new(wr_id, sges, s.pd, "post_srq_recv")?;
         let mut q = s.queue.lock();
-        if q.len() >= s.max_wr as usize {
+        if q.wrs.len() >= s.max_wr as usize {
             return Err(Error::QueueFull { queue: "shared receive queue", depth: s.max_wr });
         }
-        q.push_back(wr);
+        if let Some(pool) = &q.pool {
+            pool.posted(wr.cap);
+        }
+        q.wrs.push_back(wr);
         Ok(())
     }
 }
@@ -201,7 +263,7 @@ mod tests {
 
     #[test]
     fn an_empty_poll_does_not_take_the_lock_the_nic_pushes_under() {
-        let cq = Arc::new(CqInner::new(4));
+        let cq = Arc::new(CqInner::new(4).unwrap());
         let held = cq.st.lock();
         let (tx, rx) = std::sync::mpsc::channel();
         let poller = {
@@ -219,7 +281,7 @@ mod tests {
 
     #[test]
     fn overrun_is_sticky_and_arm_wakes_a_waiter() {
-        let cq = Arc::new(CqInner::new(2));
+        let cq = Arc::new(CqInner::new(2).unwrap());
         let mut out = [WorkCompletion::default(); 4];
         assert!(!cq.wait(Duration::from_millis(1)), "no notification without a completion");
         cq.arm();

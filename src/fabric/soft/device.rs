@@ -137,7 +137,11 @@ impl shm::Owner for Shared {
     /// remote access.
     fn grant(&self, conn: ConnId, rkey: u32) -> Option<(std::os::fd::OwnedFd, shm::Answer)> {
         let c = self.conns.lock().get(&conn).cloned()?;
-        let pd = c.st.lock().qp.as_ref()?.pd;
+        let (pd, live) = {
+            let mut st = c.st.lock();
+            let pd = st.qp.as_ref()?.pd;
+            (pd, c.responder_slot(&mut st)?)
+        };
         let regions = self.regions.read();
         let r = regions.get(&rkey).filter(|r| r.pd == pd)?;
         let slot = r.slot?;
@@ -153,8 +157,15 @@ impl shm::Owner for Shared {
             word: slot.word,
             base: r.buf.addr(),
             len: r.buf.len() as u64,
+            conn_slot: live.index,
+            conn_word: live.word,
         };
         Some((fd, answer))
+    }
+    fn open_inbox(&self, conn: ConnId) -> Option<([std::os::fd::OwnedFd; 4], shm::Answer)> {
+        let c = self.conns.lock().get(&conn).cloned()?;
+        let (fds, live) = c.open_inbox()?;
+        Some((fds, shm::Answer { granted: true, conn_slot: live.index, conn_word: live.word, ..Default::default() }))
     }
 }
 
@@ -288,7 +299,7 @@ impl FabricOps for SoftFabric {
         Ok(Arc::new(SoftPd { id: NEXT_PD.fetch_add(1, Ordering::Relaxed), dev: self.dev.clone() }))
     }
     fn create_cq(&self, depth: u32) -> Result<Arc<dyn CqOps>> {
-        Ok(Arc::new(SoftCq::new(self.dev.clone(), depth)))
+        Ok(Arc::new(SoftCq::new(self.dev.clone(), depth)?))
     }
     fn create_event_channel(&self) -> Result<Arc<dyn CmChannelOps>> {
         Ok(Arc::new(SoftChannel::new(self.dev.clone())))

@@ -306,7 +306,7 @@ impl Nic {
             st.phase = Phase::Closed;
             st.channel = None;
             st.qp = None;
-            c.drop_same_host();
+            c.drop_same_host(&mut st);
         }
         self.streams.clear(&self.shared.registry);
         let listeners: Vec<_> = self.shared.listeners.lock().drain().map(|(_, l)| l).collect();
@@ -624,6 +624,8 @@ impl Nic {
     /// Tries to place a SEND: takes a receive and sets the payload stage (or an error
     /// answer). False when no receive is posted (RNR).
     fn place_send(&mut self, st: &mut ConnState, rx: &mut Rx, hdr: Header) -> bool {
+        // SENDs the peer wrote into the inbox before this one go first.
+        st.drain_inbox();
         let Some(qp) = st.qp.as_mut() else {
             Self::discard(rx, &hdr, Then::Nothing);
             return true;
@@ -632,11 +634,7 @@ impl Nic {
             Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::OperationError });
             return true;
         }
-        let recv = match &qp.srq {
-            Some(srq) => srq.take(),
-            None => qp.rq.pop_front(),
-        };
-        let Some(recv) = recv else {
+        let Some(recv) = qp.take_recv(false) else {
             if rx.peer_closed {
                 Self::discard(rx, &hdr, Then::Nothing);
                 return true;
@@ -792,10 +790,7 @@ impl Nic {
                 self.abort_rx(c, rx);
                 let mut st = c.st.lock();
                 st.clear_output();
-                if let Some(qp) = st.qp.as_mut() {
-                    qp.error = true;
-                    qp.flush(WcStatus::WorkRequestFlushed);
-                }
+                st.fail_qp(WcStatus::WorkRequestFlushed);
                 self.close_with(c, &mut st, Some(Ev::Disconnected { conn: c.id }));
                 Step::Done
             }
@@ -830,18 +825,12 @@ impl Nic {
         let mut st = c.st.lock();
         let ev = match st.phase {
             Phase::Established => {
-                if let Some(qp) = st.qp.as_mut() {
-                    qp.error = true;
-                    qp.flush(WcStatus::TransportRetryExceeded);
-                }
+                st.fail_qp(WcStatus::TransportRetryExceeded);
                 Some(Ev::Disconnected { conn: c.id })
             }
             Phase::Connecting => {
                 let detail = format!("connection to {} lost before it was accepted: {why}", c.peer);
-                if let Some(qp) = st.qp.as_mut() {
-                    qp.error = true;
-                    qp.flush(WcStatus::WorkRequestFlushed);
-                }
+                st.fail_qp(WcStatus::WorkRequestFlushed);
                 Some(Ev::Unreachable { conn: c.id, detail })
             }
             Phase::Incoming | Phase::Requested | Phase::Closed => None,
@@ -868,7 +857,7 @@ impl Nic {
         self.shared.conns.lock().remove(&c.id);
         self.timers.cancel_conn(c.id);
         self.streams.close_conn(c.id, &self.shared.registry);
-        c.drop_same_host();
+        c.drop_same_host(st);
         if let Some(ep) = &self.shared.shm {
             ep.withdraw(std::mem::take(&mut st.shm_nonce));
         }

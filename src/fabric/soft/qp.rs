@@ -9,6 +9,7 @@ use super::cm::{ChannelInner, Ev, CLOSE_LINGER};
 use super::conn::{Conn, InFlight, LocalOp, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Device;
 use super::nic::{Cmd, TimerKind};
+use super::shm::MAX_INLINE;
 use super::wire::{FrameType, Header, AUX_SOLICITED};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::*;
@@ -80,7 +81,7 @@ impl QpOps for SoftQp {
         if qp.rq.len() >= qp.caps.max_recv_wr as usize {
             return Err(Error::QueueFull { queue: "receive queue", depth: qp.caps.max_recv_wr });
         }
-        qp.rq.push_back(wr);
+        qp.push_recv(wr);
         Ok(())
     }
 
@@ -99,8 +100,18 @@ impl QpOps for SoftQp {
             }
             _ => None,
         };
-        if let (Some(op), Some(client)) = (local, self.conn.shm.lock().as_mut()) {
-            client.prefetch(op.rkey);
+        // A small SEND goes into the peer's inbox when it can: the inbox is mapped first, for
+        // the same reason.
+        let inline = matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_))
+            && self.conn.same_host()
+            && total <= MAX_INLINE as u64;
+        if local.is_some() || inline {
+            if let Some(client) = self.conn.shm.lock().as_mut() {
+                match local {
+                    Some(op) => client.prefetch(op.rkey),
+                    None => client.prefetch_inbox(),
+                }
+            }
         }
         let mut st = self.conn.st.lock();
         let phase = st.phase;
@@ -145,6 +156,9 @@ impl QpOps for SoftQp {
             return Ok(());
         };
         if let Some(op) = local {
+            // SENDs the peer completed before this copy could see its later writes are placed
+            // first: a peer that completed a SEND knows it was received.
+            st.drain_inbox();
             // The copy runs now if nothing is in flight before it, else once the requests before
             // it have completed (as RC executes requests in order at the responder).
             let mut shm = self.conn.shm.lock();
@@ -154,9 +168,16 @@ impl QpOps for SoftQp {
             let mut f = entry(0, Vec::new());
             if qp.inflight.is_empty() {
                 let status = op.run(client, &segs);
-                qp.retire(f, status);
                 drop(shm);
-                if !status.is_success() {
+                if status.is_success() {
+                    qp.retire(f, status);
+                } else {
+                    // A failure may come from what the peer did after completing a SEND that
+                    // arrived during the copy: that SEND's receive completes first.
+                    st.drain_inbox();
+                    if let Some(qp) = st.qp.as_mut() {
+                        qp.retire(f, status);
+                    }
                     st.qp_error();
                 }
             } else {
@@ -167,6 +188,21 @@ impl QpOps for SoftQp {
             return Ok(());
         }
         let qp = st.qp.as_mut().expect("checked above");
+        if inline && qp.inflight.is_empty() {
+            // Nothing is in flight before it, and a receive is claimed for it: it is as good as
+            // placed, and completes now. Otherwise it takes the stream, behind what is there.
+            let (imm, solicited) = match wr.op {
+                SendOp::SendWithImm(imm) => (Some(imm), wr.solicited),
+                _ => (None, wr.solicited),
+            };
+            let sent = self.conn.shm.lock().as_mut().is_some_and(|c| c.send(&segs, total as usize, imm, solicited));
+            if sent {
+                qp.sq_used += 1;
+                qp.retire(entry(0, Vec::new()), WcStatus::Success);
+                st.inbox_sends += 1;
+                return Ok(());
+            }
+        }
         let psn = qp.next_psn;
         qp.next_psn = psn.wrapping_add(1);
         let mut h;
@@ -220,10 +256,7 @@ impl QpOps for SoftQp {
                 st.drop_unsent_requests();
                 st.push_out(OutFrame::new(&Header::new(FrameType::Disconnect), Tail::None));
                 st.shut_after_flush = true;
-                if let Some(qp) = st.qp.as_mut() {
-                    qp.error = true;
-                    qp.flush(WcStatus::WorkRequestFlushed);
-                }
+                st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;
                 st.event(Ev::Disconnected { conn: conn.id });
                 conn.flush_from_user(&mut st);

@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 /// Most descriptors one message carries.
-pub(crate) const MAX_FDS: usize = 2;
+pub(crate) const MAX_FDS: usize = 5;
 
 /// Control-message space for [`MAX_FDS`] descriptors (a generous constant: `CMSG_SPACE` is not
 /// a `const fn`).

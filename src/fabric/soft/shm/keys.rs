@@ -1,10 +1,12 @@
 //! The key table of a device: one shared word per registered region that grants remote access,
-//! holding the region's key while it is registered and 0 once it is not. Peers on the same host
+//! holding the region's key while it is registered and 0 once it is not, and one per same-host
+//! connection, holding a key while the connection's queue pair can answer requests. Peers on the same host
 //! map the table read-only and check the word before and after every copy, so deregistration
 //! revokes their access at once: a copy that overlaps it fails as a remote access error.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -86,6 +88,31 @@ impl KeyTable {
 
     fn slot(&self, index: u32) -> &std::sync::atomic::AtomicU64 {
         self.table.atomic_u64(index as usize * 8).expect("slot index below SLOTS")
+    }
+}
+
+/// A slot held for as long as something stays reachable by peers (a connection's queue pair);
+/// revoked when dropped.
+pub(crate) struct HeldSlot {
+    table: Arc<KeyTable>,
+    slot: KeySlot,
+}
+
+impl HeldSlot {
+    /// Publishes a slot for `key` in `table`; `None` when every slot is taken.
+    pub(crate) fn publish(table: &Arc<KeyTable>, key: u32) -> Option<HeldSlot> {
+        Some(HeldSlot { table: table.clone(), slot: table.publish(key)? })
+    }
+
+    /// The slot and the word it holds.
+    pub(crate) fn slot(&self) -> KeySlot {
+        self.slot
+    }
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        self.table.revoke(self.slot);
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::fabric::error::{Error, Result};
 
@@ -65,6 +65,16 @@ impl PeerMapping {
         Some(unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU64) })
     }
 
+    /// The 4-aligned 32-bit word at `offset`, if in bounds.
+    pub(crate) fn word32(&self, offset: usize) -> Option<&AtomicU32> {
+        if offset % 4 != 0 || offset.checked_add(4)? > self.len {
+            return None;
+        }
+        // SAFETY: in bounds and aligned (mappings are page-aligned); the word is only accessed
+        // atomically, here and by the owner.
+        Some(unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU32) })
+    }
+
     /// Copies `len` bytes at `offset` of the mapping to `dst`.
     ///
     /// # Safety
@@ -108,7 +118,7 @@ impl Drop for PeerMapping {
 ///
 /// # Safety
 /// Both ranges must be valid for `len` bytes and not overlap.
-unsafe fn racy_copy(src: *const u8, dst: *mut u8, len: usize) {
+pub(super) unsafe fn racy_copy(src: *const u8, dst: *mut u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `rep movsb` copies `rcx` bytes from `rsi` to `rdi` with the direction flag clear
     // (the ABI guarantees it at this point); the caller vouches for both ranges. The assembly is

@@ -24,10 +24,13 @@
 //! that request with a transport error; a stream that breaks fails later requests the same
 //! way; the connection's own transport (SENDs, CM) is unchanged and reports the peer's end.
 
+mod bell;
 mod client;
 mod fds;
+mod inbox;
 mod keys;
 mod map;
+mod pool;
 mod proto;
 mod serve;
 #[cfg(test)]
@@ -36,15 +39,19 @@ mod tests;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use rand::Rng;
 use socket2::{Domain, SockAddr, Socket, Type};
 
+pub(crate) use bell::Bell;
 pub(crate) use client::ShmClient;
-pub(crate) use keys::{KeySlot, KeyTable, SLOTS as KEY_SLOTS};
+pub(crate) use inbox::{Corrupt, Inbox, MAX_INLINE};
+pub(crate) use keys::{HeldSlot, KeySlot, KeyTable, SLOTS as KEY_SLOTS};
 pub(crate) use map::reopen_read_only;
+pub(crate) use pool::Pool;
 pub(crate) use proto::Answer;
 pub(crate) use serve::{Owner, Streams, LISTENER_TOKEN};
 
@@ -84,7 +91,7 @@ pub(crate) struct Endpoint {
     token: u64,
     boot: u32,
     pub(crate) listener: UnixListener,
-    pub(crate) keys: KeyTable,
+    pub(crate) keys: Arc<KeyTable>,
     /// Nonces handed out in offers, each good for one stream of one connection.
     nonces: Mutex<HashMap<u64, ConnId>>,
 }
@@ -97,7 +104,7 @@ impl Endpoint {
     /// Opens the endpoint: a key table and an abstract Unix socket with a fresh token.
     pub(crate) fn open() -> Result<Endpoint> {
         let boot = boot_identity()?;
-        let keys = KeyTable::new()?;
+        let keys = Arc::new(KeyTable::new()?);
         let mut rng = rand::thread_rng();
         for _ in 0..8 {
             let token: u64 = rng.gen::<u64>().max(1);

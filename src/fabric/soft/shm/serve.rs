@@ -28,10 +28,15 @@ pub(crate) trait Owner {
     fn endpoint(&self) -> &Endpoint;
     /// Whether connection `conn` is still open.
     fn conn_open(&self, conn: ConnId) -> bool;
-    /// The descriptor and answer for region `rkey` as seen from connection `conn`: `None` unless
-    /// it exists, belongs to the protection domain of the connection's queue pair and grants
-    /// remote access.
+    /// The descriptor and answer for region `rkey` as seen from connection `conn` (naming the
+    /// connection's key slot too): `None` unless it exists, belongs to the protection domain of
+    /// the connection's queue pair and grants remote access, and the queue pair is live.
     fn grant(&self, conn: ConnId, rkey: u32) -> Option<(OwnedFd, Answer)>;
+    /// Opens the inbox of connection `conn` for the peer's SENDs: the descriptors of the inbox,
+    /// the receive pool (counts, claims) and the bell of the queue pair's receive CQ, and an
+    /// answer naming the connection's key slot. `None` unless the connection is established
+    /// and has no inbox yet.
+    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 4], Answer)>;
 }
 
 struct Stream {
@@ -138,26 +143,26 @@ impl Streams {
         true
     }
 
-    /// Answers a region request.
+    /// Answers a request.
     fn answer(&mut self, id: u64, conn: ConnId, msg: &[u8; MSG_LEN], owner: &dyn Owner) -> bool {
         let Some(req) = Request::decode(msg) else { return false };
         let Some(s) = self.streams.get(&id) else { return false };
-        let granted = owner.grant(conn, req.rkey);
-        let (answer, fd) = match &granted {
-            Some((fd, answer)) => (*answer, Some(fd.as_fd())),
-            None => (Answer::default(), None),
+        let (granted, flags) = match req {
+            Request::Region { rkey, flags } => (owner.grant(conn, rkey).map(|(fd, a)| (vec![fd], a)), flags),
+            Request::Inbox { flags } => (owner.open_inbox(conn).map(|(fds, a)| (fds.into(), a)), flags),
         };
-        let bytes = answer.encode();
-        let mut fds = Vec::new();
-        if let Some(fd) = fd {
-            fds.push(fd);
-            if req.flags & WANT_KEYS != 0 {
-                fds.push(owner.endpoint().keys.peer_fd());
+        let (mut fds, answer) = granted.unwrap_or_default();
+        if answer.granted && flags & WANT_KEYS != 0 {
+            match owner.endpoint().keys.peer_fd().try_clone_to_owned() {
+                Ok(keys) => fds.push(keys),
+                Err(_) => return false,
             }
         }
+        let bytes = answer.encode();
+        let borrowed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
         // The requester waits for this answer with nothing else outstanding, so the socket
         // has room; a full one means a peer that does not read: drop it.
-        matches!(send_with_fds(&s.sock, &bytes, &fds), Ok(n) if n == bytes.len())
+        matches!(send_with_fds(&s.sock, &bytes, &borrowed), Ok(n) if n == bytes.len())
     }
 
     /// Closes the stream bound to connection `conn` (the connection is gone).

@@ -120,3 +120,133 @@ fn a_revoked_slot_is_seen_at_once_and_a_reused_slot_has_a_new_word() {
     assert_ne!(second.word, first.word, "with a new generation");
     assert!(!peer.live(first) && peer.live(second));
 }
+
+/// SENDs this end of a connection of `shared` wrote into the peer's inbox.
+fn inbox_sends(shared: &crate::fabric::soft::device::Shared) -> u64 {
+    shared.conns.lock().values().map(|c| c.st.lock().inbox_sends).sum()
+}
+
+#[test]
+fn small_sends_with_a_claimed_receive_go_through_the_inbox_and_all_sends_keep_post_order() {
+    let (fab_a, shared_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let fab_b = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
+    let (pd_a, pd_b) = (fab_a.alloc_pd().unwrap(), fab_b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (fab_a.create_cq(16).unwrap(), fab_b.create_cq(16).unwrap());
+    let (ch_a, ch_b) = (fab_a.create_event_channel().unwrap(), fab_b.create_event_channel().unwrap());
+    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
+    let init_a = QpInit { rnr_retry: RNR_RETRY_INFINITE, ..QpInit::new(&pd_a, &cq_a) };
+    let a = ch_a.connect(listener.local_addr(), &init_a, &[], T).unwrap();
+    let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") else { panic!("a request") };
+    let init_b = QpInit { min_rnr_timer: Duration::from_millis(1), ..QpInit::new(&pd_b, &cq_b) };
+    let b = req.accept(&init_b, &[]).unwrap();
+    assert!(matches!(ch_a.get_event(T).unwrap(), Some(CmEvent::Established { .. })));
+    assert_eq!(a.data_path(), DataPath::SharedMemory);
+
+    const BIG: usize = super::MAX_INLINE + 1000;
+    let rbuf = pd_b.register(4 * BIG, Access::LOCAL_WRITE).unwrap();
+    for i in 0..3 {
+        b.post_recv(i, &[rbuf.sge(i as usize * BIG, BIG)]).unwrap();
+    }
+    let sbuf = pd_a.register(BIG, Access::NONE).unwrap();
+    sbuf.buffer().write(0, &vec![0x5A; BIG]).unwrap();
+    let send = |id: u64, len: usize| {
+        a.post_send(&SendRequest::new(id, SendOp::SendWithImm(id as u32), &[sbuf.sge(0, len)])).unwrap()
+    };
+    // 1: small, a receive to claim: the inbox. 2: too large for it: the stream. 3: small, but
+    // behind 2 unless 2 was acknowledged already. 4: small, no receive left to claim: the
+    // stream, waiting (RNR) until one is posted.
+    send(1, 8);
+    assert_eq!(inbox_sends(&shared_a), 1, "a small SEND with a receive to claim went through the inbox");
+    send(2, BIG);
+    send(3, 8);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let n = cq_b.poll_wait(&mut wcs, Duration::ZERO, T).unwrap();
+        assert!(n > 0, "receives {got:?} of 3 within {T:?}");
+        got.extend(wcs[..n].iter().map(|wc| (wc.status, wc.imm, wc.byte_len)));
+    }
+    let expect = |imm: u32, len: usize| (WcStatus::Success, Some(imm), len as u32);
+    assert_eq!(got, [expect(1, 8), expect(2, BIG), expect(3, 8)], "receives in post order");
+    let before = inbox_sends(&shared_a);
+    send(4, 8);
+    assert_eq!(inbox_sends(&shared_a), before, "no receive to claim: not through the inbox");
+    assert_eq!(cq_b.poll(&mut wcs).unwrap(), 0, "no receive posted yet");
+    b.post_recv(3, &[rbuf.sge(3 * BIG, BIG)]).unwrap();
+    assert_eq!(cq_b.poll_wait(&mut wcs, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].imm), (3, Some(4)));
+    let mut sent = Vec::new();
+    while sent.len() < 4 {
+        let n = cq_a.poll_wait(&mut wcs, Duration::ZERO, T).unwrap();
+        assert!(n > 0, "SEND completions {sent:?} of 4 within {T:?}");
+        sent.extend(wcs[..n].iter().map(|wc| (wc.wr_id, wc.status)));
+    }
+    assert_eq!(sent, (1..=4).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>(), "SENDs complete in post order");
+}
+
+#[test]
+fn copies_and_sends_stop_the_moment_the_responders_queue_pair_fails() {
+    let (fab_a, shared_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let fab_b = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
+    let (pd_a, pd_b) = (fab_a.alloc_pd().unwrap(), fab_b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (fab_a.create_cq(16).unwrap(), fab_b.create_cq(16).unwrap());
+    let (ch_a, ch_b) = (fab_a.create_event_channel().unwrap(), fab_b.create_event_channel().unwrap());
+    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
+    let a = ch_a.connect(listener.local_addr(), &QpInit::new(&pd_a, &cq_a), &[], T).unwrap();
+    let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") else { panic!("a request") };
+    let b = req.accept(&QpInit::new(&pd_b, &cq_b), &[]).unwrap();
+    assert!(matches!(ch_a.get_event(T).unwrap(), Some(CmEvent::Established { .. })));
+    let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    let rbuf = pd_b.register(64, Access::LOCAL_WRITE).unwrap();
+    for i in 0..2 {
+        b.post_recv(i, &[rbuf.sge(0, 64)]).unwrap();
+    }
+    let local = pd_a.register(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [local.sge(0, 64)];
+    let mut wc = [WorkCompletion::default(); 1];
+    // Map the region and the inbox while both ends are live.
+    a.post_send(&SendRequest::new(1, SendOp::RdmaRead(remote.remote()), &sge)).unwrap();
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    a.post_send(&SendRequest::new(2, SendOp::Send, &sge)).unwrap();
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::Success));
+    assert_eq!(inbox_sends(&shared_a), 1);
+
+    // A's NIC thread cannot hear of the disconnect while the test holds its receive state, so
+    // only the responder's key slot can stop A: its queue pair fails at once.
+    let conn = shared_a.conns.lock().values().next().expect("A's connection").clone();
+    let held = conn.rx.lock();
+    b.disconnect().unwrap();
+    a.post_send(&SendRequest::new(3, SendOp::RdmaRead(remote.remote()), &sge)).unwrap();
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::TransportRetryExceeded), "a READ of a dead responder");
+    drop(held);
+
+    // The same for a SEND, on a second connection: with a receive to claim, it still takes
+    // the stream once the responder's queue pair failed, and fails with it.
+    let a2 = ch_a.connect(listener.local_addr(), &QpInit::new(&pd_a, &cq_a), &[], T).unwrap();
+    let req = loop {
+        match ch_b.get_event(T).unwrap().expect("an event") {
+            CmEvent::ConnectRequest(req) => break req,
+            _ => continue,
+        }
+    };
+    let b2 = req.accept(&QpInit::new(&pd_b, &cq_b), &[]).unwrap();
+    while !matches!(ch_a.get_event(T).unwrap(), Some(CmEvent::Established { conn, .. }) if conn == a2.conn_id()) {}
+    b2.post_recv(10, &[rbuf.sge(0, 64)]).unwrap();
+    b2.post_recv(11, &[rbuf.sge(0, 64)]).unwrap();
+    a2.post_send(&SendRequest::new(20, SendOp::Send, &sge)).unwrap();
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (20, WcStatus::Success));
+    let conn2 = shared_a.conns.lock().get(&a2.conn_id()).expect("A's second connection").clone();
+    assert_eq!(conn2.st.lock().inbox_sends, 1, "the second connection's first SEND used the inbox");
+    let held = conn2.rx.lock();
+    b2.disconnect().unwrap();
+    a2.post_send(&SendRequest::new(21, SendOp::Send, &sge)).unwrap();
+    assert_eq!(conn2.st.lock().inbox_sends, 1, "no SEND into the inbox of a dead responder");
+    drop(held);
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!(wc[0].wr_id, 21);
+    assert!(!wc[0].status.is_success(), "a SEND to a dead responder failed: {:?}", wc[0]);
+}

@@ -1,0 +1,142 @@
+//! The receive credits of a same-host receiver: how many receives a queue pair (or a shared
+//! receive queue) has had posted, the smallest of them, and how many senders have claimed.
+//!
+//! A sender puts a SEND in the receiver's inbox only after claiming a posted receive large
+//! enough for it, so the SEND is sure to be placed as soon as the receiver looks: it completes
+//! at once, as a SEND the responder acknowledged. Without a claim (no receive posted, or one
+//! too small), the SEND takes the connection's stream, where the receiver's NIC applies RNR
+//! retries and length errors exactly as on the network path.
+//!
+//! The counts of posted receives live in a page peers map read-only; the claims in a page they
+//! share read-write (every sender of a shared receive queue claims from it). A peer that forges
+//! the claims can only make other senders fall back to the stream or make their SENDs wait in
+//! the inbox for a receive: the receiver never places a SEND without a receive, and never
+//! trusts a count to find one.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::map::{reopen_read_only, PeerMapping};
+use crate::fabric::error::Result;
+use crate::fabric::memory::RegisteredBuffer;
+
+/// Bytes of each page.
+pub(crate) const POOL_PAGE: usize = 4096;
+/// Offset of the count of receives ever posted (info page).
+const POSTED: usize = 0;
+/// Offset of the smallest capacity ever posted (info page).
+const FLOOR: usize = 64;
+/// Offset of the count of receives ever claimed (claims page).
+const CLAIMED: usize = 0;
+
+/// The receiver's side of a pool.
+pub(crate) struct Pool {
+    info: RegisteredBuffer,
+    info_read_only: OwnedFd,
+    claims: RegisteredBuffer,
+}
+
+impl Pool {
+    /// A pool counting the receives outstanding now (their capacities) as posted.
+    pub(crate) fn new(outstanding: impl Iterator<Item = usize>) -> Result<Pool> {
+        let info = RegisteredBuffer::new(POOL_PAGE)?;
+        let info_read_only = reopen_read_only(info.memfd())?;
+        let pool = Pool { info, info_read_only, claims: RegisteredBuffer::new(POOL_PAGE)? };
+        pool.word(FLOOR).store(u64::MAX, Ordering::Relaxed);
+        for cap in outstanding {
+            pool.posted(cap);
+        }
+        Ok(pool)
+    }
+
+    fn word(&self, at: usize) -> &AtomicU64 {
+        self.info.atomic_u64(at).expect("the pool page holds its words")
+    }
+
+    fn claimed(&self) -> &AtomicU64 {
+        self.claims.atomic_u64(CLAIMED).expect("the claims page holds its word")
+    }
+
+    /// A receive of `cap` bytes was posted (called under the lock of the receive list).
+    pub(crate) fn posted(&self, cap: usize) {
+        self.word(FLOOR).fetch_min(cap as u64, Ordering::Relaxed);
+        // Release: a sender that sees the count sees the floor and the receive.
+        self.word(POSTED).fetch_add(1, Ordering::Release);
+    }
+
+    /// The NIC took a receive for a SEND that came over the stream (no sender claimed it).
+    pub(crate) fn taken_unclaimed(&self) {
+        self.claimed().fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The descriptors a sender maps: the counts (read-only) and the claims (read-write).
+    pub(crate) fn fds(&self) -> [BorrowedFd<'_>; 2] {
+        [self.info_read_only.as_fd(), self.claims.memfd()]
+    }
+}
+
+/// A receiver's pool as a sender maps it.
+pub(crate) struct PeerPool {
+    info: PeerMapping,
+    claims: PeerMapping,
+}
+
+impl PeerPool {
+    /// Maps a receiver's pool from the descriptors of [`Pool::fds`].
+    pub(crate) fn map(info: BorrowedFd<'_>, claims: BorrowedFd<'_>) -> Result<PeerPool> {
+        Ok(PeerPool {
+            info: PeerMapping::new(info, POOL_PAGE, false)?,
+            claims: PeerMapping::new(claims, POOL_PAGE, true)?,
+        })
+    }
+
+    /// Claims a posted receive of at least `len` bytes; false if there is none to claim.
+    pub(crate) fn try_claim(&self, len: usize) -> bool {
+        let (Some(posted), Some(floor), Some(claimed)) =
+            (self.info.word(POSTED), self.info.word(FLOOR), self.claims.word(CLAIMED))
+        else {
+            return false;
+        };
+        let mut c = claimed.load(Ordering::Acquire);
+        loop {
+            // Acquire: the floor read below is at least as new as the count.
+            if c >= posted.load(Ordering::Acquire) || len as u64 > floor.load(Ordering::Relaxed) {
+                return false;
+            }
+            match claimed.compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(now) => c = now,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_follow_posted_receives_and_their_smallest_size() {
+        let pool = Pool::new([64, 128].into_iter()).unwrap();
+        let [info, claims] = pool.fds();
+        let a = PeerPool::map(info, claims).unwrap();
+        let b = PeerPool::map(info, claims).unwrap();
+        assert!(!a.try_claim(65), "larger than the smallest receive posted");
+        assert!(a.try_claim(64));
+        assert!(b.try_claim(1), "a second sender claims the second receive");
+        assert!(!a.try_claim(1), "both receives are claimed");
+        pool.posted(32);
+        assert!(!b.try_claim(33));
+        pool.taken_unclaimed();
+        assert!(!b.try_claim(1), "the NIC took the new receive for a SEND of the stream");
+        pool.posted(32);
+        assert!(b.try_claim(32));
+    }
+
+    #[test]
+    fn the_counts_page_is_read_only_for_senders() {
+        let pool = Pool::new(std::iter::empty()).unwrap();
+        let [info, _] = pool.fds();
+        assert!(PeerMapping::new(info, POOL_PAGE, true).is_err(), "a sender mapped the counts writable");
+    }
+}
