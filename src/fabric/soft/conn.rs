@@ -174,11 +174,15 @@ impl QpData {
         if let Some(srq) = &self.srq {
             return srq.take(claimed);
         }
-        let wr = self.rq.pop_front()?;
-        if let (false, Some(pool)) = (claimed, &self.pool) {
-            pool.taken_unclaimed();
+        if self.rq.is_empty() {
+            return None;
         }
-        Some(wr)
+        if let (false, Some(pool)) = (claimed, &self.pool) {
+            if !pool.claim_for_stream() {
+                return None;
+            }
+        }
+        self.rq.pop_front()
     }
 
     /// The receive credits a same-host sender claims from (made on first use).

@@ -83,8 +83,10 @@ impl CqInner {
     }
 
     /// Places the SENDs waiting in the inboxes of this CQ's connections, if the bell says some
-    /// were written since the last look (or some waited for receives then).
-    fn drain_inboxes(&self) {
+    /// were written since the last look (or some waited for receives then). The NIC calls it
+    /// (holding no connection's lock) before it retries a stream SEND that found every receive
+    /// claimed: inbox SENDs hold the claims until placed, and the owner may be asleep.
+    pub(crate) fn drain_inboxes(&self) {
         let pending = self.bell.pending();
         if pending == self.drained_at.load(Ordering::Relaxed) && !self.backlog.load(Ordering::Relaxed) {
             return;
@@ -209,11 +211,15 @@ impl SrqInner {
     /// or one that came over a stream.
     pub(crate) fn take(&self, claimed: bool) -> Option<RecvWr> {
         let mut q = self.queue.lock();
-        let wr = q.wrs.pop_front()?;
-        if let (false, Some(pool)) = (claimed, &q.pool) {
-            pool.taken_unclaimed();
+        if q.wrs.is_empty() {
+            return None;
         }
-        Some(wr)
+        if let (false, Some(pool)) = (claimed, &q.pool) {
+            if !pool.claim_for_stream() {
+                return None;
+            }
+        }
+        q.wrs.pop_front()
     }
 
     /// The receive credits of this queue, made on first use.

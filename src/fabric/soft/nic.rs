@@ -909,6 +909,12 @@ impl Nic {
     }
 
     fn rnr_retry(&mut self, c: &Arc<Conn>) {
+        // Receives may all be claimed by SENDs waiting in same-host inboxes of the same receive
+        // queue: place those first (their owner may be asleep), freeing the claims.
+        let recv_cq = c.st.lock().qp.as_ref().map(|q| q.recv_cq.clone());
+        if let Some(cq) = recv_cq {
+            cq.drain_inboxes();
+        }
         let mut rx = c.rx.lock();
         let Stage::Rnr { hdr, left } = rx.stage else { return };
         let mut st = c.st.lock();

@@ -8,10 +8,11 @@
 //! retries and length errors exactly as on the network path.
 //!
 //! The counts of posted receives live in a page peers map read-only; the claims in a page they
-//! share read-write (every sender of a shared receive queue claims from it). A peer that forges
-//! the claims can only make other senders fall back to the stream or make their SENDs wait in
-//! the inbox for a receive: the receiver never places a SEND without a receive, and never
-//! trusts a count to find one.
+//! share read-write (every sender of a shared receive queue claims from it, and so does the
+//! receiver's NIC for SENDs of the streams). A peer that forges the claims can make other
+//! senders' SENDs wait (in the inbox for a receive, or on the stream as for RNR), as a peer
+//! flooding the queue with SENDs could; the receiver never places a SEND without a receive,
+//! and never trusts a count to find one.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -64,9 +65,22 @@ impl Pool {
         self.word(POSTED).fetch_add(1, Ordering::Release);
     }
 
-    /// The NIC took a receive for a SEND that came over the stream (no sender claimed it).
-    pub(crate) fn taken_unclaimed(&self) {
-        self.claimed().fetch_add(1, Ordering::AcqRel);
+    /// Claims a receive for a SEND that came over the stream; false when every posted receive
+    /// is claimed already (by SENDs waiting in inboxes): the stream's SEND then waits as for
+    /// a missing receive (RNR), and never takes a receive an inbox SEND was promised.
+    pub(crate) fn claim_for_stream(&self) -> bool {
+        let posted = self.word(POSTED).load(Ordering::Acquire);
+        let claimed = self.claimed();
+        let mut c = claimed.load(Ordering::Acquire);
+        loop {
+            if c >= posted {
+                return false;
+            }
+            match claimed.compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(now) => c = now,
+            }
+        }
     }
 
     /// The descriptors a sender maps: the counts (read-only) and the claims (read-write).
@@ -127,8 +141,9 @@ mod tests {
         assert!(!a.try_claim(1), "both receives are claimed");
         pool.posted(32);
         assert!(!b.try_claim(33));
-        pool.taken_unclaimed();
-        assert!(!b.try_claim(1), "the NIC took the new receive for a SEND of the stream");
+        assert!(pool.claim_for_stream(), "the NIC claims the new receive for a SEND of the stream");
+        assert!(!b.try_claim(1), "the NIC claimed it");
+        assert!(!pool.claim_for_stream(), "nor does the NIC take a receive promised to a sender");
         pool.posted(32);
         assert!(b.try_claim(32));
     }
