@@ -412,7 +412,7 @@ impl ConnState {
             inbox.consume(&entry);
             qp.complete_recv_solicited(recv.wr_id, WcStatus::Success, entry.len, entry.imm, entry.solicited);
         }
-        tracing::debug!("soft same-host: a peer broke the inbox of queue pair {}", qp.qp_num);
+        tracing::debug!("soft same-host: an inbox SEND of queue pair {} cannot be placed", qp.qp_num);
         self.inbox = None;
         self.qp_error();
         false
@@ -559,8 +559,9 @@ impl Conn {
     }
 
     /// Executes and retires the same-host requests now at the front of the send queue (every
-    /// request before them has completed). Returns whether one failed: the queue pair must then
-    /// enter the error state.
+    /// request before them has completed), after placing the SENDs the peer completed before
+    /// (a copy may see what the peer did after them). Returns whether one failed: the queue
+    /// pair must then enter the error state.
     pub(crate) fn run_local_front(&self, st: &mut ConnState) -> bool {
         st.drain_inbox();
         let mut shm = self.shm.lock();

@@ -156,34 +156,16 @@ impl QpOps for SoftQp {
             return Ok(());
         };
         if let Some(op) = local {
-            // SENDs the peer completed before this copy could see its later writes are placed
-            // first: a peer that completed a SEND knows it was received.
-            st.drain_inbox();
-            // The copy runs now if nothing is in flight before it, else once the requests before
-            // it have completed (as RC executes requests in order at the responder).
-            let mut shm = self.conn.shm.lock();
-            let Some(client) = shm.as_mut() else { return Err(self.not_connected("post_send", Phase::Closed)) };
+            // The copy joins the send queue and runs now if nothing is in flight before it, else
+            // once the requests before it have completed (as RC executes requests in order at
+            // the responder); `run_local_front` runs it either way.
             let qp = st.qp.as_mut().expect("checked above");
             qp.sq_used += 1;
-            let mut f = entry(0, Vec::new());
-            if qp.inflight.is_empty() {
-                let status = op.run(client, &segs);
-                drop(shm);
-                if status.is_success() {
-                    qp.retire(f, status);
-                } else {
-                    // A failure may come from what the peer did after completing a SEND that
-                    // arrived during the copy: that SEND's receive completes first.
-                    st.drain_inbox();
-                    if let Some(qp) = st.qp.as_mut() {
-                        qp.retire(f, status);
-                    }
-                    st.qp_error();
-                }
-            } else {
-                f.dest = segs;
-                f.local = Some(op);
-                qp.inflight.push_back(f);
+            let mut f = entry(0, segs);
+            f.local = Some(op);
+            qp.inflight.push_back(f);
+            if qp.inflight.len() == 1 && self.conn.run_local_front(&mut st) {
+                st.qp_error();
             }
             return Ok(());
         }
@@ -191,11 +173,11 @@ impl QpOps for SoftQp {
         if inline && qp.inflight.is_empty() {
             // Nothing is in flight before it, and a receive is claimed for it: it is as good as
             // placed, and completes now. Otherwise it takes the stream, behind what is there.
-            let (imm, solicited) = match wr.op {
-                SendOp::SendWithImm(imm) => (Some(imm), wr.solicited),
-                _ => (None, wr.solicited),
+            let imm = match wr.op {
+                SendOp::SendWithImm(imm) => Some(imm),
+                _ => None,
             };
-            let sent = self.conn.shm.lock().as_mut().is_some_and(|c| c.send(&segs, total as usize, imm, solicited));
+            let sent = self.conn.shm.lock().as_mut().is_some_and(|c| c.send(&segs, total as usize, imm, wr.solicited));
             if sent {
                 qp.sq_used += 1;
                 qp.retire(entry(0, Vec::new()), WcStatus::Success);

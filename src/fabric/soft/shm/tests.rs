@@ -29,6 +29,55 @@ fn closed_by_the_device(mut s: UnixStream) -> bool {
     matches!(s.read(&mut buf), Ok(0))
 }
 
+/// Two devices' protection domains, CQs and event channels, and a listener on B: what the
+/// tests need to connect queue pairs from A to B.
+struct Ends {
+    pd_a: ProtectionDomain,
+    pd_b: ProtectionDomain,
+    cq_a: CompletionQueue,
+    cq_b: CompletionQueue,
+    ch_a: EventChannel,
+    ch_b: EventChannel,
+    listener: Listener,
+}
+
+impl Ends {
+    fn new(a: &Fabric, b: &Fabric) -> Ends {
+        let ch_b = b.create_event_channel().unwrap();
+        let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
+        Ends {
+            pd_a: a.alloc_pd().unwrap(),
+            pd_b: b.alloc_pd().unwrap(),
+            cq_a: a.create_cq(16).unwrap(),
+            cq_b: b.create_cq(16).unwrap(),
+            ch_a: a.create_event_channel().unwrap(),
+            ch_b,
+            listener,
+        }
+    }
+
+    /// Connects a queue pair of A (settings from `a`) to one of B (`b`); returns both once A's
+    /// end is established.
+    fn connect(
+        &self,
+        a: impl FnOnce(QpInit<'_>) -> QpInit<'_>,
+        b: impl FnOnce(QpInit<'_>) -> QpInit<'_>,
+    ) -> (QueuePair, QueuePair) {
+        let qp_a =
+            self.ch_a.connect(self.listener.local_addr(), &a(QpInit::new(&self.pd_a, &self.cq_a)), &[], T).unwrap();
+        let req = loop {
+            if let CmEvent::ConnectRequest(req) = self.ch_b.get_event(T).unwrap().expect("a request") {
+                break req;
+            }
+        };
+        let qp_b = req.accept(&b(QpInit::new(&self.pd_b, &self.cq_b)), &[]).unwrap();
+        while !matches!(self.ch_a.get_event(T).unwrap(), Some(CmEvent::Established { conn, .. }) if conn == qp_a.conn_id())
+        {
+        }
+        (qp_a, qp_b)
+    }
+}
+
 #[test]
 fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_serving() {
     let (fab, shared) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
@@ -51,14 +100,9 @@ fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_se
 
     // A real connection from another device still takes the same-host path and reads.
     let other = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
-    let (pd_a, pd_b) = (other.alloc_pd().unwrap(), fab.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (other.create_cq(16).unwrap(), fab.create_cq(16).unwrap());
-    let (ch_a, ch_b) = (other.create_event_channel().unwrap(), fab.create_event_channel().unwrap());
-    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
-    let a = ch_a.connect(listener.local_addr(), &QpInit::new(&pd_a, &cq_a), &[], T).unwrap();
-    let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") else { panic!("a request") };
-    let _b = req.accept(&QpInit::new(&pd_b, &cq_b), &[]).unwrap();
-    assert!(matches!(ch_a.get_event(T).unwrap(), Some(CmEvent::Established { .. })));
+    let ends = Ends::new(&other, &fab);
+    let Ends { pd_a, pd_b, cq_a, .. } = &ends;
+    let (a, _b) = ends.connect(|i| i, |i| i);
     assert_eq!(a.data_path(), DataPath::SharedMemory);
     let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
     remote.buffer().write(0, b"still serving").unwrap();
@@ -130,16 +174,12 @@ fn inbox_sends(shared: &crate::fabric::soft::device::Shared) -> u64 {
 fn small_sends_with_a_claimed_receive_go_through_the_inbox_and_all_sends_keep_post_order() {
     let (fab_a, shared_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
     let fab_b = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
-    let (pd_a, pd_b) = (fab_a.alloc_pd().unwrap(), fab_b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (fab_a.create_cq(16).unwrap(), fab_b.create_cq(16).unwrap());
-    let (ch_a, ch_b) = (fab_a.create_event_channel().unwrap(), fab_b.create_event_channel().unwrap());
-    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
-    let init_a = QpInit { rnr_retry: RNR_RETRY_INFINITE, ..QpInit::new(&pd_a, &cq_a) };
-    let a = ch_a.connect(listener.local_addr(), &init_a, &[], T).unwrap();
-    let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") else { panic!("a request") };
-    let init_b = QpInit { min_rnr_timer: Duration::from_millis(1), ..QpInit::new(&pd_b, &cq_b) };
-    let b = req.accept(&init_b, &[]).unwrap();
-    assert!(matches!(ch_a.get_event(T).unwrap(), Some(CmEvent::Established { .. })));
+    let ends = Ends::new(&fab_a, &fab_b);
+    let Ends { pd_a, pd_b, cq_a, cq_b, .. } = &ends;
+    let (a, b) = ends.connect(
+        |i| QpInit { rnr_retry: RNR_RETRY_INFINITE, ..i },
+        |i| QpInit { min_rnr_timer: Duration::from_millis(1), ..i },
+    );
     assert_eq!(a.data_path(), DataPath::SharedMemory);
 
     const BIG: usize = super::MAX_INLINE + 1000;
@@ -188,14 +228,9 @@ fn small_sends_with_a_claimed_receive_go_through_the_inbox_and_all_sends_keep_po
 fn copies_and_sends_stop_the_moment_the_responders_queue_pair_fails() {
     let (fab_a, shared_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
     let fab_b = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
-    let (pd_a, pd_b) = (fab_a.alloc_pd().unwrap(), fab_b.alloc_pd().unwrap());
-    let (cq_a, cq_b) = (fab_a.create_cq(16).unwrap(), fab_b.create_cq(16).unwrap());
-    let (ch_a, ch_b) = (fab_a.create_event_channel().unwrap(), fab_b.create_event_channel().unwrap());
-    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
-    let a = ch_a.connect(listener.local_addr(), &QpInit::new(&pd_a, &cq_a), &[], T).unwrap();
-    let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") else { panic!("a request") };
-    let b = req.accept(&QpInit::new(&pd_b, &cq_b), &[]).unwrap();
-    assert!(matches!(ch_a.get_event(T).unwrap(), Some(CmEvent::Established { .. })));
+    let ends = Ends::new(&fab_a, &fab_b);
+    let Ends { pd_a, pd_b, cq_a, .. } = &ends;
+    let (a, b) = ends.connect(|i| i, |i| i);
     let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
     let rbuf = pd_b.register(64, Access::LOCAL_WRITE).unwrap();
     for i in 0..2 {
@@ -225,15 +260,7 @@ fn copies_and_sends_stop_the_moment_the_responders_queue_pair_fails() {
 
     // The same for a SEND, on a second connection: with a receive to claim, it still takes
     // the stream once the responder's queue pair failed, and fails with it.
-    let a2 = ch_a.connect(listener.local_addr(), &QpInit::new(&pd_a, &cq_a), &[], T).unwrap();
-    let req = loop {
-        match ch_b.get_event(T).unwrap().expect("an event") {
-            CmEvent::ConnectRequest(req) => break req,
-            _ => continue,
-        }
-    };
-    let b2 = req.accept(&QpInit::new(&pd_b, &cq_b), &[]).unwrap();
-    while !matches!(ch_a.get_event(T).unwrap(), Some(CmEvent::Established { conn, .. }) if conn == a2.conn_id()) {}
+    let (a2, b2) = ends.connect(|i| i, |i| i);
     b2.post_recv(10, &[rbuf.sge(0, 64)]).unwrap();
     b2.post_recv(11, &[rbuf.sge(0, 64)]).unwrap();
     a2.post_send(&SendRequest::new(20, SendOp::Send, &sge)).unwrap();
