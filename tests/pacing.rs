@@ -1,8 +1,7 @@
 //! READ pacing of a caught-up subscriber fed a trickle of small messages, on the network path
-//! (where every READ is a request the publisher's NIC thread serves). On the same-host path a
-//! READ is a copy by the subscriber's own thread that finishes at once, so a caught-up feed's
-//! READs mostly find nothing and the pacer, which shortens its delay after empty READs, stays
-//! out of the way. In its own test binary (cargo runs test binaries one after another): its
+//! (where every READ is a request the publisher's NIC thread serves). Same-host feeds are not
+//! paced: a READ there is a copy by the subscriber's own thread (see
+//! `node::spin_permit::tests::a_same_host_trickle_is_read_at_once_not_paced`). In its own test binary (cargo runs test binaries one after another): its
 //! message cadence must not be stretched by the bulk tests of `tests/pubsub.rs` beside it.
 
 #[path = "common/nodes.rs"]

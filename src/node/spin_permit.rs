@@ -65,10 +65,12 @@ mod tests {
         assert!(limit() >= 1);
     }
 
-    /// A subscription waiting for its READ while every permit is held blocks at once, and
-    /// counts it; delivery is unaffected.
+    /// A subscription whose READs find nothing while every permit is held does not poll the
+    /// empty ring: it sleeps between READs (unpolled waits), then parks on a doorbell, so it
+    /// makes a handful of READs rather than one after another for `spin`. Delivery is
+    /// unaffected: each message rings it awake.
     #[test]
-    fn a_subscription_without_a_permit_blocks_at_once() {
+    fn a_subscription_without_a_permit_does_not_poll_an_empty_ring() {
         use crate::{FabricKind, Node, Start, SubscriptionOptions};
         use std::time::Duration;
         let _serial = SERIAL.lock();
@@ -78,13 +80,49 @@ mod tests {
         let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
         let mut sub = sub_node.subscribe_with("permits", options).unwrap();
         sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).unwrap();
+        let counted = |sub: &crate::Subscription| {
+            let c = sub.counters();
+            (c.reads.load(Ordering::Relaxed), c.unpolled_waits.load(Ordering::Relaxed))
+        };
         let held: Vec<SpinPermit> = std::iter::from_fn(SpinPermit::try_acquire).take(4096).collect();
+        let (reads0, unpolled0) = counted(&sub);
+        assert!(sub.recv_timeout(Duration::from_millis(30)).unwrap().is_none(), "nothing was published");
+        let (reads, unpolled) = counted(&sub);
+        assert!(reads - reads0 <= 16, "{} READs of an empty ring without a permit", reads - reads0);
+        assert!(unpolled > unpolled0, "it slept between READs instead of polling");
         for seq in 1..=50u64 {
             publisher.publish(&seq.to_le_bytes()).unwrap();
             let m = sub.recv_timeout(Duration::from_secs(10)).unwrap().expect("a message");
             assert_eq!(m.seq, seq);
         }
         drop(held);
-        assert!(sub.counters().unpolled_waits.load(Ordering::Relaxed) > 0);
+    }
+
+    /// On the same host a trickle of small messages is READ as each arrives: no pacing delay
+    /// holds the READ back (over the network pacing spares the publisher's NIC; here a READ
+    /// costs only the subscriber's copy). With every permit held, any such delay would show as
+    /// an unpolled wait.
+    #[test]
+    fn a_same_host_trickle_is_read_at_once_not_paced() {
+        use crate::fabric::DataPath;
+        use crate::{FabricKind, Node, Start, SubscriptionOptions};
+        use std::time::Duration;
+        let _serial = SERIAL.lock();
+        let node = || Node::builder().fabric(FabricKind::Soft).bind("127.0.0.1:0".parse().unwrap()).build().unwrap();
+        let (pub_node, sub_node) = (node(), node());
+        let publisher = pub_node.publisher("trickle").unwrap();
+        let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
+        let mut sub = sub_node.subscribe_with("trickle", options).unwrap();
+        sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).unwrap();
+        let held: Vec<SpinPermit> = std::iter::from_fn(SpinPermit::try_acquire).take(4096).collect();
+        let unpolled0 = sub.counters().unpolled_waits.load(Ordering::Relaxed);
+        for seq in 1..=50u64 {
+            publisher.publish(&seq.to_le_bytes()).unwrap();
+            let m = sub.recv_timeout(Duration::from_secs(10)).unwrap().expect("a message");
+            assert_eq!((m.seq, m.publisher.data_path), (seq, DataPath::SharedMemory));
+        }
+        let waits = sub.counters().unpolled_waits.load(Ordering::Relaxed) - unpolled0;
+        assert_eq!(waits, 0, "READs of messages already published were held back");
+        drop(held);
     }
 }

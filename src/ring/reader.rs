@@ -299,6 +299,15 @@ impl RingReader {
         ReadPlan { ring_offset: layout::data_offset(self.position, self.capacity), len, position: self.position }
     }
 
+    /// As [`next_read`](Self::next_read), but at most `max` bytes unless the record at the
+    /// position is known to be longer: a reader whose READs cost a copy per byte (the same-host
+    /// path) probes an empty ring with a short READ instead of the whole next record, then
+    /// READs the record once a probe has seen its header.
+    pub fn next_read_at_most(&self, max_batch: usize, behind: bool, max: usize) -> ReadPlan {
+        let plan = self.next_read(max_batch, behind);
+        ReadPlan { len: plan.len.min(max.max(self.need).max(HEADER_LEN)), ..plan }
+    }
+
     /// Walks the records in `bytes` (a READ of the ring from absolute `position`), delivering
     /// each complete message to `deliver(seq, payload)` in order. Unfragmented payloads are
     /// sub-slices of `bytes`; reassembled ones borrow the reader's buffer.

@@ -701,6 +701,33 @@ fn probes_grow_with_a_trickle_of_small_records_but_not_with_one_large_one() {
     assert_eq!(reader.next_read(32 * 1024, false).len, record + layout::HEADER_LEN);
 }
 
+/// A reader whose READs are copies probes an empty ring with at most the bound it gives, not
+/// the whole next record; once a probe has seen part of a record, the next READ brings all of
+/// it whatever the bound.
+#[test]
+fn probes_of_a_bounded_reader_stay_short_until_a_record_shows_its_length() {
+    let len = 10_000;
+    let (buf, mut prod, mut reader) = written(CAP, 1, len);
+    let record = layout::record_size(len) as usize;
+    let parsed = read_once(&mut reader, &buf, 32 * 1024, true);
+    assert_eq!(parsed.delivered, 1);
+    assert_eq!(reader.next_read(32 * 1024, false).len, record + layout::HEADER_LEN, "unbounded: the next record");
+    let probe = reader.next_read_at_most(32 * 1024, false, PROBE_LEN);
+    assert_eq!(probe.len, PROBE_LEN);
+    let parsed = reader.parse(&sim_read(&buf, probe), probe.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.consumed, parsed.stop), (0, Stop::NotYetWritten), "nothing written yet");
+    prod.append(&payload(2, len), NO_LIMIT).unwrap();
+    let probe = reader.next_read_at_most(32 * 1024, false, PROBE_LEN);
+    let parsed = reader.parse(&sim_read(&buf, probe), probe.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.delivered, parsed.stop), (0, Stop::End), "the probe saw only the record's start");
+    let plan = reader.next_read_at_most(32 * 1024, true, PROBE_LEN);
+    assert!(plan.len >= record, "the rest of a record seen partly is READ whole: {}", plan.len);
+    let mut got = Vec::new();
+    reader.parse(&sim_read(&buf, plan), plan.position, |s, _| got.push(s)).unwrap();
+    assert_eq!(got, [2]);
+    assert_eq!(reader.next_read_at_most(32 * 1024, false, 64).len, layout::HEADER_LEN.max(64));
+}
+
 /// The READ planned ahead from a completed READ's headers alone is the READ the reader plans
 /// after validating it; none is planned when the READ ends on a record boundary; and when a
 /// record turns out torn, the parse stops before it and the READ ahead is reported stale.

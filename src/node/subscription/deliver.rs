@@ -2,7 +2,7 @@
 //! A message already parsed is handed out at once (the hot path: no clock read, no
 //! housekeeping); only when none is ready does the subscription run its feeds and wait.
 
-use super::{Message, MessageRef, Payload, Subscription, SubscriptionEvent, PARK_RECHECK, READ_SPIN};
+use super::{Message, MessageRef, Payload, Subscription, SubscriptionEvent, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
 use crate::error::{Error, Result};
 use crate::fabric::WorkCompletion;
 use crate::node::discovery::watch::Watch;
@@ -152,7 +152,17 @@ impl Subscription {
     /// Runs the feeds until one has a message ready and returns its key; `None` when the
     /// deadline passes (with no deadline: after one pass that does not block).
     pub(super) fn next_ready(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
+        let ready = self.run_feeds(deadline);
+        // Polling ends with the call: another subscription may poll while the caller works.
+        drop(self.probe.take());
+        ready
+    }
+
+    /// The loop of [`next_ready`](Self::next_ready).
+    fn run_feeds(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
         let mut wcs = [WorkCompletion::default(); 64];
+        // Rounds of completions that made nothing ready (READs of an empty ring).
+        let mut fruitless = 0u32;
         loop {
             self.drain_feed_events();
             self.poll_discovery();
@@ -174,6 +184,13 @@ impl Subscription {
             let n = self.cq.poll(&mut wcs)?;
             if n > 0 {
                 self.handle_completions(&wcs[..n]);
+                // A feed polling an empty ring READs again at once (on the same host every READ
+                // completes as it is posted): now and then let a thread sharing this CPU, such
+                // as the publisher, have it, as `poll_wait` does while it spins.
+                fruitless += 1;
+                if fruitless % PROBES_PER_YIELD == 0 {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             let Some(deadline) = deadline else { return Ok(None) };
@@ -217,8 +234,11 @@ impl Subscription {
                 wait = wait.min(left);
             }
             // Only so many subscriptions poll at once; the others block at once (see
-            // `spin_permit`). A busy-polling one always polls.
-            let permit = (spin > Duration::ZERO && !self.options.busy_poll).then(SpinPermit::try_acquire);
+            // `spin_permit`). A busy-polling one always polls. One that was polling an empty
+            // ring keeps its permit for this wait.
+            let held = self.probe.take();
+            let permit =
+                (spin > Duration::ZERO && !self.options.busy_poll).then(|| held.or_else(SpinPermit::try_acquire));
             if let Some(None) = permit {
                 spin = Duration::ZERO;
                 self.counters.unpolled_waits.fetch_add(1, Ordering::Relaxed);

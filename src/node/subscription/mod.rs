@@ -20,6 +20,7 @@ use slab::Slab;
 
 use crate::error::{Error, Result};
 use crate::fabric::{CompletionQueue, ConnId, DataPath, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
+use crate::node::spin_permit::SpinPermit;
 use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, TopicId};
 use crate::ring::{ReadPlan, RingReader};
 
@@ -261,6 +262,8 @@ const CTRL_LEN: usize = (2 + RECV_SLOTS) * SLOT;
 /// in flight before it blocks: a 1 MiB READ takes a few hundred microseconds on the soft fabric,
 /// and a wake-up from a blocked wait on these machines costs as much again.
 const READ_SPIN: Duration = Duration::from_micros(300);
+/// Rounds of completions without a message (empty READs) between two yields of the CPU.
+const PROBES_PER_YIELD: u32 = 16;
 /// Longest a closed feed waits for the flush of its work requests before it is removed.
 const FLUSH_GRACE: Duration = Duration::from_secs(2);
 /// Longest a parked feed waits before READing anyway (guards against a lost wake-up).
@@ -285,6 +288,32 @@ enum Payload {
 struct Ready {
     seq: u64,
     payload: Payload,
+}
+
+/// The right to poll an empty ring. A feed that finds nothing new READs again at once until
+/// `spin` passes, then parks on a doorbell. On the same host such a READ is a copy that
+/// completes as it is posted, so those READs are a busy loop of the subscriber's thread: like
+/// any other polling it needs the process's spin permit, or it would take the CPU of the
+/// publisher it waits for. A subscription without one parks after its first empty READ.
+/// Held while `next_ready` runs; released when it returns.
+#[derive(Debug, Default)]
+struct ProbePermit {
+    held: Option<SpinPermit>,
+}
+
+impl ProbePermit {
+    /// Whether the permit is held, taking it if one is free.
+    fn acquire(&mut self) -> bool {
+        if self.held.is_none() {
+            self.held = SpinPermit::try_acquire();
+        }
+        self.held.is_some()
+    }
+
+    /// Gives the permit up, handing it to the caller if it was held.
+    fn take(&mut self) -> Option<SpinPermit> {
+        self.held.take()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -367,12 +396,23 @@ impl ActiveFeed {
         self.idle = Idle::Active;
     }
 
-    /// A READ found nothing new; returns whether it is time to ask for a doorbell.
-    fn note_empty(&mut self, options: &SubscriptionOptions, now: Instant) -> bool {
+    /// A READ found nothing new; returns whether it is time to ask for a doorbell: after
+    /// `options.spin` of empty READs, or at once when the subscription may not poll (`probe`
+    /// refuses it a spin permit).
+    fn note_empty(&mut self, options: &SubscriptionOptions, now: Instant, probe: &mut ProbePermit) -> bool {
         match self.idle {
             Idle::Active => {
                 let since = *self.empty_since.get_or_insert(now);
-                !options.busy_poll && now.duration_since(since) >= options.spin
+                if options.busy_poll {
+                    return false;
+                }
+                if now.duration_since(since) >= options.spin {
+                    return true;
+                }
+                if !probe.acquire() {
+                    self.pacer.back_off(now);
+                }
+                false
             }
             Idle::Requested | Idle::Parked { .. } => {
                 self.idle = Idle::Parked { since: now };
@@ -416,6 +456,9 @@ pub struct Subscription {
     ever_connected: bool,
     /// Holds a reassembled message lent by `recv_ref`.
     stash: Vec<u8>,
+    /// The spin permit held while feeds READ an empty ring again and again (see
+    /// [`ProbePermit`]).
+    probe: ProbePermit,
     counters: Arc<SubscriptionCounters>,
     /// Discovery's view of the topic's publishers (auto-connect).
     watch: Option<Watch>,
@@ -459,6 +502,7 @@ impl Subscription {
             cursor: 0,
             ever_connected: false,
             stash: Vec::new(),
+            probe: ProbePermit::default(),
             counters,
             watch,
             seen: HashSet::new(),

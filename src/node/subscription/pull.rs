@@ -8,11 +8,11 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::fabric::{
-    MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus,
-    WorkCompletion,
+    DataPath, MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use crate::protocol::{Control, Policy as WirePolicy};
-use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop};
+use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop, PROBE_LEN};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -66,8 +66,15 @@ impl Subscription {
             if !a.need_control && !a.pacer.ready(now) {
                 continue;
             }
-            let plan =
-                if a.need_control { ReadPlan::control() } else { a.reader.next_read(self.options.batch, !a.caught_up) };
+            let plan = if a.need_control {
+                ReadPlan::control()
+            } else if a.empty_since.is_some() && a.info.data_path == DataPath::SharedMemory {
+                // The ring was empty: on the same host a READ is a copy by this thread, and
+                // probing with the whole next record would copy it for nothing, again and again.
+                a.reader.next_read_at_most(self.options.batch, !a.caught_up, PROBE_LEN)
+            } else {
+                a.reader.next_read(self.options.batch, !a.caught_up)
+            };
             match post_ring_read((feed.gen, key, &feed.qp), a, buf, plan, (&self.node.pd, &self.counters)) {
                 Ok(()) => {
                     feed.outstanding += 1;
@@ -178,7 +185,7 @@ impl Subscription {
                 }
                 ControlOutcome::CaughtUp => {
                     self.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
-                    if a.note_empty(&self.options, Instant::now()) {
+                    if a.note_empty(&self.options, Instant::now(), &mut self.probe) {
                         request_doorbell_counted(post, outstanding, a, &self.counters)?;
                     }
                 }
@@ -218,7 +225,10 @@ impl Subscription {
             return Ok(());
         }
         a.caught_up = parsed.stop != Stop::End;
-        if !self.options.busy_poll {
+        // Pacing spares the publisher's NIC READs that bring a message or two. On the same host
+        // a READ costs only this thread's copy, and a paced READ would only delay a trickle
+        // (by up to 50 µs a message).
+        if !self.options.busy_poll && a.info.data_path == DataPath::Network {
             a.pacer.after_read(Instant::now(), parsed.consumed, plan.len, !a.caught_up);
         }
         if parsed.lost > 0 {
@@ -240,7 +250,7 @@ impl Subscription {
             a.note_progress();
         } else if !a.need_control {
             self.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
-            if a.note_empty(&self.options, Instant::now()) {
+            if a.note_empty(&self.options, Instant::now(), &mut self.probe) {
                 request_doorbell_counted(post, outstanding, a, &self.counters)?;
             }
         }
