@@ -7,9 +7,8 @@
 //!
 //! Without it a caught-up subscriber READs back to back: every READ is a request the
 //! publisher's NIC serves, and a few such subscribers can keep a small machine's CPUs busy
-//! polling while the publisher they wait for gets none. Same-host feeds are not paced (their
-//! READ is the subscriber's own copy); they only [`back_off`](ReadPacer::back_off) when an
-//! empty ring finds them without a spin permit.
+//! polling while the publisher they wait for gets none. Same-host feeds are not paced: their
+//! READ is the subscriber's own copy.
 
 use std::time::{Duration, Instant};
 
@@ -45,15 +44,6 @@ impl ReadPacer {
         };
         self.trickle = small;
         self.not_before = (!self.delay.is_zero()).then(|| now + self.delay);
-    }
-
-    /// The feed found nothing new and may not poll (no spin permit): the next READ waits the
-    /// longest delay, so the thread sleeps between READs instead of copying an empty ring
-    /// back to back.
-    pub(crate) fn back_off(&mut self, now: Instant) {
-        self.delay = MAX_DELAY;
-        self.trickle = false;
-        self.not_before = Some(now + MAX_DELAY);
     }
 
     /// Data is known to wait (a doorbell rang): READ at once.

@@ -403,16 +403,7 @@ impl ActiveFeed {
         match self.idle {
             Idle::Active => {
                 let since = *self.empty_since.get_or_insert(now);
-                if options.busy_poll {
-                    return false;
-                }
-                if now.duration_since(since) >= options.spin {
-                    return true;
-                }
-                if !probe.acquire() {
-                    self.pacer.back_off(now);
-                }
-                false
+                !options.busy_poll && (now.duration_since(since) >= options.spin || !probe.acquire())
             }
             Idle::Requested | Idle::Parked { .. } => {
                 self.idle = Idle::Parked { since: now };
