@@ -47,6 +47,7 @@ impl Drop for SpinPermit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// These tests take permits of the one process-wide count: one at a time.
     static SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
@@ -65,21 +66,27 @@ mod tests {
         assert!(limit() >= 1);
     }
 
+    /// A publisher and a subscription from the start of its stream, on two soft nodes of this
+    /// process (so on the same-host path), connected.
+    fn connected(topic: &str) -> ([crate::Node; 2], crate::Publisher, crate::Subscription) {
+        use crate::{FabricKind, Node, Start, SubscriptionOptions};
+        let node = || Node::builder().fabric(FabricKind::Soft).bind("127.0.0.1:0".parse().unwrap()).build().unwrap();
+        let (pub_node, sub_node) = (node(), node());
+        let publisher = pub_node.publisher(topic).unwrap();
+        let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
+        let mut sub = sub_node.subscribe_with(topic, options).unwrap();
+        sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).unwrap();
+        ([pub_node, sub_node], publisher, sub)
+    }
+
     /// A subscription whose READ finds nothing while every permit is held does not poll the
     /// empty ring: it asks for a doorbell and parks after one more READ, rather than READing
     /// again and again for `spin` (on the same host, a busy loop of copies). Delivery is
     /// unaffected: each message rings it awake.
     #[test]
     fn a_subscription_without_a_permit_parks_instead_of_polling_an_empty_ring() {
-        use crate::{FabricKind, Node, Start, SubscriptionOptions};
-        use std::time::Duration;
         let _serial = SERIAL.lock();
-        let node = || Node::builder().fabric(FabricKind::Soft).bind("127.0.0.1:0".parse().unwrap()).build().unwrap();
-        let (pub_node, sub_node) = (node(), node());
-        let publisher = pub_node.publisher("permits").unwrap();
-        let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
-        let mut sub = sub_node.subscribe_with("permits", options).unwrap();
-        sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).unwrap();
+        let (_nodes, publisher, mut sub) = connected("permits");
         let counted = |sub: &crate::Subscription| {
             let c = sub.counters();
             (c.reads.load(Ordering::Relaxed), c.doorbell_requests.load(Ordering::Relaxed))
@@ -105,15 +112,8 @@ mod tests {
     #[test]
     fn a_same_host_trickle_is_read_at_once_not_paced() {
         use crate::fabric::DataPath;
-        use crate::{FabricKind, Node, Start, SubscriptionOptions};
-        use std::time::Duration;
         let _serial = SERIAL.lock();
-        let node = || Node::builder().fabric(FabricKind::Soft).bind("127.0.0.1:0".parse().unwrap()).build().unwrap();
-        let (pub_node, sub_node) = (node(), node());
-        let publisher = pub_node.publisher("trickle").unwrap();
-        let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
-        let mut sub = sub_node.subscribe_with("trickle", options).unwrap();
-        sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).unwrap();
+        let (_nodes, publisher, mut sub) = connected("trickle");
         let held: Vec<SpinPermit> = std::iter::from_fn(SpinPermit::try_acquire).take(4096).collect();
         let unpolled0 = sub.counters().unpolled_waits.load(Ordering::Relaxed);
         for seq in 1..=50u64 {

@@ -201,6 +201,7 @@ impl Subscription {
             let wait = deadline.saturating_duration_since(now).min(SLICE);
             let any_active = self.feeds.iter().any(|(_, f)| f.active.is_some() && !f.closed);
             if !any_active {
+                drop(self.probe.take());
                 match &self.watch {
                     Some(watch) => {
                         // Wake on whichever comes first: a connection event or a sighting (it is
@@ -237,8 +238,13 @@ impl Subscription {
             // `spin_permit`). A busy-polling one always polls. One that was polling an empty
             // ring keeps its permit for this wait.
             let held = self.probe.take();
-            let permit =
-                (spin > Duration::ZERO && !self.options.busy_poll).then(|| held.or_else(SpinPermit::try_acquire));
+            let permit = if spin > Duration::ZERO && !self.options.busy_poll {
+                Some(held.or_else(SpinPermit::try_acquire))
+            } else {
+                // Not polling: a permit kept through a blocking wait would keep others from it.
+                drop(held);
+                None
+            };
             if let Some(None) = permit {
                 spin = Duration::ZERO;
                 self.counters.unpolled_waits.fetch_add(1, Ordering::Relaxed);
