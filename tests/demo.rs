@@ -582,9 +582,14 @@ fn user_mistakes_get_one_line_and_exit_code_2() {
     let verbs = run(&dir, &["pub", "--fabric", "verbs"], limit);
     assert_user_error(&verbs, "verbs");
     assert!(verbs.stderr.contains("--fabric soft"), "{}", verbs.stderr);
-    // Nobody listens on the port of a socket this test holds.
-    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    // Nobody listens on the port of a socket this test holds, bound but not listening, until
+    // the run ends (a listener dropped at once freed its port for the nodes of concurrent
+    // tests, and once one of them took it the connect found a peer).
+    let held = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    held.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let unused = held.local_addr().unwrap().as_socket().unwrap().to_string();
     assert_user_error(&run(&dir, &["sub", "--connect", &unused], limit), "is `pubsub-demo pub` running");
+    drop(held);
 
     // Port in use: a first publisher holds it while it waits for a subscriber.
     let errors = topic("errors");
