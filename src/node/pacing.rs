@@ -7,8 +7,8 @@
 //!
 //! Without it a caught-up subscriber READs back to back: every READ is a request the
 //! publisher's NIC serves, and a few such subscribers can keep a small machine's CPUs busy
-//! polling while the publisher they wait for gets none. Same-host feeds are not paced: their
-//! READ is the subscriber's own copy.
+//! polling while the publisher they wait for gets none. Same-host and busy-polling feeds get
+//! an [`unpaced`](ReadPacer::unpaced) one: a same-host READ is the subscriber's own copy.
 
 use std::time::{Duration, Instant};
 
@@ -18,18 +18,34 @@ pub(crate) const MIN_DELAY: Duration = Duration::from_micros(2);
 pub(crate) const MAX_DELAY: Duration = Duration::from_micros(50);
 
 /// When a feed may post its next data READ.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ReadPacer {
     delay: Duration,
     not_before: Option<Instant>,
     /// The last READ brought something, but less than a quarter of its length.
     trickle: bool,
+    /// Off: every READ may go at once.
+    enabled: bool,
+}
+
+impl Default for ReadPacer {
+    fn default() -> ReadPacer {
+        ReadPacer { delay: Duration::ZERO, not_before: None, trickle: false, enabled: true }
+    }
 }
 
 impl ReadPacer {
+    /// A pacer that never delays a READ.
+    pub(crate) fn unpaced() -> ReadPacer {
+        ReadPacer { enabled: false, ..ReadPacer::default() }
+    }
+
     /// Learns from a completed data READ that brought `consumed` of its `len` bytes; `behind`
     /// says it ended inside written data.
     pub(crate) fn after_read(&mut self, now: Instant, consumed: usize, len: usize, behind: bool) {
+        if !self.enabled {
+            return;
+        }
         let small = consumed > 0 && consumed * 4 < len;
         self.delay = if behind {
             Duration::ZERO
@@ -48,7 +64,7 @@ impl ReadPacer {
 
     /// Data is known to wait (a doorbell rang): READ at once.
     pub(crate) fn reset(&mut self) {
-        *self = ReadPacer::default();
+        *self = ReadPacer { enabled: self.enabled, ..ReadPacer::default() };
     }
 
     /// Whether a READ may be posted at `now`.
@@ -71,6 +87,23 @@ impl ReadPacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An unpaced pacer (same host, busy polling) lets every READ go at once, trickle or not,
+    /// and stays unpaced after a doorbell's reset.
+    #[test]
+    fn an_unpaced_pacer_never_delays_a_read() {
+        let mut p = ReadPacer::unpaced();
+        let t = Instant::now();
+        for _ in 0..9 {
+            p.after_read(t, 100, 4096, false);
+            assert!(p.ready(t));
+            assert_eq!(p.left(t), None);
+        }
+        p.reset();
+        p.after_read(t, 100, 4096, false);
+        p.after_read(t, 100, 4096, false);
+        assert!(p.ready(t), "a reset keeps it unpaced");
+    }
 
     #[test]
     fn a_trickle_of_small_reads_backs_off_exponentially_up_to_the_cap() {

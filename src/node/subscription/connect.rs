@@ -12,7 +12,7 @@ use crate::node::discovery::{LostReason, Sighting};
 use crate::node::pacing::ReadPacer;
 use crate::node::{Route, SLICE};
 use crate::protocol::{AcceptData, ConnectData, ConnectFlags, PolicySet, RejectCode, RejectData, StartAt};
-use crate::ring::{RingReader, CONTROL_READ_LEN};
+use crate::ring::{RingReader, CONTROL_READ_LEN, PROBE_LEN};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -325,7 +325,18 @@ impl Subscription {
             end: None,
             need_control: false,
             skip_through,
-            pacer: ReadPacer::default(),
+            // Pacing spares the publisher's NIC READs that bring a message or two. On the same
+            // host a READ costs only this thread's copy, and a paced READ would only delay a
+            // trickle (by up to 50 µs a message); a busy-polling subscription wants no delay.
+            pacer: if self.options.busy_poll || data_path == DataPath::SharedMemory {
+                ReadPacer::unpaced()
+            } else {
+                ReadPacer::default()
+            },
+            empty_probe_len: match data_path {
+                DataPath::SharedMemory => PROBE_LEN,
+                DataPath::Network => usize::MAX,
+            },
         }));
         let held = feed.active.as_ref().map_or(0, |a| a.read_buffer_bytes());
         self.counters.read_buffer_bytes.fetch_add(held, Ordering::Relaxed);

@@ -6,7 +6,6 @@ use super::{Message, MessageRef, Payload, Subscription, SubscriptionEvent, PARK_
 use crate::error::{Error, Result};
 use crate::fabric::WorkCompletion;
 use crate::node::discovery::watch::Watch;
-use crate::node::spin_permit::SpinPermit;
 use crate::node::SLICE;
 use crossbeam::channel;
 use serde::de::DeserializeOwned;
@@ -154,7 +153,7 @@ impl Subscription {
     pub(super) fn next_ready(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
         let ready = self.run_feeds(deadline);
         // Polling ends with the call: another subscription may poll while the caller works.
-        drop(self.probe.take());
+        self.permit.release();
         ready
     }
 
@@ -170,6 +169,13 @@ impl Subscription {
             if let Some(key) = self.pick_ready() {
                 return Ok(Some(key));
             }
+            if fruitless == PROBES_PER_YIELD {
+                // A feed polling an empty ring READs again at once (on the same host every READ
+                // completes as it is posted): now and then let a thread sharing this CPU, such
+                // as the publisher, have it, as `poll_wait` does while it spins.
+                fruitless = 0;
+                std::thread::yield_now();
+            }
             let may_return = self.watch.as_ref().is_some_and(Watch::expects_publishers);
             if self.feeds.is_empty() && !may_return {
                 if self.ever_connected {
@@ -184,13 +190,8 @@ impl Subscription {
             let n = self.cq.poll(&mut wcs)?;
             if n > 0 {
                 self.handle_completions(&wcs[..n]);
-                // A feed polling an empty ring READs again at once (on the same host every READ
-                // completes as it is posted): now and then let a thread sharing this CPU, such
-                // as the publisher, have it, as `poll_wait` does while it spins.
+                // Fruitless unless the top of the loop finds a message ready.
                 fruitless += 1;
-                if fruitless % PROBES_PER_YIELD == 0 {
-                    std::thread::yield_now();
-                }
                 continue;
             }
             let Some(deadline) = deadline else { return Ok(None) };
@@ -201,7 +202,7 @@ impl Subscription {
             let wait = deadline.saturating_duration_since(now).min(SLICE);
             let any_active = self.feeds.iter().any(|(_, f)| f.active.is_some() && !f.closed);
             if !any_active {
-                drop(self.probe.take());
+                self.permit.release();
                 match &self.watch {
                     Some(watch) => {
                         // Wake on whichever comes first: a connection event or a sighting (it is
@@ -235,22 +236,16 @@ impl Subscription {
                 wait = wait.min(left);
             }
             // Only so many subscriptions poll at once; the others block at once (see
-            // `spin_permit`). A busy-polling one always polls. One that was polling an empty
-            // ring keeps its permit for this wait.
-            let held = self.probe.take();
-            let permit = if spin > Duration::ZERO && !self.options.busy_poll {
-                Some(held.or_else(SpinPermit::try_acquire))
-            } else {
-                // Not polling: a permit kept through a blocking wait would keep others from it.
-                drop(held);
-                None
-            };
-            if let Some(None) = permit {
+            // `spin_permit`). A busy-polling one always polls. A blocking wait holds no permit.
+            if spin > Duration::ZERO && !self.options.busy_poll && !self.permit.acquire() {
                 spin = Duration::ZERO;
                 self.counters.unpolled_waits.fetch_add(1, Ordering::Relaxed);
             }
+            if spin.is_zero() {
+                self.permit.release();
+            }
             let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
-            drop(permit);
+            self.permit.release();
             self.handle_completions(&wcs[..n]);
         }
     }

@@ -262,7 +262,7 @@ const CTRL_LEN: usize = (2 + RECV_SLOTS) * SLOT;
 /// in flight before it blocks: a 1 MiB READ takes a few hundred microseconds on the soft fabric,
 /// and a wake-up from a blocked wait on these machines costs as much again.
 const READ_SPIN: Duration = Duration::from_micros(300);
-/// Rounds of completions without a message (empty READs) between two yields of the CPU.
+/// Rounds of completions without a message (empty READs) before the thread yields the CPU.
 const PROBES_PER_YIELD: u32 = 16;
 /// Longest a closed feed waits for the flush of its work requests before it is removed.
 const FLUSH_GRACE: Duration = Duration::from_secs(2);
@@ -290,18 +290,19 @@ struct Ready {
     payload: Payload,
 }
 
-/// The right to poll an empty ring. A feed that finds nothing new READs again at once until
-/// `spin` passes, then parks on a doorbell. On the same host such a READ is a copy that
-/// completes as it is posted, so those READs are a busy loop of the subscriber's thread: like
-/// any other polling it needs the process's spin permit, or it would take the CPU of the
-/// publisher it waits for. A subscription without one parks after its first empty READ.
-/// Held while `next_ready` runs; released when it returns.
+/// The subscription's hold on the process's spin permit (`spin_permit`): it polls only while
+/// it holds it, whether it spins on its CQ or READs an empty ring again and again. The latter
+/// is polling too: on the same host such a READ is a copy that completes as it is posted, a
+/// busy loop of the subscriber's thread that would take the CPU of the publisher it waits for.
+/// So a feed READs an empty ring again only while the permit is held (else it parks after its
+/// first empty READ). Kept across the rounds of one `next_ready`; released before it blocks
+/// and when it returns.
 #[derive(Debug, Default)]
-struct ProbePermit {
+struct PollPermit {
     held: Option<SpinPermit>,
 }
 
-impl ProbePermit {
+impl PollPermit {
     /// Whether the permit is held, taking it if one is free.
     fn acquire(&mut self) -> bool {
         if self.held.is_none() {
@@ -310,9 +311,9 @@ impl ProbePermit {
         self.held.is_some()
     }
 
-    /// Gives the permit up, handing it to the caller if it was held.
-    fn take(&mut self) -> Option<SpinPermit> {
-        self.held.take()
+    /// Gives the permit back, if held.
+    fn release(&mut self) {
+        self.held = None;
     }
 }
 
@@ -380,8 +381,13 @@ struct ActiveFeed {
     need_control: bool,
     /// Messages up to this sequence were delivered by an earlier connection: skip them.
     skip_through: u64,
-    /// Delays the next data READ while a trickle comes in (not with `busy_poll`).
+    /// Delays the next data READ while a trickle comes in (over the network, without
+    /// `busy_poll`).
     pacer: ReadPacer,
+    /// The longest READ of a ring the last READ found empty: a page on the same host, where a
+    /// READ is this thread's copy and probing with the whole next record would copy it for
+    /// nothing again and again; unbounded over the network (one READ then brings the record).
+    empty_probe_len: usize,
 }
 
 impl ActiveFeed {
@@ -397,13 +403,13 @@ impl ActiveFeed {
     }
 
     /// A READ found nothing new; returns whether it is time to ask for a doorbell: after
-    /// `options.spin` of empty READs, or at once when the subscription may not poll (`probe`
-    /// refuses it a spin permit).
-    fn note_empty(&mut self, options: &SubscriptionOptions, now: Instant, probe: &mut ProbePermit) -> bool {
+    /// `options.spin` of empty READs, or at once when the subscription may not poll (no spin
+    /// permit for it).
+    fn note_empty(&mut self, options: &SubscriptionOptions, now: Instant, permit: &mut PollPermit) -> bool {
         match self.idle {
             Idle::Active => {
                 let since = *self.empty_since.get_or_insert(now);
-                !options.busy_poll && (now.duration_since(since) >= options.spin || !probe.acquire())
+                !options.busy_poll && (now.duration_since(since) >= options.spin || !permit.acquire())
             }
             Idle::Requested | Idle::Parked { .. } => {
                 self.idle = Idle::Parked { since: now };
@@ -447,9 +453,8 @@ pub struct Subscription {
     ever_connected: bool,
     /// Holds a reassembled message lent by `recv_ref`.
     stash: Vec<u8>,
-    /// The spin permit held while feeds READ an empty ring again and again (see
-    /// [`ProbePermit`]).
-    probe: ProbePermit,
+    /// The spin permit, while the subscription polls (see [`PollPermit`]).
+    permit: PollPermit,
     counters: Arc<SubscriptionCounters>,
     /// Discovery's view of the topic's publishers (auto-connect).
     watch: Option<Watch>,
@@ -493,7 +498,7 @@ impl Subscription {
             cursor: 0,
             ever_connected: false,
             stash: Vec::new(),
-            probe: ProbePermit::default(),
+            permit: PollPermit::default(),
             counters,
             watch,
             seen: HashSet::new(),

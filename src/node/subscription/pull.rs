@@ -8,11 +8,11 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::fabric::{
-    DataPath, MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode,
-    WcStatus, WorkCompletion,
+    MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use crate::protocol::{Control, Policy as WirePolicy};
-use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop, PROBE_LEN};
+use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -68,12 +68,9 @@ impl Subscription {
             }
             let plan = if a.need_control {
                 ReadPlan::control()
-            } else if a.empty_since.is_some() && a.info.data_path == DataPath::SharedMemory {
-                // The ring was empty: on the same host a READ is a copy by this thread, and
-                // probing with the whole next record would copy it for nothing, again and again.
-                a.reader.next_read_at_most(self.options.batch, !a.caught_up, PROBE_LEN)
             } else {
-                a.reader.next_read(self.options.batch, !a.caught_up)
+                let most = if a.empty_since.is_some() { a.empty_probe_len } else { usize::MAX };
+                a.reader.next_read_at_most(self.options.batch, !a.caught_up, most)
             };
             match post_ring_read((feed.gen, key, &feed.qp), a, buf, plan, (&self.node.pd, &self.counters)) {
                 Ok(()) => {
@@ -185,7 +182,7 @@ impl Subscription {
                 }
                 ControlOutcome::CaughtUp => {
                     self.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
-                    if a.note_empty(&self.options, Instant::now(), &mut self.probe) {
+                    if a.note_empty(&self.options, Instant::now(), &mut self.permit) {
                         request_doorbell_counted(post, outstanding, a, &self.counters)?;
                     }
                 }
@@ -225,12 +222,7 @@ impl Subscription {
             return Ok(());
         }
         a.caught_up = parsed.stop != Stop::End;
-        // Pacing spares the publisher's NIC READs that bring a message or two. On the same host
-        // a READ costs only this thread's copy, and a paced READ would only delay a trickle
-        // (by up to 50 µs a message).
-        if !self.options.busy_poll && a.info.data_path == DataPath::Network {
-            a.pacer.after_read(Instant::now(), parsed.consumed, plan.len, !a.caught_up);
-        }
+        a.pacer.after_read(Instant::now(), parsed.consumed, plan.len, !a.caught_up);
         if parsed.lost > 0 {
             self.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
             self.user_events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });
@@ -250,7 +242,7 @@ impl Subscription {
             a.note_progress();
         } else if !a.need_control {
             self.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
-            if a.note_empty(&self.options, Instant::now(), &mut self.probe) {
+            if a.note_empty(&self.options, Instant::now(), &mut self.permit) {
                 request_doorbell_counted(post, outstanding, a, &self.counters)?;
             }
         }
