@@ -541,6 +541,32 @@ fn block_times_out_when_a_subscriber_does_not_read() {
     assert!(published >= 60, "a whole ring was published first ({published})");
 }
 
+/// A flush that times out while finishing a message a timed-out publish left partly written
+/// reports its own call and timeout, not the Block policy's.
+#[test]
+fn flush_times_out_with_its_own_timeout_while_finishing_a_partly_written_message() {
+    let (pub_node, sub_node) = (node(), node());
+    let options = PublisherOptions {
+        policy: Policy::Block { timeout: Duration::from_millis(200) },
+        ring_capacity: 64 * 1024,
+        ..Default::default()
+    };
+    let publisher = pub_node.publisher_with("stuck-flush", options).unwrap();
+    let _sub = subscribe(&sub_node, "stuck-flush", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    // Four rings' worth: its first fragments fill the ring, then it waits its Block timeout.
+    let partly = publisher.publish(&vec![7u8; 256 * 1024]).unwrap_err();
+    assert!(matches!(partly, Error::Timeout { millis: 200, .. }), "{partly}");
+    let err = publisher.flush(Duration::from_millis(50)).unwrap_err();
+    match err {
+        Error::Timeout { what, millis } => {
+            assert!(what.starts_with("flush"), "the flush timed out, not a publish: {what}");
+            assert_eq!(millis, 50, "the flush's timeout");
+        }
+        other => panic!("a timeout, not {other}"),
+    }
+}
+
 #[test]
 fn zero_copy_claim_and_view_and_typed_messages() {
     #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]

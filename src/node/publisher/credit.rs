@@ -28,25 +28,65 @@ impl Drop for Turn<'_> {
     }
 }
 
-impl PublisherShared {
-    /// When a publishing call that waits gives up: the Block timeout from now (DropSlow and
-    /// Overwrite do not time out).
-    pub(super) fn deadline(&self) -> Instant {
-        match self.options.policy {
-            Policy::Block { timeout } => crate::time::deadline_after(timeout),
-            _ => crate::time::deadline_after(Duration::MAX),
-        }
+/// When a waiting publisher call gives up, and the timeout it then reports: its own (`flush`)
+/// or the Block policy's (a publishing call).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Deadline {
+    pub(super) at: Instant,
+    timeout: Duration,
+    call: Call,
+}
+
+/// The call a [`Deadline`] belongs to.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Publish,
+    Flush,
+}
+
+impl Deadline {
+    /// A publishing call's: the Block timeout from now (DropSlow and Overwrite do not time out).
+    pub(super) fn publish(policy: Policy) -> Deadline {
+        let timeout = match policy {
+            Policy::Block { timeout } => timeout,
+            _ => Duration::MAX,
+        };
+        Deadline { at: crate::time::deadline_after(timeout), timeout, call: Call::Publish }
     }
 
+    /// A `flush(timeout)`'s.
+    pub(super) fn flush(timeout: Duration) -> Deadline {
+        Deadline { at: crate::time::deadline_after(timeout), timeout, call: Call::Flush }
+    }
+
+    /// One that never passes (closing takes the turn however long it takes).
+    pub(super) fn never() -> Deadline {
+        Deadline::publish(Policy::Overwrite)
+    }
+
+    /// The error of a call that waited until this deadline for the turn (`turn`) or for the
+    /// slowest subscriber.
+    fn expired(&self, turn: bool) -> Error {
+        let what = match (self.call, turn) {
+            (Call::Publish, true) => "publish (waiting for another publishing call)",
+            (Call::Publish, false) => "publish (waiting for the slowest subscriber)",
+            (Call::Flush, true) => "flush (waiting for another publishing call)",
+            (Call::Flush, false) => "flush (waiting for the slowest subscriber)",
+        };
+        Error::Timeout { what, millis: crate::time::millis(self.timeout) }
+    }
+}
+
+impl PublisherShared {
     /// Takes the publishing turn, waiting until `deadline` for the call that holds it.
     pub(super) fn take_turn<'a>(
         &'a self,
         mut st: MutexGuard<'a, PubState>,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<(Turn<'a>, MutexGuard<'a, PubState>)> {
         while st.publishing {
-            if self.turn.wait_until(&mut st, deadline).timed_out() && st.publishing {
-                return Err(self.block_timeout("publish (waiting for another publishing call)"));
+            if self.turn.wait_until(&mut st, deadline.at).timed_out() && st.publishing {
+                return Err(deadline.expired(true));
             }
         }
         st.publishing = true;
@@ -57,7 +97,7 @@ impl PublisherShared {
     pub(super) fn finish_unfinished<'a>(
         &'a self,
         mut st: MutexGuard<'a, PubState>,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<MutexGuard<'a, PubState>> {
         match st.unfinished.take() {
             Some(pending) => self.append_waiting(st, &pending, deadline).map(|(_, st)| st),
@@ -72,7 +112,7 @@ impl PublisherShared {
         &'a self,
         mut st: MutexGuard<'a, PubState>,
         payload: &[u8],
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<(u64, MutexGuard<'a, PubState>)> {
         loop {
             self.progress(&mut st);
@@ -105,7 +145,7 @@ impl PublisherShared {
         &'a self,
         mut st: MutexGuard<'a, PubState>,
         len: usize,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<MutexGuard<'a, PubState>> {
         loop {
             self.progress(&mut st);
@@ -124,12 +164,12 @@ impl PublisherShared {
         &'a self,
         mut st: MutexGuard<'a, PubState>,
         needed_limit: u64,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<MutexGuard<'a, PubState>> {
         self.counters.waits.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let capacity = st.producer.capacity() as u64;
-        let mut wait_until = deadline;
+        let mut wait_until = deadline.at;
         if let Policy::DropSlow { grace } = self.options.policy {
             let mut to_drop = Vec::new();
             for (key, sub) in st.subs.iter_mut() {
@@ -152,8 +192,8 @@ impl PublisherShared {
                 }
                 return Ok(st);
             }
-        } else if now >= deadline {
-            return Err(self.block_timeout("publish (waiting for the slowest subscriber)"));
+        } else if now >= deadline.at {
+            return Err(deadline.expired(false));
         }
         let solicited = st.subs.len() >= 2 && self.ask_for_credit(&mut st, needed_limit.saturating_sub(capacity));
         drop(st);
@@ -169,20 +209,10 @@ impl PublisherShared {
         };
         let mut st = self.state.lock();
         self.handle_completions(&mut st, &wcs[..n]);
-        if n == 0 && Instant::now() >= deadline && !matches!(self.options.policy, Policy::DropSlow { .. }) {
-            return Err(self.block_timeout("publish (waiting for the slowest subscriber)"));
+        if n == 0 && Instant::now() >= deadline.at && !matches!(self.options.policy, Policy::DropSlow { .. }) {
+            return Err(deadline.expired(false));
         }
         Ok(st)
-    }
-
-    /// The error of a publishing call that waited its whole Block timeout for `what` (only
-    /// Block calls have a deadline).
-    fn block_timeout(&self, what: &'static str) -> Error {
-        let waited = match self.options.policy {
-            Policy::Block { timeout } => timeout,
-            _ => Duration::ZERO,
-        };
-        Error::Timeout { what, millis: crate::time::millis(waited) }
     }
 
     /// Several subscribers hold the publisher back (acked below `floor`): asks the one that

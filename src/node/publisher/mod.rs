@@ -32,6 +32,7 @@ use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
 
 use super::ack_clock::AckClock;
 use super::{check_topic, NodeShared};
+use credit::Deadline;
 
 pub(crate) use accept::{handle_connect_request, publisher_id};
 
@@ -398,8 +399,8 @@ impl PublisherShared {
     /// On drop: stop accepting, let subscribers consume (bounded by `linger`), tell them the
     /// stream ended, and disconnect them.
     fn close(&self) {
-        let deadline = crate::time::deadline_after(self.options.linger);
-        let Ok((turn, mut st)) = self.take_turn(self.state.lock(), crate::time::deadline_after(Duration::MAX)) else {
+        let linger = Deadline::flush(self.options.linger);
+        let Ok((turn, mut st)) = self.take_turn(self.state.lock(), Deadline::never()) else {
             return;
         };
         st.closing = true;
@@ -412,10 +413,10 @@ impl PublisherShared {
             }
         }
         // Whether or not it could be finished, the subscribers get what is complete.
-        if let Ok(st) = self.finish_unfinished(self.state.lock(), deadline) {
+        if let Ok(st) = self.finish_unfinished(self.state.lock(), linger) {
             drop(st);
         }
-        self.wait_consumed(deadline);
+        self.wait_consumed(linger.at);
         let mut st = self.state.lock();
         let final_seq = st.producer.tail_seq().saturating_sub(1);
         let keys: Vec<usize> = st.subs.iter().map(|(k, _)| k).collect();

@@ -10,6 +10,7 @@ use std::time::Duration;
 use parking_lot::MutexGuard;
 use serde::Serialize;
 
+use super::credit::Deadline;
 use super::{Claim, PubState, Publisher, PublisherShared};
 use crate::error::{Error, Result};
 use crate::node::add_single_writer;
@@ -36,7 +37,7 @@ impl Publisher {
         }
         // Blocked by the limit (possibly after writing the first fragments, which the waiting
         // path resumes), or another call holds the turn.
-        let deadline = shared.deadline();
+        let deadline = Deadline::publish(shared.options.policy);
         let (turn, st) = shared.take_turn(st, deadline)?;
         let result = shared.finish_unfinished(st, deadline).and_then(|st| shared.append_waiting(st, payload, deadline));
         let seq = result.map(|(seq, st)| {
@@ -95,7 +96,7 @@ impl Publisher {
         if st.may_publish_now() && st.producer.needed_limit(len) <= st.limit {
             return shared.commit_in_place(st, len, fill);
         }
-        let deadline = shared.deadline();
+        let deadline = Deadline::publish(shared.options.policy);
         let (turn, st) = shared.take_turn(st, deadline)?;
         let result = shared
             .finish_unfinished(st, deadline)
@@ -112,11 +113,11 @@ impl Publisher {
     /// [`Error::Timeout`] when a subscriber has not consumed everything within `timeout`.
     pub fn flush(&self, timeout: Duration) -> Result<()> {
         let shared = &*self.shared;
-        let deadline = crate::time::deadline_after(timeout);
+        let deadline = Deadline::flush(timeout);
         let (turn, st) = shared.take_turn(shared.state.lock(), deadline)?;
         let finished = shared.finish_unfinished(st, deadline).map(drop);
         let consumed = finished.and_then(|()| {
-            if shared.wait_consumed(deadline) {
+            if shared.wait_consumed(deadline.at) {
                 Ok(())
             } else {
                 Err(Error::Timeout { what: "flush", millis: crate::time::millis(timeout) })
