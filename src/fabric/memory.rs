@@ -10,8 +10,8 @@
 //! Because another agent may access the bytes concurrently, the owner never holds plain
 //! references into it: copies in and out use relaxed atomic word accesses, control words are
 //! atomics, and providers hand raw pointers to the kernel or the device (which are outside the
-//! Rust memory model, like DMA). This module and the verbs provider are the only places with
-//! `unsafe`.
+//! Rust memory model, like DMA). `unsafe` lives only here, in the READ buffers, in the soft
+//! provider's same-host mappings (`fabric::soft::shm`) and in the verbs provider.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
@@ -280,9 +280,20 @@ pub fn send_vectored(fd: BorrowedFd<'_>, parts: &[IoPart<'_>]) -> std::io::Resul
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = n as _;
     // SAFETY: every iovec points into memory that stays alive for the call (caller's slices,
-    // or registered buffers borrowed by the `RawRange`s, bounds-checked when created); the
-    // kernel only reads them. `fd` is a live descriptor borrowed for the call.
-    let r = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+    // or registered buffers borrowed by the `RawRange`s, bounds-checked when created).
+    unsafe { send_msg(fd, &msg) }
+}
+
+/// One non-blocking `sendmsg` of `msg` on the stream socket `fd` (no SIGPIPE): the bytes sent,
+/// `WouldBlock` when the socket is full.
+///
+/// # Safety
+/// Every pointer in `msg` (its iovecs and their memory, its control data) must be valid for
+/// reads for the duration of the call; the kernel only reads them.
+pub(crate) unsafe fn send_msg(fd: BorrowedFd<'_>, msg: &libc::msghdr) -> std::io::Result<usize> {
+    // SAFETY: the caller vouches for `msg`'s pointers; `fd` is a live descriptor borrowed for
+    // the call.
+    let r = unsafe { libc::sendmsg(fd.as_raw_fd(), msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
     if r < 0 {
         Err(std::io::Error::last_os_error())
     } else {

@@ -4,7 +4,8 @@
 //!
 //! - [`soft`]: verbs semantics in user space over TCP and UDP, with a NIC thread per opened
 //!   device that serves remote READs and WRITEs from registered memory (between processes of
-//!   one host: copies by the requester's own thread from a mapping of the peer's region);
+//!   one host: copies by the requester's threads from a mapping of the peer's region, and
+//!   SENDs through shared-memory inboxes);
 //! - `verbs` (cargo feature `verbs`): libibverbs and librdmacm.
 //!
 //! Callers use the handles re-exported here ([`Fabric`], [`ProtectionDomain`], ...). Each

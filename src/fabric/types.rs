@@ -76,7 +76,7 @@ impl Access {
         self.0
     }
     /// The flags of `bits` this type knows; other bits are dropped.
-    pub fn from_bits_truncate(bits: u32) -> Access {
+    pub(crate) fn from_bits_truncate(bits: u32) -> Access {
         Access(bits & (Access::LOCAL_WRITE.0 | Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0))
     }
 }
@@ -266,19 +266,9 @@ pub enum DataPath {
     /// Through the device: the RDMA hardware, or the soft NIC threads over TCP.
     #[default]
     Network,
-    /// Soft provider, both ends on this host: copies by the posting thread from a mapping of
-    /// the peer's region (see the soft provider's same-host path).
+    /// Soft provider, both ends on this host: copies by this end's threads between its
+    /// buffers and a mapping of the peer's region (see the soft provider's same-host path).
     SharedMemory,
-}
-
-impl DataPath {
-    /// A short name for logs and statistics.
-    pub fn name(self) -> &'static str {
-        match self {
-            DataPath::Network => "network",
-            DataPath::SharedMemory => "shared memory",
-        }
-    }
 }
 
 /// Whether the soft provider takes the same-host path for connections whose ends share a host.

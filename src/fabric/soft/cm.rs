@@ -11,9 +11,9 @@ use mio::{Interest, Token};
 use parking_lot::{Condvar, Mutex};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::conn::{Conn, OutFrame, Phase, QpData, Tail};
+use super::conn::{Conn, ConnState, OutFrame, Phase, QpData, Tail};
 use super::cq::{SoftCq, SoftSrq};
-use super::device::{Device, SoftPd};
+use super::device::{Device, Shared, SoftPd};
 use super::nic::{Cmd, ListenerEntry, TimerKind, LISTENER_BIT};
 use super::qp::SoftQp;
 use super::wire::{FrameType, Header};
@@ -174,14 +174,14 @@ impl CmChannelOps for SoftChannel {
                 let mut h = Header::new(FrameType::ConnectReq);
                 h.len = private_data.len() as u32;
                 h.aux = u32::from(init.rnr_retry);
-                if let Some(offer) = shared.shm.as_ref().and_then(|ep| ep.offer(conn.id)) {
-                    st.shm_nonce = offer.nonce;
-                    (h.addr, h.psn, h.rkey, h.imm) = offer.fields();
-                }
+                offer_same_host(shared, conn.id, &mut st, &mut h);
                 st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
                 shared.conns.lock().insert(conn.id, conn.clone());
                 if let Err(e) = conn.register(&mut st, true) {
                     shared.conns.lock().remove(&conn.id);
+                    if let Some(ep) = &shared.shm {
+                        ep.withdraw(st.shm_nonce);
+                    }
                     return Err(Error::os("connect: epoll_ctl", Some(addr), e));
                 }
                 shared.command(Cmd::Timer(crate::time::deadline_after(timeout), conn.id, TimerKind::ConnectTimeout));
@@ -288,10 +288,7 @@ impl ConnRequestOps for SoftConnRequest {
             let peer = st.peer_offer.take();
             if let Some((ep, peer)) = self.dev.shared.shm.as_ref().zip(peer).filter(|(ep, p)| ep.same_boot(p)) {
                 self.conn.set_same_host(ep.connect(&peer));
-                if let Some(offer) = ep.offer(self.conn.id) {
-                    st.shm_nonce = offer.nonce;
-                    (h.addr, h.psn, h.rkey, h.imm) = offer.fields();
-                }
+                offer_same_host(&self.dev.shared, self.conn.id, &mut st, &mut h);
             }
             st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
             self.conn.flush_from_user(&mut st);
@@ -302,5 +299,14 @@ impl ConnRequestOps for SoftConnRequest {
     fn reject(self: Box<Self>, private_data: &[u8]) -> Result<()> {
         reject_conn(&self.conn, private_data);
         Ok(())
+    }
+}
+
+/// Offers this device's same-host path in the CM frame `h` (its token and boot identity, and a
+/// fresh nonce that `st` remembers), unless the path is off or too many offers are outstanding.
+fn offer_same_host(shared: &Shared, conn: ConnId, st: &mut ConnState, h: &mut Header) {
+    if let Some(offer) = shared.shm.as_ref().and_then(|ep| ep.offer(conn)) {
+        st.shm_nonce = offer.nonce;
+        offer.stamp(h);
     }
 }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -48,6 +48,56 @@ impl Seg {
             return None;
         }
         Seg::new(sge.mr.buffer_arc().clone(), sge.offset, sge.len).ok()
+    }
+}
+
+/// Posted receives in order and, once a same-host sender asked for them, their credits: the
+/// receive list of a queue pair or of a shared receive queue.
+#[derive(Default)]
+pub(crate) struct RecvList {
+    wrs: VecDeque<RecvWr>,
+    pool: Option<Arc<Pool>>,
+}
+
+impl RecvList {
+    /// Receives posted and not taken.
+    pub(crate) fn len(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// Adds a posted receive (and its credit).
+    pub(crate) fn push(&mut self, wr: RecvWr) {
+        if let Some(pool) = &self.pool {
+            pool.posted(wr.cap);
+        }
+        self.wrs.push_back(wr);
+    }
+
+    /// Takes the oldest receive, for a SEND that claimed it from the pool (`claimed`, from an
+    /// inbox) or one that came over a stream (never a receive promised to an inbox SEND).
+    pub(crate) fn take(&mut self, claimed: bool) -> Option<RecvWr> {
+        if self.wrs.is_empty() {
+            return None;
+        }
+        if let (false, Some(pool)) = (claimed, &self.pool) {
+            if !pool.claim_for_stream() {
+                return None;
+            }
+        }
+        self.wrs.pop_front()
+    }
+
+    /// Takes the oldest receive whatever was claimed (to flush it).
+    fn take_any(&mut self) -> Option<RecvWr> {
+        self.wrs.pop_front()
+    }
+
+    /// The credits a same-host sender claims from, made on first use.
+    pub(crate) fn pool(&mut self) -> Option<Arc<Pool>> {
+        if self.pool.is_none() {
+            self.pool = Some(Arc::new(Pool::new(self.wrs.iter().map(|w| w.cap)).ok()?));
+        }
+        self.pool.clone()
     }
 }
 
@@ -101,14 +151,6 @@ pub(crate) struct LocalOp {
     pub(crate) addr: u64,
 }
 
-impl LocalOp {
-    /// Executes the operation on `segs` through `client` (its region was mapped when it was
-    /// posted).
-    pub(crate) fn run(&self, client: &mut ShmClient, segs: &[Seg]) -> WcStatus {
-        client.copy(self.rkey, self.addr, segs, self.read)
-    }
-}
-
 /// The queue-pair half of a connection.
 pub(crate) struct QpData {
     pub(crate) qp_num: u32,
@@ -124,9 +166,7 @@ pub(crate) struct QpData {
     unreaped: u32,
     pub(crate) inflight: VecDeque<InFlight>,
     pub(crate) next_psn: u32,
-    pub(crate) rq: VecDeque<RecvWr>,
-    /// Credits of `rq` for a same-host sender (made when it asks for this end's inbox).
-    pool: Option<Arc<Pool>>,
+    pub(crate) rq: RecvList,
     /// The queue pair is in the error state.
     pub(crate) error: bool,
 }
@@ -153,47 +193,27 @@ impl QpData {
             unreaped: 0,
             inflight: VecDeque::new(),
             next_psn: 0,
-            rq: VecDeque::new(),
-            pool: None,
+            rq: RecvList::default(),
             error: false,
         }
-    }
-
-    /// Adds a posted receive to the receive list (and to its credits).
-    pub(crate) fn push_recv(&mut self, wr: RecvWr) {
-        if let Some(pool) = &self.pool {
-            pool.posted(wr.cap);
-        }
-        self.rq.push_back(wr);
     }
 
     /// Takes the receive the next SEND is placed into, from the shared receive queue or the
     /// queue pair's own list: for a SEND that claimed it (`claimed`, from the inbox) or one
     /// that came over the stream.
     pub(crate) fn take_recv(&mut self, claimed: bool) -> Option<RecvWr> {
-        if let Some(srq) = &self.srq {
-            return srq.take(claimed);
+        match &self.srq {
+            Some(srq) => srq.take(claimed),
+            None => self.rq.take(claimed),
         }
-        if self.rq.is_empty() {
-            return None;
-        }
-        if let (false, Some(pool)) = (claimed, &self.pool) {
-            if !pool.claim_for_stream() {
-                return None;
-            }
-        }
-        self.rq.pop_front()
     }
 
     /// The receive credits a same-host sender claims from (made on first use).
     fn pool(&mut self) -> Option<Arc<Pool>> {
-        if let Some(srq) = &self.srq {
-            return srq.pool();
+        match &self.srq {
+            Some(srq) => srq.pool(),
+            None => self.rq.pool(),
         }
-        if self.pool.is_none() {
-            self.pool = Some(Arc::new(Pool::new(self.rq.iter().map(|w| w.cap)).ok()?));
-        }
-        self.pool.clone()
     }
 
     /// Completes `f` with `status`: a signaled or failed request produces a completion and
@@ -247,7 +267,7 @@ impl QpData {
         }
         self.sq_used = self.inflight.len() as u32;
         self.unreaped = 0;
-        while let Some(r) = self.rq.pop_front() {
+        while let Some(r) = self.rq.take_any() {
             self.complete_recv(r.wr_id, WcStatus::WorkRequestFlushed, 0, None);
         }
     }
@@ -450,12 +470,10 @@ pub(crate) struct Conn {
     pub(crate) st: Mutex<ConnState>,
     /// Receive state: used by the NIC thread only (lock order: `rx` before `st`).
     pub(crate) rx: Mutex<Rx>,
-    /// Same-host path: this end's stream to the peer's device and the peer's regions mapped so
-    /// far, when both ends share a host (lock order: `st` before `shm`; a region request to the
-    /// peer holds `shm` alone).
-    pub(crate) shm: Mutex<Option<ShmClient>>,
-    /// `shm` holds a client (set once, before the connection is established).
-    same_host: AtomicBool,
+    /// Same-host path: this end's stream to the peer's device and what it mapped of the peer,
+    /// when both ends share a host (set once, before the connection is established; the client
+    /// locks inside, never while it waits for the peer).
+    pub(crate) shm: OnceLock<ShmClient>,
 }
 
 impl Conn {
@@ -492,28 +510,29 @@ impl Conn {
                 live: None,
             }),
             rx: Mutex::new(Rx::new()),
-            shm: Mutex::new(None),
-            same_host: AtomicBool::new(false),
+            shm: OnceLock::new(),
         })
     }
 
     /// Whether this end's READs and WRITEs take the same-host path.
     pub(crate) fn same_host(&self) -> bool {
-        self.same_host.load(Ordering::Acquire)
+        self.shm.get().is_some()
     }
 
     /// Makes this end take the same-host path (at connection set-up, under `st`).
     pub(crate) fn set_same_host(&self, client: Option<ShmClient>) {
-        let on = client.is_some();
-        *self.shm.lock() = client;
-        self.same_host.store(on, Ordering::Release);
+        if let Some(client) = client {
+            let _ = self.shm.set(client);
+        }
     }
 
-    /// Drops the same-host client, unmapping the peer's regions (the connection closed).
+    /// Ends the same-host path, unmapping the peer's regions (the connection closed).
     pub(crate) fn drop_same_host(&self, st: &mut ConnState) {
         st.inbox = None;
         st.live = None;
-        self.shm.lock().take();
+        if let Some(client) = self.shm.get() {
+            client.close();
+        }
     }
 
     /// Opens this end's inbox for the peer's SENDs (once, on a live queue pair) and
@@ -560,27 +579,26 @@ impl Conn {
 
     /// Executes and retires the same-host requests now at the front of the send queue (every
     /// request before them has completed), after placing the SENDs the peer completed before
-    /// (a copy may see what the peer did after them). Returns whether one failed: the queue
-    /// pair must then enter the error state.
-    pub(crate) fn run_local_front(&self, st: &mut ConnState) -> bool {
+    /// (a copy may see what the peer did after them). A failed one puts the queue pair in the
+    /// error state, after the SENDs that arrived during it.
+    pub(crate) fn run_local_front(&self, st: &mut ConnState) {
         st.drain_inbox();
-        let mut shm = self.shm.lock();
-        let Some(client) = shm.as_mut() else { return false };
+        let Some(client) = self.shm.get() else { return };
         loop {
-            let Some(qp) = st.qp.as_mut() else { return false };
-            let Some(op) = qp.inflight.front().and_then(|f| f.local) else { return false };
+            let Some(qp) = st.qp.as_mut() else { return };
+            let Some(op) = qp.inflight.front().and_then(|f| f.local) else { return };
             let f = qp.inflight.pop_front().expect("front checked");
-            let status = op.run(client, &f.dest);
+            let status = client.copy(op.rkey, op.addr, &f.dest, op.read);
             if status.is_success() {
                 qp.retire(f, status);
                 continue;
             }
-            // As in `post_send`: a SEND that arrived during the failed copy completes first.
             st.drain_inbox();
             if let Some(qp) = st.qp.as_mut() {
                 qp.retire(f, status);
             }
-            return true;
+            st.qp_error();
+            return;
         }
     }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::conn::RecvWr;
+use super::conn::{RecvList, RecvWr};
 use super::device::Device;
 use super::shm::{Bell, Pool};
 use crate::fabric::error::{Error, Result};
@@ -124,7 +124,8 @@ impl CqInner {
         self.bell.notify(solicited || !wc.status.is_success());
     }
 
-    /// Moves completions into `out`. An empty queue is seen from one atomic load, without the
+    /// Moves completions into `out`, after placing the SENDs waiting in inboxes. An empty queue
+    /// with nothing new in the inboxes is seen from a few atomic loads, without the
     /// lock; the poller never yields here (waiting is `poll_wait`'s business).
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         self.drain_inboxes();
@@ -196,39 +197,18 @@ pub(crate) struct SrqInner {
     pub(crate) pd: u32,
     max_wr: u32,
     max_sge: u32,
-    queue: Mutex<SrqList>,
-}
-
-/// Posted receives and, once a same-host sender asked, their credits.
-#[derive(Default)]
-struct SrqList {
-    wrs: VecDeque<RecvWr>,
-    pool: Option<Arc<Pool>>,
+    queue: Mutex<RecvList>,
 }
 
 impl SrqInner {
-    /// Takes the oldest posted receive, for a SEND that claimed it from the pool (`claimed`)
-    /// or one that came over a stream.
+    /// Takes the oldest posted receive (see [`RecvList::take`]).
     pub(crate) fn take(&self, claimed: bool) -> Option<RecvWr> {
-        let mut q = self.queue.lock();
-        if q.wrs.is_empty() {
-            return None;
-        }
-        if let (false, Some(pool)) = (claimed, &q.pool) {
-            if !pool.claim_for_stream() {
-                return None;
-            }
-        }
-        q.wrs.pop_front()
+        self.queue.lock().take(claimed)
     }
 
     /// The receive credits of this queue, made on first use.
     pub(crate) fn pool(&self) -> Option<Arc<Pool>> {
-        let mut q = self.queue.lock();
-        if q.pool.is_none() {
-            q.pool = Some(Arc::new(Pool::new(q.wrs.iter().map(|w| w.cap)).ok()?));
-        }
-        q.pool.clone()
+        self.queue.lock().pool()
     }
 }
 
@@ -240,7 +220,7 @@ pub(crate) struct SoftSrq {
 
 impl SoftSrq {
     pub(crate) fn new(dev: Arc<Device>, pd: u32, max_wr: u32, max_sge: u32) -> Self {
-        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(SrqList::default()) }), _dev: dev }
+        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(RecvList::default()) }), _dev: dev }
     }
 }
 
@@ -252,13 +232,10 @@ impl SrqOps for SoftSrq {
         }
         let wr = RecvWr::new(wr_id, sges, s.pd, "post_srq_recv")?;
         let mut q = s.queue.lock();
-        if q.wrs.len() >= s.max_wr as usize {
+        if q.len() >= s.max_wr as usize {
             return Err(Error::QueueFull { queue: "shared receive queue", depth: s.max_wr });
         }
-        if let Some(pool) = &q.pool {
-            pool.posted(wr.cap);
-        }
-        q.wrs.push_back(wr);
+        q.push(wr);
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ use super::cm::SoftChannel;
 use super::conn::{Conn, Seg};
 use super::cq::{SoftCq, SoftSrq};
 use super::nic::{self, Cmd, ListenerEntry};
-use super::shm::{self, KeySlot};
+use super::shm::{self, HeldSlot};
 use super::ud::SoftUd;
 use crate::fabric::error::{Error, Result};
 use crate::fabric::memory::RegisteredBuffer;
@@ -51,8 +51,9 @@ struct RegionEntry {
     buf: Arc<RegisteredBuffer>,
     access: Access,
     pd: u32,
-    /// Its slot in the same-host key table (regions with remote access).
-    slot: Option<KeySlot>,
+    /// Its slot in the same-host key table (regions with remote access), revoked when the
+    /// entry is dropped.
+    slot: Option<HeldSlot>,
 }
 
 /// The seeded generator of UD faults.
@@ -107,8 +108,8 @@ impl Shared {
         };
         let remote = access.contains(Access::REMOTE_READ) || access.contains(Access::REMOTE_WRITE);
         let slot = match self.shm.as_ref().filter(|_| remote) {
-            Some(ep) => Some(ep.keys.publish(key).ok_or(Error::QueueFull {
-                queue: "same-host key table (regions with remote access)",
+            Some(ep) => Some(HeldSlot::publish(&ep.keys, key).ok_or(Error::QueueFull {
+                queue: "same-host key table (regions with remote access and same-host connections)",
                 depth: shm::KEY_SLOTS,
             })?),
             None => None,
@@ -117,11 +118,9 @@ impl Shared {
         Ok(key)
     }
 
+    /// Removes a region; its key-table slot is revoked before this returns.
     fn remove_region(&self, key: u32) {
-        let entry = self.regions.write().remove(&key);
-        if let (Some(RegionEntry { slot: Some(slot), .. }), Some(ep)) = (entry, self.shm.as_ref()) {
-            ep.keys.revoke(slot);
-        }
+        drop(self.regions.write().remove(&key));
     }
 }
 
@@ -144,7 +143,7 @@ impl shm::Owner for Shared {
         };
         let regions = self.regions.read();
         let r = regions.get(&rkey).filter(|r| r.pd == pd)?;
-        let slot = r.slot?;
+        let slot = r.slot.as_ref()?.slot();
         let fd = if r.access.contains(Access::REMOTE_WRITE) {
             r.buf.memfd().try_clone_to_owned().ok()?
         } else {

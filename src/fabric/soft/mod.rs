@@ -6,8 +6,10 @@
 //! the region table of the queue pair's protection domain) without the owner's threads, and
 //! posting threads write their frames to the socket themselves when nothing is queued.
 //!
-//! Between devices of one host, READs and WRITEs take the same-host path instead (`shm`): the
-//! posting thread copies from a read-only mapping of the peer's region, with the same checks.
+//! Between devices of one host, READs, WRITEs and small SENDs take the same-host path instead
+//! (`shm`): this end's threads copy between its buffers and a mapping of the peer's region
+//! (read-only unless the region grants remote write), with the same checks, and write SENDs
+//! into the peer's inbox.
 
 mod cm;
 mod conn;

@@ -526,7 +526,9 @@ impl Nic {
                 }
                 let f = qp.inflight.pop_front().expect("front checked");
                 qp.retire(f, hdr.status.wc_status());
-                if hdr.status != Status::Ok || c.run_local_front(&mut st) {
+                if hdr.status == Status::Ok {
+                    c.run_local_front(&mut st);
+                } else {
                     st.qp_error();
                 }
                 Step::Continue
@@ -736,8 +738,8 @@ impl Nic {
                 let f = qp.inflight.pop_front().expect("front checked");
                 let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
                 qp.retire(f, status);
-                if status.is_success() && c.run_local_front(&mut st) {
-                    st.qp_error();
+                if status.is_success() {
+                    c.run_local_front(&mut st);
                 }
             }
             Then::Recv { recv, imm, solicited } => {
@@ -758,7 +760,7 @@ impl Nic {
         match (hdr.ty, st.phase) {
             (FrameType::ConnectReq, Phase::Incoming) => {
                 st.peer_rnr_retry = hdr.aux as u8;
-                st.peer_offer = Offer::from_fields(hdr.addr, hdr.psn, hdr.rkey, hdr.imm);
+                st.peer_offer = Offer::from_header(&hdr);
                 st.phase = Phase::Requested;
                 self.timers.cancel(c.id, TimerKind::HandshakeTimeout);
                 let ch = st.channel.clone();
@@ -772,7 +774,7 @@ impl Nic {
                 st.peer_rnr_retry = hdr.aux as u8;
                 // Same-host path: both ends offered, and this end's stream opens (or not)
                 // before the connection is reported established.
-                let offer = Offer::from_fields(hdr.addr, hdr.psn, hdr.rkey, hdr.imm);
+                let offer = Offer::from_header(&hdr);
                 if let Some((ep, offer)) = self.shared.shm.as_ref().zip(offer).filter(|_| st.shm_nonce != 0) {
                     c.set_same_host(ep.connect(&offer));
                 }
@@ -880,10 +882,7 @@ impl Nic {
                 TimerKind::ConnectTimeout => {
                     let mut st = c.st.lock();
                     if st.phase == Phase::Connecting {
-                        if let Some(qp) = st.qp.as_mut() {
-                            qp.error = true;
-                            qp.flush(WcStatus::WorkRequestFlushed);
-                        }
+                        st.fail_qp(WcStatus::WorkRequestFlushed);
                         let detail = format!("no answer from {} within the connect timeout", c.peer);
                         self.close_with(&c, &mut st, Some(Ev::Unreachable { conn: id, detail }));
                     }

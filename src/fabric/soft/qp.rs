@@ -81,7 +81,7 @@ impl QpOps for SoftQp {
         if qp.rq.len() >= qp.caps.max_recv_wr as usize {
             return Err(Error::QueueFull { queue: "receive queue", depth: qp.caps.max_recv_wr });
         }
-        qp.push_recv(wr);
+        qp.rq.push(wr);
         Ok(())
     }
 
@@ -91,27 +91,22 @@ impl QpOps for SoftQp {
         if total > max_msg {
             return Err(Error::invalid("post_send", format!("{total} bytes exceed the message limit of {max_msg}")));
         }
-        // Same-host path: a READ or WRITE is a copy by this thread. Its region is mapped before
-        // the connection's lock is taken: asking the peer for it waits for the peer's NIC
-        // thread, which must not wait for ours meanwhile.
+        // Same-host path: a READ or WRITE is a copy by this thread, and a small SEND goes into
+        // the peer's inbox when it can. The region or the inbox is mapped before the
+        // connection's lock is taken: asking the peer for it waits for the peer's NIC thread,
+        // which must not wait for ours meanwhile.
+        let shm = self.conn.shm.get();
         let local = match wr.op {
-            SendOp::RdmaRead(r) | SendOp::RdmaWrite(r) if self.conn.same_host() => {
+            SendOp::RdmaRead(r) | SendOp::RdmaWrite(r) if shm.is_some() => {
                 Some(LocalOp { read: matches!(wr.op, SendOp::RdmaRead(_)), rkey: r.rkey, addr: r.addr })
             }
             _ => None,
         };
-        // A small SEND goes into the peer's inbox when it can: the inbox is mapped first, for
-        // the same reason.
-        let inline = matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_))
-            && self.conn.same_host()
-            && total <= MAX_INLINE as u64;
-        if local.is_some() || inline {
-            if let Some(client) = self.conn.shm.lock().as_mut() {
-                match local {
-                    Some(op) => client.prefetch(op.rkey),
-                    None => client.prefetch_inbox(),
-                }
-            }
+        let inline = matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_)) && total <= MAX_INLINE as u64;
+        match (shm, local) {
+            (Some(client), Some(op)) => client.prefetch(op.rkey),
+            (Some(client), None) if inline => client.prefetch_inbox(),
+            _ => {}
         }
         let mut st = self.conn.st.lock();
         let phase = st.phase;
@@ -159,26 +154,23 @@ impl QpOps for SoftQp {
             // The copy joins the send queue and runs now if nothing is in flight before it, else
             // once the requests before it have completed (as RC executes requests in order at
             // the responder); `run_local_front` runs it either way.
-            let qp = st.qp.as_mut().expect("checked above");
             qp.sq_used += 1;
             let mut f = entry(0, segs);
             f.local = Some(op);
             qp.inflight.push_back(f);
-            if qp.inflight.len() == 1 && self.conn.run_local_front(&mut st) {
-                st.qp_error();
+            if qp.inflight.len() == 1 {
+                self.conn.run_local_front(&mut st);
             }
             return Ok(());
         }
-        let qp = st.qp.as_mut().expect("checked above");
-        if inline && qp.inflight.is_empty() {
+        if let (Some(client), true, true) = (shm, inline, qp.inflight.is_empty()) {
             // Nothing is in flight before it, and a receive is claimed for it: it is as good as
             // placed, and completes now. Otherwise it takes the stream, behind what is there.
             let imm = match wr.op {
                 SendOp::SendWithImm(imm) => Some(imm),
                 _ => None,
             };
-            let sent = self.conn.shm.lock().as_mut().is_some_and(|c| c.send(&segs, total as usize, imm, wr.solicited));
-            if sent {
+            if client.send(&segs, total as usize, imm, wr.solicited) {
                 qp.sq_used += 1;
                 qp.retire(entry(0, Vec::new()), WcStatus::Success);
                 st.inbox_sends += 1;
@@ -246,10 +238,7 @@ impl QpOps for SoftQp {
             }
             Phase::Connecting | Phase::Incoming | Phase::Requested => {
                 st.clear_output();
-                if let Some(qp) = st.qp.as_mut() {
-                    qp.error = true;
-                    qp.flush(WcStatus::WorkRequestFlushed);
-                }
+                st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;
                 conn.shared.command(Cmd::Timer(Instant::now(), conn.id, TimerKind::Close));
             }

@@ -1,6 +1,6 @@
 //! The publish hot path: a message that fits under the cached publisher limit costs one
 //! uncontended lock, the copy into the ring, the header and its checksum, a release store of
-//! the tail, a look at the CQ (one atomic load on soft when it is empty) and a comparison
+//! the tail, a look at the CQ (a few atomic loads on soft when it is empty) and a comparison
 //! with the lowest armed doorbell. No clock read, no allocation, no system call: those wait
 //! for the calls that must block (`credit.rs`).
 

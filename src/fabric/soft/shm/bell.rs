@@ -8,7 +8,7 @@
 //! withholding SENDs could anyway.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::map::PeerMapping;
@@ -31,11 +31,10 @@ const ARMED_NEXT: u32 = 1;
 /// Armed for the next solicited (or failed) completion.
 const ARMED_SOLICITED: u32 = 2;
 
-/// The three words of a bell, wherever it is mapped.
+/// The words that wake a bell's waiter, wherever the bell is mapped.
 struct Words<'a> {
     seq: &'a AtomicU32,
     armed: &'a AtomicU32,
-    pending: &'a AtomicU64,
 }
 
 impl Words<'_> {
@@ -71,34 +70,40 @@ impl Bell {
         self.page.memfd()
     }
 
-    fn words(&self) -> Words<'_> {
-        let word = |at| self.page.atomic_u32(at).expect("the bell page holds its words");
-        Words { seq: word(SEQ), armed: word(ARMED), pending: self.page.atomic_u64(PENDING).expect("in the page") }
+    /// One 32-bit word of the page (each call looks up only the word it uses: `pending` runs
+    /// on every poll of the CQ).
+    fn word32(&self, at: usize) -> &AtomicU32 {
+        self.page.atomic_u32(at).expect("the bell page holds its words")
+    }
+
+    /// The words [`Words::fire`] uses.
+    fn firing(&self) -> Words<'_> {
+        Words { seq: self.word32(SEQ), armed: self.word32(ARMED) }
     }
 
     /// Arms for the next completion.
     pub(crate) fn arm(&self) {
-        self.words().armed.store(ARMED_NEXT, Ordering::SeqCst);
+        self.word32(ARMED).store(ARMED_NEXT, Ordering::SeqCst);
     }
 
     /// Arms for the next solicited (or failed) completion, unless armed for the next one.
     pub(crate) fn arm_solicited(&self) {
-        let _ = self.words().armed.compare_exchange(ARMED_NONE, ARMED_SOLICITED, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = self.word32(ARMED).compare_exchange(ARMED_NONE, ARMED_SOLICITED, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Notifies the waiter of a completion queued by this process, if armed for it.
     pub(crate) fn notify(&self, solicited: bool) {
-        self.words().fire(solicited);
+        self.firing().fire(solicited);
     }
 
     /// The count of SENDs peers say they wrote for this queue (it only tells when to look).
     pub(crate) fn pending(&self) -> u64 {
-        self.words().pending.load(Ordering::SeqCst)
+        self.page.atomic_u64(PENDING).expect("the bell page holds its words").load(Ordering::SeqCst)
     }
 
     /// Waits up to `timeout` for a notification not consumed yet; returns whether one came.
     pub(crate) fn wait(&self, timeout: Duration) -> bool {
-        let seq = self.words().seq;
+        let seq = self.word32(SEQ);
         let deadline = crate::time::deadline_after(timeout);
         loop {
             let now = seq.load(Ordering::Acquire);
@@ -127,18 +132,17 @@ impl PeerBell {
         Ok(PeerBell { map })
     }
 
-    fn words(&self) -> Option<Words<'_>> {
-        Some(Words { seq: self.map.word32(SEQ)?, armed: self.map.word32(ARMED)?, pending: self.map.word(PENDING)? })
-    }
-
     /// Tells the owner a SEND was written for it, waking it if it waits for one of this kind.
     pub(crate) fn ring(&self, solicited: bool) {
-        if let Some(w) = self.words() {
-            // SeqCst pairs with the owner's arm-then-look: either it sees the count move, or
-            // this side sees it armed.
-            w.pending.fetch_add(1, Ordering::SeqCst);
-            w.fire(solicited);
-        }
+        let (Some(seq), Some(armed), Some(pending)) =
+            (self.map.word32(SEQ), self.map.word32(ARMED), self.map.word(PENDING))
+        else {
+            return;
+        };
+        // SeqCst pairs with the owner's arm-then-look: either it sees the count move, or this
+        // side sees it armed.
+        pending.fetch_add(1, Ordering::SeqCst);
+        Words { seq, armed }.fire(solicited);
     }
 }
 

@@ -2,7 +2,9 @@
 //! reaches a peer on the same host.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+use crate::fabric::memory::send_msg;
 use std::os::unix::net::UnixStream;
 
 /// Most descriptors one message carries.
@@ -43,13 +45,8 @@ pub(crate) fn send_with_fds(sock: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'
         }
     }
     // SAFETY: `msg` points at `iov` (the caller's bytes) and the control buffer, both alive for
-    // the call; the kernel only reads them.
-    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
+    // the call.
+    unsafe { send_msg(sock.as_fd(), &msg) }
 }
 
 /// Receives into `buf` with one `recvmsg` (blocking as the socket is), collecting at most

@@ -167,6 +167,15 @@ impl Inbox {
     }
 }
 
+/// Room [`InboxWriter::reserve`] found for one SEND.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Room {
+    len: usize,
+    /// Bytes of padding to the ring's end before the entry.
+    pad: usize,
+    size: usize,
+}
+
 /// The sending end of a peer's inbox.
 pub(crate) struct InboxWriter {
     map: PeerMapping,
@@ -180,8 +189,9 @@ impl InboxWriter {
         Ok(InboxWriter { map: PeerMapping::new(fd, INBOX_LEN, true)?, tail: 0 })
     }
 
-    /// The bytes a `len`-byte SEND takes now (padding included), if it fits.
-    fn room_for(&self, len: usize) -> Option<(usize, usize)> {
+    /// Room for a `len`-byte SEND, if it fits now (it still does at [`write`](Self::write),
+    /// as only this end writes).
+    pub(crate) fn reserve(&self, len: usize) -> Option<Room> {
         if len > MAX_INLINE {
             return None;
         }
@@ -193,19 +203,13 @@ impl InboxWriter {
         let size = entry_size(len);
         let pos = (self.tail % DATA_LEN as u64) as usize;
         let pad = if pos + size > DATA_LEN { DATA_LEN - pos } else { 0 };
-        (used + (pad + size) as u64 <= DATA_LEN as u64).then_some((pad, size))
+        (used + (pad + size) as u64 <= DATA_LEN as u64).then_some(Room { len, pad, size })
     }
 
-    /// Whether a `len`-byte SEND fits now (it still does at [`write`](Self::write), as only
-    /// this end writes).
-    pub(crate) fn fits(&self, len: usize) -> bool {
-        self.room_for(len).is_some()
-    }
-
-    /// Writes a SEND of `len` bytes gathered from `segs` and publishes it; false if it does
-    /// not fit.
-    pub(crate) fn write(&mut self, segs: &[Seg], len: usize, imm: Option<u32>, solicited: bool) -> bool {
-        let Some((pad, size)) = self.room_for(len) else { return false };
+    /// Writes a SEND gathered from `segs` (`room.len` bytes) into the room reserved for it and
+    /// publishes it; false only if a segment or the mapping refuses the copy.
+    pub(crate) fn write(&mut self, room: Room, segs: &[Seg], imm: Option<u32>, solicited: bool) -> bool {
+        let Room { len, pad, size } = room;
         let pos = (self.tail % DATA_LEN as u64) as usize;
         if pad > 0 && !self.put(DATA + pos, &header(0, 0, PAD)) {
             return false;
@@ -269,11 +273,8 @@ mod tests {
             loop {
                 let len = 1000 + (n as usize * 37) % 3000;
                 let payload: Vec<u8> = (0..len).map(|i| (i as u32 ^ n) as u8).collect();
-                if !w.fits(len) {
-                    assert!(!w.write(&[seg(&payload)], len, None, false), "a write past the room succeeded");
-                    break;
-                }
-                assert!(w.write(&[seg(&payload)], len, Some(n), n % 2 == 0));
+                let Some(room) = w.reserve(len) else { break };
+                assert!(w.write(room, &[seg(&payload)], Some(n), n % 2 == 0));
                 written.push((n, payload));
                 n += 1;
             }
@@ -319,9 +320,9 @@ mod tests {
         let inbox = Inbox::new().unwrap();
         let mut w = InboxWriter::map(inbox.fd()).unwrap();
         inbox.word(HEAD).store(u64::MAX / 2, Ordering::Release);
-        assert!(!w.fits(8));
-        assert!(!w.write(&[seg(&[1; 8])], 8, None, false));
+        assert!(w.reserve(8).is_none(), "no room while the head lies");
         inbox.word(HEAD).store(0, Ordering::Release);
-        assert!(w.write(&[seg(&[1; 8])], 8, None, false));
+        let room = w.reserve(8).expect("room once it tells the truth");
+        assert!(w.write(room, &[seg(&[1; 8])], None, false));
     }
 }

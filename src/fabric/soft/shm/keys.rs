@@ -28,9 +28,9 @@ pub(crate) struct KeySlot {
     pub(crate) word: u64,
 }
 
+/// Slots handed out so far (one generation each) and the revoked ones free again.
 struct Allocator {
     free: Vec<u32>,
-    next: u32,
     generations: Vec<u32>,
 }
 
@@ -46,11 +46,7 @@ impl KeyTable {
     pub(crate) fn new() -> Result<KeyTable> {
         let table = RegisteredBuffer::new(TABLE_LEN)?;
         let read_only = reopen_read_only(table.memfd())?;
-        Ok(KeyTable {
-            table,
-            read_only,
-            alloc: Mutex::new(Allocator { free: Vec::new(), next: 0, generations: Vec::new() }),
-        })
+        Ok(KeyTable { table, read_only, alloc: Mutex::new(Allocator { free: Vec::new(), generations: Vec::new() }) })
     }
 
     /// The descriptor a peer maps (read-only).
@@ -58,15 +54,15 @@ impl KeyTable {
         self.read_only.as_fd()
     }
 
-    /// Publishes `rkey` in a free slot; `None` when every slot is taken.
-    pub(crate) fn publish(&self, rkey: u32) -> Option<KeySlot> {
+    /// Publishes `rkey` in a free slot; `None` when every slot is taken. Held through
+    /// [`HeldSlot`], which revokes it.
+    pub(super) fn publish(&self, rkey: u32) -> Option<KeySlot> {
         let mut a = self.alloc.lock();
         let index = match a.free.pop() {
             Some(i) => i,
-            None if a.next < SLOTS => {
-                a.next += 1;
+            None if a.generations.len() < SLOTS as usize => {
                 a.generations.push(0);
-                a.next - 1
+                (a.generations.len() - 1) as u32
             }
             None => return None,
         };
@@ -78,7 +74,7 @@ impl KeyTable {
     }
 
     /// Revokes a slot: copies that have not finished checking it fail from now on.
-    pub(crate) fn revoke(&self, slot: KeySlot) {
+    pub(super) fn revoke(&self, slot: KeySlot) {
         self.slot(slot.index).store(0, Ordering::SeqCst);
         // Later writes of the owner to the region must not become visible before the
         // revocation (a copy that sees them then sees the revocation too).

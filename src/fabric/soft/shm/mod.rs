@@ -1,6 +1,7 @@
 //! The same-host path of the soft provider: when both ends of a connection run on this host,
-//! RDMA READs and WRITEs become copies by the requester's own thread between its registered
-//! memory and a mapping of the responder's region, with no NIC thread and no socket.
+//! RDMA READs and WRITEs become copies by the requester's threads between its registered
+//! memory and a mapping of the responder's region, and small SENDs are written into the
+//! responder's inbox, with no NIC thread and no socket.
 //!
 //! - **Detection** happens when a connection is set up, never from an address: each device
 //!   with the path on listens on an abstract Unix socket named by a random token. A connect
@@ -17,12 +18,17 @@
 //!   every copy: deregistration revokes access at once (a remote access error, never stale
 //!   bytes). Mappings are checked to be sealed and large enough, so the owner's exit or
 //!   deregistration never faults the requester.
-//! - **Ordering**: a copy runs when it is posted; its completion waits behind requests of the
-//!   same queue pair still on the network path (SENDs), so the send queue completes in order.
+//! - **SENDs** of at most [`inbox::MAX_INLINE`] bytes with nothing in flight before them are
+//!   written by the posting thread into the responder's inbox ([`inbox`]) after claiming one
+//!   of its posted receives ([`pool`]), and ring its CQ's [`bell`]; the others take the stream.
+//! - **Ordering**: a copy runs when it is posted if nothing is in flight before it, else once
+//!   the requests before it have completed (on the NIC thread), as RC executes requests in
+//!   order at the responder; the responder places inbox SENDs before anything that could see
+//!   what the peer did after them.
 //!
-//! Failure modes: a peer that never answers a region request within [`ANSWER_TIMEOUT`] fails
-//! that request with a transport error; a stream that breaks fails later requests the same
-//! way; the connection's own transport (SENDs, CM) is unchanged and reports the peer's end.
+//! Failure modes: a peer that never answers a request within [`ANSWER_TIMEOUT`] fails it with
+//! a transport error; a stream that breaks fails later requests the same way; a responder
+//! whose queue pair failed or closed is never read again (its connection slot is revoked).
 
 mod bell;
 mod client;
@@ -37,7 +43,7 @@ mod serve;
 mod tests;
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,7 +62,9 @@ pub(crate) use proto::Answer;
 pub(crate) use serve::{Owner, Streams, LISTENER_TOKEN};
 
 use crate::fabric::error::{Error, Result};
+use crate::fabric::memory::{send_vectored, IoPart};
 use crate::fabric::provider::ConnId;
+use crate::fabric::soft::wire::Header;
 
 /// How long a requester waits for the owner to answer a region request.
 pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -74,15 +82,15 @@ pub(crate) struct Offer {
 }
 
 impl Offer {
-    /// The offer carried in a CM frame's otherwise unused header fields (token 0: none).
-    pub(crate) fn from_fields(addr: u64, psn: u32, rkey: u32, imm: u32) -> Option<Offer> {
-        let nonce = u64::from(psn) << 32 | u64::from(rkey);
-        (addr != 0 && nonce != 0).then_some(Offer { token: addr, boot: imm, nonce })
+    /// The offer a CM frame carries in its otherwise unused header fields (token 0: none).
+    pub(crate) fn from_header(h: &Header) -> Option<Offer> {
+        let nonce = u64::from(h.psn) << 32 | u64::from(h.rkey);
+        (h.addr != 0 && nonce != 0).then_some(Offer { token: h.addr, boot: h.imm, nonce })
     }
 
-    /// The header fields `(addr, psn, rkey, imm)` carrying this offer.
-    pub(crate) fn fields(&self) -> (u64, u32, u32, u32) {
-        (self.token, (self.nonce >> 32) as u32, self.nonce as u32, self.boot)
+    /// Writes this offer into a CM frame's header.
+    pub(crate) fn stamp(&self, h: &mut Header) {
+        (h.addr, h.psn, h.rkey, h.imm) = (self.token, (self.nonce >> 32) as u32, self.nonce as u32, self.boot);
     }
 }
 
@@ -169,7 +177,7 @@ impl Endpoint {
             sock.connect(&name)?;
             let stream = UnixStream::from(OwnedFd::from(sock));
             let hello = proto::hello(offer.nonce);
-            if fds::send_with_fds(&stream, &hello, &[])? != hello.len() {
+            if send_vectored(stream.as_fd(), &[IoPart::Bytes(&hello)])? != hello.len() {
                 return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "short hello"));
             }
             stream.set_nonblocking(false)?;

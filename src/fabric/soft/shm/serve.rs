@@ -1,6 +1,6 @@
 //! The responder's side, run by the NIC thread: accepting streams on the device's socket,
 //! binding each to a connection by the nonce of its hello, and answering region requests with
-//! the region's descriptor.
+//! the region's descriptor and inbox requests with the inbox, receive pool and bell.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};

@@ -122,7 +122,9 @@ fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_se
 fn a_nonce_opens_one_stream_once() {
     let ep = Endpoint::open().unwrap();
     let offer = ep.offer(7).expect("an offer");
-    assert_eq!(Offer::from_fields(offer.fields().0, offer.fields().1, offer.fields().2, offer.fields().3), Some(offer));
+    let mut h = crate::fabric::soft::wire::Header::new(crate::fabric::soft::wire::FrameType::ConnectReq);
+    offer.stamp(&mut h);
+    assert_eq!(Offer::from_header(&h), Some(offer));
     assert_eq!(ep.redeem(offer.nonce), Some(7));
     assert_eq!(ep.redeem(offer.nonce), None, "a nonce is good once");
     let withdrawn = ep.offer(8).unwrap();
@@ -276,4 +278,39 @@ fn copies_and_sends_stop_the_moment_the_responders_queue_pair_fails() {
     assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
     assert_eq!(wc[0].wr_id, 21);
     assert!(!wc[0].status.is_success(), "a SEND to a dead responder failed: {:?}", wc[0]);
+}
+
+/// A request to the peer (a round trip to its NIC thread) holds up no copy or SEND of the same
+/// connection: those may run on the NIC thread under the connection's lock, and must never wait
+/// for the peer's NIC thread. Here the peer reads the request and does not answer while another
+/// thread copies; then it hangs up, and the client reports the broken stream.
+#[test]
+fn a_request_waiting_for_the_peer_holds_up_no_copy_or_send() {
+    use super::ShmClient;
+    use std::sync::Arc;
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    ours.set_read_timeout(Some(T)).unwrap();
+    peer.set_read_timeout(Some(T)).unwrap();
+    let client = Arc::new(ShmClient::new(ours));
+    let asking = {
+        let client = client.clone();
+        std::thread::spawn(move || client.prefetch(7))
+    };
+    let mut request = [0u8; 16];
+    let n = peer.read(&mut request).expect("the request arrives");
+    assert!(n > 0);
+    // The request waits for its answer; a copy meanwhile finds nothing mapped at once.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let copier = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let _ = done_tx.send((client.copy(7, 0, &[], true), client.send(&[], 0, None, false)));
+        })
+    };
+    let (copied, sent) = done_rx.recv_timeout(T).expect("the copy and the SEND did not wait for the request");
+    assert_eq!((copied, sent), (WcStatus::RemoteAccessError, false));
+    copier.join().unwrap();
+    drop(peer);
+    asking.join().unwrap();
+    assert_eq!(client.copy(7, 0, &[], true), WcStatus::TransportRetryExceeded, "the stream broke");
 }
