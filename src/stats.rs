@@ -304,25 +304,14 @@ pub struct Found {
 /// of dead processes, temporary files and unreadable files are skipped.
 pub fn list(dir: &Path) -> std::io::Result<Vec<Found>> {
     let mut found = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
-        Err(e) => return Err(e),
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-        if name.starts_with('.') || !name.ends_with(".stats") {
-            continue;
-        }
-        let Some(pid) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if !process_alive(pid) {
+    for file in stats_files(dir)? {
+        if file.temporary || !process_alive(file.pid) {
             continue;
         }
         // The node may remove its file between the listing and the read.
-        let Ok(text) = std::fs::read_to_string(&path) else { continue };
+        let Ok(text) = std::fs::read_to_string(&file.path) else { continue };
         if let Ok(snapshot) = Snapshot::parse(&text) {
-            found.push(Found { path, snapshot });
+            found.push(Found { path: file.path, snapshot });
         }
     }
     found.sort_by_key(|f| (f.snapshot.pid, f.snapshot.node_id));
@@ -332,26 +321,39 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<Found>> {
 /// Removes the stats files (and temporary files) in `dir` of processes that no longer exist,
 /// such as nodes of SIGKILLed processes, which could not remove their own; returns how many.
 pub fn remove_dead(dir: &Path) -> std::io::Result<usize> {
+    let dead = stats_files(dir)?.into_iter().filter(|f| !process_alive(f.pid));
+    Ok(dead.filter(|f| std::fs::remove_file(&f.path).is_ok()).count())
+}
+
+/// A stats file found in the directory: `<pid>-<node>.stats`, or its temporary
+/// `.<pid>-<node>.stats.tmp`.
+struct StatsFile {
+    path: PathBuf,
+    pid: u32,
+    temporary: bool,
+}
+
+/// The stats files in `dir` (none when it does not exist); other files are left out.
+fn stats_files(dir: &Path) -> std::io::Result<Vec<StatsFile>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut removed = 0;
+    let mut files = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
-        // `<pid>-<node>.stats`, or its temporary `.<pid>-<node>.stats.tmp`.
-        let stem = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")).unwrap_or(name);
-        if !stem.ends_with(".stats") {
+        let stem = name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp"));
+        let temporary = stem.is_some();
+        let stem = stem.unwrap_or(name);
+        if !stem.ends_with(".stats") || (!temporary && name.starts_with('.')) {
             continue;
         }
         let Some(pid) = stem.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if !process_alive(pid) && std::fs::remove_file(&path).is_ok() {
-            removed += 1;
-        }
+        files.push(StatsFile { path, pid, temporary });
     }
-    Ok(removed)
+    Ok(files)
 }
 
 /// Whether process `pid` exists (on Linux, `/proc/<pid>` does).
@@ -690,6 +692,17 @@ mod tests {
         let found = list(&dir).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].snapshot, live);
+        // The dead process's file and temporary file go; the live one's and other files stay.
+        std::fs::write(dir.join(".4194305-2.stats.tmp"), dead.render()).unwrap();
+        std::fs::write(dir.join("4194305-notes.txt"), "not a stats file").unwrap();
+        assert_eq!(remove_dead(&dir).unwrap(), 2);
+        let mut left: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        let pid = live.pid;
+        let mut kept = [format!(".{pid}-2.stats.tmp"), format!("{pid}-1.stats"), "4194305-notes.txt".to_string()];
+        kept.sort();
+        assert_eq!(left, kept);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

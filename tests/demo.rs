@@ -7,6 +7,9 @@
 //! own topic names and, where discovery is on, its own discovery group port, so no test's
 //! subscriber can find another's publisher.
 
+#[path = "common/unused_addr.rs"]
+mod unused_addr;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -582,14 +585,11 @@ fn user_mistakes_get_one_line_and_exit_code_2() {
     let verbs = run(&dir, &["pub", "--fabric", "verbs"], limit);
     assert_user_error(&verbs, "verbs");
     assert!(verbs.stderr.contains("--fabric soft"), "{}", verbs.stderr);
-    // Nobody listens on the port of a socket this test holds, bound but not listening, until
-    // the run ends (a listener dropped at once freed its port for the nodes of concurrent
-    // tests, and once one of them took it the connect found a peer).
-    let held = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    held.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
-    let unused = held.local_addr().unwrap().as_socket().unwrap().to_string();
-    assert_user_error(&run(&dir, &["sub", "--connect", &unused], limit), "is `pubsub-demo pub` running");
-    drop(held);
+    // Nobody listens on the port of a socket this test holds.
+    let unused = unused_addr::unused_addr([127, 0, 0, 1].into());
+    let addr = unused.addr.to_string();
+    assert_user_error(&run(&dir, &["sub", "--connect", &addr], limit), "is `pubsub-demo pub` running");
+    drop(unused);
 
     // Port in use: a first publisher holds it while it waits for a subscriber.
     let errors = topic("errors");

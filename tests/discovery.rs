@@ -26,6 +26,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::UdFaults;
+use rdma_pubsub::node::discovery::DEFAULT_PORT;
 use rdma_pubsub::protocol::{AnnounceKind, Announcement, TopicId, PROTOCOL_VERSION};
 use rdma_pubsub::{
     DiscoveryOptions, FabricKind, LostReason, Message, Node, Policy, Publisher, PublisherOptions, Start, Subscription,
@@ -111,11 +112,7 @@ impl Probe {
 }
 
 fn wait_subscribers(p: &Publisher, n: usize) {
-    let deadline = Instant::now() + WAIT;
-    while p.subscriber_count() < n {
-        assert!(Instant::now() < deadline, "{} subscribers did not arrive", n);
-        std::thread::yield_now();
-    }
+    p.wait_for_subscribers(n, WAIT).unwrap_or_else(|e| panic!("{n} subscribers did not arrive: {e}"));
 }
 
 fn publish_range(p: &Publisher, seqs: std::ops::RangeInclusive<u64>) {
@@ -289,7 +286,7 @@ fn send_raw(d: &DiscoveryOptions, payloads: &[Vec<u8>]) {
     sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).expect("IP_MULTICAST_IF");
     let sock: UdpSocket = sock.into();
     for p in payloads {
-        sock.send_to(p, SocketAddrV4::new(d.group, d.port)).expect("send junk");
+        sock.send_to(p, SocketAddrV4::new(d.group, d.domain_port())).expect("send junk");
     }
 }
 
@@ -574,9 +571,10 @@ fn an_announcement_of_another_domain_is_counted_and_dropped() {
 
 #[test]
 fn a_domain_past_the_last_port_is_refused() {
+    // Refused before anything is bound: the group and port are never used.
     let options = DiscoveryOptions { port: 65000, domain: 1000, ..domain(15) };
     let err = Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(options).build().err();
     assert!(matches!(err, Some(rdma_pubsub::Error::InvalidOption { option: "discovery domain", .. })), "{err:?}");
-    assert_eq!(DiscoveryOptions { domain: 3, ..Default::default() }.domain_port(), 7480);
+    assert_eq!(DiscoveryOptions { domain: 3, ..Default::default() }.domain_port(), DEFAULT_PORT + 3);
     assert_eq!(DiscoveryOptions { domain: 3, ..DiscoveryOptions::unicast(Vec::new()) }.domain_port(), 0);
 }

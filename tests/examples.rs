@@ -7,6 +7,9 @@
 //! examples`, `--all-targets`) does not build those binaries: run `cargo build --examples` with
 //! the same profile first. A binary older than the sources is refused rather than tested.
 
+#[path = "common/unused_addr.rs"]
+mod unused_addr;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -198,9 +201,8 @@ fn bad_input_gives_a_one_line_error_and_no_panic() {
 
 #[test]
 fn connecting_to_nobody_fails_cleanly() {
-    // A port nobody listens on: bind one, note it, release it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port();
-    let addr = format!("127.0.0.1:{port}");
+    let unused = unused_addr::unused_addr([127, 0, 0, 1].into());
+    let addr = unused.addr.to_string();
     let out = run_example("send_recv", &["--fabric", "soft", "--client", &addr, "--timeout", "5"]);
     assert_eq!(out.code, Some(1), "stdout: {}\nstderr: {}", out.stdout, out.stderr);
     assert!(out.stderr.starts_with("error: "), "stderr: {}", out.stderr);

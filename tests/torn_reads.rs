@@ -198,10 +198,7 @@ fn overwritten_records_are_never_delivered_torn() {
     let mut sub = sub_node.subscribe_with("torn", options).expect("subscription");
     sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).expect("connected");
     let deadline = Instant::now() + DEADLINE;
-    while publisher.subscriber_count() < 1 {
-        assert!(Instant::now() < deadline, "the subscriber was not accepted");
-        thread::yield_now();
-    }
+    publisher.wait_for_subscribers(1, DEADLINE).expect("the subscriber was accepted");
     let shared = Arc::new(Shared::default());
     let reader = {
         let shared = shared.clone();

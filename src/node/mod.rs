@@ -66,6 +66,10 @@ pub struct NodeBuilder {
     stats_dir: Option<PathBuf>,
     stats_interval: Duration,
     discovery: DiscoveryOptions,
+    /// Set by [`domain`](NodeBuilder::domain): overrides the discovery options' domain.
+    domain: Option<u16>,
+    /// Set by [`same_host`](NodeBuilder::same_host): overrides the soft options' setting.
+    same_host: Option<SameHost>,
     node_id: Option<NodeId>,
 }
 
@@ -77,6 +81,8 @@ impl Default for NodeBuilder {
             stats_dir: Some(stats::default_dir()),
             stats_interval: stats::DEFAULT_INTERVAL,
             discovery: DiscoveryOptions::default(),
+            domain: None,
+            same_host: None,
             node_id: None,
         }
     }
@@ -90,9 +96,9 @@ impl NodeBuilder {
     }
     /// The discovery domain (default 0): nodes discover only nodes of their own domain
     /// ([`DiscoveryOptions::domain`]). Shorthand for setting it in [`discovery`](Self::discovery)
-    /// options; call it after that.
+    /// options, and it wins over theirs whichever is called first.
     pub fn domain(mut self, domain: u16) -> Self {
-        self.discovery.domain = domain;
+        self.domain = Some(domain);
         self
     }
 
@@ -110,9 +116,10 @@ impl NodeBuilder {
     /// Whether connections between processes of this host use shared memory (soft fabric;
     /// default [`SameHost::Auto`]): READs then become copies by the subscriber's own thread
     /// instead of trips through the soft NIC threads and TCP loopback. Shorthand for
-    /// [`SoftOptions::same_host`]; call it after [`soft_options`](Self::soft_options).
+    /// [`SoftOptions::same_host`], and it wins over [`soft_options`](Self::soft_options)
+    /// whichever is called first.
     pub fn same_host(mut self, same_host: SameHost) -> Self {
-        self.fabric.soft.same_host = same_host;
+        self.same_host = Some(same_host);
         self
     }
     /// Settings of the soft fabric.
@@ -150,7 +157,13 @@ impl NodeBuilder {
     /// [`Error::Fabric`] when the fabric cannot be opened (no such device or provider, the
     /// address is in use or not local); [`Error::InvalidOption`] for discovery options out of
     /// range.
-    pub fn build(self) -> Result<Node> {
+    pub fn build(mut self) -> Result<Node> {
+        if let Some(domain) = self.domain {
+            self.discovery.domain = domain;
+        }
+        if let Some(same_host) = self.same_host {
+            self.fabric.soft.same_host = same_host;
+        }
         let fabric = fabric::open(&self.fabric)?;
         let pd = fabric.alloc_pd()?;
         let channel = fabric.create_event_channel()?;

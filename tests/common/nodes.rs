@@ -19,6 +19,7 @@ pub fn soft_node_without_discovery() -> Node {
 }
 
 /// A soft node on loopback without discovery, with the same-host path as given.
+#[allow(dead_code)]
 pub fn soft_node_with(same_host: SameHost) -> Node {
     Node::builder()
         .fabric(FabricKind::Soft)

@@ -414,14 +414,13 @@ pub fn explain(e: &Error) -> String {
         Error::Fabric(f) if f.raw_os_error() == Some(libc::ECONNREFUSED) => {
             format!("{e}; is `pubsub-demo pub` running at that address? check --connect")
         }
-        Error::Fabric(FabricError::InvalidArgument { verb: "connect", .. }) | Error::Unreachable { .. } => {
+        Error::Fabric(FabricError::InvalidArgument { verb: "connect", .. })
+        | Error::Unreachable { .. }
+        | Error::Timeout { what: "connect", .. } => {
             format!("{e}; is `pubsub-demo pub` running at that address? check --connect")
         }
         Error::Rejected { reason: RejectCode::UnknownTopic, .. } => {
             format!("{e}; the node there does not publish that topic: check --topic")
-        }
-        Error::Timeout { what: "connect", .. } => {
-            format!("{e}; is `pubsub-demo pub` running at that address? check --connect")
         }
         Error::InvalidTopic { .. } => format!("{e}; choose another --topic"),
         _ => e.to_string(),

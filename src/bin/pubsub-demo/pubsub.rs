@@ -77,19 +77,15 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
         node.fabric().kind()
     );
     let _ = std::io::stdout().flush();
-    let deadline = Instant::now() + Duration::from_secs(args.wait);
-    while publisher.subscriber_count() < args.subscribers {
-        if Instant::now() >= deadline {
-            return Err(Fail::Usage(format!(
-                "{} of {} subscriber(s) connected within {} s: start `pubsub-demo sub --connect {} --topic {}` (or use --subscribers 0)",
-                publisher.subscriber_count(),
-                args.subscribers,
-                args.wait,
-                node.local_addr(),
-                args.topic
-            )));
-        }
-        thread::sleep(Duration::from_millis(10));
+    if publisher.wait_for_subscribers(args.subscribers, Duration::from_secs(args.wait)).is_err() {
+        return Err(Fail::Usage(format!(
+            "{} of {} subscriber(s) connected within {} s: start `pubsub-demo sub --connect {} --topic {}` (or use --subscribers 0)",
+            publisher.subscriber_count(),
+            args.subscribers,
+            args.wait,
+            node.local_addr(),
+            args.topic
+        )));
     }
     let stream = payload::stream_of(&args.topic);
     let mut buf = vec![0u8; size];

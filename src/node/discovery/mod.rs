@@ -125,7 +125,7 @@ impl DiscoveryOptions {
         if self.multicast && self.port == 0 {
             return bad("discovery port", "multicast needs a fixed port");
         }
-        if self.port != 0 && u32::from(self.port) + u32::from(self.domain) > u32::from(u16::MAX) {
+        if self.port != 0 && self.port.checked_add(self.domain).is_none() {
             return bad("discovery domain", "port + domain must be a port number (at most 65535)");
         }
         if self.heartbeat < Duration::from_millis(1) || self.heartbeat > Duration::from_secs(3600) {
@@ -172,7 +172,7 @@ pub struct PeerInfo {
 pub struct DiscoveryCounters {
     /// Datagrams sent (every part, to the group and to each unicast peer).
     pub sent: AtomicU64,
-    /// Announcements of other nodes accepted.
+    /// Announcements of other nodes of this domain handled (those refused at a bound too).
     pub received: AtomicU64,
     /// Peers expired for missed heartbeats.
     pub expired: AtomicU64,
@@ -286,11 +286,6 @@ impl Directory {
         }
     }
 
-    /// The discovery domain this node hears.
-    pub(crate) fn domain(&self) -> u16 {
-        self.domain
-    }
-
     /// Whether discovery runs (subscriptions auto-connect only then).
     pub(crate) fn enabled(&self) -> bool {
         self.enabled
@@ -392,6 +387,7 @@ impl Directory {
             }
             return applied;
         }
+        self.counters.received.fetch_add(1, Ordering::Relaxed);
         let mut addr = a.connect;
         if addr.ip().is_unspecified() {
             // The node listens on every address: reach it where its datagram came from.
@@ -548,6 +544,23 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], 5000))
     }
 
+    /// `received` counts the announcements of other nodes of this domain, not this node's own
+    /// nor another domain's (counted as `other_domain`).
+    #[test]
+    fn only_other_nodes_of_this_domain_count_as_received() {
+        let dir = directory();
+        let now = Instant::now();
+        let counted = |d: &Directory| {
+            (d.counters.received.load(Ordering::Relaxed), d.counters.other_domain.load(Ordering::Relaxed))
+        };
+        dir.apply(hello(1, 0, 1, topics("mine", 1)), from(), now);
+        assert_eq!(counted(&dir), (0, 0), "this node's own announcement");
+        dir.apply(Announcement { domain: 3, ..hello(2, 0, 1, topics("far", 1)) }, from(), now);
+        assert_eq!(counted(&dir), (0, 1), "another domain's");
+        dir.apply(hello(2, 0, 1, topics("near", 1)), from(), now);
+        assert_eq!(counted(&dir), (1, 1), "another node of this domain");
+    }
+
     #[test]
     fn floods_of_peers_parts_and_topics_are_refused_and_counted() {
         let dir = directory();
@@ -591,6 +604,7 @@ mod tests {
         }
         let total = dir.inner.lock().peer_topics;
         assert!(total <= MAX_TOTAL_TOPICS, "{total} topics over all peers");
+        assert!(total > MAX_TOTAL_TOPICS - big, "{total} topics: announcements were refused before the bound");
         let recount: usize = dir.inner.lock().peers.values().map(Peer::topic_count).sum();
         assert_eq!(recount, total, "the running total matches the peers");
     }

@@ -112,9 +112,6 @@ fn handle(node: &NodeShared, d: Datagram) -> bool {
             return false;
         }
     };
-    if announcement.node_id != node.id && announcement.domain == node.discovery.domain() {
-        node.discovery.counters.received.fetch_add(1, Ordering::Relaxed);
-    }
     node.discovery.apply(announcement, d.from, Instant::now()).newcomer
 }
 
