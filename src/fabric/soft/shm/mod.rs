@@ -196,7 +196,7 @@ impl Endpoint {
     /// The abstract name of the device's socket.
     #[cfg(test)]
     pub(crate) fn abstract_name(&self) -> Vec<u8> {
-        format!("rdma-pubsub/soft/{:016x}", self.token).into_bytes()
+        abstract_name(self.token).into_bytes()
     }
 
     /// The listener's raw descriptor (registered with the NIC's poll).
@@ -207,8 +207,13 @@ impl Endpoint {
 
 /// The abstract socket name of the device with `token`.
 fn socket_name(token: u64) -> Result<SockAddr> {
-    SockAddr::unix(format!("\0rdma-pubsub/soft/{token:016x}"))
+    SockAddr::unix(format!("\0{}", abstract_name(token)))
         .map_err(|e| Error::invalid("same-host", format!("socket name: {e}")))
+}
+
+/// The name of that socket in the abstract namespace (without its leading NUL).
+fn abstract_name(token: u64) -> String {
+    format!("rdma-pubsub/soft/{token:016x}")
 }
 
 /// A hash of this kernel's boot identity (`/proc/sys/kernel/random/boot_id`), never 0.

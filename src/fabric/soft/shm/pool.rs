@@ -69,18 +69,7 @@ impl Pool {
     /// is claimed already (by SENDs waiting in inboxes): the stream's SEND then waits as for
     /// a missing receive (RNR), and never takes a receive an inbox SEND was promised.
     pub(crate) fn claim_for_stream(&self) -> bool {
-        let posted = self.word(POSTED).load(Ordering::Acquire);
-        let claimed = self.claimed();
-        let mut c = claimed.load(Ordering::Acquire);
-        loop {
-            if c >= posted {
-                return false;
-            }
-            match claimed.compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(now) => c = now,
-            }
-        }
+        claim(self.claimed(), self.word(POSTED), || true)
     }
 
     /// The descriptors a sender maps: the counts (read-only) and the claims (read-write).
@@ -111,18 +100,19 @@ impl PeerPool {
         else {
             return false;
         };
-        let mut c = claimed.load(Ordering::Acquire);
-        loop {
-            // Acquire: the floor read below is at least as new as the count.
-            if c >= posted.load(Ordering::Acquire) || len as u64 > floor.load(Ordering::Relaxed) {
-                return false;
-            }
-            match claimed.compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
-                Err(now) => c = now,
-            }
-        }
+        // The count is read (acquire) before the floor, so the floor is at least as new.
+        claim(claimed, posted, || len as u64 <= floor.load(Ordering::Relaxed))
     }
+}
+
+/// Takes one claim in `claimed` if fewer than `posted` are claimed and `fits` says the receive
+/// will do; false otherwise.
+fn claim(claimed: &AtomicU64, posted: &AtomicU64, fits: impl Fn() -> bool) -> bool {
+    claimed
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+            (c < posted.load(Ordering::Acquire) && fits()).then_some(c + 1)
+        })
+        .is_ok()
 }
 
 #[cfg(test)]
