@@ -8,6 +8,7 @@
 //! [`TopicId`], a stable FNV-1a hash of their name.
 
 mod announce;
+mod auth;
 pub mod codec;
 mod connect;
 mod control;
@@ -18,6 +19,7 @@ mod topic;
 mod tests;
 
 pub use announce::{AnnounceKind, Announcement, ANNOUNCE_MTU, MAX_ANNOUNCEMENT};
+pub use auth::{Secret, MAC_LEN, MAX_SECRET_LEN, MIN_SECRET_LEN};
 pub use connect::{
     AcceptData, ConnectData, ConnectFlags, Policy, PolicySet, RejectCode, RejectData, StartAt, MAX_REJECT_DETAIL,
 };
