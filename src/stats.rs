@@ -4,10 +4,15 @@
 //!
 //! # Where
 //!
-//! `$RDMA_PUBSUB_STATS_DIR` if set, otherwise `/dev/shm/rdma-pubsub` (or
-//! `<temp dir>/rdma-pubsub` where there is no `/dev/shm`). One file per node:
+//! `$RDMA_PUBSUB_STATS_DIR` if set, otherwise `/dev/shm/rdma-pubsub-<uid>` (or
+//! `<temp dir>/rdma-pubsub-<uid>` where there is no `/dev/shm`). One file per node:
 //! `<pid>-<node id, 16 hex digits>.stats`. A snapshot is written to `.<name>.tmp` and renamed
 //! over the file, so a reader always sees a complete snapshot.
+//!
+//! The directory is created with mode 0700. A node writes into it only if it is a real
+//! directory (not a symbolic link), owned by the process's user and writable by no one else;
+//! otherwise it writes no stats file and logs why. Temporary files are created with
+//! `O_CREAT | O_EXCL | O_NOFOLLOW`: a link planted in their place is never followed.
 //!
 //! # Format (version 1)
 //!
@@ -53,18 +58,57 @@ pub const DIR_ENV: &str = "RDMA_PUBSUB_STATS_DIR";
 /// How often a node rewrites its stats file by default.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The directory stats files go to: `$RDMA_PUBSUB_STATS_DIR`, else `/dev/shm/rdma-pubsub`,
-/// else `<temp dir>/rdma-pubsub`.
+/// The directory stats files go to: `$RDMA_PUBSUB_STATS_DIR`, else
+/// `/dev/shm/rdma-pubsub-<uid>`, else `<temp dir>/rdma-pubsub-<uid>` (one per user, so that
+/// no user writes into a directory another one controls).
 pub fn default_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(DIR_ENV).filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
+    let name = format!("rdma-pubsub-{}", own_uid().map_or_else(|_| "unknown".to_string(), |u| u.to_string()));
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
-        shm.join("rdma-pubsub")
+        shm.join(name)
     } else {
-        std::env::temp_dir().join("rdma-pubsub")
+        std::env::temp_dir().join(name)
     }
+}
+
+/// The user id this process runs as (the owner of `/proc/self`).
+fn own_uid() -> std::io::Result<u32> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata("/proc/self")?.uid())
+}
+
+/// Creates `dir` with mode 0700 if it does not exist, then checks that it is a directory (not
+/// a symbolic link) owned by this process's user and writable by no one else.
+fn prepare_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let refuse = |why: String| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("stats directory {}: {why}", dir.display()),
+        ))
+    };
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    let uid = own_uid()?;
+    if !meta.file_type().is_dir() {
+        return refuse("not a directory (a symbolic link?)".into());
+    }
+    if meta.uid() != uid {
+        return refuse(format!("owned by uid {}, not by this process's uid {uid}", meta.uid()));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return refuse(format!("writable by others (mode {:o})", meta.mode() & 0o7777));
+    }
+    Ok(())
 }
 
 /// What a counters line describes.
@@ -539,6 +583,7 @@ impl Registry {
 }
 
 /// The thread that rewrites a node's stats file every interval and removes it on drop.
+#[derive(Debug)]
 pub(crate) struct Exporter {
     path: PathBuf,
     stop: Option<Sender<()>>,
@@ -546,19 +591,15 @@ pub(crate) struct Exporter {
 }
 
 impl Exporter {
-    /// Creates `dir` (world-writable and sticky, as /tmp, when this call creates it), writes
-    /// the first snapshot and starts the thread.
+    /// Creates `dir` (mode 0700) or checks it (see the module doc), writes the first snapshot
+    /// and starts the thread.
     pub(crate) fn start(
         dir: &Path,
         file_name: String,
         interval: Duration,
         snapshot: impl Fn() -> Option<Snapshot> + Send + 'static,
     ) -> std::io::Result<Exporter> {
-        if !dir.is_dir() {
-            std::fs::create_dir_all(dir)?;
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777));
-        }
+        prepare_dir(dir)?;
         let path = dir.join(&file_name);
         let tmp = dir.join(format!(".{file_name}.tmp"));
         if let Some(s) = snapshot() {
@@ -599,8 +640,23 @@ impl Drop for Exporter {
     }
 }
 
+/// Writes `text` to a new file `tmp` (never through a link planted there) and renames it over
+/// `path`. A `tmp` left behind (by a killed process that had this pid) is removed first.
 fn write_atomically(tmp: &Path, path: &Path, text: &str) -> std::io::Result<()> {
-    std::fs::write(tmp, text)?;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let create = || {
+        std::fs::OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).mode(0o600).open(tmp)
+    };
+    let mut file = match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(tmp)?;
+            create()?
+        }
+        other => other?,
+    };
+    file.write_all(text.as_bytes())?;
+    drop(file);
     std::fs::rename(tmp, path)
 }
 
@@ -675,6 +731,62 @@ mod tests {
         drop(exporter);
         assert!(!path.exists());
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    fn test_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rdma-pubsub-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn sample_exporter(dir: &Path) -> std::io::Result<Exporter> {
+        Exporter::start(dir, "x.stats".into(), Duration::from_secs(3600), || Some(sample()))
+    }
+
+    #[test]
+    fn the_directory_is_created_private_and_refused_when_others_control_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = test_dir("stats-private");
+        let exporter = sample_exporter(&dir).unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777, 0o700);
+        drop(exporter);
+        // Writable by others (as a world-writable /tmp-like directory would be): refused.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = sample_exporter(&dir).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        assert!(std::fs::read_dir(&dir).unwrap().next().is_none(), "nothing written into it");
+        // A symbolic link to a directory: refused, even one of ours.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = test_dir("stats-link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let e = sample_exporter(&link).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_link_planted_as_the_temporary_file_is_not_followed() {
+        let dir = test_dir("stats-planted");
+        std::fs::DirBuilder::new().create(&dir).unwrap();
+        let victim = test_dir("stats-victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(".x.stats.tmp")).unwrap();
+        let exporter = sample_exporter(&dir).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious", "written through the link");
+        assert_eq!(Snapshot::parse(&std::fs::read_to_string(exporter.path()).unwrap()).unwrap(), sample());
+        drop(exporter);
+        std::fs::remove_file(&victim).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_default_directory_is_per_user() {
+        if std::env::var_os(DIR_ENV).is_some() {
+            return;
+        }
+        let name = default_dir().file_name().unwrap().to_str().unwrap().to_owned();
+        assert_eq!(name, format!("rdma-pubsub-{}", own_uid().unwrap()));
     }
 
     #[test]
