@@ -93,6 +93,12 @@ impl Attacker {
 
     /// Connects as a legitimate subscriber of `topic` and returns the accept data.
     fn subscribe(&self, addr: SocketAddr, topic: &str) -> (QueuePair, AcceptData) {
+        self.subscribe_asking_rnr_retry(addr, topic, QpInit::new(&self.pd, &self.cq).rnr_retry)
+    }
+
+    /// [`Attacker::subscribe`], asking the publisher to retry its SENDs `rnr_retry` times when
+    /// this end has no receive posted (the requester's choice, as in an RDMA-CM connect).
+    fn subscribe_asking_rnr_retry(&self, addr: SocketAddr, topic: &str, rnr_retry: u8) -> (QueuePair, AcceptData) {
         let data = ConnectData {
             topic: TopicId::of(topic),
             start: StartAt::Latest,
@@ -102,7 +108,8 @@ impl Attacker {
         }
         .encode()
         .unwrap();
-        let qp = self.channel.connect(addr, &QpInit::new(&self.pd, &self.cq), &data, WAIT).expect("connect");
+        let init = QpInit { rnr_retry, ..QpInit::new(&self.pd, &self.cq) };
+        let qp = self.channel.connect(addr, &init, &data, WAIT).expect("connect");
         loop {
             match self.channel.get_event(WAIT).expect("get_event") {
                 Some(CmEvent::Established { conn, private_data }) if conn == qp.conn_id() => {

@@ -1,8 +1,10 @@
-//! The node's connection-manager thread: answers connect requests for local publishers and
-//! routes every other connection event to the publisher or subscription that owns it.
+//! The node's connection-manager thread: answers connect requests for local publishers,
+//! routes every other connection event to the publisher or subscription that owns it, and
+//! services the local publishers every `SERVICE_INTERVAL`.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use crate::fabric::{CmEvent, ConnId, Error as FabricError, Listener, RejectReason as CmRejectReason};
 
@@ -23,8 +25,15 @@ pub(crate) enum FeedEvent {
 
 /// The thread body: runs until the node stops, then closes the listener.
 pub(crate) fn run(node: Arc<NodeShared>, listener: Listener) {
+    let mut next_service = Instant::now() + publisher::SERVICE_INTERVAL;
     while !node.stop.load(Ordering::Acquire) {
-        match node.channel.get_event(SLICE) {
+        let now = Instant::now();
+        if now >= next_service {
+            service_publishers(&node);
+            next_service = now + publisher::SERVICE_INTERVAL;
+        }
+        let wait = next_service.saturating_duration_since(now).min(SLICE);
+        match node.channel.get_event(wait) {
             Ok(Some(event)) => dispatch(&node, event),
             Ok(None) => {}
             Err(FabricError::Closed) => break,
@@ -35,6 +44,16 @@ pub(crate) fn run(node: Arc<NodeShared>, listener: Listener) {
         }
     }
     drop(listener);
+}
+
+/// Services every live local publisher (see `PublisherShared::service`), without holding
+/// the publisher table while doing so.
+fn service_publishers(node: &NodeShared) {
+    let live: Vec<Arc<publisher::PublisherShared>> =
+        node.publishers.lock().values().filter_map(Weak::upgrade).collect();
+    for p in live {
+        p.service();
+    }
 }
 
 fn route(node: &NodeShared, conn: ConnId, remove: bool) -> Option<Route> {

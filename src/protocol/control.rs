@@ -21,6 +21,12 @@ pub enum DropReason {
     ProtocolViolation,
     /// The publisher is closing.
     ShuttingDown,
+    /// The subscriber was idle for `millis`: it held the publisher back without acking, or
+    /// took none of its control messages (see `PublisherOptions::idle_timeout`).
+    Idle {
+        /// How long it was idle.
+        millis: u64,
+    },
 }
 
 /// A control message.

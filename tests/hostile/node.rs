@@ -2,3 +2,156 @@
 
 #[allow(unused_imports)]
 use super::*;
+
+/// Reads `sub` until the stream ends (bounded by [`WAIT`]); returns its events.
+fn read_to_the_end(sub: &mut Subscription) -> Vec<rdma_pubsub::SubscriptionEvent> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "the stream did not end within {WAIT:?}");
+        match sub.recv_timeout(Duration::from_millis(100)) {
+            Ok(_) => {}
+            Err(Error::Closed(_)) => break,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    std::iter::from_fn(|| sub.try_event()).collect()
+}
+
+/// Subscribers that post no receives and ask for doorbells: every doorbell to one of them
+/// waits on RNR forever (they ask for infinite RNR retries) and pins the control send slot it
+/// uses. Each pins only its own slots: a well-behaved subscriber still gets its doorbells and,
+/// when the publisher goes, `Ended { complete: true }`. (With the 64 send slots the publisher
+/// once shared between all its subscribers, 70 such subscribers took them all.)
+#[test]
+fn subscribers_that_take_no_sends_pin_only_their_own_control_slots() {
+    // Over the network path, where the attacker's SEND completes only once the publisher's NIC
+    // has placed it: each request is in the publisher's queue before the message that passes
+    // it is published, so each attacker gets exactly one doorbell.
+    let pub_node = nodes::soft_node_with(rdma_pubsub::fabric::SameHost::Off);
+    let options = PublisherOptions {
+        ring_capacity: 64 * 1024,
+        linger: Duration::from_millis(200),
+        // Slots alone must protect the others: the attackers are not dropped as idle here.
+        idle_timeout: Duration::MAX,
+        ..Default::default()
+    };
+    let publisher = pub_node.publisher_with("pinned", options).unwrap();
+    let sub_node = nodes::soft_node_without_discovery();
+    let mut good = sub_node.subscribe("pinned").unwrap();
+    good.connect_wait(pub_node.local_addr(), WAIT).unwrap();
+    let attacker = Attacker::new();
+    let infinite = rdma_pubsub::fabric::RNR_RETRY_INFINITE;
+    let attackers: Vec<QueuePair> =
+        (0..70).map(|_| attacker.subscribe_asking_rnr_retry(pub_node.local_addr(), "pinned", infinite).0).collect();
+    wait_subscribers(&publisher, 71);
+    for (seq, qp) in (1..).zip(&attackers) {
+        let tail = publisher.counters().position.load(Ordering::Relaxed);
+        attacker.send(qp, &Control::DoorbellRequest { armed: true, position: tail }.encode().unwrap());
+        publisher.publish(&payload(seq)).unwrap();
+        expect_messages(&mut good, seq, seq);
+    }
+    let pinned = publisher.counters().doorbells.load(Ordering::Relaxed);
+    assert_eq!(pinned, 70, "one doorbell to each attacker, each pinning a slot");
+    // The good subscriber parks (asks for a doorbell), and the publisher still has a slot to
+    // ring it with when the next message passes its position.
+    let requests = good.counters().doorbell_requests.load(Ordering::Relaxed);
+    let reader = std::thread::spawn(move || {
+        expect_messages(&mut good, 71, 71);
+        good
+    });
+    let deadline = Instant::now() + WAIT;
+    let parked = || {
+        let stats = sub_node.stats();
+        let mut subs = stats.of_kind(rdma_pubsub::stats::Kind::Subscription);
+        subs.any(|s| s.get("doorbell_requests") > requests)
+    };
+    while !parked() {
+        assert!(Instant::now() < deadline, "the good subscriber never parked");
+        std::thread::yield_now();
+    }
+    publisher.publish(&payload(71)).unwrap();
+    let mut good = reader.join().unwrap();
+    while publisher.counters().doorbells.load(Ordering::Relaxed) < 71 {
+        assert!(Instant::now() < deadline, "no doorbell for the good subscriber: {:?}", publisher.counters());
+        std::thread::yield_now();
+    }
+    // The publisher goes: the good subscriber is told the stream ended, complete.
+    drop(publisher);
+    let events = read_to_the_end(&mut good);
+    assert!(
+        events.iter().any(|e| matches!(e, rdma_pubsub::SubscriptionEvent::Ended { final_seq: 71, complete: true, .. })),
+        "events: {events:?}"
+    );
+    drop(attackers);
+}
+
+/// Silent, fully handshaken subscribers under `Block`: they never ack, so they hold the
+/// publisher a ring behind. After `idle_timeout` of silence while holding it, each is dropped
+/// with `DropReason::Idle`, and the publisher goes on serving the good subscriber.
+#[test]
+fn silent_subscribers_holding_a_blocked_publisher_are_dropped_after_the_idle_timeout() {
+    let pub_node = nodes::soft_node_without_discovery();
+    let options = PublisherOptions {
+        policy: Policy::Block { timeout: WAIT },
+        ring_capacity: 64 * 1024,
+        // Long enough that the good subscriber, starved of CPU on a loaded machine, is not idle.
+        idle_timeout: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let publisher = pub_node.publisher_with("silent", options).unwrap();
+    let sub_node = nodes::soft_node_without_discovery();
+    let good = sub_node.subscribe("silent").unwrap();
+    let attacker = Attacker::new();
+    let silent: Vec<_> = (0..8).map(|_| attacker.subscribe(pub_node.local_addr(), "silent")).collect();
+    let mut good = good;
+    good.connect_wait(pub_node.local_addr(), WAIT).unwrap();
+    wait_subscribers(&publisher, 9);
+    let reader = std::thread::spawn(move || {
+        expect_messages(&mut good, 1, 2000);
+        good
+    });
+    // 2000 messages of 64 to 263 bytes: several rings. Without the timeout the silent ones
+    // hold the publisher until its Block timeout.
+    for seq in 1..=2000 {
+        publisher.publish(&payload(seq)).unwrap_or_else(|e| panic!("message {seq}: {e}"));
+    }
+    reader.join().unwrap();
+    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 8, "{:?}", publisher.counters());
+    assert_eq!(publisher.subscriber_count(), 1);
+    drop(silent);
+}
+
+/// A subscriber floods an idle publisher (the application publishes nothing) with control
+/// messages, many more than the receives its shared receive queue holds. The node's service
+/// tick drains the publisher's completions and reposts the receives: every message is taken
+/// (and refused, counted), none waits on RNR, and the good subscriber is served afterwards.
+#[test]
+fn an_idle_publishers_receive_queue_is_refilled_without_its_application() {
+    let pub_node = nodes::soft_node_with(rdma_pubsub::fabric::SameHost::Off);
+    // Two subscribers: 8 receives in the shared queue.
+    let options = PublisherOptions { max_subscribers: 2, ..Default::default() };
+    let publisher = pub_node.publisher_with("refilled", options).unwrap();
+    let sub_node = nodes::soft_node_without_discovery();
+    let mut good = sub_node.subscribe("refilled").unwrap();
+    good.connect_wait(pub_node.local_addr(), WAIT).unwrap();
+    let attacker = Attacker::new();
+    // Infinite RNR retries: a SEND that finds no receive waits for one instead of failing.
+    let infinite = rdma_pubsub::fabric::RNR_RETRY_INFINITE;
+    let (qp, _accept) = attacker.subscribe_asking_rnr_retry(pub_node.local_addr(), "refilled", infinite);
+    wait_subscribers(&publisher, 2);
+    let garbage = vec![0xff; 40];
+    for _ in 0..200 {
+        // Each SEND completes only once a receive took it.
+        attacker.send(&qp, &garbage);
+    }
+    let deadline = Instant::now() + WAIT;
+    while publisher.counters().bad_acks.load(Ordering::Relaxed) < 200 {
+        assert!(Instant::now() < deadline, "{:?}", publisher.counters());
+        std::thread::yield_now();
+    }
+    for seq in 1..=10 {
+        publisher.publish(&payload(seq)).unwrap();
+    }
+    expect_messages(&mut good, 1, 10);
+    drop(qp);
+}

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::{wr_id, PublisherShared, SubConn, KIND_RECV, RECVS_PER_SUBSCRIBER, SLOT};
+use super::{wr_id, Liveness, PublisherShared, SubConn, KIND_RECV, RECVS_PER_SUBSCRIBER, SLOT};
 use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
 use crate::protocol::{AcceptData, ConnectData, ProtocolError, RejectCode, RejectData, StartAt, TopicId};
 
@@ -101,6 +101,7 @@ impl PublisherShared {
             slow_since: None,
             clock: AckClock::default(),
             asked_for: 0,
+            liveness: Liveness::default(),
         });
         st.refresh_credit(&self.counters);
         self.subscribers_changed.notify_all();

@@ -1,11 +1,12 @@
 //! The publisher's control traffic: draining its CQ (acks and doorbell requests in, control
-//! SENDs completing), the publisher → subscriber control SENDs (doorbells, drops), and
-//! removing subscribers.
+//! SENDs completing), the publisher → subscriber control SENDs (doorbells, drops), the service
+//! tick that does both for an idle publisher and drops idle subscribers, and removing
+//! subscribers.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{wr_id, PubState, PublisherShared, KIND_RECV, KIND_SEND, RECVS_PER_SUBSCRIBER, SLOT};
+use super::{wr_id, PubState, PublisherShared, KIND_RECV, KIND_SEND, RECVS_PER_SUBSCRIBER, SENDS_PER_SUBSCRIBER, SLOT};
 use crate::error::{Error, Result};
 use crate::fabric::{SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion};
 use crate::protocol::{Control, DropReason, CONTROL_MSG_MAX};
@@ -36,7 +37,14 @@ impl PublisherShared {
         for wc in wcs {
             let slot = (wc.wr_id & 0xffff_ffff) as u32;
             match wc.wr_id >> 32 {
-                KIND_SEND => st.free_send_slots.push(slot),
+                KIND_SEND => {
+                    // Only a live subscriber's own queue pair frees its slot: the flushed SENDs
+                    // of a removed one must not free a slot its successor is using.
+                    let key = (slot / SENDS_PER_SUBSCRIBER) as usize;
+                    if st.by_qp.get(&wc.qp_num) == Some(&key) {
+                        st.subs[key].liveness.give_send(slot, wc.status == WcStatus::Success);
+                    }
+                }
                 KIND_RECV => {
                     if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
                         self.on_control(st, wc.qp_num, slot, wc.byte_len as usize);
@@ -88,12 +96,14 @@ impl PublisherShared {
                     return;
                 }
                 self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                sub.liveness.heard();
                 sub.acked = position;
                 sub.slow_since = None;
                 sub.clock.on_ack(Instant::now());
                 st.refresh_credit(&self.counters);
             }
             Ok(Control::DoorbellRequest { armed, position }) => {
+                st.subs[key].liveness.heard();
                 st.subs[key].doorbell_at = armed.then_some(position);
                 if armed {
                     st.doorbell_floor = st.doorbell_floor.min(position);
@@ -134,12 +144,19 @@ impl PublisherShared {
         st.doorbell_floor = floor;
     }
 
-    /// Posts a control SEND to subscriber `key`; returns the slot used.
+    /// Posts a control SEND to subscriber `key` from one of its own send slots; returns the
+    /// slot used.
     pub(super) fn send_control(&self, st: &mut PubState, key: usize, msg: &Control) -> Result<u32> {
-        if st.free_send_slots.is_empty() {
-            self.progress(st);
-        }
-        let slot = st.free_send_slots.pop().ok_or(Error::Closed("no free control send slot"))?;
+        let take = |st: &mut PubState| st.subs.get_mut(key).and_then(|s| s.liveness.take_send());
+        let bit = match take(st) {
+            Some(bit) => bit,
+            None => {
+                // Its SENDs may have completed since the last drain.
+                self.progress(st);
+                take(st).ok_or(Error::Closed("every control send slot of this subscriber is in use"))?
+            }
+        };
+        let slot = key as u32 * SENDS_PER_SUBSCRIBER + bit;
         let bytes = msg.encode()?;
         debug_assert!(bytes.len() <= CONTROL_MSG_MAX);
         let offset = (self.recv_slots + slot) as usize * SLOT;
@@ -153,7 +170,7 @@ impl PublisherShared {
         match result {
             Ok(()) => Ok(slot),
             Err(e) => {
-                st.free_send_slots.push(slot);
+                st.subs[key].liveness.give_send(slot, false);
                 Err(e)
             }
         }
@@ -173,11 +190,47 @@ impl PublisherShared {
 
     /// Waits (bounded) for the send in `slot` to complete, so a disconnect does not flush it.
     pub(super) fn await_send(&self, st: &mut PubState, slot: u32, deadline: Instant) {
+        let key = (slot / SENDS_PER_SUBSCRIBER) as usize;
         let mut wcs = [WorkCompletion::default(); POLL_BATCH];
-        while !st.free_send_slots.contains(&slot) && Instant::now() < deadline {
+        while st.subs.get(key).is_some_and(|s| !s.liveness.send_free(slot)) && Instant::now() < deadline {
             let n = self.cq.poll_wait(&mut wcs, Duration::from_micros(50), Duration::from_millis(5)).unwrap_or(0);
             self.handle_completions(st, &wcs[..n]);
         }
+    }
+
+    /// The service tick (CM thread, every [`SERVICE_INTERVAL`]): unless a publishing call holds
+    /// the state (it drains the CQ itself), drains the CQ, so that receives are reposted and
+    /// acks and doorbell requests handled while the application publishes nothing, and drops
+    /// idle subscribers.
+    ///
+    /// [`SERVICE_INTERVAL`]: super::SERVICE_INTERVAL
+    pub(crate) fn service(&self) {
+        let Some(mut st) = self.state.try_lock() else { return };
+        if st.publishing {
+            return;
+        }
+        self.progress(&mut st);
+        self.drop_idle(&mut st, Instant::now());
+    }
+
+    /// Drops every subscriber idle for `idle_timeout` or longer (see [`Liveness::tick`]);
+    /// returns whether it dropped any.
+    ///
+    /// [`Liveness::tick`]: super::liveness::Liveness::tick
+    pub(super) fn drop_idle(&self, st: &mut PubState, now: Instant) -> bool {
+        let timeout = self.options.idle_timeout;
+        let tail = st.producer.tail();
+        let waits_for_acks = !st.overwrite;
+        let idle: Vec<(usize, Duration)> = st
+            .subs
+            .iter_mut()
+            .map(|(key, sub)| (key, sub.liveness.tick(now, waits_for_acks && sub.acked < tail)))
+            .filter(|&(_, idle)| idle >= timeout)
+            .collect();
+        for &(key, idle) in &idle {
+            self.drop_subscriber(st, key, DropReason::Idle { millis: crate::time::millis(idle) });
+        }
+        !idle.is_empty()
     }
 
     pub(super) fn remove_subscriber(&self, st: &mut PubState, key: usize) {

@@ -168,6 +168,11 @@ impl PublisherShared {
     ) -> Result<MutexGuard<'a, PubState>> {
         self.counters.waits.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
+        // The service tick does not run while a call waits here: idle subscribers are found
+        // here instead. One dropped may be all that held the publisher back.
+        if self.drop_idle(&mut st, now) {
+            return Ok(st);
+        }
         let capacity = st.producer.capacity() as u64;
         let mut wait_until = deadline.at;
         if let Policy::DropSlow { grace } = self.options.policy {

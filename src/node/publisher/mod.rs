@@ -13,6 +13,7 @@
 mod accept;
 mod control;
 mod credit;
+mod liveness;
 mod publish;
 
 use std::collections::HashMap;
@@ -33,6 +34,7 @@ use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
 use super::ack_clock::AckClock;
 use super::{check_topic, NodeShared};
 use credit::Deadline;
+use liveness::{Liveness, SENDS_PER_SUBSCRIBER};
 
 pub(crate) use accept::{handle_connect_request, publisher_id};
 
@@ -90,6 +92,16 @@ pub struct PublisherOptions {
     /// accept private data (default `None`: whichever is faster on this CPU, timed once per
     /// process by [`Checksum::fastest_here`]).
     pub checksum: Option<Checksum>,
+    /// How long a subscriber may be idle before it is dropped with [`DropReason::Idle`]
+    /// (default 30 s; `Duration::MAX`: never). Idle means holding the publisher back (its
+    /// acks are behind the tail under `Block` or `DropSlow`) without sending anything, or
+    /// taking none of the publisher's control messages (a peer that posts no receives). A
+    /// subscriber's acks come from its `recv` calls, so under `Block` an application that
+    /// stops calling `recv` on a subscription that is behind is dropped after this long; it
+    /// is told why and may reconnect.
+    ///
+    /// [`DropReason::Idle`]: crate::protocol::DropReason::Idle
+    pub idle_timeout: Duration,
 }
 
 impl Default for PublisherOptions {
@@ -101,6 +113,7 @@ impl Default for PublisherOptions {
             max_subscribers: 256,
             linger: Duration::from_secs(2),
             checksum: None,
+            idle_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -120,7 +133,8 @@ pub struct PublisherCounters {
     pub doorbells: AtomicU64,
     /// Subscribers accepted.
     pub accepted: AtomicU64,
-    /// Subscribers dropped by the DropSlow policy.
+    /// Subscribers dropped: by the DropSlow policy, or idle (see
+    /// [`PublisherOptions::idle_timeout`]).
     pub dropped: AtomicU64,
     /// Times `publish` waited for credit.
     pub waits: AtomicU64,
@@ -141,14 +155,15 @@ pub struct PublisherCounters {
 
 /// Receive slots kept posted per subscriber (acks are coalesced; a few suffice).
 const RECVS_PER_SUBSCRIBER: u32 = 4;
-/// Send slots for publisher → subscriber control messages.
-const SEND_SLOTS: u32 = 64;
 /// Longest wait for the end-of-stream notices to leave before disconnecting: a bound
 /// for a dead peer; on a live one the send completes in microseconds (milliseconds in an
 /// emulated guest).
 const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes of one control slot.
 const SLOT: usize = 64;
+/// How often the CM thread services each publisher ([`PublisherShared::service`]): receives
+/// reposted and idle subscribers found while the application publishes nothing.
+pub(crate) const SERVICE_INTERVAL: Duration = super::SLICE;
 /// On a fabric whose NIC copies on this host's CPUs (soft), a publisher that has just
 /// committed this many payload bytes or more yields the CPU once, so that the NIC thread that
 /// must copy them (and the subscribers it feeds) get a turn on a machine with fewer CPUs than
@@ -179,6 +194,9 @@ struct SubConn {
     clock: AckClock,
     /// The position it was last asked to ack by a `CreditWanted` (0: never).
     asked_for: u64,
+    /// Its activity, and its own control send slots (so that one subscriber that takes no
+    /// SENDs cannot hold up the others' doorbells or end of stream).
+    liveness: Liveness,
 }
 
 /// What the `state` lock guards.
@@ -187,7 +205,6 @@ struct PubState {
     subs: Slab<SubConn>,
     by_conn: HashMap<ConnId, usize>,
     by_qp: HashMap<u32, usize>,
-    free_send_slots: Vec<u32>,
     /// The publisher limit: the position the producer may not write past, from the slowest
     /// subscriber's credit ([`NO_LIMIT`] under Overwrite or with no subscriber). Refreshed
     /// whenever an ack arrives or a subscriber comes or goes, never per message.
@@ -290,8 +307,9 @@ impl Publisher {
         let srq_wanted = (options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER).min(attrs.max_srq_wr);
         let srq = if attrs.max_srq_wr > 0 { Some(node.pd.create_srq(srq_wanted, 1)?) } else { None };
         let recv_slots = if srq.is_some() { srq_wanted } else { options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER };
-        let ctrl = node.pd.register((recv_slots + SEND_SLOTS) as usize * SLOT, Access::LOCAL_WRITE)?;
-        let cq_depth = (recv_slots + SEND_SLOTS + 16).min(attrs.max_cqe);
+        let send_slots = options.max_subscribers as u32 * SENDS_PER_SUBSCRIBER;
+        let ctrl = node.pd.register((recv_slots + send_slots) as usize * SLOT, Access::LOCAL_WRITE)?;
+        let cq_depth = (recv_slots + send_slots + 16).min(attrs.max_cqe);
         let cq = node.fabric.create_cq(cq_depth)?;
         if let Some(srq) = &srq {
             for slot in 0..recv_slots {
@@ -314,7 +332,6 @@ impl Publisher {
                 subs: Slab::new(),
                 by_conn: HashMap::new(),
                 by_qp: HashMap::new(),
-                free_send_slots: (0..SEND_SLOTS).rev().collect(),
                 limit: NO_LIMIT,
                 overwrite: options.policy == Policy::Overwrite,
                 doorbell_floor: u64::MAX,
