@@ -99,6 +99,7 @@ impl Attacker {
             accepts: PolicySet::ALL,
             node_id: 0xbad,
             flags: ConnectFlags::NONE,
+            proof: None,
         }
         .encode()
         .unwrap();

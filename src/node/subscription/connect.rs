@@ -11,7 +11,9 @@ use crate::node::cm::FeedEvent;
 use crate::node::discovery::{LostReason, Sighting};
 use crate::node::pacing::ReadPacer;
 use crate::node::{Route, SLICE};
-use crate::protocol::{AcceptData, ConnectData, ConnectFlags, PolicySet, RejectCode, RejectData, StartAt};
+use crate::protocol::{
+    wall_clock_ms, AcceptData, ConnectData, ConnectFlags, PolicySet, RejectCode, RejectData, StartAt,
+};
 use crate::ring::{RingReader, CONTROL_READ_LEN, PROBE_LEN};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -47,14 +49,7 @@ impl Subscription {
         if self.feeds.len() >= 1 << 16 {
             return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
         }
-        let data = ConnectData {
-            topic: self.topic_id,
-            start,
-            accepts: PolicySet::ALL,
-            node_id: self.node.id,
-            flags: if self.options.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
-        }
-        .encode()?;
+        let data = self.connect_data(start)?;
         let ctrl = self.node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
         let init = QpInit {
             pd: &self.node.pd,
@@ -92,6 +87,24 @@ impl Subscription {
             closed_at: None,
         });
         Ok(())
+    }
+
+    /// The connect private data: what this subscription asks for, with a fresh proof of its
+    /// credential if it has one.
+    fn connect_data(&self, start: StartAt) -> Result<Vec<u8>> {
+        let data = ConnectData {
+            topic: self.topic_id,
+            start,
+            accepts: PolicySet::ALL,
+            node_id: self.node.id,
+            flags: if self.options.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
+            proof: None,
+        };
+        let data = match &self.options.credential {
+            Some(secret) => data.with_proof(secret, rand::random(), wall_clock_ms())?,
+            None => data,
+        };
+        Ok(data.encode()?)
     }
 
     /// Connects to `addr` and waits until the publisher accepted or refused.

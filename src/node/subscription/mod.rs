@@ -21,7 +21,7 @@ use slab::Slab;
 use crate::error::{Error, Result};
 use crate::fabric::{CompletionQueue, ConnId, DataPath, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
 use crate::node::spin_permit::SpinPermit;
-use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, TopicId};
+use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, Secret, TopicId};
 use crate::ring::{ReadPlan, RingReader};
 
 use super::cm::FeedEvent;
@@ -57,6 +57,11 @@ pub struct SubscriptionOptions {
     pub spin: Duration,
     /// Largest message reassembled (default 64 MiB); larger ones break the feed.
     pub max_message_len: u64,
+    /// The topic's credential, proven (never sent) to publishers that require one
+    /// ([`PublisherOptions::credential`](crate::PublisherOptions::credential)); one that refuses
+    /// it answers [`RejectCode::Unauthorized`]. Publishers without a credential accept anyone.
+    /// Default `None`.
+    pub credential: Option<Secret>,
     /// Connect by itself to every publisher of the topic discovery announces, and reconnect
     /// to those that come back (default true; no effect when the node's discovery is off).
     /// Connections are made by the subscription's own calls (`recv*`, `try_recv`,
@@ -72,6 +77,7 @@ impl Default for SubscriptionOptions {
             busy_poll: false,
             spin: Duration::from_micros(200),
             max_message_len: 64 << 20,
+            credential: None,
             auto_connect: true,
         }
     }
