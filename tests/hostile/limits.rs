@@ -159,3 +159,27 @@ fn a_record_header_claiming_more_than_advertised_is_an_event_naming_both_and_end
     assert!(too_large.is_some() && too_large < disconnected, "RecordTooLarge, then Disconnected: {events:?}");
     assert!(sub.counters().torn.load(Ordering::Relaxed) >= 1, "the first sight was taken for a torn READ");
 }
+
+/// A publisher whose record never validates (its checksum is wrong, READ after READ): the
+/// subscription keeps taking it for a torn READ, but `recv_timeout` and `try_recv` still return
+/// on time instead of READing it again for as long as the publisher likes.
+#[test]
+fn a_record_that_never_validates_does_not_hold_recv_past_its_timeout() {
+    let ring = Ring { capacity: 64 * 1024, max_record_payload: 16 * 1024 - 32, claimed_len: 100 };
+    let hostile = HostilePublisher::start("never-valid", ring);
+    let node = nodes::soft_node_without_discovery();
+    let options = SubscriptionOptions { auto_connect: false, ..Default::default() };
+    let mut sub = node.subscribe_with("never-valid", options).unwrap();
+    sub.connect_wait(hostile.addr, WAIT).unwrap();
+    let timeout = Duration::from_millis(100);
+    for _ in 0..3 {
+        let started = Instant::now();
+        assert_eq!(sub.recv_timeout(timeout).unwrap(), None, "nothing valid to deliver");
+        let took = started.elapsed();
+        assert!(took < timeout + WAIT / 4, "recv_timeout({timeout:?}) took {took:?}");
+        let started = Instant::now();
+        assert_eq!(sub.try_recv().unwrap(), None);
+        assert!(started.elapsed() < WAIT / 4, "try_recv took {:?}", started.elapsed());
+    }
+    assert!(sub.counters().torn.load(Ordering::Relaxed) > 1, "the record was READ again and again");
+}
