@@ -63,6 +63,17 @@ pub enum Error {
         /// The publisher's explanation.
         detail: String,
     },
+    /// A publisher's records are larger than the subscription READs
+    /// ([`SubscriptionOptions::max_record_payload`](crate::SubscriptionOptions::max_record_payload)).
+    #[error("publisher at {peer} has records of up to {len} bytes, over this subscription's limit of {limit}")]
+    RecordTooLarge {
+        /// The publisher's node.
+        peer: SocketAddr,
+        /// The record payload it advertised, in bytes.
+        len: u64,
+        /// The subscription's limit, in bytes.
+        limit: u64,
+    },
     /// No node answered at that address: nothing listens there, or nothing answered in time.
     #[error("{peer} is unreachable: {detail}")]
     Unreachable {

@@ -18,6 +18,8 @@ mod resources;
 mod access;
 #[path = "hostile/discovery.rs"]
 mod discovery;
+#[path = "hostile/limits.rs"]
+mod limits;
 #[path = "hostile/nic.rs"]
 mod nic;
 #[path = "hostile/node.rs"]
@@ -105,6 +107,7 @@ impl Attacker {
             accepts: PolicySet::ALL,
             node_id: 0xbad,
             flags: ConnectFlags::NONE,
+            proof: None,
         }
         .encode()
         .unwrap();

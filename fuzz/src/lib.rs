@@ -20,7 +20,7 @@ use rdma_pubsub::fabric::{
 };
 use rdma_pubsub::protocol::{
     AcceptData, AnnounceKind, Announcement, ConnectData, ConnectFlags, Control, DropReason, Policy, PolicySet,
-    RejectCode, RejectData, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
+    RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
 };
 use rdma_pubsub::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
@@ -46,12 +46,22 @@ pub const TARGETS: &[(&str, Target, Seeds)] = &[
     ("soft_wire", soft_wire, seeds_soft_wire),
 ];
 
-/// Connect private data (what a would-be subscriber sends a publisher's node).
+/// The topic secret of the connect seeds with a proof.
+fn seed_secret() -> &'static Secret {
+    static SECRET: std::sync::OnceLock<Secret> = std::sync::OnceLock::new();
+    SECRET.get_or_init(|| Secret::new(&b"fuzz seed topic secret"[..]).expect("a valid secret"))
+}
+
+/// Connect private data (what a would-be subscriber sends a publisher's node): decoding, and
+/// a proof of a credential, which any request that decodes has room for.
 pub fn connect_data(data: &[u8]) -> bool {
     if let Ok(d) = ConnectData::decode(data) {
         let bytes = d.encode().expect("a decoded connect data re-encodes");
         assert!(bytes.len() <= MAX_CONNECT_PRIVATE_DATA);
         assert_eq!(ConnectData::decode(&bytes).expect("re-decodes"), d);
+        let proven = d.with_proof(seed_secret(), d.node_id, d.topic.0).expect("a proof can be made");
+        let bytes = proven.encode().expect("a request with a proof fits the connect private data");
+        assert_eq!(ConnectData::decode(&bytes).expect("re-decodes"), proven);
         true
     } else {
         false
@@ -341,8 +351,13 @@ fn seeds_connect() -> Vec<Vec<u8>> {
         accepts: PolicySet::of(&[Policy::Block, Policy::Overwrite]),
         node_id: u64::MAX,
         flags: ConnectFlags::WANTS_DOORBELLS,
+        proof: None,
     };
-    with_variants(vec![d.encode().unwrap()])
+    // With a proof of a topic credential (a valid tag under a fixed test secret), and the
+    // largest such request: every varint at its longest, exactly the 56 bytes allowed.
+    let proven = d.with_proof(seed_secret(), 0x0123_4567_89ab_cdef, 1_767_225_600_000).unwrap();
+    let largest = ConnectData { topic: TopicId(u64::MAX), ..d }.with_proof(seed_secret(), u64::MAX, u64::MAX).unwrap();
+    with_variants(vec![d.encode().unwrap(), proven.encode().unwrap(), largest.encode().unwrap()])
 }
 
 fn seeds_accept() -> Vec<Vec<u8>> {
@@ -368,6 +383,7 @@ fn seeds_reject() -> Vec<Vec<u8>> {
     with_variants(vec![
         RejectData::new(RejectCode::UnknownTopic, "no publisher").encode().unwrap(),
         RejectData::new(RejectCode::TooManySubscribers, &long).encode().unwrap(),
+        RejectData::new(RejectCode::Unauthorized, "the proof's nonce was used before").encode().unwrap(),
     ])
 }
 

@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::fabric::{
     self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, ProtectionDomain, SameHost, SoftOptions,
 };
-use crate::protocol::TopicId;
+use crate::protocol::{ReplayGuard, TopicId};
 use crate::stats;
 
 pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
@@ -183,6 +183,7 @@ impl NodeBuilder {
             stop: AtomicBool::new(false),
             counters: NodeCounters::default(),
             stats: stats::Registry::default(),
+            replay: Mutex::new(ReplayGuard::default()),
         });
         let disc_setup =
             if self.discovery.enabled { Some(discovery::thread::setup(&shared, &self.discovery)?) } else { None };
@@ -341,6 +342,8 @@ pub(crate) struct NodeShared {
     pub(crate) stats: stats::Registry,
     /// Local and discovered publishers, and the subscriptions watching them.
     pub(crate) discovery: discovery::Directory,
+    /// The nonces of the credential proofs accepted lately (by the CM thread).
+    pub(crate) replay: Mutex<ReplayGuard>,
 }
 
 /// Counters of a node, readable while it runs.

@@ -5,7 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::auth::Secret;
 use super::codec::{self, kind};
+use super::credential::{CredentialError, Proof, ReplayGuard};
 use super::error::ProtocolError;
 use super::topic::TopicId;
 use crate::fabric::{RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
@@ -137,14 +139,61 @@ pub struct ConnectData {
     pub node_id: u64,
     /// Options.
     pub flags: ConnectFlags,
+    /// The proof that the subscriber holds the topic's credential ([`with_proof`](Self::with_proof));
+    /// a publisher without a credential ignores it.
+    pub proof: Option<Proof>,
 }
 
 impl ConnectData {
     const WHAT: &'static str = "connect private data";
 
-    /// Encodes (at most [`MAX_CONNECT_PRIVATE_DATA`] bytes).
+    /// Encodes (at most [`MAX_CONNECT_PRIVATE_DATA`] bytes). The layout, after the frame's
+    /// version and kind bytes (bincode 2 standard: varints are 1 byte below 251, else a marker
+    /// byte and the value's little-endian bytes):
+    ///
+    /// | bytes | field |
+    /// |---|---|
+    /// | 1 | version ([`PROTOCOL_VERSION`](super::PROTOCOL_VERSION)) |
+    /// | 1 | kind (1: connect) |
+    /// | 1–9 | topic id (varint) |
+    /// | 1 | start (0 latest, 1 earliest) |
+    /// | 1 | policies accepted (bits: 1 block, 2 drop-slow, 4 overwrite) |
+    /// | 1–9 | subscriber node id (varint) |
+    /// | 1 | flags (1: wants doorbells) |
+    /// | 1 | proof present (0 or 1); if 1: |
+    /// | 8 | nonce (little-endian) |
+    /// | 8 | time, ms since the Unix epoch (little-endian) |
+    /// | 16 | tag: the first 16 bytes of the HMAC-SHA256 ([`Proof`]) |
+    ///
+    /// At most 2 + 9 + 1 + 1 + 9 + 1 + 1 + 32 = 56 bytes with a proof, 24 without.
     pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
         codec::encode(Self::WHAT, kind::CONNECT, self, MAX_CONNECT_PRIVATE_DATA)
+    }
+
+    /// This request with a proof that the subscriber holds `secret`, the topic's credential:
+    /// `nonce` must be fresh (random) and `timestamp_ms` the wall clock (ms since the Unix
+    /// epoch). Any change to the request afterwards makes the proof fail.
+    pub fn with_proof(self, secret: &Secret, nonce: u64, timestamp_ms: u64) -> Result<ConnectData, ProtocolError> {
+        let unproven = self.unproven()?;
+        Ok(ConnectData { proof: Some(Proof::new(secret, &unproven, nonce, timestamp_ms)), ..self })
+    }
+
+    /// Checks that the request proves the credential `secret`, with a time within the skew
+    /// allowance of `now_ms` and a nonce `replay` has not seen (it remembers it).
+    pub(crate) fn check_credential(
+        &self,
+        secret: &Secret,
+        replay: &mut ReplayGuard,
+        now_ms: u64,
+    ) -> Result<(), CredentialError> {
+        let proof = self.proof.ok_or(CredentialError::Missing)?;
+        let unproven = self.unproven().map_err(|_| CredentialError::Invalid)?;
+        replay.admit(secret, self.topic, &unproven, &proof, now_ms)
+    }
+
+    /// The encoding of this request without its proof: the bytes a proof MACs.
+    fn unproven(&self) -> Result<Vec<u8>, ProtocolError> {
+        ConnectData { proof: None, ..*self }.encode()
     }
 
     /// Decodes, accepting trailing zero padding.
@@ -246,6 +295,9 @@ pub enum RejectCode {
     TooManySubscribers,
     /// The publisher is closing.
     ShuttingDown,
+    /// The topic requires a credential and the subscriber did not prove it: no proof, a wrong
+    /// one, a stale time or a replayed nonce (the detail says which).
+    Unauthorized,
 }
 
 /// Longest detail string a [`RejectData`] carries, in bytes.

@@ -12,6 +12,7 @@ mod auth;
 pub mod codec;
 mod connect;
 mod control;
+mod credential;
 mod error;
 mod topic;
 
@@ -24,8 +25,10 @@ pub use connect::{
     AcceptData, ConnectData, ConnectFlags, Policy, PolicySet, RejectCode, RejectData, StartAt, MAX_REJECT_DETAIL,
 };
 pub use control::{Control, DropReason, CONTROL_MSG_MAX};
+pub(crate) use credential::{wall_clock_ms, ReplayGuard};
+pub use credential::{CredentialError, Proof, CONNECT_LABEL, MAX_CLOCK_SKEW, MAX_REPLAY_ENTRIES, PROOF_TAG_LEN};
 pub use error::ProtocolError;
 pub use topic::TopicId;
 
 /// Version of this protocol (first byte of every message).
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;

@@ -8,14 +8,22 @@ use super::*;
 use crate::fabric::{RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
 use crate::ring::Checksum;
 
-fn largest_connect() -> ConnectData {
+/// The largest connect data without a proof.
+fn largest_unproven_connect() -> ConnectData {
     ConnectData {
         topic: TopicId(u64::MAX),
         start: StartAt::Earliest,
         accepts: PolicySet::ALL,
         node_id: u64::MAX,
         flags: ConnectFlags::WANTS_DOORBELLS,
+        proof: None,
     }
+}
+
+/// The largest connect data: every varint at its longest, and a proof.
+fn largest_connect() -> ConnectData {
+    let proof = Proof { nonce: u64::MAX, timestamp_ms: u64::MAX, tag: [0xff; PROOF_TAG_LEN] };
+    ConnectData { proof: Some(proof), ..largest_unproven_connect() }
 }
 
 fn largest_accept() -> AcceptData {
@@ -59,12 +67,19 @@ fn connect_roundtrip_fits_in_56_bytes() {
     let b = c.encode().unwrap();
     assert!(b.len() <= MAX_CONNECT_PRIVATE_DATA, "{} bytes", b.len());
     assert_eq!(ConnectData::decode(&b).unwrap(), c);
+    // A real proof is as long: the same 56 bytes.
+    let secret = Secret::new(vec![7; 64]).unwrap();
+    let proven = largest_unproven_connect().with_proof(&secret, u64::MAX, u64::MAX).unwrap();
+    assert_eq!(proven.encode().unwrap().len(), b.len());
+    assert_eq!(b.len(), 56, "the layout documented at ConnectData::encode");
+    assert_eq!(largest_unproven_connect().encode().unwrap().len(), 24, "a proof adds 32 bytes");
     let small = ConnectData {
         topic: TopicId::of("t"),
         start: StartAt::Latest,
         accepts: PolicySet::of(&[Policy::Block]),
         node_id: 1,
         flags: ConnectFlags::NONE,
+        proof: None,
     };
     assert_eq!(ConnectData::decode(&small.encode().unwrap()).unwrap(), small);
     assert!(small.accepts.contains(Policy::Block) && !small.accepts.contains(Policy::Overwrite));
@@ -101,6 +116,7 @@ fn reject_detail_is_truncated_to_fit_148_bytes() {
         RejectCode::PolicyNotAccepted,
         RejectCode::TooManySubscribers,
         RejectCode::ShuttingDown,
+        RejectCode::Unauthorized,
     ] {
         let r = RejectData::new(code, "why");
         assert_eq!(RejectData::decode(&r.encode().unwrap()).unwrap(), r);
@@ -157,15 +173,20 @@ fn version_kind_and_truncation_errors() {
     for cut in 0..a.len() {
         assert!(AcceptData::decode(&a[..cut]).is_err(), "truncated to {cut}");
     }
-    // Unknown policy or flag bits are refused.
-    let mut bad = ConnectData { accepts: PolicySet::NONE, ..largest_connect() }.encode().unwrap();
-    let pos = bad.len() - 1 - 9 - 1; // flags(1) node_id(9) accepts(1)
+    // Unknown policy or flag bits, and a proof marker other than 0 or 1, are refused.
+    let mut bad = ConnectData { accepts: PolicySet::NONE, ..largest_unproven_connect() }.encode().unwrap();
+    let pos = bad.len() - 1 - 1 - 9 - 1; // proof(1) flags(1) node_id(9) accepts(1)
     assert_eq!(bad[pos], 0);
     bad[pos] = 0x80;
     assert!(matches!(ConnectData::decode(&bad), Err(ProtocolError::Malformed { .. })));
+    let mut bad = largest_unproven_connect().encode().unwrap();
+    let flags = bad.len() - 2;
+    bad[flags] = 0x40;
+    assert!(matches!(ConnectData::decode(&bad), Err(ProtocolError::Malformed { .. })));
     let mut bad = largest_connect().encode().unwrap();
-    let last = bad.len() - 1;
-    bad[last] = 0x40;
+    let marker = bad.len() - 33;
+    assert_eq!(bad[marker], 1);
+    bad[marker] = 2;
     assert!(matches!(ConnectData::decode(&bad), Err(ProtocolError::Malformed { .. })));
 }
 
@@ -236,13 +257,21 @@ proptest! {
     }
 
     #[test]
-    fn connect_roundtrips(topic in any::<u64>(), node in any::<u64>(), earliest in any::<bool>(), bits in 0u8..8, doorbells in any::<bool>()) {
+    fn connect_roundtrips(
+        topic in any::<u64>(),
+        node in any::<u64>(),
+        earliest in any::<bool>(),
+        bits in 0u8..8,
+        doorbells in any::<bool>(),
+        proof in prop::option::of((any::<u64>(), any::<u64>(), any::<[u8; PROOF_TAG_LEN]>())),
+    ) {
         let c = ConnectData {
             topic: TopicId(topic),
             start: if earliest { StartAt::Earliest } else { StartAt::Latest },
             accepts: PolicySet::try_from(bits).unwrap(),
             node_id: node,
             flags: if doorbells { ConnectFlags::WANTS_DOORBELLS } else { ConnectFlags::NONE },
+            proof: proof.map(|(nonce, timestamp_ms, tag)| Proof { nonce, timestamp_ms, tag }),
         };
         let b = c.encode().unwrap();
         prop_assert!(b.len() <= MAX_CONNECT_PRIVATE_DATA);

@@ -15,6 +15,18 @@ pub enum RingError {
         /// The limit.
         max: u64,
     },
+    /// A record header at the reader's position claims a payload larger than the ring's
+    /// records may be, READ twice (so not a READ torn by a concurrent write): the publisher is
+    /// broken or hostile, and READing the record would take more memory than allowed.
+    #[error("record at position {position} claims {len} bytes, over the limit of {max}")]
+    RecordTooLarge {
+        /// Absolute position of the record.
+        position: u64,
+        /// The payload length its header claims.
+        len: u64,
+        /// The largest record payload the reader accepts.
+        max: u64,
+    },
     /// `append` was given a payload that is not the message whose fragments are being written.
     #[error("a {in_progress_len}-byte message (seq {seq}) is partly written; append got {len} bytes")]
     MessageInProgress {

@@ -168,6 +168,9 @@ pub struct RingReader {
     last_fill: usize,
     /// The control block showed written data past the position: READ a batch next.
     data_waits: bool,
+    /// The position and claimed length of the last header found longer than the ring's
+    /// records may be (taken for a torn READ once; the same claim again is an error).
+    oversized: Option<(u64, u32)>,
     assembly: Vec<u8>,
     stats: ReaderStats,
 }
@@ -204,6 +207,7 @@ impl RingReader {
             last_record: HEADER_LEN,
             last_fill: 0,
             data_waits: false,
+            oversized: None,
             assembly: Vec::new(),
             stats: ReaderStats::default(),
         })
@@ -361,7 +365,15 @@ impl RingReader {
                 return Ok(out);
             }
             if h.len as usize > self.max_record_payload {
-                // A header torn between two writes: its length is not trustworthy.
+                // A header torn between two writes: its length is not trustworthy. The same
+                // claim at the same position twice is no race (the producer writes the position
+                // last) but a record larger than the ring allows.
+                let claim = (self.position, h.len);
+                if self.oversized == Some(claim) {
+                    let (position, len, max) = (self.position, h.len.into(), self.max_record_payload as u64);
+                    return Err(RingError::RecordTooLarge { position, len, max });
+                }
+                self.oversized = Some(claim);
                 self.stats.torn += 1;
                 out.stop = Stop::Torn;
                 break;
@@ -576,5 +588,61 @@ impl RingReader {
         out.delivered += 1;
         self.stats.delivered += 1;
         self.stats.bytes += payload.len() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAPACITY: usize = 64 * 1024;
+    const MAX_PAYLOAD: usize = 1024;
+
+    fn reader() -> RingReader {
+        let start = StartPoint { position: CAPACITY as u64, seq: 1, first_seq: 1 };
+        let checksum = Checksum::Crc32c;
+        let config = ReaderConfig {
+            capacity: CAPACITY,
+            max_record_payload: MAX_PAYLOAD,
+            epoch: 1,
+            start,
+            max_message_len: 1 << 20,
+            checksum,
+        };
+        RingReader::new(config).unwrap()
+    }
+
+    /// The bytes of a READ at the ring's first position: one record header claiming `len`
+    /// payload bytes (its checksum over what follows is beside the point), then zeros.
+    fn header_claiming(len: u32) -> Vec<u8> {
+        let flags = layout::FLAG_FIRST | layout::FLAG_LAST;
+        let h = RecordHeader { position: CAPACITY as u64, seq: 1, len, flags, reserved: 0, total_len: len, crc: 0 };
+        let mut bytes = h.encode().to_vec();
+        bytes.resize(4096, 0);
+        bytes
+    }
+
+    #[test]
+    fn a_header_claiming_more_than_a_record_may_hold_twice_is_an_error_naming_both() {
+        let mut r = reader();
+        let bytes = header_claiming(u32::MAX);
+        // Once: perhaps a READ that raced the header's write.
+        let parsed = r.parse(&bytes, CAPACITY as u64, |_, _| panic!("nothing is delivered")).unwrap();
+        assert_eq!((parsed.stop, r.stats().torn), (Stop::Torn, 1));
+        assert!(r.next_read(256 * 1024, false).len <= r.max_read_len(256 * 1024), "the READ stays bounded");
+        // Twice: the publisher wrote it so.
+        let err = r.parse(&bytes, CAPACITY as u64, |_, _| panic!("nothing is delivered")).unwrap_err();
+        let expected = (CAPACITY as u64, u32::MAX as u64, MAX_PAYLOAD as u64);
+        assert!(matches!(err, RingError::RecordTooLarge { position, len, max } if (position, len, max) == expected));
+    }
+
+    #[test]
+    fn an_oversized_header_read_once_then_another_claim_is_still_taken_for_a_torn_read() {
+        let mut r = reader();
+        for len in [MAX_PAYLOAD as u32 + 1, MAX_PAYLOAD as u32 + 2, u32::MAX] {
+            let parsed = r.parse(&header_claiming(len), CAPACITY as u64, |_, _| {}).unwrap();
+            assert_eq!(parsed.stop, Stop::Torn, "a different claim each time: {len}");
+        }
+        assert_eq!(r.stats().torn, 3);
     }
 }

@@ -13,6 +13,9 @@ pub struct Usage {
     pub threads: usize,
     /// Resident set size in KiB (`VmRSS:` of `/proc/self/status`).
     pub rss_kib: u64,
+    /// The largest resident set size so far in KiB (`VmHWM:`): memory taken and given back
+    /// between two readings shows here.
+    pub peak_rss_kib: u64,
     /// Memory mappings (lines of `/proc/self/maps`).
     pub mappings: usize,
 }
@@ -27,6 +30,7 @@ impl Usage {
             fds,
             threads: status_field(&status, "Threads:") as usize,
             rss_kib: status_field(&status, "VmRSS:"),
+            peak_rss_kib: status_field(&status, "VmHWM:"),
             mappings,
         }
     }

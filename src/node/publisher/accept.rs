@@ -1,6 +1,7 @@
-//! The CM thread's side of a publisher: connect requests are checked and accepted (the ring's
-//! address and the subscriber's start point go out in the accept private data) or rejected
-//! with a reason; established and disconnected connections are tracked.
+//! The CM thread's side of a publisher: connect requests are checked (the topic's credential
+//! first) and accepted (the ring's address and the subscriber's start point go out in the
+//! accept private data) or rejected with a reason; established and disconnected connections
+//! are tracked.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -8,14 +9,22 @@ use std::time::Duration;
 
 use super::{wr_id, Liveness, PublisherShared, SubConn, KIND_RECV, RECVS_PER_SUBSCRIBER, SLOT};
 use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
-use crate::protocol::{AcceptData, ConnectData, ProtocolError, RejectCode, RejectData, StartAt, TopicId};
+use crate::protocol::{
+    wall_clock_ms, AcceptData, ConnectData, CredentialError, ProtocolError, RejectCode, RejectData, StartAt, TopicId,
+};
 
 use super::super::ack_clock::AckClock;
 use super::super::{NodeShared, Route};
 
 impl PublisherShared {
-    /// CM thread: a subscriber asks to connect.
+    /// CM thread: a subscriber asks to connect. Its credential is checked first: nothing of
+    /// the ring (the accept data carries its address and rkey) leaves before it passed.
     pub(super) fn accept(self: &Arc<Self>, req: ConnectRequest, data: &ConnectData) {
+        if let Err(e) = self.check_credential(data) {
+            self.counters.rejected_unauthorized.fetch_add(1, Ordering::Relaxed);
+            reject(&self.node, req, RejectCode::Unauthorized, &e.to_string());
+            return;
+        }
         let mut st = self.state.lock();
         let refuse = if st.closing {
             Some((RejectCode::ShuttingDown, "the publisher is closing".to_string()))
@@ -107,6 +116,12 @@ impl PublisherShared {
         self.subscribers_changed.notify_all();
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(topic = %self.topic, %peer, position = start.position, "subscriber accepted");
+    }
+
+    /// Whether the subscriber proved the topic's credential (always, when the topic has none).
+    fn check_credential(&self, data: &ConnectData) -> Result<(), CredentialError> {
+        let Some(secret) = &self.options.credential else { return Ok(()) };
+        data.check_credential(secret, &mut self.node.replay.lock(), wall_clock_ms())
     }
 
     /// CM thread: a subscriber's connection is up.

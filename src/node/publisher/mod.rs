@@ -28,7 +28,7 @@ pub use crate::ring::Claim;
 
 use crate::error::{Error, Result};
 use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QueuePair, RemoteAddr, SharedReceiveQueue};
-use crate::protocol::{Control, Policy as WirePolicy, TopicId};
+use crate::protocol::{Control, Policy as WirePolicy, Secret, TopicId};
 use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
 
 use super::ack_clock::AckClock;
@@ -102,6 +102,13 @@ pub struct PublisherOptions {
     ///
     /// [`DropReason::Idle`]: crate::protocol::DropReason::Idle
     pub idle_timeout: Duration,
+    /// The topic's credential: when set, only subscribers that prove they hold the same secret
+    /// ([`SubscriptionOptions::credential`](crate::SubscriptionOptions::credential)) are
+    /// accepted; the others are rejected with [`RejectCode::Unauthorized`](crate::protocol::RejectCode::Unauthorized)
+    /// before they learn anything of the ring, and counted
+    /// ([`PublisherCounters::rejected_unauthorized`]). Default `None`: anyone who can reach the
+    /// node may subscribe.
+    pub credential: Option<Secret>,
 }
 
 impl Default for PublisherOptions {
@@ -114,6 +121,7 @@ impl Default for PublisherOptions {
             linger: Duration::from_secs(2),
             checksum: None,
             idle_timeout: Duration::from_secs(30),
+            credential: None,
         }
     }
 }
@@ -136,6 +144,9 @@ pub struct PublisherCounters {
     /// Subscribers dropped: by the DropSlow policy, or idle (see
     /// [`PublisherOptions::idle_timeout`]).
     pub dropped: AtomicU64,
+    /// Subscribers rejected because they did not prove the topic's credential (no proof, a
+    /// wrong one, a stale time or a replayed nonce).
+    pub rejected_unauthorized: AtomicU64,
     /// Times `publish` waited for credit.
     pub waits: AtomicU64,
     /// Of those, the waits woken only by the solicited ack of the subscriber asked for credit

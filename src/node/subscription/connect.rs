@@ -11,8 +11,10 @@ use crate::node::cm::FeedEvent;
 use crate::node::discovery::{LostReason, Sighting};
 use crate::node::pacing::ReadPacer;
 use crate::node::{Route, SLICE};
-use crate::protocol::{AcceptData, ConnectData, ConnectFlags, PolicySet, RejectCode, RejectData, StartAt};
-use crate::ring::{RingReader, CONTROL_READ_LEN, PROBE_LEN};
+use crate::protocol::{
+    wall_clock_ms, AcceptData, ConnectData, ConnectFlags, PolicySet, RejectCode, RejectData, StartAt,
+};
+use crate::ring::{RingError, RingReader, CONTROL_READ_LEN, PROBE_LEN};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -47,14 +49,7 @@ impl Subscription {
         if self.feeds.len() >= 1 << 16 {
             return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
         }
-        let data = ConnectData {
-            topic: self.topic_id,
-            start,
-            accepts: PolicySet::ALL,
-            node_id: self.node.id,
-            flags: if self.options.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
-        }
-        .encode()?;
+        let data = self.connect_data(start)?;
         let ctrl = self.node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
         let init = QpInit {
             pd: &self.node.pd,
@@ -94,10 +89,29 @@ impl Subscription {
         Ok(())
     }
 
+    /// The connect private data: what this subscription asks for, with a fresh proof of its
+    /// credential if it has one.
+    fn connect_data(&self, start: StartAt) -> Result<Vec<u8>> {
+        let data = ConnectData {
+            topic: self.topic_id,
+            start,
+            accepts: PolicySet::ALL,
+            node_id: self.node.id,
+            flags: if self.options.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
+            proof: None,
+        };
+        let data = match &self.options.credential {
+            Some(secret) => data.with_proof(secret, rand::random(), wall_clock_ms())?,
+            None => data,
+        };
+        Ok(data.encode()?)
+    }
+
     /// Connects to `addr` and waits until the publisher accepted or refused.
     ///
     /// # Errors
-    /// [`Error::Rejected`] with the publisher's reason, [`Error::Unreachable`] when no node
+    /// [`Error::Rejected`] with the publisher's reason, [`Error::RecordTooLarge`] when its
+    /// records are larger than this subscription READs, [`Error::Unreachable`] when no node
     /// answers at `addr`, [`Error::Timeout`] when no answer came within `timeout`, and
     /// [`Error::Closed`] when the connection closed while it was set up.
     pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
@@ -111,9 +125,9 @@ impl Subscription {
             }
             if let Some(pos) = self.user_events.iter().position(|e| match e {
                 SubscriptionEvent::Connected(info) => info.addr == addr,
-                SubscriptionEvent::Rejected { addr: a, .. } | SubscriptionEvent::Unreachable { addr: a, .. } => {
-                    *a == addr
-                }
+                SubscriptionEvent::Rejected { addr: a, .. }
+                | SubscriptionEvent::Unreachable { addr: a, .. }
+                | SubscriptionEvent::RecordTooLarge { addr: a, .. } => *a == addr,
                 SubscriptionEvent::Disconnected { addr: a, .. } => *a == addr,
                 _ => false,
             }) {
@@ -127,6 +141,9 @@ impl Subscription {
                         Err(Error::Rejected { peer: addr, reason, detail })
                     }
                     SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Unreachable { peer: addr, detail }),
+                    SubscriptionEvent::RecordTooLarge { len, limit, .. } => {
+                        Err(Error::RecordTooLarge { peer: addr, len, limit })
+                    }
                     _ => Err(Error::Closed("the connection closed while it was being set up")),
                 };
             }
@@ -217,11 +234,17 @@ impl Subscription {
                     Err(e) => {
                         let addr = self.feeds[key].addr;
                         tracing::warn!(topic = %self.topic, %addr, "unusable accept from publisher: {e}");
-                        self.user_events.push_back(SubscriptionEvent::Rejected {
-                            addr,
-                            reason: RejectCode::Malformed,
-                            detail: format!("the publisher's accept data is unusable: {e}"),
-                        });
+                        let event = match e {
+                            Error::RecordTooLarge { len, limit, .. } => {
+                                SubscriptionEvent::RecordTooLarge { addr, len, limit }
+                            }
+                            e => SubscriptionEvent::Rejected {
+                                addr,
+                                reason: RejectCode::Malformed,
+                                detail: format!("the publisher's accept data is unusable: {e}"),
+                            },
+                        };
+                        self.user_events.push_back(event);
                         self.remove_feed(key);
                     }
                 }
@@ -279,6 +302,13 @@ impl Subscription {
                 what: "accept private data",
                 detail: "the publisher accepted another topic".into(),
             }));
+        }
+        // The READ buffers grow to the largest record: bounded by this subscription's limit,
+        // never by what the publisher says.
+        let limit = self.options.max_record_payload;
+        if accept.max_record_payload as usize > limit {
+            let (len, limit) = (accept.max_record_payload.into(), limit as u64);
+            return Err(Error::RecordTooLarge { peer: self.feeds[key].addr, len, limit });
         }
         let reader = RingReader::new(accept.reader_config(self.options.max_message_len))?;
         // Small until a record needs more: a ring that allows large records costs nothing
@@ -402,8 +432,15 @@ impl Subscription {
         }
         tracing::warn!(topic = %self.topic, addr = %feed.addr, "feed failed: {e}");
         let publisher = feed.active.as_ref().map(|a| a.info);
-        if let (Error::Ring(crate::ring::RingError::MessageTooLarge { len, max }), Some(publisher)) = (&e, publisher) {
-            self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *max });
+        match (&e, publisher) {
+            (Error::Ring(RingError::MessageTooLarge { len, max }), Some(publisher)) => {
+                self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *max });
+            }
+            (Error::Ring(RingError::RecordTooLarge { len, max, .. }), _) => {
+                let (addr, len, limit) = (feed.addr, *len, *max);
+                self.user_events.push_back(SubscriptionEvent::RecordTooLarge { addr, len, limit });
+            }
+            _ => {}
         }
         self.user_events.push_back(SubscriptionEvent::Disconnected { addr: feed.addr, publisher });
         self.close_feed(key);

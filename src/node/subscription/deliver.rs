@@ -174,6 +174,12 @@ impl Subscription {
                 // completes as it is posted): now and then let a thread sharing this CPU, such
                 // as the publisher, have it, as `poll_wait` does while it spins.
                 fruitless = 0;
+                // Completions keep this loop from the deadline check below: a record that never
+                // validates (a publisher that writes garbage) is READ again and again, and the
+                // call must still end on time.
+                if deadline.is_none_or(|d| Instant::now() >= d) {
+                    return Ok(None);
+                }
                 std::thread::yield_now();
             }
             let may_return = self.watch.as_ref().is_some_and(Watch::expects_publishers);

@@ -21,7 +21,7 @@ use slab::Slab;
 use crate::error::{Error, Result};
 use crate::fabric::{CompletionQueue, ConnId, DataPath, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
 use crate::node::spin_permit::SpinPermit;
-use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, TopicId};
+use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, Secret, TopicId};
 use crate::ring::{ReadPlan, RingReader};
 
 use super::cm::FeedEvent;
@@ -57,6 +57,18 @@ pub struct SubscriptionOptions {
     pub spin: Duration,
     /// Largest message reassembled (default 64 MiB); larger ones break the feed.
     pub max_message_len: u64,
+    /// Largest record payload this subscription READs (default 16 MiB, what a 64 MiB ring
+    /// holds by default): a publisher whose accept data advertises larger records, or whose
+    /// ring holds a record header claiming more than it advertised, is not read
+    /// ([`SubscriptionEvent::RecordTooLarge`]). So a feed's two READ buffers never grow past
+    /// this, a record header and one more header each (or `batch`, if larger), whatever a
+    /// publisher says.
+    pub max_record_payload: usize,
+    /// The topic's credential, proven (never sent) to publishers that require one
+    /// ([`PublisherOptions::credential`](crate::PublisherOptions::credential)); one that refuses
+    /// it answers [`RejectCode::Unauthorized`]. Publishers without a credential accept anyone.
+    /// Default `None`.
+    pub credential: Option<Secret>,
     /// Connect by itself to every publisher of the topic discovery announces, and reconnect
     /// to those that come back (default true; no effect when the node's discovery is off).
     /// Connections are made by the subscription's own calls (`recv*`, `try_recv`,
@@ -72,6 +84,8 @@ impl Default for SubscriptionOptions {
             busy_poll: false,
             spin: Duration::from_micros(200),
             max_message_len: 64 << 20,
+            max_record_payload: 16 << 20,
+            credential: None,
             auto_connect: true,
         }
     }
@@ -155,6 +169,21 @@ pub enum SubscriptionEvent {
         /// The message's length in bytes.
         len: u64,
         /// This subscription's limit in bytes.
+        limit: u64,
+    },
+    /// A publisher's records are larger than this subscription READs
+    /// ([`SubscriptionOptions::max_record_payload`]): its accept data advertised larger ones
+    /// (then the subscription never READs its ring), or a record header claimed more than the
+    /// publisher advertised (the same header twice: no torn READ; a `Disconnected` follows).
+    /// The subscription stops reading that publisher; with discovery it tries again later, with
+    /// back-off, as after a refusal.
+    RecordTooLarge {
+        /// The publisher's node.
+        addr: SocketAddr,
+        /// The record payload advertised or claimed, in bytes.
+        len: u64,
+        /// The largest this feed READs, in bytes: the subscription's limit, or the publisher's
+        /// advertised one when a header claimed more than that.
         limit: u64,
     },
     /// The connection broke (the publisher's node died or the network failed).
