@@ -19,8 +19,6 @@ pub const MIN_SECRET_LEN: usize = 16;
 /// Most bytes a secret may have (a file holding more is not a secret file).
 pub const MAX_SECRET_LEN: usize = 4096;
 
-// TODO(merge): the users of `mac`/`verify` land next; remove these allows then.
-#[allow(dead_code)]
 type HmacSha256 = Hmac<Sha256>;
 
 /// A shared secret (at least [`MIN_SECRET_LEN`] bytes). Its `Debug` output never shows it.
@@ -58,7 +56,6 @@ impl Secret {
 
     /// The HMAC-SHA256 of `label` followed by each of `parts`, each preceded by its length (so
     /// that no two different lists of parts MAC the same bytes).
-    #[allow(dead_code)]
     pub(crate) fn mac(&self, label: &[u8], parts: &[&[u8]]) -> [u8; MAC_LEN] {
         let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any length");
         for part in std::iter::once(label).chain(parts.iter().copied()) {
@@ -70,7 +67,6 @@ impl Secret {
 
     /// Whether `tag` (the first `tag.len()` bytes of the full MAC, at least 16) is the MAC of
     /// `label` and `parts`; compared in constant time.
-    #[allow(dead_code)]
     pub(crate) fn verify(&self, label: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
         if !(16..=MAC_LEN).contains(&tag.len()) {
             return false;
