@@ -11,10 +11,15 @@
 //! a publisher of their topic appears or disappears (`watch::Watch` turns them into connects
 //! and [`crate::SubscriptionEvent::PublisherLost`] events). Local publishers are sighted too.
 //!
+//! With a domain secret ([`DiscoveryOptions::secret`]) every datagram is sealed and checked
+//! (`auth.rs`): only holders of the secret can announce a node, and replayed or stale datagrams
+//! are refused. Without one, discovery trusts whatever reaches its port.
+//!
 //! The thread is separate from the CM thread because each blocks on its own object (the UD
 //! endpoint, the CM event channel) with a bounded timeout; merging them would make each wait
 //! delay the other's events.
 
+mod auth;
 pub(crate) mod thread;
 pub(crate) mod watch;
 
@@ -27,7 +32,13 @@ use crossbeam::channel::{self, Receiver, Sender};
 use parking_lot::Mutex;
 
 use super::NodeId;
-use crate::protocol::{AnnounceKind, Announcement, TopicId};
+use crate::protocol::{AnnounceKind, Announcement, Secret, TopicId};
+
+pub use auth::MAX_CLOCK_SKEW;
+
+/// The environment variable naming a file that holds the domain secret, read by
+/// [`crate::NodeBuilder::build`] when no secret is given (see [`DiscoveryOptions::secret`]).
+pub const SECRET_FILE_ENV: &str = "RDMA_PUBSUB_DOMAIN_SECRET_FILE";
 
 /// Default multicast group of announcements (organisation-local scope).
 pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 77, 77);
@@ -39,6 +50,11 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
 pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
 
 /// How a node discovers its peers (see [`crate::NodeBuilder::discovery`]).
+///
+/// Without a [`secret`](Self::secret), announcements are not authenticated: anyone who can
+/// send a datagram to the discovery port can announce publishers, claim a node's id and epoch
+/// (subscribers then drop the real node and connect where the forger says) or say a node's
+/// goodbye. Use discovery without a secret on trusted networks only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoveryOptions {
     /// Run discovery at all (default true). When false no announcements are sent or heard and
@@ -71,6 +87,15 @@ pub struct DiscoveryOptions {
     /// A peer silent for this many heartbeat intervals is gone (default
     /// [`DEFAULT_MISSED_HEARTBEATS`]).
     pub missed_heartbeats: u32,
+    /// The domain secret (default none; [`crate::NodeBuilder::domain_secret`], or the file
+    /// named by [`SECRET_FILE_ENV`]). With it every announcement is sealed: it carries a
+    /// sequence number, the sender's clock and an HMAC-SHA256 tag, and a node accepts only
+    /// datagrams whose tag verifies, whose clock is within [`MAX_CLOCK_SKEW`] of its own and
+    /// that it has not seen before (counted in [`DiscoveryCounters::unauthenticated`],
+    /// [`stale`](DiscoveryCounters::stale) and [`replayed`](DiscoveryCounters::replayed)).
+    /// Every node of a domain must have the same secret: nodes without it are not heard, and
+    /// do not hear this node.
+    pub secret: Option<Secret>,
 }
 
 impl Default for DiscoveryOptions {
@@ -85,6 +110,7 @@ impl Default for DiscoveryOptions {
             peers: Vec::new(),
             heartbeat: DEFAULT_HEARTBEAT,
             missed_heartbeats: DEFAULT_MISSED_HEARTBEATS,
+            secret: None,
         }
     }
 }
@@ -141,6 +167,21 @@ impl DiscoveryOptions {
     }
 }
 
+/// The secret in the file named by [`SECRET_FILE_ENV`], if that variable is set.
+pub(crate) fn secret_from_env() -> crate::Result<Option<Secret>> {
+    secret_from_file_named(std::env::var_os(SECRET_FILE_ENV))
+}
+
+/// The secret in the file at `path`, if there is a path; an unreadable file, or one that holds
+/// no valid secret, is an error naming it.
+fn secret_from_file_named(path: Option<std::ffi::OsString>) -> crate::Result<Option<Secret>> {
+    let Some(path) = path else { return Ok(None) };
+    Secret::from_file(&path).map(Some).map_err(|e| crate::Error::InvalidOption {
+        option: SECRET_FILE_ENV,
+        detail: format!("reading the domain secret from {}: {e}", std::path::Path::new(&path).display()),
+    })
+}
+
 /// Why a publisher is no longer considered present.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LostReason {
@@ -183,6 +224,18 @@ pub struct DiscoveryCounters {
     /// Announcements dropped because they exceed the directory's bounds ([`MAX_PEERS`],
     /// [`MAX_PARTS`], [`MAX_PEER_TOPICS`], [`MAX_TOTAL_TOPICS`]) or name an invalid topic.
     pub refused: AtomicU64,
+    /// With a domain secret: datagrams without a tag, or with one that does not verify
+    /// (forged, altered, plain, or sealed with another secret), dropped.
+    pub unauthenticated: AtomicU64,
+    /// With a domain secret: authentic datagrams seen before (replayed or duplicated), or of
+    /// an older epoch of their node than one already heard, dropped.
+    pub replayed: AtomicU64,
+    /// With a domain secret: authentic datagrams whose sender clock is more than
+    /// [`MAX_CLOCK_SKEW`] from this node's, dropped.
+    pub stale: AtomicU64,
+    /// Without a domain secret: sealed datagrams (of nodes that have one), which this node
+    /// cannot check, dropped.
+    pub sealed_ignored: AtomicU64,
 }
 
 /// Most peers a node keeps in its directory; announcements of further nodes are refused (and
@@ -502,17 +555,14 @@ impl Directory {
     }
 }
 
-/// Splits this node's announcement of `kind` into datagrams of at most `mtu` bytes.
-pub(crate) fn encode_announcement(
+/// Splits this node's announcement of `kind` into parts that encode to at most `mtu` bytes.
+pub(crate) fn announcement_parts(
     dir: &Directory,
     kind: AnnounceKind,
     topics: &[(String, TopicId)],
     mtu: usize,
-) -> Result<Vec<Vec<u8>>, crate::protocol::ProtocolError> {
-    Announcement::split(kind, dir.domain, dir.me, dir.epoch, dir.addr, topics, mtu)?
-        .iter()
-        .map(Announcement::encode)
-        .collect()
+) -> Result<Vec<Announcement>, crate::protocol::ProtocolError> {
+    Announcement::split(kind, dir.domain, dir.me, dir.epoch, dir.addr, topics, mtu)
 }
 
 #[cfg(test)]
@@ -607,6 +657,27 @@ mod tests {
         assert!(total > MAX_TOTAL_TOPICS - big, "{total} topics: announcements were refused before the bound");
         let recount: usize = dir.inner.lock().peers.values().map(Peer::topic_count).sum();
         assert_eq!(recount, total, "the running total matches the peers");
+    }
+
+    #[test]
+    fn the_secret_file_is_read_when_named_and_a_bad_one_is_an_error_naming_it() {
+        assert!(matches!(secret_from_file_named(None), Ok(None)));
+        let dir = std::env::temp_dir().join(format!("rdma-pubsub-domain-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, short, missing) = (dir.join("good"), dir.join("short"), dir.join("missing"));
+        std::fs::write(&good, b"a domain secret of 32 bytes, ok\n").unwrap();
+        std::fs::write(&short, b"too short\n").unwrap();
+        let secret = secret_from_file_named(Some(good.into_os_string())).unwrap();
+        assert_eq!(secret, Some(Secret::new(&b"a domain secret of 32 bytes, ok"[..]).unwrap()));
+        for bad in [short, missing] {
+            match secret_from_file_named(Some(bad.clone().into_os_string())) {
+                Err(crate::Error::InvalidOption { option: SECRET_FILE_ENV, detail }) => {
+                    assert!(detail.contains(&bad.display().to_string()), "{detail}")
+                }
+                other => panic!("{}: {other:?}", bad.display()),
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
