@@ -23,12 +23,14 @@ mod auth;
 pub(crate) mod thread;
 pub(crate) mod watch;
 
+use watch::{Present, Watcher};
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Receiver, Sender};
+use crossbeam::channel::Receiver;
 use parking_lot::Mutex;
 
 use super::NodeId;
@@ -286,14 +288,41 @@ struct Inner {
     peers: HashMap<NodeId, Peer>,
     /// Topic entries over every peer's parts (bounded by [`MAX_TOTAL_TOPICS`]).
     peer_topics: usize,
-    watchers: HashMap<TopicId, Vec<(u64, Sender<Sighting>)>>,
+    watchers: HashMap<TopicId, Vec<Watcher>>,
     next_token: u64,
 }
 
 impl Inner {
     fn notify(&mut self, topic: TopicId, sighting: &Sighting) {
         if let Some(list) = self.watchers.get_mut(&topic) {
-            list.retain(|(_, tx)| tx.send(sighting.clone()).is_ok());
+            list.retain_mut(|w| w.send(sighting));
+        }
+    }
+
+    /// The publishers of `topic` now: this node (`me`) if it publishes it, and the peers.
+    fn publishers_of(&self, topic: TopicId, me: Present) -> Vec<Present> {
+        let local = self.local.contains_key(&topic).then_some(me);
+        let peers = self
+            .peers
+            .iter()
+            .filter(|(_, peer)| peer.parts.iter().flatten().any(|(_, id)| *id == topic))
+            .map(|(&node, peer)| (node, peer.epoch, peer.addr));
+        local.into_iter().chain(peers).collect()
+    }
+
+    /// Catches up the watchers whose channel overflowed and has been drained since.
+    fn catch_up_watchers(&mut self, me: Present) {
+        let lagging: Vec<TopicId> = self
+            .watchers
+            .iter()
+            .filter(|(_, list)| list.iter().any(Watcher::ready_to_catch_up))
+            .map(|(&topic, _)| topic)
+            .collect();
+        for topic in lagging {
+            let present = self.publishers_of(topic, me);
+            if let Some(list) = self.watchers.get_mut(&topic) {
+                list.retain_mut(|w| !w.ready_to_catch_up() || w.catch_up(&present));
+            }
         }
     }
 
@@ -367,27 +396,27 @@ impl Directory {
     /// Registers a watcher of `topic`: it is told at once of every publisher known now, then of
     /// every change. Returns its token (for [`unwatch`](Self::unwatch)) and channel.
     pub(crate) fn watch(&self, topic: TopicId) -> (u64, Receiver<Sighting>) {
-        let (tx, rx) = channel::unbounded();
         let mut inner = self.inner.lock();
-        if inner.local.contains_key(&topic) {
-            let _ = tx.send(Sighting::Up { node: self.me, epoch: self.epoch, addr: self.addr });
-        }
-        for (&node, peer) in &inner.peers {
-            if peer.parts.iter().flatten().any(|(_, id)| *id == topic) {
-                let _ = tx.send(Sighting::Up { node, epoch: peer.epoch, addr: peer.addr });
-            }
-        }
         inner.next_token += 1;
-        let token = inner.next_token;
-        inner.watchers.entry(topic).or_default().push((token, tx));
+        let (mut watcher, rx) = Watcher::new(inner.next_token);
+        for (node, epoch, addr) in inner.publishers_of(topic, self.me()) {
+            watcher.send(&Sighting::Up { node, epoch, addr });
+        }
+        let token = watcher.token;
+        inner.watchers.entry(topic).or_default().push(watcher);
         (token, rx)
+    }
+
+    /// This node as a publisher.
+    fn me(&self) -> Present {
+        (self.me, self.epoch, self.addr)
     }
 
     /// Removes a watcher.
     pub(crate) fn unwatch(&self, topic: TopicId, token: u64) {
         let mut inner = self.inner.lock();
         if let Some(list) = inner.watchers.get_mut(&topic) {
-            list.retain(|(t, _)| *t != token);
+            list.retain(|w| w.token != token);
             if list.is_empty() {
                 inner.watchers.remove(&topic);
             }
@@ -506,9 +535,11 @@ impl Directory {
         applied
     }
 
-    /// Expires peers silent for longer than `expiry`; returns the earliest next expiry.
+    /// Expires peers silent for longer than `expiry`, and catches up watchers that overflowed;
+    /// returns the earliest next expiry.
     pub(crate) fn expire(&self, now: Instant, expiry: Duration) -> Option<Instant> {
         let mut inner = self.inner.lock();
+        inner.catch_up_watchers(self.me());
         let dead: Vec<NodeId> =
             inner.peers.iter().filter(|(_, p)| now.duration_since(p.last_heard) > expiry).map(|(&id, _)| id).collect();
         for id in dead {
@@ -569,11 +600,11 @@ pub(crate) fn announcement_parts(
 mod tests {
     use super::*;
 
-    fn directory() -> Directory {
+    pub(super) fn directory() -> Directory {
         Directory::new(1, 0, 1, SocketAddr::from(([127, 0, 0, 1], 9)), true)
     }
 
-    fn hello(node_id: NodeId, part: u16, parts: u16, topics: Vec<(String, TopicId)>) -> Announcement {
+    pub(super) fn hello(node_id: NodeId, part: u16, parts: u16, topics: Vec<(String, TopicId)>) -> Announcement {
         Announcement {
             kind: AnnounceKind::Hello,
             domain: 0,
@@ -586,11 +617,11 @@ mod tests {
         }
     }
 
-    fn topics(prefix: &str, n: usize) -> Vec<(String, TopicId)> {
+    pub(super) fn topics(prefix: &str, n: usize) -> Vec<(String, TopicId)> {
         (0..n).map(|i| format!("{prefix}-{i}")).map(|t| (t.clone(), TopicId::of(&t))).collect()
     }
 
-    fn from() -> SocketAddr {
+    pub(super) fn from() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 5000))
     }
 
