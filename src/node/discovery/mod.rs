@@ -68,8 +68,9 @@ pub struct DiscoveryOptions {
     /// The multicast group (default [`DEFAULT_GROUP`]).
     pub group: Ipv4Addr,
     /// The UD port of domain 0 (default [`DEFAULT_PORT`]); domain `d` uses `port + d`. 0 picks a
-    /// free port (unicast only). Nodes of one host using unicast only need distinct ports: see
-    /// [`crate::Node::discovery_addr`].
+    /// free port (unicast only). Only datagrams sent to the group arrive on the group port: a
+    /// node hears unicast at its own endpoint, [`crate::Node::discovery_addr`] (a port of its own
+    /// on the interface), which is what other nodes list in [`peers`](Self::peers).
     pub port: u16,
     /// The discovery domain (default 0): nodes find only nodes of their own domain, so that
     /// unrelated applications on one network using the same topic names stay apart (as ROS 2's
