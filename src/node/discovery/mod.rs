@@ -239,6 +239,10 @@ pub struct DiscoveryCounters {
     /// Without a domain secret: sealed datagrams (of nodes that have one), which this node
     /// cannot check, dropped.
     pub sealed_ignored: AtomicU64,
+    /// Rounds of the discovery thread that found a full batch of datagrams waiting (a flood,
+    /// or a burst): datagrams may have been dropped unread, so peers' silence until then did
+    /// not count towards their expiry.
+    pub backlogged: AtomicU64,
 }
 
 /// Most peers a node keeps in its directory; announcements of further nodes are refused (and
@@ -549,6 +553,14 @@ impl Directory {
             self.remove_peer(&mut inner, id, LostReason::Silent);
         }
         inner.peers.values().map(|p| p.last_heard + expiry).min()
+    }
+
+    /// Datagrams may have been dropped before they were read (the socket was flooded): no
+    /// peer's silence until `now` counts against it.
+    pub(crate) fn hold_expiry(&self, now: Instant) {
+        for peer in self.inner.lock().peers.values_mut() {
+            peer.last_heard = peer.last_heard.max(now);
+        }
     }
 
     /// The peer's topic count before and after applying `a`, if that keeps the directory within

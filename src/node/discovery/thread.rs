@@ -5,12 +5,19 @@
 //! (`Heartbeat`, every interval ±10 %); expire peers silent for `heartbeat × missed`; wait for
 //! a datagram at most until the next of these deadlines and never longer than [`SLICE`]; then
 //! take up to [`RECV_BATCH`] datagrams that are already there before the next round, so a flood
-//! is read as fast as it comes (per datagram: the gate, then the directory) while the
+//! is read as fast as the thread can (per datagram: the gate, then the directory) while the
 //! announcing and expiring still run between batches. Each datagram passes the gate first
 //! (`auth.rs`: the tag, clock and replay checks with a domain secret); what it refuses is
 //! counted and dropped, as is a datagram that does not decode (wrong version, kind, framing,
 //! topic id not matching its name: `NodeCounters::bad_datagrams`). On stop: `Goodbye` (sent
 //! twice: UD may drop one), leave the group.
+//!
+//! A flood can still come faster than any receiver reads (one sender on loopback outpaces a
+//! receiver that checks a MAC per datagram), and then the socket drops datagrams, the peers'
+//! heartbeats among them. So a round that finds a full batch waiting counts as deaf: until
+//! then, no peer's silence counts against it (`Directory::hold_expiry`,
+//! `DiscoveryCounters::backlogged`). A flood thus cannot make a node drop a live peer; the
+//! price is that a peer that dies during a flood is expired only once the flood ends.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering;
@@ -25,9 +32,13 @@ use crate::fabric::{Datagram, Error as FabricError, UdEndpoint};
 use crate::node::{NodeShared, SLICE};
 use crate::protocol::{AnnounceKind, Announcement, SEAL_OVERHEAD};
 
-/// Most datagrams taken per round of the loop (the UD endpoint's receive depth): under a flood
-/// the thread still announces and expires at least once per this many datagrams.
-pub(crate) const RECV_BATCH: usize = 256;
+/// Receives the UD endpoint keeps posted (soft: sizes the socket buffers).
+const RECV_DEPTH: u32 = 256;
+
+/// Most datagrams taken per round of the loop: under a flood the thread still announces and
+/// expires at least once per this many datagrams. Finding this many waiting means the socket
+/// may be dropping datagrams (it holds a few hundred), so it is well below that.
+pub(crate) const RECV_BATCH: usize = 64;
 
 /// How often the gate forgets the replay windows of senders long silent.
 const FORGET_INTERVAL: Duration = Duration::from_secs(1);
@@ -45,7 +56,7 @@ pub(crate) fn setup(node: &NodeShared, options: &DiscoveryOptions) -> crate::Res
         std::net::IpAddr::V4(ip) if !ip.is_unspecified() => ip,
         _ => Ipv4Addr::LOCALHOST,
     });
-    let init = crate::fabric::UdInit { interface, port: options.domain_port(), recv_depth: RECV_BATCH as u32 };
+    let init = crate::fabric::UdInit { interface, port: options.domain_port(), recv_depth: RECV_DEPTH };
     let ud = node.fabric.create_ud(&node.pd, &init)?;
     if options.multicast {
         ud.join(options.group)?;
@@ -93,7 +104,12 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
         let wait = until.saturating_duration_since(Instant::now()).max(Duration::from_micros(100));
         match ud.recv(wait) {
             Ok(Some(d)) => {
-                if receive_batch(&node, &ud, &mut gate, d) {
+                let (newcomer, full) = receive_batch(&node, &ud, &mut gate, d);
+                if full {
+                    node.discovery.counters.backlogged.fetch_add(1, Ordering::Relaxed);
+                    node.discovery.hold_expiry(Instant::now());
+                }
+                if newcomer {
                     // Answer a newcomer promptly, at most once per quarter interval.
                     let at = (last_answer + interval / 4).max(Instant::now());
                     answer_due = Some(answer_due.map_or(at, |t| t.min(at)));
@@ -117,18 +133,18 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
 }
 
 /// Handles `first` and the datagrams already waiting after it, at most [`RECV_BATCH`] in all;
-/// returns whether a newcomer should be answered.
-fn receive_batch(node: &NodeShared, ud: &UdEndpoint, gate: &mut Gate, first: Datagram) -> bool {
+/// returns whether a newcomer should be answered, and whether the batch was full.
+fn receive_batch(node: &NodeShared, ud: &UdEndpoint, gate: &mut Gate, first: Datagram) -> (bool, bool) {
     let (now, now_ms) = (Instant::now(), wall_clock_ms());
     let mut newcomer = handle(node, gate, first, now, now_ms);
     for _ in 1..RECV_BATCH {
         match ud.recv(Duration::ZERO) {
             Ok(Some(d)) => newcomer |= handle(node, gate, d, now, now_ms),
             // Nothing more now; an error shows again on the loop's next wait.
-            Ok(None) | Err(_) => break,
+            Ok(None) | Err(_) => return (newcomer, false),
         }
     }
-    newcomer
+    (newcomer, true)
 }
 
 /// Passes one datagram through the gate and applies it; returns whether a newcomer should be
