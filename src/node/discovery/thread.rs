@@ -38,7 +38,7 @@ const RECV_DEPTH: u32 = 256;
 /// Most datagrams taken per round of the loop: under a flood the thread still announces and
 /// expires at least once per this many datagrams. Finding this many waiting means the socket
 /// may be dropping datagrams (it holds a few hundred), so it is well below that.
-pub(crate) const RECV_BATCH: usize = 64;
+const RECV_BATCH: usize = 64;
 
 /// How often the gate forgets the replay windows of senders long silent.
 const FORGET_INTERVAL: Duration = Duration::from_secs(1);
