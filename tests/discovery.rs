@@ -10,7 +10,7 @@
 //!
 //! The provider-independent tests also run on the verbs provider inside the Soft-RoCE guest
 //! (`scripts/verbs-vm-tests.sh`): `RDMA_PUBSUB_TEST_FABRIC=verbs` selects it and `RXE_IP` the
-//! address; the script skips the soft-only ones (fault injection, raw UDP junk, unicast peers).
+//! address; the script skips the soft-only ones (fault injection, raw UDP, unicast peers).
 //!
 //! A crash is a real one: the publisher runs in a child process (this test binary re-executed
 //! on the ignored test `child_publisher`) that the test kills with SIGKILL, so its node sends no
@@ -26,8 +26,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::UdFaults;
-use rdma_pubsub::node::discovery::DEFAULT_PORT;
-use rdma_pubsub::protocol::{AnnounceKind, Announcement, TopicId, PROTOCOL_VERSION};
+use rdma_pubsub::node::discovery::{DEFAULT_PORT, SECRET_FILE_ENV};
+use rdma_pubsub::protocol::{AnnounceKind, Announcement, Secret, TopicId, PROTOCOL_VERSION};
 use rdma_pubsub::{
     DiscoveryOptions, FabricKind, LostReason, Message, Node, Policy, Publisher, PublisherOptions, Start, Subscription,
     SubscriptionEvent, SubscriptionOptions,
@@ -577,4 +577,105 @@ fn a_domain_past_the_last_port_is_refused() {
     assert!(matches!(err, Some(rdma_pubsub::Error::InvalidOption { option: "discovery domain", .. })), "{err:?}");
     assert_eq!(DiscoveryOptions { domain: 3, ..Default::default() }.domain_port(), DEFAULT_PORT + 3);
     assert_eq!(DiscoveryOptions { domain: 3, ..DiscoveryOptions::unicast(Vec::new()) }.domain_port(), 0);
+}
+
+/// Waits up to [`WAIT`] for `done`, reporting `what` otherwise.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn unicast_to_the_group_port_does_not_reach_a_multicast_node() {
+    // Raw UDP: soft only (the verbs run skips it). The node's group socket is bound to the
+    // group's address: datagrams sent to the port by unicast never reach it, only those sent
+    // to the group do (bound to 0.0.0.0, it took both, in the order sent).
+    let d = domain(16);
+    let node = node_with(d.clone());
+    let sock = UdpSocket::bind("127.0.0.1:0").expect("socket");
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, 1));
+    let topics = vec![("unicast-junk".to_string(), TopicId::of("unicast-junk"))];
+    let unicast = Announcement::split(AnnounceKind::Hello, 0, 41, 1, addr, &topics, 1024).unwrap()[0].encode().unwrap();
+    for datagram in [vec![0xff; 100], unicast] {
+        sock.send_to(&datagram, SocketAddrV4::new(Ipv4Addr::LOCALHOST, d.domain_port())).expect("send unicast");
+    }
+    let marker = Announcement::split(AnnounceKind::Hello, 0, 42, 1, addr, &topics, 1024).unwrap()[0].encode().unwrap();
+    send_raw(&d, &[marker]);
+    wait_until("the announcement sent to the group", || node.peers().iter().any(|p| p.node == 42));
+    assert!(node.peers().iter().all(|p| p.node != 41), "a unicast announcement was heard: {:?}", node.peers());
+    assert_eq!(node.counters().bad_datagrams.load(Ordering::Relaxed), 0, "unicast junk was read");
+    assert_eq!(node.discovery_counters().received.load(Ordering::Relaxed), 1);
+}
+
+fn test_secret(fill: u8) -> Secret {
+    Secret::new(vec![fill; 24]).expect("a valid secret")
+}
+
+#[test]
+fn nodes_sharing_a_domain_secret_find_each_other_and_no_one_else() {
+    let d = domain(17);
+    let sealed = DiscoveryOptions { secret: Some(test_secret(1)), ..d.clone() };
+    let pub_node = node_with(sealed);
+    let publisher = pub_node.publisher_with("sealed", small_ring()).unwrap();
+    // The same secret given to the builder; no secret; another secret.
+    let builder = Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(d.clone());
+    let sub_node = builder.domain_secret(test_secret(1)).build().expect("node");
+    let plain = node_with(d.clone());
+    let foreign = node_with(DiscoveryOptions { secret: Some(test_secret(2)), ..d });
+    let mut probe = Probe::new(&sub_node, "sealed", Start::Latest);
+    probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
+    wait_subscribers(&publisher, 1);
+    publish_range(&publisher, 1..=3);
+    probe.until("3 messages", |p| p.messages.len() >= 3);
+    // The others' datagrams are counted and dropped, both ways.
+    let count = |node: &Node, of: fn(&rdma_pubsub::DiscoveryCounters) -> &std::sync::atomic::AtomicU64| {
+        of(node.discovery_counters()).load(Ordering::Relaxed)
+    };
+    wait_until("the plain and foreign datagrams at the sealed node", || count(&pub_node, |c| &c.unauthenticated) >= 2);
+    wait_until("sealed datagrams at the plain node", || count(&plain, |c| &c.sealed_ignored) >= 1);
+    wait_until("datagrams at the foreign node", || count(&foreign, |c| &c.unauthenticated) >= 2);
+    let ids = |node: &Node| node.peers().iter().map(|p| p.node).collect::<Vec<_>>();
+    assert_eq!(ids(&pub_node), vec![sub_node.id()]);
+    assert_eq!(ids(&sub_node), vec![pub_node.id()]);
+    assert!(ids(&plain).iter().all(|&id| id != pub_node.id() && id != sub_node.id()), "{:?}", plain.peers());
+    assert!(ids(&foreign).is_empty(), "{:?}", foreign.peers());
+    assert_eq!(publisher.subscriber_count(), 1);
+}
+
+#[test]
+fn a_secret_file_named_by_the_environment_seals_discovery_and_a_bad_one_fails_the_build() {
+    // The variable is process-wide: alone in a child process.
+    let path = "a_secret_file_named_by_the_environment_seals_discovery_and_a_bad_one_fails_the_build";
+    if !common::isolate::in_child_process(path, Duration::from_secs(60)) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rdma-pubsub-secret-env-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (good, short) = (dir.join("good"), dir.join("short"));
+    std::fs::write(&good, [3u8; 24]).unwrap();
+    std::fs::write(&short, b"short\n").unwrap();
+    let d = domain(18);
+    std::env::set_var(SECRET_FILE_ENV, &short);
+    match Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(d.clone()).build() {
+        Err(rdma_pubsub::Error::InvalidOption { option: SECRET_FILE_ENV, detail }) => {
+            assert!(detail.contains(&short.display().to_string()), "{detail}")
+        }
+        other => panic!("a secret file of 5 bytes: {other:?}"),
+    }
+    std::env::set_var(SECRET_FILE_ENV, &good);
+    let from_env = node_with(d.clone());
+    // A secret given explicitly wins over the file.
+    let builder = Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(d.clone());
+    let explicit = builder.domain_secret(test_secret(4)).build().expect("node");
+    std::env::remove_var(SECRET_FILE_ENV);
+    let same = node_with(DiscoveryOptions { secret: Some(test_secret(3)), ..d });
+    wait_until("the node of the secret file", || same.peers().iter().any(|p| p.node == from_env.id()));
+    wait_until("its datagrams refused by the other secret", || {
+        explicit.discovery_counters().unauthenticated.load(Ordering::Relaxed) >= 2
+    });
+    assert!(explicit.peers().is_empty(), "{:?}", explicit.peers());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

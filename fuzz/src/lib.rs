@@ -111,9 +111,16 @@ pub fn control(data: &[u8]) -> bool {
     }
 }
 
-/// Discovery announcements (UD multicast datagrams).
+/// The domain secret the `announcement` target opens sealed datagrams with (its sealed seeds
+/// carry valid tags under it).
+fn fuzz_secret() -> &'static Secret {
+    static SECRET: std::sync::OnceLock<Secret> = std::sync::OnceLock::new();
+    SECRET.get_or_init(|| Secret::new(&b"rdma-pubsub fuzz domain secret"[..]).expect("a valid secret"))
+}
+
+/// Discovery announcements (UD multicast datagrams), plain and sealed with a domain secret.
 pub fn announcement(data: &[u8]) -> bool {
-    if let Ok(a) = Announcement::decode(data) {
+    let plain = if let Ok(a) = Announcement::decode(data) {
         assert!(a.part < a.parts);
         let bytes = a.encode().expect("a decoded announcement re-encodes");
         assert!(bytes.len() <= MAX_ANNOUNCEMENT);
@@ -121,7 +128,20 @@ pub fn announcement(data: &[u8]) -> bool {
         true
     } else {
         false
-    }
+    };
+    let sealed = match Announcement::open(data, fuzz_secret()) {
+        Ok(opened) => {
+            assert!(!plain, "one datagram both plain and sealed");
+            let a = &opened.announcement;
+            assert!(a.part < a.parts);
+            let bytes = a.seal(fuzz_secret(), opened.seq, opened.sent_ms).expect("an opened announcement re-seals");
+            assert!(bytes.len() <= data.len(), "re-sealed without padding: {} > {} bytes", bytes.len(), data.len());
+            assert_eq!(Announcement::open(&bytes, fuzz_secret()).expect("re-opens"), opened);
+            true
+        }
+        Err(_) => false,
+    };
+    plain || sealed
 }
 
 /// The soft provider's frame header: decodes or is refused; what decodes re-encodes to the
@@ -407,23 +427,24 @@ fn seeds_announcement() -> Vec<Vec<u8>> {
     let topics: Vec<(String, TopicId)> =
         ["a", "prices", "orders/eu"].iter().map(|t| (t.to_string(), TopicId::of(t))).collect();
     let mut out = Vec::new();
-    for a in Announcement::split(AnnounceKind::Hello, 9, 1, 2, connect, &topics, 1024).unwrap() {
+    let mut announcements = Announcement::split(AnnounceKind::Hello, 9, 1, 2, connect, &topics, 1024).unwrap();
+    announcements.push(Announcement {
+        kind: AnnounceKind::Goodbye,
+        domain: 7,
+        node_id: 3,
+        epoch: 4,
+        connect: v6,
+        part: 0,
+        parts: 1,
+        topics,
+    });
+    for a in &announcements {
         out.push(a.encode().unwrap());
     }
-    out.push(
-        Announcement {
-            kind: AnnounceKind::Goodbye,
-            domain: 7,
-            node_id: 3,
-            epoch: 4,
-            connect: v6,
-            part: 0,
-            parts: 1,
-            topics,
-        }
-        .encode()
-        .unwrap(),
-    );
+    // The same sealed with the fuzz secret: valid tags, sequence numbers and clocks.
+    for (seq, a) in announcements.iter().enumerate() {
+        out.push(a.seal(fuzz_secret(), seq as u64 + 1, 1_800_000_000_000).unwrap());
+    }
     with_variants(out)
 }
 

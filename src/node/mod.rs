@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::fabric::{
     self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, ProtectionDomain, SameHost, SoftOptions,
 };
-use crate::protocol::{ReplayGuard, TopicId};
+use crate::protocol::{ReplayGuard, Secret, TopicId};
 use crate::stats;
 
 pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
@@ -71,6 +71,8 @@ pub struct NodeBuilder {
     /// Set by [`same_host`](NodeBuilder::same_host): overrides the soft options' setting.
     same_host: Option<SameHost>,
     node_id: Option<NodeId>,
+    /// Set by [`domain_secret`](NodeBuilder::domain_secret): overrides the discovery options'.
+    domain_secret: Option<Secret>,
 }
 
 impl Default for NodeBuilder {
@@ -84,6 +86,7 @@ impl Default for NodeBuilder {
             domain: None,
             same_host: None,
             node_id: None,
+            domain_secret: None,
         }
     }
 }
@@ -99,6 +102,15 @@ impl NodeBuilder {
     /// options, and it wins over theirs whichever is called first.
     pub fn domain(mut self, domain: u16) -> Self {
         self.domain = Some(domain);
+        self
+    }
+    /// The secret of the discovery domain ([`DiscoveryOptions::secret`]): announcements are
+    /// sealed with it and only those sealed with it are heard. Wins over the discovery options'
+    /// whichever is called first. With neither, `build` reads the secret from the file named
+    /// by the environment variable `RDMA_PUBSUB_DOMAIN_SECRET_FILE` when it is set
+    /// ([`discovery::SECRET_FILE_ENV`]).
+    pub fn domain_secret(mut self, secret: Secret) -> Self {
+        self.domain_secret = Some(secret);
         self
     }
 
@@ -156,10 +168,17 @@ impl NodeBuilder {
     /// # Errors
     /// [`Error::Fabric`] when the fabric cannot be opened (no such device or provider, the
     /// address is in use or not local); [`Error::InvalidOption`] for discovery options out of
-    /// range.
+    /// range, or a domain secret file (`RDMA_PUBSUB_DOMAIN_SECRET_FILE`) that cannot be read or
+    /// holds no valid secret.
     pub fn build(mut self) -> Result<Node> {
         if let Some(domain) = self.domain {
             self.discovery.domain = domain;
+        }
+        if let Some(secret) = self.domain_secret.take() {
+            self.discovery.secret = Some(secret);
+        }
+        if self.discovery.enabled && self.discovery.secret.is_none() {
+            self.discovery.secret = discovery::secret_from_env()?;
         }
         if let Some(same_host) = self.same_host {
             self.fabric.soft.same_host = same_host;

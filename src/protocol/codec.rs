@@ -24,6 +24,8 @@ pub mod kind {
     pub const CONTROL: u8 = 4;
     /// [`super::super::Announcement`].
     pub const ANNOUNCEMENT: u8 = 5;
+    /// [`super::super::Announcement`] sealed with the domain secret (`Announcement::seal`).
+    pub const SEALED_ANNOUNCEMENT: u8 = 6;
 }
 
 /// Encodes `msg` as `[version, kind, body]`, refusing more than `max` bytes.

@@ -5,7 +5,8 @@
 //! Every message is `[PROTOCOL_VERSION, kind, body]` with a bincode 2 body
 //! (`config::standard()`) decoded under a size limit; decoding never panics, and trailing zero
 //! padding (as the connection manager adds to private data) is accepted. Topics travel as
-//! [`TopicId`], a stable FNV-1a hash of their name.
+//! [`TopicId`], a stable FNV-1a hash of their name. An announcement sealed with a domain
+//! secret wraps that frame in a header and a tag ([`Announcement::seal`]).
 
 mod announce;
 mod auth;
@@ -19,7 +20,10 @@ mod topic;
 #[cfg(test)]
 mod tests;
 
-pub use announce::{AnnounceKind, Announcement, ANNOUNCE_MTU, MAX_ANNOUNCEMENT};
+pub use announce::{
+    AnnounceKind, Announcement, OpenError, SealedAnnouncement, ANNOUNCE_MTU, ANNOUNCE_TAG_LEN, MAX_ANNOUNCEMENT,
+    SEALED_HEADER_LEN, SEAL_OVERHEAD,
+};
 pub use auth::{Secret, MAC_LEN, MAX_SECRET_LEN, MIN_SECRET_LEN};
 pub use connect::{
     AcceptData, ConnectData, ConnectFlags, Policy, PolicySet, RejectCode, RejectData, StartAt, MAX_REJECT_DETAIL,

@@ -1,13 +1,14 @@
 //! The command line: subcommands, their options, and one-line explanations of errors.
 
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rdma_pubsub::fabric::{Error as FabricError, SameHost};
 use rdma_pubsub::node::discovery::{DEFAULT_GROUP, DEFAULT_PORT};
-use rdma_pubsub::protocol::RejectCode;
+use rdma_pubsub::protocol::{RejectCode, Secret};
 use rdma_pubsub::{Checksum, DiscoveryOptions, Error, FabricKind, Node, Policy};
 
 #[derive(Parser, Debug)]
@@ -89,6 +90,19 @@ pub struct DiscoveryArgs {
     /// port plus the domain).
     #[arg(long, default_value_t = 0)]
     pub domain: u16,
+    /// The domain secret, read from this file (16 to 4096 bytes; surrounding whitespace is
+    /// trimmed): announcements are sealed with it and only nodes with the same secret are
+    /// heard. Without it, the file named by RDMA_PUBSUB_DOMAIN_SECRET_FILE, if set; else
+    /// discovery is unauthenticated (trusted networks only).
+    #[arg(long, value_name = "PATH", value_parser = parse_secret_file, conflicts_with = "no_discovery")]
+    pub secret_file: Option<SecretFile>,
+}
+
+/// A domain secret and the file it was read from.
+#[derive(Debug, Clone)]
+pub struct SecretFile {
+    path: PathBuf,
+    secret: Secret,
 }
 
 impl DiscoveryArgs {
@@ -102,23 +116,26 @@ impl DiscoveryArgs {
             let group = self.group.unwrap_or(SocketAddrV4::new(DEFAULT_GROUP, DEFAULT_PORT));
             DiscoveryOptions { group: *group.ip(), port: group.port(), ..Default::default() }
         };
-        DiscoveryOptions { domain: self.domain, ..options }
+        let secret = self.secret_file.as_ref().map(|f| f.secret.clone());
+        DiscoveryOptions { domain: self.domain, secret, ..options }
     }
 
     /// The flags that make another process discover the same way, to print in hints
     /// (`discovery_addr`: this node's unicast endpoint).
     pub fn hint(&self, discovery_addr: Option<SocketAddr>) -> String {
-        let how = match (&self.peers, self.group, discovery_addr) {
+        let mut how = match (&self.peers, self.group, discovery_addr) {
             _ if self.no_discovery => return " --no-discovery".into(),
             (Some(_), _, Some(addr)) => format!(" --peers {addr}"),
             (None, Some(g), _) => format!(" --group {g}"),
             _ => String::new(),
         };
-        if self.domain == 0 {
-            how
-        } else {
-            format!("{how} --domain {}", self.domain)
+        if self.domain != 0 {
+            how += &format!(" --domain {}", self.domain);
         }
+        if let Some(file) = &self.secret_file {
+            how += &format!(" --secret-file {}", file.path.display());
+        }
+        how
     }
 }
 
@@ -374,6 +391,13 @@ fn parse_endpoint(s: &str) -> Result<SocketAddrV4, String> {
     }
 }
 
+/// The domain secret held in the file at `s`.
+fn parse_secret_file(s: &str) -> Result<SecretFile, String> {
+    let path = PathBuf::from(s);
+    let secret = Secret::from_file(&path).map_err(|e| format!("no domain secret in '{s}': {e}"))?;
+    Ok(SecretFile { path, secret })
+}
+
 /// `IP:PORT` with a port.
 fn parse_peer(s: &str) -> Result<SocketAddr, String> {
     match s.parse::<SocketAddr>() {
@@ -424,5 +448,37 @@ pub fn explain(e: &Error) -> String {
         }
         Error::InvalidTopic { .. } => format!("{e}; choose another --topic"),
         _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Discovery {
+        #[command(flatten)]
+        discovery: DiscoveryArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<DiscoveryArgs, clap::Error> {
+        Discovery::try_parse_from(std::iter::once("test").chain(args.iter().copied())).map(|d| d.discovery)
+    }
+
+    #[test]
+    fn a_secret_file_gives_the_node_its_domain_secret_and_appears_in_hints() {
+        let dir = std::env::temp_dir().join(format!("pubsub-demo-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, short) = (dir.join("good"), dir.join("short"));
+        std::fs::write(&good, "0123456789abcdef0123\n").unwrap();
+        std::fs::write(&short, "0123").unwrap();
+        let args = parse(&["--secret-file", good.to_str().unwrap(), "--domain", "3"]).unwrap();
+        assert_eq!(args.options().secret, Some(Secret::new(&b"0123456789abcdef0123"[..]).unwrap()));
+        assert_eq!(args.hint(None), format!(" --domain 3 --secret-file {}", good.display()));
+        assert_eq!(parse(&[]).unwrap().options().secret, None);
+        let err = parse(&["--secret-file", short.to_str().unwrap()]).unwrap_err().to_string();
+        assert!(err.contains("no domain secret in") && err.contains("short"), "{err}");
+        assert!(parse(&["--secret-file", good.to_str().unwrap(), "--no-discovery"]).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -11,23 +11,36 @@
 //! a publisher of their topic appears or disappears (`watch::Watch` turns them into connects
 //! and [`crate::SubscriptionEvent::PublisherLost`] events). Local publishers are sighted too.
 //!
+//! With a domain secret ([`DiscoveryOptions::secret`]) every datagram is sealed and checked
+//! (`auth.rs`): only holders of the secret can announce a node, and replayed or stale datagrams
+//! are refused. Without one, discovery trusts whatever reaches its port.
+//!
 //! The thread is separate from the CM thread because each blocks on its own object (the UD
 //! endpoint, the CM event channel) with a bounded timeout; merging them would make each wait
 //! delay the other's events.
 
+mod auth;
 pub(crate) mod thread;
 pub(crate) mod watch;
+
+use watch::{Present, Watcher};
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Receiver, Sender};
+use crossbeam::channel::Receiver;
 use parking_lot::Mutex;
 
 use super::NodeId;
-use crate::protocol::{AnnounceKind, Announcement, TopicId};
+use crate::protocol::{AnnounceKind, Announcement, Secret, TopicId};
+
+pub use auth::MAX_CLOCK_SKEW;
+
+/// The environment variable naming a file that holds the domain secret, read by
+/// [`crate::NodeBuilder::build`] when no secret is given (see [`DiscoveryOptions::secret`]).
+pub const SECRET_FILE_ENV: &str = "RDMA_PUBSUB_DOMAIN_SECRET_FILE";
 
 /// Default multicast group of announcements (organisation-local scope).
 pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 77, 77);
@@ -39,6 +52,11 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
 pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
 
 /// How a node discovers its peers (see [`crate::NodeBuilder::discovery`]).
+///
+/// Without a [`secret`](Self::secret), announcements are not authenticated: anyone who can
+/// send a datagram to the discovery port can announce publishers, claim a node's id and epoch
+/// (subscribers then drop the real node and connect where the forger says) or say a node's
+/// goodbye. Use discovery without a secret on trusted networks only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoveryOptions {
     /// Run discovery at all (default true). When false no announcements are sent or heard and
@@ -50,8 +68,9 @@ pub struct DiscoveryOptions {
     /// The multicast group (default [`DEFAULT_GROUP`]).
     pub group: Ipv4Addr,
     /// The UD port of domain 0 (default [`DEFAULT_PORT`]); domain `d` uses `port + d`. 0 picks a
-    /// free port (unicast only). Nodes of one host using unicast only need distinct ports: see
-    /// [`crate::Node::discovery_addr`].
+    /// free port (unicast only). Only datagrams sent to the group arrive on the group port: a
+    /// node hears unicast at its own endpoint, [`crate::Node::discovery_addr`] (a port of its own
+    /// on the interface), which is what other nodes list in [`peers`](Self::peers).
     pub port: u16,
     /// The discovery domain (default 0): nodes find only nodes of their own domain, so that
     /// unrelated applications on one network using the same topic names stay apart (as ROS 2's
@@ -71,6 +90,15 @@ pub struct DiscoveryOptions {
     /// A peer silent for this many heartbeat intervals is gone (default
     /// [`DEFAULT_MISSED_HEARTBEATS`]).
     pub missed_heartbeats: u32,
+    /// The domain secret (default none; [`crate::NodeBuilder::domain_secret`], or the file
+    /// named by [`SECRET_FILE_ENV`]). With it every announcement is sealed: it carries a
+    /// sequence number, the sender's clock and an HMAC-SHA256 tag, and a node accepts only
+    /// datagrams whose tag verifies, whose clock is within [`MAX_CLOCK_SKEW`] of its own and
+    /// that it has not seen before (counted in [`DiscoveryCounters::unauthenticated`],
+    /// [`stale`](DiscoveryCounters::stale) and [`replayed`](DiscoveryCounters::replayed)).
+    /// Every node of a domain must have the same secret: nodes without it are not heard, and
+    /// do not hear this node.
+    pub secret: Option<Secret>,
 }
 
 impl Default for DiscoveryOptions {
@@ -85,6 +113,7 @@ impl Default for DiscoveryOptions {
             peers: Vec::new(),
             heartbeat: DEFAULT_HEARTBEAT,
             missed_heartbeats: DEFAULT_MISSED_HEARTBEATS,
+            secret: None,
         }
     }
 }
@@ -141,6 +170,21 @@ impl DiscoveryOptions {
     }
 }
 
+/// The secret in the file named by [`SECRET_FILE_ENV`], if that variable is set.
+pub(crate) fn secret_from_env() -> crate::Result<Option<Secret>> {
+    secret_from_file_named(std::env::var_os(SECRET_FILE_ENV))
+}
+
+/// The secret in the file at `path`, if there is a path; an unreadable file, or one that holds
+/// no valid secret, is an error naming it.
+fn secret_from_file_named(path: Option<std::ffi::OsString>) -> crate::Result<Option<Secret>> {
+    let Some(path) = path else { return Ok(None) };
+    Secret::from_file(&path).map(Some).map_err(|e| crate::Error::InvalidOption {
+        option: SECRET_FILE_ENV,
+        detail: format!("reading the domain secret from {}: {e}", std::path::Path::new(&path).display()),
+    })
+}
+
 /// Why a publisher is no longer considered present.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LostReason {
@@ -183,6 +227,22 @@ pub struct DiscoveryCounters {
     /// Announcements dropped because they exceed the directory's bounds ([`MAX_PEERS`],
     /// [`MAX_PARTS`], [`MAX_PEER_TOPICS`], [`MAX_TOTAL_TOPICS`]) or name an invalid topic.
     pub refused: AtomicU64,
+    /// With a domain secret: datagrams without a tag, or with one that does not verify
+    /// (forged, altered, plain, or sealed with another secret), dropped.
+    pub unauthenticated: AtomicU64,
+    /// With a domain secret: authentic datagrams seen before (replayed or duplicated), or of
+    /// an older epoch of their node than one already heard, dropped.
+    pub replayed: AtomicU64,
+    /// With a domain secret: authentic datagrams whose sender clock is more than
+    /// [`MAX_CLOCK_SKEW`] from this node's, dropped.
+    pub stale: AtomicU64,
+    /// Without a domain secret: sealed datagrams (of nodes that have one), which this node
+    /// cannot check, dropped.
+    pub sealed_ignored: AtomicU64,
+    /// Rounds of the discovery thread that found a full batch of datagrams waiting (a flood,
+    /// or a burst): datagrams may have been dropped unread, so peers' silence until then did
+    /// not count towards their expiry.
+    pub backlogged: AtomicU64,
 }
 
 /// Most peers a node keeps in its directory; announcements of further nodes are refused (and
@@ -233,14 +293,41 @@ struct Inner {
     peers: HashMap<NodeId, Peer>,
     /// Topic entries over every peer's parts (bounded by [`MAX_TOTAL_TOPICS`]).
     peer_topics: usize,
-    watchers: HashMap<TopicId, Vec<(u64, Sender<Sighting>)>>,
+    watchers: HashMap<TopicId, Vec<Watcher>>,
     next_token: u64,
 }
 
 impl Inner {
     fn notify(&mut self, topic: TopicId, sighting: &Sighting) {
         if let Some(list) = self.watchers.get_mut(&topic) {
-            list.retain(|(_, tx)| tx.send(sighting.clone()).is_ok());
+            list.retain_mut(|w| w.send(sighting));
+        }
+    }
+
+    /// The publishers of `topic` now: this node (`me`) if it publishes it, and the peers.
+    fn publishers_of(&self, topic: TopicId, me: Present) -> Vec<Present> {
+        let local = self.local.contains_key(&topic).then_some(me);
+        let peers = self
+            .peers
+            .iter()
+            .filter(|(_, peer)| peer.parts.iter().flatten().any(|(_, id)| *id == topic))
+            .map(|(&node, peer)| (node, peer.epoch, peer.addr));
+        local.into_iter().chain(peers).collect()
+    }
+
+    /// Catches up the watchers whose channel overflowed and has been drained since.
+    fn catch_up_watchers(&mut self, me: Present) {
+        let lagging: Vec<TopicId> = self
+            .watchers
+            .iter()
+            .filter(|(_, list)| list.iter().any(Watcher::ready_to_catch_up))
+            .map(|(&topic, _)| topic)
+            .collect();
+        for topic in lagging {
+            let present = self.publishers_of(topic, me);
+            if let Some(list) = self.watchers.get_mut(&topic) {
+                list.retain_mut(|w| !w.ready_to_catch_up() || w.catch_up(&present));
+            }
         }
     }
 
@@ -314,27 +401,27 @@ impl Directory {
     /// Registers a watcher of `topic`: it is told at once of every publisher known now, then of
     /// every change. Returns its token (for [`unwatch`](Self::unwatch)) and channel.
     pub(crate) fn watch(&self, topic: TopicId) -> (u64, Receiver<Sighting>) {
-        let (tx, rx) = channel::unbounded();
         let mut inner = self.inner.lock();
-        if inner.local.contains_key(&topic) {
-            let _ = tx.send(Sighting::Up { node: self.me, epoch: self.epoch, addr: self.addr });
-        }
-        for (&node, peer) in &inner.peers {
-            if peer.parts.iter().flatten().any(|(_, id)| *id == topic) {
-                let _ = tx.send(Sighting::Up { node, epoch: peer.epoch, addr: peer.addr });
-            }
-        }
         inner.next_token += 1;
-        let token = inner.next_token;
-        inner.watchers.entry(topic).or_default().push((token, tx));
+        let (mut watcher, rx) = Watcher::new(inner.next_token);
+        for (node, epoch, addr) in inner.publishers_of(topic, self.me()) {
+            watcher.send(&Sighting::Up { node, epoch, addr });
+        }
+        let token = watcher.token;
+        inner.watchers.entry(topic).or_default().push(watcher);
         (token, rx)
+    }
+
+    /// This node as a publisher.
+    fn me(&self) -> Present {
+        (self.me, self.epoch, self.addr)
     }
 
     /// Removes a watcher.
     pub(crate) fn unwatch(&self, topic: TopicId, token: u64) {
         let mut inner = self.inner.lock();
         if let Some(list) = inner.watchers.get_mut(&topic) {
-            list.retain(|(t, _)| *t != token);
+            list.retain(|w| w.token != token);
             if list.is_empty() {
                 inner.watchers.remove(&topic);
             }
@@ -453,9 +540,11 @@ impl Directory {
         applied
     }
 
-    /// Expires peers silent for longer than `expiry`; returns the earliest next expiry.
+    /// Expires peers silent for longer than `expiry`, and catches up watchers that overflowed;
+    /// returns the earliest next expiry.
     pub(crate) fn expire(&self, now: Instant, expiry: Duration) -> Option<Instant> {
         let mut inner = self.inner.lock();
+        inner.catch_up_watchers(self.me());
         let dead: Vec<NodeId> =
             inner.peers.iter().filter(|(_, p)| now.duration_since(p.last_heard) > expiry).map(|(&id, _)| id).collect();
         for id in dead {
@@ -464,6 +553,14 @@ impl Directory {
             self.remove_peer(&mut inner, id, LostReason::Silent);
         }
         inner.peers.values().map(|p| p.last_heard + expiry).min()
+    }
+
+    /// Datagrams may have been dropped before they were read (the socket was flooded): no
+    /// peer's silence until `now` counts against it.
+    pub(crate) fn hold_expiry(&self, now: Instant) {
+        for peer in self.inner.lock().peers.values_mut() {
+            peer.last_heard = peer.last_heard.max(now);
+        }
     }
 
     /// The peer's topic count before and after applying `a`, if that keeps the directory within
@@ -502,28 +599,25 @@ impl Directory {
     }
 }
 
-/// Splits this node's announcement of `kind` into datagrams of at most `mtu` bytes.
-pub(crate) fn encode_announcement(
+/// Splits this node's announcement of `kind` into parts that encode to at most `mtu` bytes.
+pub(crate) fn announcement_parts(
     dir: &Directory,
     kind: AnnounceKind,
     topics: &[(String, TopicId)],
     mtu: usize,
-) -> Result<Vec<Vec<u8>>, crate::protocol::ProtocolError> {
-    Announcement::split(kind, dir.domain, dir.me, dir.epoch, dir.addr, topics, mtu)?
-        .iter()
-        .map(Announcement::encode)
-        .collect()
+) -> Result<Vec<Announcement>, crate::protocol::ProtocolError> {
+    Announcement::split(kind, dir.domain, dir.me, dir.epoch, dir.addr, topics, mtu)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn directory() -> Directory {
+    pub(super) fn directory() -> Directory {
         Directory::new(1, 0, 1, SocketAddr::from(([127, 0, 0, 1], 9)), true)
     }
 
-    fn hello(node_id: NodeId, part: u16, parts: u16, topics: Vec<(String, TopicId)>) -> Announcement {
+    pub(super) fn hello(node_id: NodeId, part: u16, parts: u16, topics: Vec<(String, TopicId)>) -> Announcement {
         Announcement {
             kind: AnnounceKind::Hello,
             domain: 0,
@@ -536,11 +630,11 @@ mod tests {
         }
     }
 
-    fn topics(prefix: &str, n: usize) -> Vec<(String, TopicId)> {
+    pub(super) fn topics(prefix: &str, n: usize) -> Vec<(String, TopicId)> {
         (0..n).map(|i| format!("{prefix}-{i}")).map(|t| (t.clone(), TopicId::of(&t))).collect()
     }
 
-    fn from() -> SocketAddr {
+    pub(super) fn from() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 5000))
     }
 
@@ -607,6 +701,27 @@ mod tests {
         assert!(total > MAX_TOTAL_TOPICS - big, "{total} topics: announcements were refused before the bound");
         let recount: usize = dir.inner.lock().peers.values().map(Peer::topic_count).sum();
         assert_eq!(recount, total, "the running total matches the peers");
+    }
+
+    #[test]
+    fn the_secret_file_is_read_when_named_and_a_bad_one_is_an_error_naming_it() {
+        assert!(matches!(secret_from_file_named(None), Ok(None)));
+        let dir = std::env::temp_dir().join(format!("rdma-pubsub-domain-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, short, missing) = (dir.join("good"), dir.join("short"), dir.join("missing"));
+        std::fs::write(&good, b"a domain secret of 32 bytes, ok\n").unwrap();
+        std::fs::write(&short, b"too short\n").unwrap();
+        let secret = secret_from_file_named(Some(good.into_os_string())).unwrap();
+        assert_eq!(secret, Some(Secret::new(&b"a domain secret of 32 bytes, ok"[..]).unwrap()));
+        for bad in [short, missing] {
+            match secret_from_file_named(Some(bad.clone().into_os_string())) {
+                Err(crate::Error::InvalidOption { option: SECRET_FILE_ENV, detail }) => {
+                    assert!(detail.contains(&bad.display().to_string()), "{detail}")
+                }
+                other => panic!("{}: {other:?}", bad.display()),
+            }
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -3,10 +3,21 @@
 //! Loop, until the node stops: announce if the local topics changed (`Hello`), if a newcomer
 //! said hello (rate-limited to one answer per quarter interval) or if the heartbeat is due
 //! (`Heartbeat`, every interval ±10 %); expire peers silent for `heartbeat × missed`; wait for
-//! a datagram at most until the next of these deadlines and never longer than [`SLICE`]. A
-//! datagram that does not decode (wrong version, kind, framing, topic id not matching its name)
-//! is counted in `NodeCounters::bad_datagrams` and dropped. On stop: `Goodbye` (sent twice: UD
-//! may drop one), leave the group.
+//! a datagram at most until the next of these deadlines and never longer than [`SLICE`]; then
+//! take up to [`RECV_BATCH`] datagrams that are already there before the next round, so a flood
+//! is read as fast as the thread can (per datagram: the gate, then the directory) while the
+//! announcing and expiring still run between batches. Each datagram passes the gate first
+//! (`auth.rs`: the tag, clock and replay checks with a domain secret); what it refuses is
+//! counted and dropped, as is a datagram that does not decode (wrong version, kind, framing,
+//! topic id not matching its name: `NodeCounters::bad_datagrams`). On stop: `Goodbye` (sent
+//! twice: UD may drop one), leave the group.
+//!
+//! A flood can still come faster than any receiver reads (one sender on loopback outpaces a
+//! receiver that checks a MAC per datagram), and then the socket drops datagrams, the peers'
+//! heartbeats among them. So a round that finds a full batch waiting counts as deaf: until
+//! then, no peer's silence counts against it (`Directory::hold_expiry`,
+//! `DiscoveryCounters::backlogged`). A flood thus cannot make a node drop a live peer; the
+//! price is that a peer that dies during a flood is expired only once the flood ends.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering;
@@ -15,10 +26,22 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use super::{encode_announcement, DiscoveryOptions};
+use super::auth::{wall_clock_ms, Gate, Refusal, Sealer};
+use super::{announcement_parts, DiscoveryOptions};
 use crate::fabric::{Datagram, Error as FabricError, UdEndpoint};
 use crate::node::{NodeShared, SLICE};
-use crate::protocol::{AnnounceKind, Announcement, TopicId};
+use crate::protocol::{AnnounceKind, Announcement, SEAL_OVERHEAD};
+
+/// Receives the UD endpoint keeps posted (soft: sizes the socket buffers).
+const RECV_DEPTH: u32 = 256;
+
+/// Most datagrams taken per round of the loop: under a flood the thread still announces and
+/// expires at least once per this many datagrams. Finding this many waiting means the socket
+/// may be dropping datagrams (it holds a few hundred), so it is well below that.
+const RECV_BATCH: usize = 64;
+
+/// How often the gate forgets the replay windows of senders long silent.
+const FORGET_INTERVAL: Duration = Duration::from_secs(1);
 
 /// What the thread needs besides the node.
 pub(crate) struct Setup {
@@ -33,7 +56,7 @@ pub(crate) fn setup(node: &NodeShared, options: &DiscoveryOptions) -> crate::Res
         std::net::IpAddr::V4(ip) if !ip.is_unspecified() => ip,
         _ => Ipv4Addr::LOCALHOST,
     });
-    let init = crate::fabric::UdInit { interface, port: options.domain_port(), recv_depth: 256 };
+    let init = crate::fabric::UdInit { interface, port: options.domain_port(), recv_depth: RECV_DEPTH };
     let ud = node.fabric.create_ud(&node.pd, &init)?;
     if options.multicast {
         ud.join(options.group)?;
@@ -44,7 +67,10 @@ pub(crate) fn setup(node: &NodeShared, options: &DiscoveryOptions) -> crate::Res
 /// The thread body.
 pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
     let Setup { ud, options } = setup;
-    let mut sender = Sender { node: &node, ud: &ud, options: &options, warned: false };
+    let sealer = options.secret.clone().map(Sealer::new);
+    let mut sender = Sender { node: &node, ud: &ud, options: &options, sealer, warned: false };
+    let mut gate = Gate::new(options.secret.clone());
+    let mut next_forget = Instant::now() + FORGET_INTERVAL;
     let mut rng = rand::thread_rng();
     let interval = options.heartbeat;
     let jitter = |rng: &mut rand::rngs::ThreadRng| interval.mul_f64(rng.gen_range(0.9..1.1));
@@ -67,6 +93,10 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
             }
         }
         let next_expiry = node.discovery.expire(now, options.expiry());
+        if now >= next_forget {
+            gate.forget_silent(now);
+            next_forget = now + FORGET_INTERVAL;
+        }
         let mut until = next_heartbeat.min(now + SLICE);
         if let Some(t) = next_expiry.into_iter().chain(answer_due).min() {
             until = until.min(t);
@@ -74,7 +104,12 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
         let wait = until.saturating_duration_since(Instant::now()).max(Duration::from_micros(100));
         match ud.recv(wait) {
             Ok(Some(d)) => {
-                if handle(&node, d) {
+                let (newcomer, full) = receive_batch(&node, &ud, &mut gate, d);
+                if full {
+                    node.discovery.counters.backlogged.fetch_add(1, Ordering::Relaxed);
+                    node.discovery.hold_expiry(Instant::now());
+                }
+                if newcomer {
                     // Answer a newcomer promptly, at most once per quarter interval.
                     let at = (last_answer + interval / 4).max(Instant::now());
                     answer_due = Some(answer_due.map_or(at, |t| t.min(at)));
@@ -97,22 +132,44 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
     }
 }
 
-/// Decodes and applies one datagram; returns whether a newcomer should be answered.
-fn handle(node: &NodeShared, d: Datagram) -> bool {
-    let announcement = match Announcement::decode(&d.data) {
-        Ok(a) if a.topics.iter().all(|(name, id)| TopicId::of(name) == *id) => a,
-        Ok(_) => {
-            node.counters.bad_datagrams.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(from = %d.from, "announcement with a topic id not matching its name");
-            return false;
+/// Handles `first` and the datagrams already waiting after it, at most [`RECV_BATCH`] in all;
+/// returns whether a newcomer should be answered, and whether the batch was full.
+fn receive_batch(node: &NodeShared, ud: &UdEndpoint, gate: &mut Gate, first: Datagram) -> (bool, bool) {
+    let (now, now_ms) = (Instant::now(), wall_clock_ms());
+    let mut newcomer = handle(node, gate, first, now, now_ms);
+    for _ in 1..RECV_BATCH {
+        match ud.recv(Duration::ZERO) {
+            Ok(Some(d)) => newcomer |= handle(node, gate, d, now, now_ms),
+            // Nothing more now; an error shows again on the loop's next wait.
+            Ok(None) | Err(_) => return (newcomer, false),
         }
-        Err(e) => {
-            node.counters.bad_datagrams.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(from = %d.from, "undecodable discovery datagram: {e}");
-            return false;
+    }
+    (newcomer, true)
+}
+
+/// Passes one datagram through the gate and applies it; returns whether a newcomer should be
+/// answered.
+fn handle(node: &NodeShared, gate: &mut Gate, d: Datagram, now: Instant, now_ms: u64) -> bool {
+    match gate.admit(&d.data, now_ms, now) {
+        Ok(announcement) => node.discovery.apply(announcement, d.from, now).newcomer,
+        Err(refusal) => {
+            count_refusal(node, &refusal);
+            tracing::trace!(from = %d.from, "discovery datagram dropped: {refusal:?}");
+            false
         }
+    }
+}
+
+fn count_refusal(node: &NodeShared, refusal: &Refusal) {
+    let counters = &node.discovery.counters;
+    let counter = match refusal {
+        Refusal::Unauthenticated => &counters.unauthenticated,
+        Refusal::SealedWithoutSecret => &counters.sealed_ignored,
+        Refusal::Stale => &counters.stale,
+        Refusal::Replayed => &counters.replayed,
+        Refusal::Undecodable(_) => &node.counters.bad_datagrams,
     };
-    node.discovery.apply(announcement, d.from, Instant::now()).newcomer
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Sends this node's announcements to the group and the unicast peers.
@@ -120,14 +177,15 @@ struct Sender<'a> {
     node: &'a NodeShared,
     ud: &'a UdEndpoint,
     options: &'a DiscoveryOptions,
+    /// Seals every datagram when the domain has a secret.
+    sealer: Option<Sealer>,
     /// A send error was logged at warn level already (later ones go to debug).
     warned: bool,
 }
 
 impl Sender<'_> {
     fn announce(&mut self, kind: AnnounceKind) {
-        let topics = if kind == AnnounceKind::Goodbye { Vec::new() } else { self.node.discovery.local_topics() };
-        let datagrams = match encode_announcement(&self.node.discovery, kind, &topics, self.ud.mtu()) {
+        let datagrams = match self.datagrams(kind) {
             Ok(d) => d,
             Err(e) => {
                 tracing::error!(node = self.node.id, "encoding the announcement: {e}");
@@ -148,6 +206,20 @@ impl Sender<'_> {
             for to in &unicast {
                 let r = self.ud.send_unicast(*to, bytes);
                 self.count(r, "a peer");
+            }
+        }
+    }
+
+    /// This node's announcement of `kind`, as datagrams within the MTU (sealed with a secret).
+    fn datagrams(&mut self, kind: AnnounceKind) -> Result<Vec<Vec<u8>>, crate::protocol::ProtocolError> {
+        let topics = if kind == AnnounceKind::Goodbye { Vec::new() } else { self.node.discovery.local_topics() };
+        let overhead = if self.sealer.is_some() { SEAL_OVERHEAD } else { 0 };
+        let parts = announcement_parts(&self.node.discovery, kind, &topics, self.ud.mtu().saturating_sub(overhead))?;
+        match &mut self.sealer {
+            None => parts.iter().map(Announcement::encode).collect(),
+            Some(sealer) => {
+                let now_ms = wall_clock_ms();
+                parts.iter().map(|a| sealer.seal(a, now_ms)).collect()
             }
         }
     }

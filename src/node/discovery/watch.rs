@@ -1,15 +1,120 @@
 //! A subscription's view of the publishers of its topic, fed by [`Sighting`]s: which nodes to
 //! connect to now, with a retry backoff, and which ones were lost.
+//!
+//! The sightings travel on a bounded channel ([`WATCH_QUEUE`]) from the directory's end, a
+//! [`Watcher`]. When a subscription does not drain it (its application calls nothing for a
+//! while) and it fills, later sightings are not queued; the watcher remembers what it told the
+//! subscription instead, and once the channel is empty again it sends what brings the
+//! subscription from there to the publishers present then: a `Down` for each it was told of
+//! that is gone (with the reason, when the watcher saw it), an `Up` for each new one.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::Receiver;
+use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 
-use super::{Directory, LostReason, Sighting};
+use super::{Directory, LostReason, Sighting, MAX_PEERS};
 use crate::node::NodeId;
 use crate::protocol::TopicId;
+
+/// Most sightings queued for one subscription: more than twice the publishers a directory
+/// holds, so that catching up after an overflow always fits in an empty channel.
+pub(crate) const WATCH_QUEUE: usize = 4 * MAX_PEERS;
+
+/// A publisher present: its node, epoch and address.
+pub(super) type Present = (NodeId, u64, SocketAddr);
+
+/// The directory's end of one subscription's watch.
+pub(super) struct Watcher {
+    pub(super) token: u64,
+    tx: Sender<Sighting>,
+    /// The publishers the subscription was told are up (and not told down since).
+    told: HashMap<NodeId, (u64, SocketAddr)>,
+    /// The channel overflowed: sightings wait for [`catch_up`](Self::catch_up).
+    lagged: bool,
+    /// Why publishers the subscription was told of went down while lagged.
+    missed: HashMap<NodeId, LostReason>,
+}
+
+impl Watcher {
+    pub(super) fn new(token: u64) -> (Watcher, Receiver<Sighting>) {
+        let (tx, rx) = channel::bounded(WATCH_QUEUE);
+        let watcher = Watcher { token, tx, told: HashMap::new(), lagged: false, missed: HashMap::new() };
+        (watcher, rx)
+    }
+
+    /// Queues `s`, or notes it for catching up when the channel is full; false once the
+    /// subscription is gone.
+    pub(super) fn send(&mut self, s: &Sighting) -> bool {
+        if !self.lagged {
+            match self.push(s.clone()) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(_)) => self.lagged = true,
+            }
+        }
+        if let Sighting::Down { node, epoch, reason, .. } = *s {
+            if self.told.get(&node).is_some_and(|&(e, _)| e == epoch) {
+                self.missed.insert(node, reason);
+            }
+        }
+        true
+    }
+
+    /// Whether the channel overflowed and the subscription has drained it since.
+    pub(super) fn ready_to_catch_up(&self) -> bool {
+        self.lagged && self.tx.is_empty()
+    }
+
+    /// Sends what brings the subscription from what it was told to `present`, and queues
+    /// normally again; false once the subscription is gone.
+    pub(super) fn catch_up(&mut self, present: &[Present]) -> bool {
+        let gone: Vec<Sighting> = self
+            .told
+            .iter()
+            .filter(|&(node, &(epoch, addr))| !present.contains(&(*node, epoch, addr)))
+            .map(|(&node, &(epoch, addr))| {
+                let reason = self.missed.get(&node).copied().unwrap_or(LostReason::Silent);
+                Sighting::Down { node, epoch, addr, reason }
+            })
+            .collect();
+        let new = present
+            .iter()
+            .filter(|(node, epoch, addr)| self.told.get(node) != Some(&(*epoch, *addr)))
+            .map(|&(node, epoch, addr)| Sighting::Up { node, epoch, addr });
+        let sightings: Vec<Sighting> = gone.into_iter().chain(new).collect();
+        self.lagged = false;
+        self.missed.clear();
+        // The channel is empty and holds more than twice the publishers: everything fits (were
+        // it full, the rest would wait for the next catch-up).
+        for s in sightings {
+            match self.push(s) {
+                Ok(()) => {}
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(_)) => {
+                    self.lagged = true;
+                    break;
+                }
+            }
+        }
+        true
+    }
+
+    /// Queues `s` and records what the subscription now knows.
+    fn push(&mut self, s: Sighting) -> Result<(), TrySendError<Sighting>> {
+        let (node, up) = match s {
+            Sighting::Up { node, epoch, addr } => (node, Some((epoch, addr))),
+            Sighting::Down { node, .. } => (node, None),
+        };
+        self.tx.try_send(s)?;
+        match up {
+            Some(up) => self.told.insert(node, up),
+            None => self.told.remove(&node),
+        };
+        Ok(())
+    }
+}
 
 /// First retry delay after a failed or closed connection to a node still announced.
 const RETRY_MIN: Duration = Duration::from_millis(500);
@@ -110,5 +215,49 @@ impl Watch {
     /// Unregisters from the directory.
     pub(crate) fn unwatch(&self, dir: &Directory) {
         dir.unwatch(self.topic, self.token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{directory, from, hello, topics};
+    use super::*;
+    use crate::protocol::{AnnounceKind, Announcement};
+
+    /// A subscription that does not drain its sightings while peers come and go by the
+    /// thousand: its channel stays bounded, and once it drains, it catches up with what is
+    /// present, learning of the goodbye of a publisher it knew even though that sighting
+    /// found the channel full.
+    #[test]
+    fn a_subscription_that_does_not_drain_gets_a_bounded_queue_then_catches_up() {
+        let dir = directory();
+        let now = Instant::now();
+        let watched = topics("watched", 1);
+        let mut watch = Watch::new(&dir, watched[0].1);
+        dir.apply(hello(2, 0, 1, watched.clone()), from(), now);
+        for node in 1000..1000 + 2 * WATCH_QUEUE as u64 {
+            dir.apply(hello(node, 0, 1, watched.clone()), from(), now);
+            dir.apply(Announcement { kind: AnnounceKind::Goodbye, ..hello(node, 0, 1, Vec::new()) }, from(), now);
+        }
+        // While it lags: node 2 leaves, node 3 arrives.
+        dir.apply(Announcement { kind: AnnounceKind::Goodbye, ..hello(2, 0, 1, Vec::new()) }, from(), now);
+        dir.apply(hello(3, 0, 1, watched.clone()), from(), now);
+        assert!(watch.receiver().len() <= WATCH_QUEUE, "{} sightings queued", watch.receiver().len());
+
+        let drain = |watch: &mut Watch| -> Vec<Lost> {
+            let sightings: Vec<Sighting> = watch.receiver().try_iter().collect();
+            sightings.into_iter().filter_map(|s| watch.apply(s, now)).collect()
+        };
+        drain(&mut watch);
+        assert!(watch.known.contains_key(&2) && !watch.known.contains_key(&3), "what the full queue held");
+        dir.expire(now, Duration::from_secs(3600));
+        let lost = drain(&mut watch);
+        assert_eq!(watch.known.keys().copied().collect::<Vec<_>>(), vec![3], "caught up with who is present");
+        let goodbyes: Vec<NodeId> = lost.iter().filter(|l| l.reason == LostReason::Goodbye).map(|l| l.node).collect();
+        assert!(goodbyes.contains(&2), "the goodbye missed while lagging is reported: {lost:?}");
+        // Queued normally again.
+        dir.apply(hello(4, 0, 1, watched), from(), now);
+        drain(&mut watch);
+        assert!(watch.known.contains_key(&4));
     }
 }
