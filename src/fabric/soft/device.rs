@@ -24,6 +24,8 @@ use crate::fabric::FabricConfig;
 
 /// Name of every soft device.
 pub(crate) const DEVICE_NAME: &str = "soft0";
+/// Largest initiator depth and responder resources of a soft queue pair (Soft-RoCE's value).
+const MAX_RD_ATOM: u8 = 128;
 
 /// What the NIC thread and the objects of a device share. It never owns the NIC thread, so
 /// the thread holding it does not keep the device open.
@@ -194,6 +196,8 @@ impl Device {
             max_srq_wr: o.max_srq_wr,
             ud_mtu: o.ud_mtu,
             max_msg_size: 1 << 31,
+            max_qp_rd_atom: MAX_RD_ATOM,
+            max_qp_init_rd_atom: MAX_RD_ATOM,
             copies_on_host_cpus: true,
         };
         let poll = mio::Poll::new().map_err(|e| Error::os("soft open: epoll_create", None, e))?;
