@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rdma_pubsub::fabric::soft::wire::{FrameType, Header, HEADER_LEN as WIRE_HEADER_LEN};
+use rdma_pubsub::fabric::soft::wire::{CmParams, FrameType, Header, HEADER_LEN as WIRE_HEADER_LEN};
 use rdma_pubsub::fabric::{
     RegisteredBuffer, RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
@@ -495,9 +495,10 @@ fn seeds_ring_control() -> Vec<Vec<u8>> {
 
 fn seeds_soft_wire() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
+    let cm = |rnr_retry, depth| CmParams { rnr_retry, initiator_depth: depth, responder_resources: depth }.to_aux();
     for (ty, len, aux) in [
-        (FrameType::ConnectReq, 56, 7),
-        (FrameType::Accept, 196, 6),
+        (FrameType::ConnectReq, 56, cm(7, 16)),
+        (FrameType::Accept, 196, cm(6, 128)),
         (FrameType::Reject, 148, 0),
         (FrameType::Send, 4096, 0),
         (FrameType::ReadReq, 0, 65536),

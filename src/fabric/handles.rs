@@ -66,6 +66,10 @@ impl Fabric {
     pub fn faults(&self) -> Option<FaultInjector> {
         self.ops.faults().map(|ops| FaultInjector { ops })
     }
+    /// What the device counted so far (refused peers, cut connections, leaked regions).
+    pub fn counters(&self) -> FabricCounters {
+        self.ops.counters()
+    }
 }
 
 /// A protection domain: memory regions and queue pairs of one domain work together.
@@ -322,10 +326,19 @@ pub struct QpInit<'a> {
     pub rnr_retry: u8,
     /// Wait between RNR retries.
     pub min_rnr_timer: Duration,
+    /// RDMA READs the queue pair may have outstanding (`max_rd_atomic`), 1 to the device's
+    /// `max_qp_init_rd_atom`. The connect lowers it to the peer's responder resources; READs
+    /// posted beyond it wait in the send queue, in order, with everything posted after them.
+    pub initiator_depth: u8,
+    /// RDMA READs of the peer the queue pair serves at once (`max_dest_rd_atomic`), 1 to the
+    /// device's `max_qp_rd_atom`. A peer that has more outstanding breaks the protocol: the
+    /// soft provider then fails the queue pair and cuts the connection.
+    pub responder_resources: u8,
 }
 
 impl<'a> QpInit<'a> {
-    /// Defaults: one CQ for both queues, default capacities, 6 RNR retries 640 µs apart.
+    /// Defaults: one CQ for both queues, default capacities, 6 RNR retries 640 µs apart,
+    /// [`DEFAULT_RD_ATOMIC`] READs outstanding each way.
     pub fn new(pd: &'a ProtectionDomain, cq: &'a CompletionQueue) -> Self {
         QpInit {
             pd,
@@ -335,6 +348,8 @@ impl<'a> QpInit<'a> {
             caps: QpCaps::default(),
             rnr_retry: 6,
             min_rnr_timer: Duration::from_micros(640),
+            initiator_depth: DEFAULT_RD_ATOMIC,
+            responder_resources: DEFAULT_RD_ATOMIC,
         }
     }
 
@@ -356,6 +371,8 @@ impl<'a> QpInit<'a> {
         if self.rnr_retry > RNR_RETRY_INFINITE {
             return Err(Error::invalid(verb, format!("rnr_retry {} is not in 0..=7", self.rnr_retry)));
         }
+        check_rd_atomic(verb, "initiator_depth", self.initiator_depth, attrs.max_qp_init_rd_atom)?;
+        check_rd_atomic(verb, "responder_resources", self.responder_resources, attrs.max_qp_rd_atom)?;
         Ok(QpInitOps {
             pd: self.pd.ops().clone(),
             send_cq: self.send_cq.ops().clone(),
@@ -364,8 +381,18 @@ impl<'a> QpInit<'a> {
             caps: self.caps,
             rnr_retry: self.rnr_retry,
             min_rnr_timer: self.min_rnr_timer,
+            initiator_depth: self.initiator_depth,
+            responder_resources: self.responder_resources,
         })
     }
+}
+
+/// Checks a READ depth of a queue pair against the device's limit (and that READs can flow).
+fn check_rd_atomic(verb: &'static str, what: &str, value: u8, max: u8) -> Result<()> {
+    if value == 0 || value > max {
+        return Err(Error::invalid(verb, format!("{what} {value} is not in 1..={max} (the device's limit)")));
+    }
+    Ok(())
 }
 
 /// A reliable-connected queue pair. Dropping it disconnects and destroys it.

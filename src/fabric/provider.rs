@@ -48,6 +48,10 @@ pub trait FabricOps: AsAny {
     fn create_ud(&self, pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>>;
     /// Fault injection, where the provider supports it (soft only).
     fn faults(&self) -> Option<Arc<dyn FaultOps>>;
+    /// What the device counted so far.
+    fn counters(&self) -> FabricCounters {
+        FabricCounters::default()
+    }
 }
 
 /// A protection domain.
@@ -285,4 +289,9 @@ pub struct QpInitOps {
     pub rnr_retry: u8,
     /// How long the responder asks the requester to wait before an RNR retry.
     pub min_rnr_timer: Duration,
+    /// RDMA READs this queue pair may have outstanding (at most the peer's responder
+    /// resources, negotiated in the connect).
+    pub initiator_depth: u8,
+    /// RDMA READs of the peer this queue pair serves at once.
+    pub responder_resources: u8,
 }

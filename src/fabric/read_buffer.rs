@@ -1,24 +1,27 @@
 //! A READ destination: local registered memory that only the NIC writes, and only while a READ
-//! into it is outstanding. The typestate (`&mut self` to post, a completion to release) lets
-//! the owner look at the bytes through a plain slice when no READ is in flight: zero copy.
+//! into it is outstanding. The typestate (`&mut self` to post, the READ's completion to
+//! release) lets the owner look at the bytes through a plain slice when no READ is in flight:
+//! zero copy. Releasing is `unsafe`: only the caller knows that a completion is this READ's.
 
 use super::error::{Error, Result};
 use super::handles::{MemoryRegion, ProtectionDomain, QueuePair};
 use super::provider::SendRequest;
-use super::types::{Access, RemoteAddr, SendOp};
+use super::types::{Access, RemoteAddr, SendOp, WorkCompletion};
 
 /// A registered buffer that READs land in, with zero-copy access between READs.
 #[derive(Debug)]
 pub struct ReadBuffer {
     mr: MemoryRegion,
     in_flight: bool,
+    /// Length of the outstanding (or last) READ.
+    posted: usize,
     filled: usize,
 }
 
 impl ReadBuffer {
     /// Registers `len` bytes with local write access only (no remote access).
     pub fn new(pd: &ProtectionDomain, len: usize) -> Result<Self> {
-        Ok(ReadBuffer { mr: pd.register(len, Access::LOCAL_WRITE)?, in_flight: false, filled: 0 })
+        Ok(ReadBuffer { mr: pd.register(len, Access::LOCAL_WRITE)?, in_flight: false, posted: 0, filled: 0 })
     }
 
     /// Capacity in bytes.
@@ -39,15 +42,23 @@ impl ReadBuffer {
         let sge = [self.mr.sge(0, len)];
         qp.post_send(&SendRequest::new(wr_id, SendOp::RdmaRead(remote), &sge))?;
         self.in_flight = true;
+        self.posted = len;
         self.filled = 0;
         Ok(())
     }
 
-    /// Records the completion of the outstanding READ: `filled` bytes are valid when it
-    /// succeeded, none otherwise.
-    pub fn complete(&mut self, filled: Option<usize>) {
+    /// Records `wc`, the completion of the outstanding READ: its bytes are valid when it
+    /// succeeded, none otherwise. From then on [`bytes`](Self::bytes) lends them.
+    ///
+    /// # Safety
+    /// `wc` must be the completion, polled from the send CQ of the queue pair the READ was
+    /// posted on, of the READ [`post_read`](Self::post_read) posted last: after it the NIC no
+    /// longer writes the buffer. The completion of another request (of another READ with the
+    /// same `wr_id`, say), or none, lets [`bytes`](Self::bytes) lend memory the NIC may still be
+    /// writing.
+    pub unsafe fn complete(&mut self, wc: &WorkCompletion) {
         self.in_flight = false;
-        self.filled = filled.unwrap_or(0).min(self.mr.len());
+        self.filled = if wc.status.is_success() { self.posted } else { 0 };
     }
 
     /// The bytes the last successful READ brought; empty while a READ is outstanding.
@@ -55,9 +66,10 @@ impl ReadBuffer {
         if self.in_flight || self.filled == 0 {
             return &[];
         }
-        // SAFETY: no READ into this buffer is outstanding (posting needs `&mut self`, which
-        // this borrow excludes), the region grants no remote access, and the owner never
-        // writes it: nothing writes these bytes while the slice lives.
+        // SAFETY: no READ into this buffer is outstanding: the last one completed (the contract
+        // of `complete`) and posting needs `&mut self`, which this borrow excludes. The region
+        // grants no remote access and the owner never writes it: nothing writes these bytes
+        // while the slice lives.
         unsafe { self.mr.buffer().slice(0, self.filled) }.unwrap_or(&[])
     }
 }

@@ -11,6 +11,10 @@ pub const MAX_ACCEPT_PRIVATE_DATA: usize = 196;
 pub const MAX_REJECT_PRIVATE_DATA: usize = 148;
 /// `rnr_retry` value meaning "retry forever", as in verbs.
 pub const RNR_RETRY_INFINITE: u8 = 7;
+/// Default initiator depth and responder resources of a queue pair: RDMA READs it may have
+/// outstanding, and READs of the peer it serves at once (`max_rd_atomic` and
+/// `max_dest_rd_atomic` in verbs; 16 is what ConnectX devices offer).
+pub const DEFAULT_RD_ATOMIC: u8 = 16;
 
 /// Which provider implements the fabric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -105,10 +109,38 @@ pub struct DeviceAttributes {
     pub ud_mtu: usize,
     /// Largest RDMA READ or WRITE message in bytes.
     pub max_msg_size: u64,
+    /// Most RDMA READs of a peer one queue pair serves at once: the largest responder
+    /// resources (`max_qp_rd_atom`).
+    pub max_qp_rd_atom: u8,
+    /// Most RDMA READs one queue pair may have outstanding: the largest initiator depth
+    /// (`max_qp_init_rd_atom`).
+    pub max_qp_init_rd_atom: u8,
     /// The device moves data with this host's CPUs (soft: a NIC thread of the process copies
     /// every byte READ or sent), so it competes for them with the threads that produce the
     /// data; a hardware NIC's DMA does not.
     pub copies_on_host_cpus: bool,
+}
+
+/// What a device counted since it was opened: defences against misbehaving peers and
+/// resources given up. Providers count what applies to them; the others stay 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FabricCounters {
+    /// Incoming connections closed at once because their source (or all sources together)
+    /// already had as many connect handshakes in progress as allowed (soft).
+    pub refused_handshakes: u64,
+    /// Incoming connections closed because no connect request arrived in time (soft).
+    pub handshake_timeouts: u64,
+    /// Connections cut because the peer had more RDMA READs outstanding than the responder
+    /// resources it was granted (soft).
+    pub read_depth_violations: u64,
+    /// Connections cut because the peer left its answers unread for too long (soft).
+    pub output_stalls: u64,
+    /// READs and WRITEs of peers refused with a remote access error, each of which moved the
+    /// responder's queue pair to the error state (soft).
+    pub remote_access_errors: u64,
+    /// Memory regions whose deregistration failed: their memory is never freed or reused,
+    /// since the device may still access it (verbs).
+    pub leaked_regions: u64,
 }
 
 /// A memory region's remote address and key, as a peer uses it in READ and WRITE.

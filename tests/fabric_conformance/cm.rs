@@ -176,13 +176,17 @@ pub fn cm_invalid_queue_pair_settings(spec: &ProviderSpec) {
     let server = Node::open(spec);
     let listener = server.events.listen(spec.listen_addr(), 8).expect("listen");
     let attrs = client.fabric.attributes().clone();
-    let bad: [(&str, Spoil); 6] = [
+    let bad: [(&str, Spoil); 10] = [
         ("max_send_wr 0", |i, _| i.caps.max_send_wr = 0),
         ("max_send_wr over max_qp_wr", |i, a| i.caps.max_send_wr = a.max_qp_wr + 1),
         ("max_recv_wr over max_qp_wr", |i, a| i.caps.max_recv_wr = a.max_qp_wr + 1),
         ("max_send_sge 0", |i, _| i.caps.max_send_sge = 0),
         ("max_send_sge over max_sge", |i, a| i.caps.max_send_sge = a.max_sge + 1),
         ("rnr_retry 8", |i, _| i.rnr_retry = RNR_RETRY_INFINITE + 1),
+        ("initiator_depth 0", |i, _| i.initiator_depth = 0),
+        ("initiator_depth over max_qp_init_rd_atom", |i, a| i.initiator_depth = a.max_qp_init_rd_atom + 1),
+        ("responder_resources 0", |i, _| i.responder_resources = 0),
+        ("responder_resources over max_qp_rd_atom", |i, a| i.responder_resources = a.max_qp_rd_atom + 1),
     ];
     for (what, spoil) in &bad {
         let mut init = client.qp_init();

@@ -32,6 +32,9 @@ pub fn device_attributes(spec: &ProviderSpec) {
     assert!(a.max_cqe >= crate::common::fabric::NODE_CQ_DEPTH, "max_cqe {a:?}");
     assert!(a.max_mr_size >= 1 << 20, "max_mr_size {a:?}");
     assert!(a.max_msg_size >= 1 << 20, "max_msg_size {a:?}");
+    assert!(a.max_qp_rd_atom >= 1 && a.max_qp_init_rd_atom >= 1, "READ depths {a:?}");
+    assert!(a.max_qp_rd_atom < u8::MAX && a.max_qp_init_rd_atom < u8::MAX, "READ depths {a:?}");
+    assert!(DEFAULT_RD_ATOMIC <= a.max_qp_rd_atom.min(a.max_qp_init_rd_atom), "default READ depths fit {a:?}");
     assert!([256, 512, 1024, 2048, 4096].contains(&a.ud_mtu), "ud_mtu {a:?}");
     let pd = fabric.alloc_pd().expect("alloc_pd");
     assert_eq!(pd.fabric().attributes(), &a);

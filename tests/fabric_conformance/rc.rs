@@ -172,6 +172,62 @@ pub fn rc_batched_reads(spec: &ProviderSpec) {
     }
 }
 
+/// READs beyond the initiator depth wait in the send queue, and the WRITEs posted after them
+/// wait too: each end grants 2 READs at once (its responder resources, below the peer's
+/// initiator depth), each posts many more back to back, and every request completes, in post
+/// order, with the right bytes. (A requester that sent them all at once would break the
+/// responder's limit: the soft responder then cuts the connection.)
+pub fn rc_reads_beyond_the_initiator_depth_wait_and_complete_in_order(spec: &ProviderSpec) {
+    let client = Node::open(spec);
+    let server = Node::open(spec);
+    let listener = server.events.listen(spec.listen_addr(), 16).expect("listen");
+    let init = |node| QpInit { responder_resources: 2, ..Node::qp_init(node) };
+    assert!(client.qp_init().initiator_depth > 2, "each end asks for more than the other grants");
+    let client_qp = client.events.connect(listener.local_addr(), &init(&client), &[], WAIT).expect("connect");
+    let req = expect_connect_request(&server.events);
+    let server_qp = req.accept(&init(&server), &[]).expect("accept");
+    expect_established(&client.events, client_qp.conn_id());
+    expect_established(&server.events, server_qp.conn_id());
+    reads_and_writes_complete_in_order(&client_qp, &client, &server);
+    reads_and_writes_complete_in_order(&server_qp, &server, &client);
+}
+
+/// Posts many READs (with a WRITE every fourth request) of `to`'s memory on `qp` of `from`, back
+/// to back, and checks that they complete in post order with the right bytes.
+fn reads_and_writes_complete_in_order(qp: &QueuePair, from: &Node, to: &Node) {
+    const N: usize = 24;
+    const LEN: usize = 256 << 10;
+    const WRITE_LEN: usize = 64;
+    let remote = to.register(N * LEN + N * WRITE_LEN, Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE);
+    let data = pattern(N * LEN, 0x5d);
+    remote.buffer().write(0, &data).expect("write");
+    let local = from.register(N * LEN + WRITE_LEN, Access::LOCAL_WRITE);
+    let written = pattern(WRITE_LEN, 0x17);
+    local.buffer().write(N * LEN, &written).expect("write");
+    let is_write = |i: usize| i % 4 == 3;
+    for i in 0..N {
+        let request = if is_write(i) {
+            let dst = at(remote.remote(), (N * LEN + i * WRITE_LEN) as u64);
+            qp.post_send(&wr(i as u64, SendOp::RdmaWrite(dst), &[local.sge(N * LEN, WRITE_LEN)]))
+        } else {
+            // Block i into slot N-1-i, so that a mixed-up request shows.
+            let src = at(remote.remote(), (i * LEN) as u64);
+            qp.post_send(&wr(i as u64, SendOp::RdmaRead(src), &[local.sge((N - 1 - i) * LEN, LEN)]))
+        };
+        request.unwrap_or_else(|e| panic!("post request {i}: {e}"));
+    }
+    for (i, wc) in poll_n(&from.cq, N).iter().enumerate() {
+        let opcode = if is_write(i) { WcOpcode::RdmaWrite } else { WcOpcode::RdmaRead };
+        assert_success(wc, i as u64, opcode, qp.qp_num());
+    }
+    for i in (0..N).filter(|&i| !is_write(i)) {
+        assert!(read_mr(&local, (N - 1 - i) * LEN, LEN) == data[i * LEN..(i + 1) * LEN], "block {i}");
+    }
+    for i in (0..N).filter(|&i| is_write(i)) {
+        assert_eq!(read_mr(&remote, N * LEN + i * WRITE_LEN, WRITE_LEN), written, "WRITE {i}");
+    }
+}
+
 /// One READ of 1 MiB (many MTUs) arrives whole.
 pub fn rc_read_one_mib(spec: &ProviderSpec) {
     const LEN: usize = 1 << 20;

@@ -20,13 +20,18 @@ fn expect_failed(cq: &CompletionQueue, wr_id: u64, status: WcStatus, qp_num: u32
 /// Posts a READ of `len` bytes from `from` into `local[0..len]` and expects RemoteAccessError,
 /// with the destination untouched.
 fn read_expecting_access_error(p: &Pair, from: RemoteAddr, len: usize) {
+    read_expecting_access_error_at_requester(p, from, len);
+    assert_cq_empty(&p.server.cq, "the responder (no receive posted) reports nothing");
+}
+
+/// The requester's side of [`read_expecting_access_error`].
+fn read_expecting_access_error_at_requester(p: &Pair, from: RemoteAddr, len: usize) {
     let local = p.client.register(len.max(64), Access::LOCAL_WRITE);
     local.buffer().fill(0, local.len(), 0xAB).expect("fill");
     p.client_qp.post_send(&wr(1, SendOp::RdmaRead(from), &[local.sge(0, len)])).expect("post READ");
     expect_failed(&p.client.cq, 1, WcStatus::RemoteAccessError, p.client_qp.qp_num());
     assert!(read_mr(&local, 0, local.len()).iter().all(|&b| b == 0xAB), "a refused READ changed the destination");
     assert_cq_empty(&p.client.cq, "after the error completion");
-    assert_cq_empty(&p.server.cq, "the responder reports nothing");
 }
 
 /// A READ with a forged rkey fails with RemoteAccessError and writes nothing.
@@ -37,6 +42,29 @@ pub fn read_with_forged_rkey(spec: &ProviderSpec) {
     let forged = RemoteAddr { addr: remote.addr(), rkey: remote.rkey() ^ 0x00A5_5A00 };
     assert_ne!(forged.rkey, remote.rkey());
     read_expecting_access_error(&p, forged, 256);
+}
+
+/// A remote access error moves the responder's queue pair to the error state, as a hardware
+/// responder's: the receive it had posted is flushed, and so is a SEND it posts afterwards (or
+/// the post is refused); the requester's queue pair is in error too, so a valid READ is flushed.
+pub fn remote_access_error_fails_the_responders_queue_pair(spec: &ProviderSpec) {
+    let p = Pair::connect(spec);
+    let rbuf = p.server.register(64, Access::LOCAL_WRITE);
+    p.server_qp.post_recv(7, &[rbuf.sge(0, 64)]).expect("post_recv");
+    let remote = p.server.register(4096, Access::REMOTE_READ);
+    let forged = RemoteAddr { addr: remote.addr(), rkey: remote.rkey() ^ 0x0050_0500 };
+    read_expecting_access_error_at_requester(&p, forged, 64);
+    expect_failed(&p.server.cq, 7, WcStatus::WorkRequestFlushed, p.server_qp.qp_num());
+
+    let sbuf = p.server.register(8, Access::NONE);
+    if p.server_qp.post_send(&wr(8, SendOp::Send, &[sbuf.sge(0, 8)])).is_ok() {
+        expect_failed(&p.server.cq, 8, WcStatus::WorkRequestFlushed, p.server_qp.qp_num());
+    }
+    let local = p.client.register(64, Access::LOCAL_WRITE);
+    if p.client_qp.post_send(&wr(2, SendOp::RdmaRead(remote.remote()), &[local.sge(0, 64)])).is_ok() {
+        expect_failed(&p.client.cq, 2, WcStatus::WorkRequestFlushed, p.client_qp.qp_num());
+    }
+    assert!(read_mr(&local, 0, 64).iter().all(|&b| b == 0), "a flushed READ brought bytes");
 }
 
 /// A READ not inside the remote region fails with RemoteAccessError, to the byte: straddling

@@ -1,7 +1,7 @@
 //! The connection manager: event channels, listeners, connect, accept and reject.
 
-use std::collections::VecDeque;
-use std::net::{SocketAddr, TcpStream};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,13 +16,63 @@ use super::cq::{SoftCq, SoftSrq};
 use super::device::{Device, Shared, SoftPd};
 use super::nic::{Cmd, ListenerEntry, TimerKind, LISTENER_BIT};
 use super::qp::SoftQp;
-use super::wire::{FrameType, Header};
+use super::wire::{CmParams, FrameType, Header};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::*;
 use crate::fabric::types::RejectReason;
 
 /// How long a closing connection waits for the peer to close before it is dropped.
 pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+/// Incoming connections of one source address (IP) that may be in their connect handshake at
+/// once on a device (from the TCP accept until the application accepts or rejects the
+/// request); more are closed at once and counted (`FabricCounters::refused_handshakes`). A
+/// connection that sends no connect request within the handshake timeout (5 s) is closed.
+pub const MAX_PENDING_HANDSHAKES_PER_SOURCE: usize = 64;
+/// Incoming connections of all sources that may be in their connect handshake at once on a
+/// device; more are closed at once and counted.
+pub const MAX_PENDING_HANDSHAKES: usize = 1024;
+
+/// Incoming connections in their connect handshake, by source address.
+#[derive(Default)]
+pub(crate) struct Handshakes {
+    by_source: HashMap<IpAddr, usize>,
+    total: usize,
+}
+
+impl Handshakes {
+    /// Takes a slot for a handshake from `source`, unless it or all sources have as many as
+    /// allowed.
+    pub(crate) fn admit(&mut self, source: IpAddr) -> bool {
+        let mine = self.by_source.get(&source).copied().unwrap_or(0);
+        if mine >= MAX_PENDING_HANDSHAKES_PER_SOURCE || self.total >= MAX_PENDING_HANDSHAKES {
+            return false;
+        }
+        self.by_source.insert(source, mine + 1);
+        self.total += 1;
+        true
+    }
+
+    /// Gives back a slot `source` took.
+    pub(crate) fn release(&mut self, source: IpAddr) {
+        if let Some(n) = self.by_source.get_mut(&source) {
+            *n -= 1;
+            self.total -= 1;
+            if *n == 0 {
+                self.by_source.remove(&source);
+            }
+        }
+    }
+}
+
+/// What this end's CONNECT_REQ or ACCEPT tells the peer.
+fn cm_params(init: &QpInitOps) -> CmParams {
+    CmParams {
+        rnr_retry: init.rnr_retry,
+        initiator_depth: init.initiator_depth,
+        responder_resources: init.responder_resources,
+    }
+}
 
 /// An event as the NIC produces it; the channel turns requests into handles.
 pub(crate) enum Ev {
@@ -64,6 +114,7 @@ fn reject_conn(conn: &Conn, data: &[u8]) {
     let mut h = Header::new(FrameType::Reject);
     h.len = data.len() as u32;
     st.push_out(OutFrame::new(&h, Tail::Bytes(data.to_vec())));
+    conn.end_handshake(&mut st);
     st.phase = Phase::Closed;
     st.shut_after_flush = true;
     st.channel = None;
@@ -107,15 +158,7 @@ fn qp_data(init: &QpInitOps, shared: &super::device::Shared, verb: &'static str)
         Some(s) => Some((**s).as_any().downcast_ref::<SoftSrq>().ok_or_else(foreign)?.inner.clone()),
         None => None,
     };
-    Ok(QpData::new(
-        shared.next_qpn(),
-        pd.id,
-        send_cq.inner.clone(),
-        recv_cq.inner.clone(),
-        srq,
-        init.caps,
-        init.min_rnr_timer,
-    ))
+    Ok(QpData::new(shared.next_qpn(), pd.id, (send_cq.inner.clone(), recv_cq.inner.clone()), srq, init))
 }
 
 impl CmChannelOps for SoftChannel {
@@ -173,7 +216,7 @@ impl CmChannelOps for SoftChannel {
             } else {
                 let mut h = Header::new(FrameType::ConnectReq);
                 h.len = private_data.len() as u32;
-                h.aux = u32::from(init.rnr_retry);
+                h.aux = cm_params(&init).to_aux();
                 offer_same_host(shared, conn.id, &mut st, &mut h);
                 st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
                 shared.conns.lock().insert(conn.id, conn.clone());
@@ -271,18 +314,20 @@ impl ConnRequestOps for SoftConnRequest {
         self.conn.peer
     }
     fn accept(self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
-        let qp = qp_data(&init, &self.dev.shared, "accept")?;
+        let mut qp = qp_data(&init, &self.dev.shared, "accept")?;
         let qp_num = qp.qp_num;
         {
             let mut st = self.conn.st.lock();
             if st.phase != Phase::Requested {
                 return Err(Error::NotConnected { verb: "accept", qp_num, state: "the requester went away" });
             }
+            qp.limit_initiator_depth(st.peer_responder_resources);
             st.qp = Some(qp);
             st.phase = Phase::Established;
+            self.conn.end_handshake(&mut st);
             let mut h = Header::new(FrameType::Accept);
             h.len = private_data.len() as u32;
-            h.aux = u32::from(init.rnr_retry);
+            h.aux = cm_params(&init).to_aux();
             // Same-host path: the requester offered; this end opens its stream to the
             // requester's device and offers its own in the accept.
             let peer = st.peer_offer.take();
@@ -308,5 +353,36 @@ fn offer_same_host(shared: &Shared, conn: ConnId, st: &mut ConnState, h: &mut He
     if let Some(offer) = shared.shm.as_ref().and_then(|ep| ep.offer(conn)) {
         st.shm_nonce = offer.nonce;
         offer.stamp(h);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handshakes_are_limited_per_source_and_in_total_and_slots_come_back() {
+        let source = |i: usize| IpAddr::from([10, (i >> 16) as u8, (i >> 8) as u8, i as u8]);
+        let mut h = Handshakes::default();
+        for _ in 0..MAX_PENDING_HANDSHAKES_PER_SOURCE {
+            assert!(h.admit(source(0)));
+        }
+        assert!(!h.admit(source(0)), "one source over its limit");
+        assert!(h.admit(source(1)), "another source is not held up");
+        h.release(source(0));
+        assert!(h.admit(source(0)), "a slot given back is taken again");
+
+        let mut h = Handshakes::default();
+        let per = MAX_PENDING_HANDSHAKES_PER_SOURCE;
+        for i in 0..MAX_PENDING_HANDSHAKES {
+            assert!(h.admit(source(i / per)), "handshake {i}");
+        }
+        assert!(!h.admit(source(MAX_PENDING_HANDSHAKES)), "a new source over the total limit");
+        h.release(source(3));
+        assert!(h.admit(source(MAX_PENDING_HANDSHAKES)));
+        for i in 0..MAX_PENDING_HANDSHAKES {
+            h.release(source(i / per));
+        }
+        assert_eq!((h.total, h.by_source.len()), (1, 1), "released slots leave nothing behind");
     }
 }

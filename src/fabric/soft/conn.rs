@@ -22,7 +22,7 @@ use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, Pool, ShmClient};
 use super::wire::{FrameType, Header, HEADER_LEN};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::memory::{self, IoPart, RegisteredBuffer, MAX_IOV};
-use crate::fabric::provider::{ConnId, Sge};
+use crate::fabric::provider::{ConnId, QpInitOps, Sge};
 use crate::fabric::types::*;
 
 /// A range of registered memory an operation reads or writes; holds the memory alive.
@@ -151,6 +151,20 @@ pub(crate) struct LocalOp {
     pub(crate) addr: u64,
 }
 
+/// The header of an RDMA READ (`read`) or WRITE request of `len` bytes at `remote`.
+pub(crate) fn rdma_header(read: bool, remote: RemoteAddr, psn: u32, len: u32) -> Header {
+    let mut h = Header::new(if read { FrameType::ReadReq } else { FrameType::Write });
+    h.addr = remote.addr;
+    h.rkey = remote.rkey;
+    h.psn = psn;
+    if read {
+        h.aux = len;
+    } else {
+        h.len = len;
+    }
+    h
+}
+
 /// The queue-pair half of a connection.
 pub(crate) struct QpData {
     pub(crate) qp_num: u32,
@@ -169,17 +183,26 @@ pub(crate) struct QpData {
     pub(crate) rq: RecvList,
     /// The queue pair is in the error state.
     pub(crate) error: bool,
+    /// RDMA READs this end may have on the wire unanswered: its own initiator depth, lowered
+    /// to the peer's responder resources when the connection is established.
+    pub(crate) initiator_depth: u32,
+    /// RDMA READs of the peer this end serves at once; a peer with more outstanding breaks
+    /// the protocol.
+    pub(crate) responder_resources: u32,
+    /// This end's READ requests queued or on the wire, not yet answered.
+    reads_out: u32,
+    /// Requests waiting in the send queue behind a READ beyond the initiator depth, in order.
+    held: VecDeque<OutFrame>,
 }
 
 impl QpData {
+    /// The queue-pair state of a new connection, with `init`'s settings.
     pub(crate) fn new(
         qp_num: u32,
         pd: u32,
-        send_cq: Arc<CqInner>,
-        recv_cq: Arc<CqInner>,
+        (send_cq, recv_cq): (Arc<CqInner>, Arc<CqInner>),
         srq: Option<Arc<SrqInner>>,
-        caps: QpCaps,
-        min_rnr_timer: Duration,
+        init: &QpInitOps,
     ) -> Self {
         QpData {
             qp_num,
@@ -187,8 +210,12 @@ impl QpData {
             send_cq,
             recv_cq,
             srq,
-            caps,
-            min_rnr_timer,
+            caps: init.caps,
+            min_rnr_timer: init.min_rnr_timer,
+            initiator_depth: init.initiator_depth.into(),
+            responder_resources: init.responder_resources.into(),
+            reads_out: 0,
+            held: VecDeque::new(),
             sq_used: 0,
             unreaped: 0,
             inflight: VecDeque::new(),
@@ -254,9 +281,27 @@ impl QpData {
         self.recv_cq.push_solicited(wc, solicited);
     }
 
+    /// Turns the same-host READ or WRITE `f` (taken from the front of the send queue) into a
+    /// request of the network path: returns its frame; `f` goes back to the front.
+    fn network_request(&mut self, f: &mut InFlight, op: LocalOp) -> OutFrame {
+        let psn = self.next_psn;
+        self.next_psn = psn.wrapping_add(1);
+        f.psn = psn;
+        f.local = None;
+        let h = rdma_header(op.read, RemoteAddr { addr: op.addr, rkey: op.rkey }, psn, f.len);
+        let tail = if op.read { Tail::None } else { Tail::Segs(std::mem::take(&mut f.dest)) };
+        OutFrame::new(&h, tail)
+    }
+
+    /// Lowers the initiator depth to the peer's responder resources (at establishment).
+    pub(crate) fn limit_initiator_depth(&mut self, peer_responder_resources: u8) {
+        self.initiator_depth = self.initiator_depth.min(peer_responder_resources.into());
+    }
+
     /// Completes every send work request the NIC is not busy with using `send_status` and
     /// flushes the receive list.
     pub(crate) fn flush(&mut self, send_status: WcStatus) {
+        self.held.clear();
         let all = std::mem::take(&mut self.inflight);
         for f in all {
             if f.busy {
@@ -306,20 +351,37 @@ pub(crate) enum Tail {
     Segs(Vec<Seg>),
 }
 
+/// What a queued frame is, for the READ depths and the limits of the output queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FrameKind {
+    /// A request of our send queue (`read`: an RDMA READ request).
+    Request { read: bool },
+    /// The answer to a request of the peer: an acknowledgement, or a READ response (`read`).
+    Response { read: bool },
+    /// A CM frame.
+    Control,
+}
+
 /// A queued frame.
 pub(crate) struct OutFrame {
     hdr: [u8; HEADER_LEN],
     tail: Tail,
-    /// A request of our send queue (dropped unsent when the queue pair fails).
-    request: bool,
+    kind: FrameKind,
 }
 
 impl OutFrame {
     pub(crate) fn new(hdr: &Header, tail: Tail) -> Self {
-        let request = matches!(hdr.ty, FrameType::Send | FrameType::SendImm | FrameType::Write | FrameType::ReadReq);
-        OutFrame { hdr: hdr.encode(), tail, request }
+        let kind = match hdr.ty {
+            FrameType::Send | FrameType::SendImm | FrameType::Write => FrameKind::Request { read: false },
+            FrameType::ReadReq => FrameKind::Request { read: true },
+            FrameType::Ack => FrameKind::Response { read: false },
+            FrameType::ReadResp => FrameKind::Response { read: true },
+            FrameType::ConnectReq | FrameType::Accept | FrameType::Reject | FrameType::Disconnect => FrameKind::Control,
+        };
+        OutFrame { hdr: hdr.encode(), tail, kind }
     }
 
+    /// Bytes on the wire.
     fn len(&self) -> usize {
         HEADER_LEN
             + match &self.tail {
@@ -328,6 +390,145 @@ impl OutFrame {
                 Tail::Segs(s) => s.iter().map(|s| s.len).sum(),
             }
     }
+
+    /// Memory the queue holds for the frame: the frame and its heap parts, not the registered
+    /// memory a READ response or a SEND is written from.
+    fn memory(&self) -> usize {
+        std::mem::size_of::<OutFrame>()
+            + match &self.tail {
+                Tail::None => 0,
+                Tail::Bytes(b) => b.capacity(),
+                Tail::Segs(s) => s.capacity() * std::mem::size_of::<Seg>(),
+            }
+    }
+
+    /// An RDMA READ request.
+    fn is_read_request(&self) -> bool {
+        self.kind == FrameKind::Request { read: true }
+    }
+}
+
+/// Memory of queued responses above which the NIC stops reading the peer's requests until the
+/// peer has read enough of them (back to [`OUT_RESUME`]): 1 MiB, about 14,000 acknowledgements.
+/// Only the peer's requests fill it, and only while the peer does not read: READ responses are
+/// bounded by the responder resources and cost a frame each (their data is written from
+/// registered memory), so the figure does not depend on message sizes.
+/// Our own requests are not counted: the send queue's depth bounds them, and counting them
+/// could stop two ends that both wait to write from ever reading each other.
+pub const OUT_CAP: usize = 1 << 20;
+/// Memory of queued responses below which a paused connection is read again.
+pub const OUT_RESUME: usize = 256 << 10;
+
+/// The frames waiting to be written to the socket, with the partial-write state and what the
+/// limits on the output queue need to know.
+#[derive(Default)]
+pub(crate) struct OutQueue {
+    frames: VecDeque<OutFrame>,
+    /// Bytes of the front frame already written.
+    pos: usize,
+    write_armed: bool,
+    /// Memory held by queued responses (what a peer that does not read makes this end keep).
+    response_memory: usize,
+    /// READ responses queued, the front one possibly partly written.
+    read_responses: u32,
+    /// Bytes written to the socket so far.
+    written: u64,
+    /// The NIC stopped reading the peer's requests: the responses went over [`OUT_CAP`].
+    paused: bool,
+    /// `written` when the pause began or was last found making progress.
+    stall_mark: u64,
+}
+
+impl OutQueue {
+    /// Queues a frame; returns whether the queue was empty before (the caller then writes).
+    fn push(&mut self, frame: OutFrame) -> bool {
+        let was_empty = self.frames.is_empty();
+        self.count(&frame, true);
+        self.frames.push_back(frame);
+        was_empty
+    }
+
+    /// Counts a frame in (`add`) or out of the response totals.
+    fn count(&mut self, frame: &OutFrame, add: bool) {
+        let FrameKind::Response { read } = frame.kind else { return };
+        let (memory, reads) = (frame.memory(), u32::from(read));
+        if add {
+            self.response_memory += memory;
+            self.read_responses += reads;
+        } else {
+            self.response_memory -= memory;
+            self.read_responses -= reads;
+        }
+    }
+
+    /// Keeps only the frames `keep` accepts, and a partly written frame (to keep the stream
+    /// framed).
+    fn retain(&mut self, mut keep: impl FnMut(&OutFrame) -> bool) {
+        let partial = self.pos > 0;
+        let mut kept = VecDeque::with_capacity(self.frames.len());
+        for (i, f) in std::mem::take(&mut self.frames).into_iter().enumerate() {
+            if (i == 0 && partial) || keep(&f) {
+                kept.push_back(f);
+            } else {
+                self.count(&f, false);
+            }
+        }
+        self.frames = kept;
+    }
+
+    /// Records `n` more bytes written: frames written whole leave the queue.
+    fn advance(&mut self, n: usize) {
+        self.written += n as u64;
+        let mut n = self.pos + n;
+        while let Some(f) = self.frames.front() {
+            let l = f.len();
+            if n < l {
+                break;
+            }
+            n -= l;
+            let f = self.frames.pop_front().expect("front checked");
+            self.count(&f, false);
+        }
+        self.pos = n;
+    }
+
+    /// READ responses queued and not yet written whole.
+    pub(crate) fn read_responses(&self) -> u32 {
+        self.read_responses
+    }
+
+    /// Whether reading the peer's requests must pause now (responses over [`OUT_CAP`]); marks
+    /// the pause.
+    pub(crate) fn pause_if_full(&mut self) -> bool {
+        if self.paused || self.response_memory <= OUT_CAP {
+            return false;
+        }
+        self.paused = true;
+        self.stall_mark = self.written;
+        true
+    }
+
+    /// Whether reading is paused.
+    pub(crate) fn paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether a paused connection wrote nothing since the pause began or since the last
+    /// check; else the check starts over.
+    pub(crate) fn stalled(&mut self) -> bool {
+        let stalled = self.written == self.stall_mark;
+        self.stall_mark = self.written;
+        stalled
+    }
+
+    /// Ends a pause once the responses fell to [`OUT_RESUME`]; returns whether it ended.
+    fn resume_if_drained(&mut self) -> bool {
+        if !self.paused || self.response_memory > OUT_RESUME {
+            return false;
+        }
+        self.paused = false;
+        true
+    }
 }
 
 /// Connection state guarded by the connection's lock.
@@ -335,15 +536,18 @@ pub(crate) struct ConnState {
     pub(crate) phase: Phase,
     /// Active side: the TCP handshake finished.
     pub(crate) tcp_up: bool,
-    out: VecDeque<OutFrame>,
-    out_pos: usize,
-    write_armed: bool,
+    pub(crate) out: OutQueue,
     /// Shut the write side once the output queue drains (after DISCONNECT or REJECT).
     pub(crate) shut_after_flush: bool,
     pub(crate) qp: Option<QpData>,
     /// Where CM events of this connection go.
     pub(crate) channel: Option<Arc<ChannelInner>>,
     pub(crate) peer_rnr_retry: u8,
+    /// Passive side: RDMA READs of ours the peer serves at once (from its connect request).
+    pub(crate) peer_responder_resources: u8,
+    /// Passive side: the connection holds one of its source's slots for handshakes in
+    /// progress (until it is accepted, rejected or closed).
+    pub(crate) handshake_slot: bool,
     /// The nonce this end offered for the peer's same-host stream (0: none).
     pub(crate) shm_nonce: u64,
     /// The peer's same-host offer (passive side, from its connect request).
@@ -361,33 +565,52 @@ pub(crate) struct ConnState {
 impl ConnState {
     /// Queues a frame; returns whether the queue was empty before (the caller then writes).
     pub(crate) fn push_out(&mut self, frame: OutFrame) -> bool {
-        let was_empty = self.out.is_empty();
-        self.out.push_back(frame);
-        was_empty
+        self.out.push(frame)
+    }
+
+    /// Queues a request of the send queue; returns whether the caller writes now. An RDMA READ
+    /// beyond the initiator depth waits in the send queue, and so does every request posted
+    /// after it (requests leave in order), until READ responses come back.
+    pub(crate) fn push_request(&mut self, frame: OutFrame) -> bool {
+        if let Some(qp) = self.qp.as_mut() {
+            if !qp.held.is_empty() || (frame.is_read_request() && qp.reads_out >= qp.initiator_depth) {
+                qp.held.push_back(frame);
+                return false;
+            }
+            qp.reads_out += u32::from(frame.is_read_request());
+        }
+        self.out.push(frame)
+    }
+
+    /// One of this end's READs was answered: the requests waiting behind the initiator depth
+    /// go out, in order, as far as it allows.
+    pub(crate) fn read_answered(&mut self) {
+        let ConnState { qp: Some(qp), out, .. } = self else { return };
+        qp.reads_out = qp.reads_out.saturating_sub(1);
+        while let Some(f) = qp.held.front() {
+            if f.is_read_request() && qp.reads_out >= qp.initiator_depth {
+                break;
+            }
+            let f = qp.held.pop_front().expect("front checked");
+            qp.reads_out += u32::from(f.is_read_request());
+            out.push(f);
+        }
     }
 
     /// Whether frames wait to be written.
     pub(crate) fn has_output(&self) -> bool {
-        !self.out.is_empty()
+        !self.out.frames.is_empty()
     }
 
     /// Drops queued requests not yet started (a failed or disconnected queue pair must not
     /// execute them at the peer); a partly written frame stays to keep the stream framed.
     pub(crate) fn drop_unsent_requests(&mut self) {
-        let keep_first = self.out_pos > 0;
-        let mut i = 0;
-        self.out.retain(|f| {
-            let keep = (i == 0 && keep_first) || !f.request;
-            i += 1;
-            keep
-        });
+        self.out.retain(|f| !matches!(f.kind, FrameKind::Request { .. }));
     }
 
     /// Drops all queued output but a partly written frame.
     pub(crate) fn clear_output(&mut self) {
-        let keep = if self.out_pos > 0 { self.out.pop_front() } else { None };
-        self.out.clear();
-        self.out.extend(keep);
+        self.out.retain(|_| false);
     }
 
     /// Moves the queue pair to the error state: later and outstanding requests are flushed.
@@ -496,13 +719,13 @@ impl Conn {
             st: Mutex::new(ConnState {
                 phase,
                 tcp_up: phase != Phase::Connecting,
-                out: VecDeque::new(),
-                out_pos: 0,
-                write_armed: false,
+                out: OutQueue::default(),
                 shut_after_flush: false,
                 qp,
                 channel,
                 peer_rnr_retry: 0,
+                peer_responder_resources: 0,
+                handshake_slot: false,
                 shm_nonce: 0,
                 peer_offer: None,
                 inbox: None,
@@ -587,11 +810,22 @@ impl Conn {
         loop {
             let Some(qp) = st.qp.as_mut() else { return };
             let Some(op) = qp.inflight.front().and_then(|f| f.local) else { return };
-            let f = qp.inflight.pop_front().expect("front checked");
+            let mut f = qp.inflight.pop_front().expect("front checked");
             let status = client.copy(op.rkey, op.addr, &f.dest, op.read);
             if status.is_success() {
                 qp.retire(f, status);
                 continue;
+            }
+            if status == WcStatus::RemoteAccessError {
+                // The peer's NIC judges the request, as on the network path: it refuses it (and
+                // its queue pair goes to the error state, as a responder's does) or, when the
+                // region became valid meanwhile, executes it.
+                let frame = qp.network_request(&mut f, op);
+                qp.inflight.push_front(f);
+                if st.push_request(frame) {
+                    self.flush_from_user(st);
+                }
+                return;
             }
             st.drain_inbox();
             if let Some(qp) = st.qp.as_mut() {
@@ -602,6 +836,14 @@ impl Conn {
         }
     }
 
+    /// Gives back the connection's slot for handshakes in progress from its source, if it
+    /// holds one (it was accepted, rejected or closed).
+    pub(crate) fn end_handshake(&self, st: &mut ConnState) {
+        if std::mem::take(&mut st.handshake_slot) {
+            self.shared.handshakes.lock().release(self.peer.ip());
+        }
+    }
+
     /// The poll token of this connection.
     pub(crate) fn token(&self) -> Token {
         Token(self.id as usize)
@@ -609,7 +851,7 @@ impl Conn {
 
     /// Registers the socket with the NIC's poll (readable, and writable when `writable`).
     pub(crate) fn register(&self, st: &mut ConnState, writable: bool) -> io::Result<()> {
-        st.write_armed = writable;
+        st.out.write_armed = writable;
         let interest = if writable { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
         self.shared.registry.register(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)
     }
@@ -620,16 +862,18 @@ impl Conn {
     }
 
     /// Writes queued frames until the socket is full or the queue is empty (non-blocking),
-    /// then asks for WRITABLE events only while something is left.
-    pub(crate) fn flush_out(&self, st: &mut ConnState) -> io::Result<()> {
+    /// then asks for WRITABLE events only while something is left. Returns whether this ended
+    /// a pause of reading (the NIC must then read the connection again).
+    pub(crate) fn flush_out(&self, st: &mut ConnState) -> io::Result<bool> {
         if !st.tcp_up {
-            return Ok(());
+            return Ok(false);
         }
-        while !st.out.is_empty() {
+        let out = &mut st.out;
+        while !out.frames.is_empty() {
             let sent = {
                 let mut parts: Vec<IoPart<'_>> = Vec::with_capacity(16);
-                let mut skip = st.out_pos;
-                'frames: for f in &st.out {
+                let mut skip = out.pos;
+                'frames: for f in &out.frames {
                     // Header.
                     if skip >= HEADER_LEN {
                         skip -= HEADER_LEN;
@@ -673,34 +917,29 @@ impl Conn {
                     Err(e) => return Err(e),
                 }
             };
-            let mut n = st.out_pos + sent;
-            while let Some(f) = st.out.front() {
-                let l = f.len();
-                if n < l {
-                    break;
-                }
-                n -= l;
-                st.out.pop_front();
-            }
-            st.out_pos = n;
+            out.advance(sent);
         }
-        let want = !st.out.is_empty();
-        if want != st.write_armed {
-            st.write_armed = want;
+        let want = !out.frames.is_empty();
+        if want != out.write_armed {
+            out.write_armed = want;
             let interest = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
             self.shared.registry.reregister(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)?;
         }
+        let resumed = out.resume_if_drained();
         if !want && st.shut_after_flush {
             let _ = self.sock.shutdown(std::net::Shutdown::Write);
         }
-        Ok(())
+        Ok(resumed)
     }
 
     /// `flush_out` from a user thread: a failure is handed to the NIC thread as a broken
-    /// connection (the user's call itself succeeded in queueing).
+    /// connection (the user's call itself succeeded in queueing), and so is the end of a pause
+    /// of reading (the NIC thread reads the connection again).
     pub(crate) fn flush_from_user(&self, st: &mut ConnState) {
-        if let Err(e) = self.flush_out(st) {
-            self.shared.command(Cmd::Broken(self.id, format!("write to {}: {e}", self.peer)));
+        match self.flush_out(st) {
+            Ok(false) => {}
+            Ok(true) => self.shared.command(Cmd::Resume(self.id)),
+            Err(e) => self.shared.command(Cmd::Broken(self.id, format!("write to {}: {e}", self.peer))),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-use super::cm::SoftChannel;
+use super::cm::{Handshakes, SoftChannel};
 use super::conn::{Conn, Seg};
 use super::cq::{SoftCq, SoftSrq};
 use super::nic::{self, Cmd, ListenerEntry};
@@ -24,6 +24,8 @@ use crate::fabric::FabricConfig;
 
 /// Name of every soft device.
 pub(crate) const DEVICE_NAME: &str = "soft0";
+/// Largest initiator depth and responder resources of a soft queue pair (Soft-RoCE's value).
+const MAX_RD_ATOM: u8 = 128;
 
 /// What the NIC thread and the objects of a device share. It never owns the NIC thread, so
 /// the thread holding it does not keep the device open.
@@ -45,6 +47,39 @@ pub(crate) struct Shared {
     pub(crate) timers_pending: AtomicUsize,
     /// The same-host endpoint (`None` with `same_host: off`, or where it could not be opened).
     pub(crate) shm: Option<shm::Endpoint>,
+    /// Incoming connections in their connect handshake, by source.
+    pub(crate) handshakes: Mutex<Handshakes>,
+    /// What the device counted.
+    pub(crate) counters: SoftCounters,
+}
+
+/// What a soft device counts (see [`FabricCounters`]).
+#[derive(Default)]
+pub(crate) struct SoftCounters {
+    pub(crate) refused_handshakes: AtomicU64,
+    pub(crate) handshake_timeouts: AtomicU64,
+    pub(crate) read_depth_violations: AtomicU64,
+    pub(crate) output_stalls: AtomicU64,
+    pub(crate) remote_access_errors: AtomicU64,
+}
+
+impl SoftCounters {
+    /// Adds one to `counter`.
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> FabricCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        FabricCounters {
+            refused_handshakes: get(&self.refused_handshakes),
+            handshake_timeouts: get(&self.handshake_timeouts),
+            read_depth_violations: get(&self.read_depth_violations),
+            output_stalls: get(&self.output_stalls),
+            remote_access_errors: get(&self.remote_access_errors),
+            leaked_regions: 0,
+        }
+    }
 }
 
 struct RegionEntry {
@@ -175,7 +210,7 @@ pub(crate) struct Device {
 }
 
 /// How long an accepted TCP connection may stay silent before its CONNECT_REQ arrives.
-pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Device {
     fn open(config: &FabricConfig, handshake_timeout: Duration) -> Result<Arc<Device>> {
@@ -194,6 +229,8 @@ impl Device {
             max_srq_wr: o.max_srq_wr,
             ud_mtu: o.ud_mtu,
             max_msg_size: 1 << 31,
+            max_qp_rd_atom: MAX_RD_ATOM,
+            max_qp_init_rd_atom: MAX_RD_ATOM,
             copies_on_host_cpus: true,
         };
         let poll = mio::Poll::new().map_err(|e| Error::os("soft open: epoll_create", None, e))?;
@@ -231,6 +268,8 @@ impl Device {
             ud_faults: Mutex::new(None),
             timers_pending: AtomicUsize::new(0),
             shm,
+            handshakes: Mutex::new(Handshakes::default()),
+            counters: SoftCounters::default(),
         });
         let nic_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -308,6 +347,9 @@ impl FabricOps for SoftFabric {
     }
     fn faults(&self) -> Option<Arc<dyn FaultOps>> {
         Some(self.faults.clone())
+    }
+    fn counters(&self) -> FabricCounters {
+        self.dev.shared.counters.snapshot()
     }
 }
 

@@ -25,6 +25,11 @@ pub mod wire;
 #[cfg(test)]
 mod tests;
 
+pub use cm::{MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
+pub use conn::{OUT_CAP, OUT_RESUME};
+pub use device::HANDSHAKE_TIMEOUT;
+pub use nic::OUTPUT_STALL_TIMEOUT;
+
 use super::{Fabric, FabricConfig, Result};
 
 /// Opens a soft device (`soft0`) with its own NIC thread, which stops when the last handle

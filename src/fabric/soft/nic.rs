@@ -12,11 +12,11 @@ use mio::{Events, Poll, Token};
 
 use super::cm::{connect_failure, ChannelInner, Ev};
 use super::conn::{Conn, ConnState, OutFrame, Phase, RecvWr, Seg, Tail};
-use super::device::Shared;
+use super::device::{Shared, SoftCounters};
 use super::shm::{Offer, Streams};
 pub(crate) use super::timers::TimerKind;
 use super::timers::Timers;
-use super::wire::{FrameType, Header, Status, AUX_SOLICITED, HEADER_LEN};
+use super::wire::{CmParams, FrameType, Header, Status, AUX_SOLICITED, HEADER_LEN};
 use crate::fabric::memory::{self, RawRange, MAX_IOV};
 use crate::fabric::provider::ConnId;
 use crate::fabric::types::*;
@@ -31,6 +31,9 @@ const RX_BUF: usize = 16 * 1024;
 const READ_BUDGET: usize = 4 << 20;
 /// Pause instructions between two polls of the sockets while the NIC thread spins.
 const SPIN_PAUSES: u32 = 64;
+/// How long a connection whose reading is paused (its answers over `OUT_CAP`, unread by the
+/// peer) may go without writing a byte before it is cut (`FabricCounters::output_stalls`).
+pub const OUTPUT_STALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A request from a user thread to the NIC thread.
 pub(crate) enum Cmd {
@@ -40,6 +43,8 @@ pub(crate) enum Cmd {
     Timer(Instant, ConnId, TimerKind),
     /// The connection's transport failed.
     Broken(ConnId, String),
+    /// A user thread's write ended a pause of reading the connection.
+    Resume(ConnId),
 }
 
 /// A listening socket and the channel its requests go to.
@@ -170,6 +175,8 @@ enum Step {
     Continue,
     /// Nothing more to read now.
     Idle,
+    /// The peer leaves its answers unread: reading stops until it has read enough.
+    Paused,
     /// Budget used up: continue on the next turn.
     Yield,
     /// Waiting for a receive (RNR).
@@ -212,6 +219,7 @@ pub(crate) fn run(shared: Arc<Shared>, mut poll: Poll) {
                         nic.broken(&c, &mut rx, &why);
                     }
                 }
+                Cmd::Resume(id) => nic.ready.push(id),
             }
         }
         let ready = std::mem::take(&mut nic.ready);
@@ -320,19 +328,23 @@ impl Nic {
         loop {
             match entry.sock.accept() {
                 Ok((s, peer)) => {
-                    if let Err(e) = s.set_nonblocking(true).and_then(|_| s.set_nodelay(true)) {
-                        tracing::debug!("soft NIC: setting up a connection from {peer}: {e}");
+                    if !self.shared.handshakes.lock().admit(peer.ip()) {
+                        tracing::debug!("soft NIC: too many connect handshakes in progress, closing one from {peer}");
+                        drop(s);
+                        SoftCounters::bump(&self.shared.counters.refused_handshakes);
                         continue;
                     }
                     let conn =
                         Conn::new(self.shared.clone(), s, peer, Phase::Incoming, None, Some(entry.channel.clone()));
-                    self.shared.conns.lock().insert(conn.id, conn.clone());
                     let mut st = conn.st.lock();
-                    if let Err(e) = conn.register(&mut st, false) {
-                        tracing::debug!("soft NIC: registering a connection from {peer}: {e}");
-                        self.shared.conns.lock().remove(&conn.id);
+                    st.handshake_slot = true;
+                    let set_up = conn.sock.set_nonblocking(true).and_then(|_| conn.sock.set_nodelay(true));
+                    if let Err(e) = set_up.and_then(|_| conn.register(&mut st, false)) {
+                        tracing::debug!("soft NIC: setting up a connection from {peer}: {e}");
+                        conn.end_handshake(&mut st);
                         continue;
                     }
+                    self.shared.conns.lock().insert(conn.id, conn.clone());
                     let at = Instant::now() + self.shared.handshake_timeout;
                     self.timers.schedule(at, conn.id, TimerKind::HandshakeTimeout);
                 }
@@ -378,10 +390,17 @@ impl Nic {
         if !self.check_connect(c, &mut st) {
             return;
         }
-        if let Err(e) = c.flush_out(&mut st) {
-            drop(st);
-            let mut rx = c.rx.lock();
-            self.broken(c, &mut rx, &format!("write: {e}"));
+        match c.flush_out(&mut st) {
+            Ok(false) => {}
+            Ok(true) => {
+                drop(st);
+                self.drive(c);
+            }
+            Err(e) => {
+                drop(st);
+                let mut rx = c.rx.lock();
+                self.broken(c, &mut rx, &format!("write: {e}"));
+            }
         }
     }
 
@@ -390,7 +409,7 @@ impl Nic {
     fn drive(&mut self, c: &Arc<Conn>) {
         {
             let mut st = c.st.lock();
-            if !self.check_connect(c, &mut st) {
+            if !self.check_connect(c, &mut st) || st.out.paused() {
                 return;
             }
         }
@@ -400,7 +419,7 @@ impl Nic {
         loop {
             match self.step(c, &mut rx, &mut budget) {
                 Step::Continue => continue,
-                Step::Idle | Step::Blocked => break,
+                Step::Idle | Step::Blocked | Step::Paused => break,
                 Step::Done => return,
                 Step::Yield => {
                     self.ready.push(c.id);
@@ -423,9 +442,13 @@ impl Nic {
         }
         let mut st = c.st.lock();
         if st.has_output() {
-            if let Err(e) = c.flush_out(&mut st) {
-                drop(st);
-                self.broken(c, &mut rx, &format!("write: {e}"));
+            match c.flush_out(&mut st) {
+                Ok(false) => {}
+                Ok(true) => self.ready.push(c.id),
+                Err(e) => {
+                    drop(st);
+                    self.broken(c, &mut rx, &format!("write: {e}"));
+                }
             }
         }
     }
@@ -516,6 +539,12 @@ impl Nic {
         if matches!(st.phase, Phase::Incoming | Phase::Requested | Phase::Connecting) {
             return Step::Broken(format!("{:?} frame from {} before the connection is established", hdr.ty, c.peer));
         }
+        let step = self.on_data_header(c, &mut st, rx, hdr);
+        self.pause_if_full(c, &mut st, step)
+    }
+
+    /// Handles the header of a data frame on an established (or closing) connection.
+    fn on_data_header(&mut self, c: &Arc<Conn>, st: &mut ConnState, rx: &mut Rx, hdr: Header) -> Step {
         let live = st.phase == Phase::Established && st.qp.is_some();
         match hdr.ty {
             FrameType::Ack => {
@@ -527,7 +556,7 @@ impl Nic {
                 let f = qp.inflight.pop_front().expect("front checked");
                 qp.retire(f, hdr.status.wc_status());
                 if hdr.status == Status::Ok {
-                    c.run_local_front(&mut st);
+                    c.run_local_front(st);
                 } else {
                     st.qp_error();
                 }
@@ -564,6 +593,11 @@ impl Nic {
             }
             FrameType::ReadReq => {
                 let Some(qp) = st.qp.as_ref().filter(|_| live) else { return Step::Continue };
+                let allowed = qp.responder_resources;
+                if st.out.read_responses() >= allowed {
+                    SoftCounters::bump(&self.shared.counters.read_depth_violations);
+                    return Step::Broken(format!("{} has more than {allowed} RDMA READs outstanding", c.peer));
+                }
                 let mut h = Header::new(FrameType::ReadResp);
                 h.psn = hdr.psn;
                 let mut tail = Tail::None;
@@ -579,6 +613,9 @@ impl Nic {
                     }
                 }
                 st.push_out(OutFrame::new(&h, tail));
+                if h.status == Status::RemoteAccess {
+                    self.remote_access_error(st);
+                }
                 Step::Continue
             }
             FrameType::Write => {
@@ -599,7 +636,10 @@ impl Nic {
                         };
                         Step::Continue
                     }
-                    None => Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RemoteAccess }),
+                    None => {
+                        self.remote_access_error(st);
+                        Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RemoteAccess })
+                    }
                 }
             }
             FrameType::Send | FrameType::SendImm => {
@@ -607,7 +647,7 @@ impl Nic {
                     return Self::discard(rx, &hdr, Then::Nothing);
                 }
                 let retries = st.peer_rnr_retry;
-                if self.place_send(&mut st, rx, hdr) {
+                if self.place_send(st, rx, hdr) {
                     return Step::Continue;
                 }
                 if retries == 0 {
@@ -621,6 +661,25 @@ impl Nic {
             }
             _ => Step::Broken(format!("unexpected {:?} frame from {}", hdr.ty, c.peer)),
         }
+    }
+
+    /// A READ or WRITE of the peer was refused (bad rkey, out of bounds, missing rights): as a
+    /// hardware responder's, the queue pair goes to the error state, and later requests of the
+    /// peer are refused.
+    fn remote_access_error(&self, st: &mut ConnState) {
+        SoftCounters::bump(&self.shared.counters.remote_access_errors);
+        st.qp_error();
+    }
+
+    /// Pauses reading when the answers queued for the peer went over `OUT_CAP` (it does not
+    /// read them), and starts the timer that cuts the connection if it writes nothing more.
+    fn pause_if_full(&mut self, c: &Conn, st: &mut ConnState, step: Step) -> Step {
+        if !matches!(step, Step::Continue) || !st.out.pause_if_full() {
+            return step;
+        }
+        tracing::debug!("soft NIC: {} leaves its answers unread, reading paused", c.peer);
+        self.timers.schedule(Instant::now() + OUTPUT_STALL_TIMEOUT, c.id, TimerKind::OutputStall);
+        Step::Paused
     }
 
     /// Tries to place a SEND: takes a receive and sets the payload stage (or an error
@@ -721,45 +780,55 @@ impl Nic {
 
     fn finish(&mut self, c: &Arc<Conn>, then: Then, len: u32, psn: u32) -> Step {
         let mut st = c.st.lock();
+        self.finish_payload(c, &mut st, then, len, psn);
+        self.pause_if_full(c, &mut st, Step::Continue)
+    }
+
+    /// Completes what a payload fully received was for.
+    fn finish_payload(&mut self, c: &Arc<Conn>, st: &mut ConnState, then: Then, len: u32, psn: u32) {
         let live = st.phase == Phase::Established;
         match then {
             Then::Nothing => {}
             Then::Reply { psn, status } => {
                 if live {
-                    Self::reply(&mut st, psn, status);
+                    Self::reply(st, psn, status);
                 }
             }
             Then::ReadResp => {
-                let Some(qp) = st.qp.as_mut() else { return Step::Continue };
+                let Some(qp) = st.qp.as_mut() else { return };
                 match qp.inflight.front() {
                     Some(f) if f.busy && f.psn == psn => {}
-                    _ => return Step::Continue,
+                    _ => return,
                 }
                 let f = qp.inflight.pop_front().expect("front checked");
                 let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
                 qp.retire(f, status);
                 if status.is_success() {
-                    c.run_local_front(&mut st);
+                    st.read_answered();
+                    c.run_local_front(st);
                 }
             }
             Then::Recv { recv, imm, solicited } => {
-                let Some(qp) = st.qp.as_mut() else { return Step::Continue };
+                let Some(qp) = st.qp.as_mut() else { return };
                 if live && !qp.error {
                     qp.complete_recv_solicited(recv.wr_id, WcStatus::Success, len, imm, solicited);
-                    Self::reply(&mut st, psn, Status::Ok);
+                    Self::reply(st, psn, Status::Ok);
                 } else {
                     qp.complete_recv(recv.wr_id, WcStatus::WorkRequestFlushed, 0, None);
                 }
             }
         }
-        Step::Continue
     }
 
     fn on_control(&mut self, c: &Arc<Conn>, rx: &mut Rx, hdr: Header, data: Vec<u8>) -> Step {
         let mut st = c.st.lock();
         match (hdr.ty, st.phase) {
             (FrameType::ConnectReq, Phase::Incoming) => {
-                st.peer_rnr_retry = hdr.aux as u8;
+                let Some(params) = CmParams::from_aux(hdr.aux) else {
+                    return Step::Broken("invalid CM parameters".into());
+                };
+                st.peer_rnr_retry = params.rnr_retry;
+                st.peer_responder_resources = params.responder_resources;
                 st.peer_offer = Offer::from_header(&hdr);
                 st.phase = Phase::Requested;
                 self.timers.cancel(c.id, TimerKind::HandshakeTimeout);
@@ -771,7 +840,13 @@ impl Nic {
                 Step::Continue
             }
             (FrameType::Accept, Phase::Connecting) => {
-                st.peer_rnr_retry = hdr.aux as u8;
+                let Some(params) = CmParams::from_aux(hdr.aux) else {
+                    return Step::Broken("invalid CM parameters".into());
+                };
+                st.peer_rnr_retry = params.rnr_retry;
+                if let Some(qp) = st.qp.as_mut() {
+                    qp.limit_initiator_depth(params.responder_resources);
+                }
                 // Same-host path: both ends offered, and this end's stream opens (or not)
                 // before the connection is reported established.
                 let offer = Offer::from_header(&hdr);
@@ -856,6 +931,7 @@ impl Nic {
     /// finds the connection gone).
     fn close_with(&mut self, c: &Conn, st: &mut ConnState, ev: Option<Ev>) {
         st.phase = Phase::Closed;
+        c.end_handshake(st);
         self.shared.conns.lock().remove(&c.id);
         self.timers.cancel_conn(c.id);
         self.streams.close_conn(c.id, &self.shared.registry);
@@ -892,6 +968,7 @@ impl Nic {
                     let mut rx = c.rx.lock();
                     if c.st.lock().phase == Phase::Incoming {
                         tracing::debug!("soft NIC: no connect request from {} in time, closing", c.peer);
+                        SoftCounters::bump(&self.shared.counters.handshake_timeouts);
                         self.close_disconnected(&c, &mut rx);
                     }
                 }
@@ -902,9 +979,28 @@ impl Nic {
                     }
                 }
                 TimerKind::Rnr => self.rnr_retry(&c),
+                TimerKind::OutputStall => self.check_stall(&c),
             }
         }
         fired
+    }
+
+    /// A paused connection that wrote nothing since the pause began (or the last check) is
+    /// cut: its peer does not read. One that made progress is checked again later.
+    fn check_stall(&mut self, c: &Arc<Conn>) {
+        let mut rx = c.rx.lock();
+        let mut st = c.st.lock();
+        if !st.out.paused() {
+            return;
+        }
+        if !st.out.stalled() {
+            self.timers.schedule(Instant::now() + OUTPUT_STALL_TIMEOUT, c.id, TimerKind::OutputStall);
+            return;
+        }
+        drop(st);
+        SoftCounters::bump(&self.shared.counters.output_stalls);
+        let why = format!("{} read none of its answers for {OUTPUT_STALL_TIMEOUT:?}", c.peer);
+        self.broken(c, &mut rx, &why);
     }
 
     fn rnr_retry(&mut self, c: &Arc<Conn>) {

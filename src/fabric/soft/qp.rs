@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::cm::{ChannelInner, Ev, CLOSE_LINGER};
-use super::conn::{Conn, InFlight, LocalOp, OutFrame, Phase, RecvWr, Seg, Tail};
+use super::conn::{rdma_header, Conn, InFlight, LocalOp, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Device;
 use super::nic::{Cmd, TimerKind};
 use super::shm::MAX_INLINE;
@@ -195,27 +195,22 @@ impl QpOps for SoftQp {
                 tail = Tail::Segs(segs);
             }
             SendOp::RdmaWrite(r) => {
-                h = Header::new(FrameType::Write);
-                h.addr = r.addr;
-                h.rkey = r.rkey;
+                h = rdma_header(false, r, psn, total as u32);
                 tail = Tail::Segs(segs);
             }
             SendOp::RdmaRead(r) => {
-                h = Header::new(FrameType::ReadReq);
-                h.addr = r.addr;
-                h.rkey = r.rkey;
-                h.aux = total as u32;
+                h = rdma_header(true, r, psn, total as u32);
                 dest = segs;
                 tail = Tail::None;
             }
         }
         h.psn = psn;
-        if !matches!(wr.op, SendOp::RdmaRead(_)) {
+        if matches!(wr.op, SendOp::Send | SendOp::SendWithImm(_)) {
             h.len = total as u32;
         }
         qp.sq_used += 1;
         qp.inflight.push_back(entry(psn, dest));
-        if st.push_out(OutFrame::new(&h, tail)) {
+        if st.push_request(OutFrame::new(&h, tail)) {
             self.conn.flush_from_user(&mut st);
         }
         Ok(())

@@ -21,12 +21,20 @@ pub(crate) enum TimerKind {
     Rnr,
     /// Drop a closing connection.
     Close,
+    /// Check that a connection whose reading is paused (its peer leaves its answers unread)
+    /// wrote something since the pause began.
+    OutputStall,
 }
 
 impl TimerKind {
     /// Every kind.
-    const ALL: [TimerKind; 4] =
-        [TimerKind::ConnectTimeout, TimerKind::HandshakeTimeout, TimerKind::Rnr, TimerKind::Close];
+    const ALL: [TimerKind; 5] = [
+        TimerKind::ConnectTimeout,
+        TimerKind::HandshakeTimeout,
+        TimerKind::Rnr,
+        TimerKind::Close,
+        TimerKind::OutputStall,
+    ];
 }
 
 /// Pending timers, by deadline and by connection.

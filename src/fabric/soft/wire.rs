@@ -17,9 +17,9 @@ pub const VERSION: u8 = 1;
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameType {
-    /// Connect request; payload = private data, aux = requester's rnr_retry.
+    /// Connect request; payload = private data, aux = the requester's [`CmParams`].
     ConnectReq = 1,
-    /// Accept; payload = private data, aux = acceptor's rnr_retry.
+    /// Accept; payload = private data, aux = the acceptor's [`CmParams`].
     Accept = 2,
     /// Reject; payload = private data.
     Reject = 3,
@@ -99,6 +99,33 @@ impl Status {
 /// `aux` of a `Send`/`SendImm` frame posted solicited (else 0).
 pub const AUX_SOLICITED: u32 = 1;
 
+/// What each end of a connection tells the other in its CONNECT_REQ or ACCEPT (`aux`), as
+/// RDMA-CM's connection parameters: `rnr_retry` in bits 0-7 (at most 7), the initiator depth in
+/// bits 8-15 and the responder resources in bits 16-23 (each at least 1), bits 24-31 zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmParams {
+    /// RNR retries of the sender's SENDs (7 = forever).
+    pub rnr_retry: u8,
+    /// RDMA READs the sender may have outstanding.
+    pub initiator_depth: u8,
+    /// RDMA READs of the peer the sender serves at once.
+    pub responder_resources: u8,
+}
+
+impl CmParams {
+    /// The `aux` field carrying these parameters.
+    pub fn to_aux(self) -> u32 {
+        u32::from(self.rnr_retry) | u32::from(self.initiator_depth) << 8 | u32::from(self.responder_resources) << 16
+    }
+
+    /// The parameters an `aux` field carries, if it is valid.
+    pub fn from_aux(aux: u32) -> Option<CmParams> {
+        let [rnr_retry, initiator_depth, responder_resources, high] = aux.to_le_bytes();
+        let valid = rnr_retry <= RNR_RETRY_INFINITE && initiator_depth > 0 && responder_resources > 0 && high == 0;
+        valid.then_some(CmParams { rnr_retry, initiator_depth, responder_resources })
+    }
+}
+
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -116,7 +143,7 @@ pub struct Header {
     pub addr: u64,
     /// Immediate data (`SendImm`).
     pub imm: u32,
-    /// Type-specific: READ length, or rnr_retry in CM frames.
+    /// Type-specific: READ length, solicited flag of SENDs, or [`CmParams`] in CM frames.
     pub aux: u32,
 }
 
@@ -219,7 +246,7 @@ impl Header {
             return Err(WireError::Length { ty, len: h.len.into(), max: max_len });
         }
         let aux_ok = match ty {
-            FrameType::ConnectReq | FrameType::Accept => h.aux <= u32::from(RNR_RETRY_INFINITE),
+            FrameType::ConnectReq | FrameType::Accept => CmParams::from_aux(h.aux).is_some(),
             FrameType::ReadReq => u64::from(h.aux) <= max_msg,
             FrameType::Send | FrameType::SendImm => h.aux <= AUX_SOLICITED,
             _ => true,
@@ -252,7 +279,9 @@ mod tests {
             h.addr = 0x7fff_0000_1000;
             h.imm = 42;
             h.aux = match ty {
-                FrameType::ConnectReq | FrameType::Accept => 7,
+                FrameType::ConnectReq | FrameType::Accept => {
+                    CmParams { rnr_retry: 7, initiator_depth: 16, responder_resources: 255 }.to_aux()
+                }
                 FrameType::ReadReq => 1 << 20,
                 FrameType::Send | FrameType::SendImm => AUX_SOLICITED,
                 _ => 9,
@@ -292,9 +321,30 @@ mod tests {
         h.status = Status::RemoteAccess;
         h.len = 1;
         assert!(Header::decode(&h.encode(), MAX).is_err());
+    }
+
+    #[test]
+    fn cm_parameters_round_trip_and_invalid_ones_are_a_protocol_error() {
+        let p = CmParams { rnr_retry: 6, initiator_depth: 3, responder_resources: 128 };
+        assert_eq!(CmParams::from_aux(p.to_aux()), Some(p));
         let mut h = Header::new(FrameType::ConnectReq);
-        h.aux = 8;
-        assert!(matches!(Header::decode(&h.encode(), MAX), Err(WireError::Aux { .. })));
+        h.aux = p.to_aux();
+        assert_eq!(Header::decode(&h.encode(), MAX).map(|h| h.aux), Ok(p.to_aux()));
+        let invalid = [
+            CmParams { rnr_retry: 8, ..p }.to_aux(),
+            CmParams { initiator_depth: 0, ..p }.to_aux(),
+            CmParams { responder_resources: 0, ..p }.to_aux(),
+            p.to_aux() | 1 << 24,
+            7,
+        ];
+        for aux in invalid {
+            assert_eq!(CmParams::from_aux(aux), None, "{aux:#x}");
+            for ty in [FrameType::ConnectReq, FrameType::Accept] {
+                let mut h = Header::new(ty);
+                h.aux = aux;
+                assert!(matches!(Header::decode(&h.encode(), MAX), Err(WireError::Aux { .. })), "{ty:?} {aux:#x}");
+            }
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::device::Device;
 use super::qp::{DeadQp, RcQp};
 use super::{last_os, poll_fd};
 use crate::fabric::provider::*;
-use crate::fabric::{Error, RejectReason, Result};
+use crate::fabric::{DeviceAttributes, Error, RejectReason, Result};
 
 /// IB CM reject reason: no listener for the service id.
 const IB_CM_REJ_INVALID_SERVICE_ID: i32 = 8;
@@ -390,7 +390,7 @@ impl CmChannelOps for Channel {
         id.migrate(&self.raw)?;
         drop(private);
         let qp = RcQp::create(id, &self.dev, &init)?;
-        let (resp, init_depth) = self.dev.max_rd_atom;
+        let (resp, init_depth) = rd_atomic(&init, &self.dev.attributes);
         let mut param = conn_param(private_data, resp, init_depth, init.rnr_retry, init.srq.is_some());
         // SAFETY: the id is live with its QP; param and its private data outlive the call.
         if unsafe { rdma_connect(qp.id().raw(), &mut param) } != 0 {
@@ -444,6 +444,17 @@ fn conn_private_data(ev: &rdma_cm_event) -> Vec<u8> {
     }
     // SAFETY: librdmacm guarantees private_data_len readable bytes until the ack.
     unsafe { std::slice::from_raw_parts(p.private_data as *const u8, usize::from(p.private_data_len)) }.to_vec()
+}
+
+/// The responder resources and initiator depth a queue pair asks for in its connect or
+/// accept: its own settings, within what the device allows.
+fn rd_atomic(init: &QpInitOps, attrs: &DeviceAttributes) -> (u8, u8) {
+    clamp_rd_atomic((init.responder_resources, init.initiator_depth), attrs)
+}
+
+/// `(responder resources, initiator depth)` within the device's limits.
+fn clamp_rd_atomic((responder, initiator): (u8, u8), attrs: &DeviceAttributes) -> (u8, u8) {
+    (responder.min(attrs.max_qp_rd_atom), initiator.min(attrs.max_qp_init_rd_atom))
 }
 
 /// Connection parameters for connect and accept.
@@ -553,7 +564,7 @@ impl ConnRequestOps for ConnRequest {
         }
         id.ctx().min_rnr_timer.store(rnr_timer_code(init.min_rnr_timer), Ordering::Relaxed);
         let qp = RcQp::create(id, &self.dev, &init)?;
-        let (resp, init_depth) = self.dev.max_rd_atom;
+        let (resp, init_depth) = rd_atomic(&init, &self.dev.attributes);
         let mut param = conn_param(
             private_data,
             resp.min(self.peer_initiator_depth),
@@ -598,6 +609,24 @@ mod tests {
         assert_eq!(rnr_timer_code(Duration::ZERO), 1);
         assert_eq!(rnr_timer_code(Duration::from_millis(600)), 0);
         assert_eq!(rnr_timer_code(Duration::from_secs(5)), 0);
+    }
+
+    #[test]
+    fn rd_atomic_depths_are_the_queue_pairs_within_the_device_limits() {
+        let attrs = DeviceAttributes {
+            max_qp_wr: 1,
+            max_sge: 1,
+            max_cqe: 1,
+            max_mr_size: 1,
+            max_srq_wr: 0,
+            ud_mtu: 1024,
+            max_msg_size: 1,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 8,
+            copies_on_host_cpus: false,
+        };
+        assert_eq!(clamp_rd_atomic((16, 4), &attrs), (16, 4));
+        assert_eq!(clamp_rd_atomic((200, 16), &attrs), (128, 8));
     }
 
     #[test]

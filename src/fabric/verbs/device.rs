@@ -11,7 +11,7 @@ use super::cm::{CmId, IdCtx, RawChannel};
 use super::events::AsyncEvents;
 use super::{addr::CSockAddr, cq::Cq, errno, mr::Pd, ud::UdEndpoint};
 use crate::fabric::provider::*;
-use crate::fabric::{DeviceAttributes, Error, FabricConfig, FabricKind, Result, UdInit};
+use crate::fabric::{DeviceAttributes, Error, FabricConfig, FabricCounters, FabricKind, Result, UdInit};
 
 /// The character device RDMA-CM needs.
 const RDMA_CM_DEVICE: &str = "/dev/infiniband/rdma_cm";
@@ -52,8 +52,6 @@ pub(super) struct Device {
     port: u8,
     /// The address the device was selected by, used as the source of outgoing connections.
     pub(super) bind: Option<IpAddr>,
-    /// Largest RDMA READ depth as responder and as initiator.
-    pub(super) max_rd_atom: (u8, u8),
     pub(super) attributes: DeviceAttributes,
     /// The reader of the context's async events (stopped before the list is freed).
     events: Option<AsyncEvents>,
@@ -143,6 +141,7 @@ impl Device {
             0 => clamp(dev.max_sge),
             rd => clamp(dev.max_sge.min(rd)),
         };
+        let to_u8 = |v: i32| v.clamp(0, 255) as u8;
         let attributes = DeviceAttributes {
             max_qp_wr: clamp(dev.max_qp_wr),
             max_sge,
@@ -151,23 +150,15 @@ impl Device {
             max_srq_wr: if dev.max_srq > 0 { clamp(dev.max_srq_wr) } else { 0 },
             ud_mtu: mtu_bytes(port_attr.active_mtu),
             max_msg_size: u64::from(port_attr.max_msg_sz),
+            max_qp_rd_atom: to_u8(dev.max_qp_rd_atom),
+            max_qp_init_rd_atom: to_u8(dev.max_qp_init_rd_atom),
             // Soft-RoCE (rxe) copies in the kernel, on this host's CPUs too, but in softirq
             // context: the scheduler does not share it out among threads.
             copies_on_host_cpus: false,
         };
-        let to_u8 = |v: i32| v.clamp(0, 255) as u8;
         let events = AsyncEvents::start(ctx, &name)?;
         std::mem::forget(guard);
-        Ok(Device {
-            list,
-            ctx,
-            name,
-            port,
-            bind,
-            max_rd_atom: (to_u8(dev.max_qp_rd_atom), to_u8(dev.max_qp_init_rd_atom)),
-            attributes,
-            events: Some(events),
-        })
+        Ok(Device { list, ctx, name, port, bind, attributes, events: Some(events) })
     }
 }
 
@@ -247,6 +238,9 @@ impl FabricOps for VerbsFabric {
     }
     fn create_ud(&self, pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>> {
         Ok(Box::new(UdEndpoint::new(&self.dev, Pd::downcast(pd)?, init)?))
+    }
+    fn counters(&self) -> FabricCounters {
+        FabricCounters { leaked_regions: super::mr::leaked_regions(), ..FabricCounters::default() }
     }
     fn faults(&self) -> Option<Arc<dyn FaultOps>> {
         None

@@ -1,5 +1,6 @@
 //! Protection domains, memory regions and shared receive queues.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rdma_sys::*;
@@ -116,10 +117,33 @@ impl Drop for Mr {
     fn drop(&mut self) {
         // SAFETY: registered in `register`, deregistered once, before the buffer is released.
         let rc = unsafe { ibv_dereg_mr(self.mr) };
-        if rc != 0 {
-            tracing::debug!("verbs: {}", errno("ibv_dereg_mr", rc));
-        }
+        keep_if_still_registered(rc, &self._buffer);
     }
+}
+
+/// Regions whose deregistration failed, in this process (their memory is leaked).
+static LEAKED_REGIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Regions of this process whose deregistration failed.
+pub(super) fn leaked_regions() -> u64 {
+    LEAKED_REGIONS.load(Ordering::Relaxed)
+}
+
+/// After `ibv_dereg_mr` returned `rc`: when it failed, the region may still be registered and
+/// the device may still read or write its memory, so the memory is leaked (never freed, so
+/// never reused by the allocator) with a warning and a count, instead of released.
+fn keep_if_still_registered(rc: i32, buffer: &Arc<RegisteredBuffer>) {
+    if rc == 0 {
+        return;
+    }
+    std::mem::forget(Arc::clone(buffer));
+    LEAKED_REGIONS.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(
+        "verbs: {}; the region's {} bytes at {:#x} are leaked, as the device may still access them",
+        errno("ibv_dereg_mr", rc),
+        buffer.len(),
+        buffer.addr()
+    );
 }
 
 impl MrOps for Mr {
@@ -168,5 +192,27 @@ impl SrqOps for Srq {
             unsafe { ibv_post_srq_recv(self.srq, &mut wr, &mut bad) }
         });
         post_error(rc, "ibv_post_srq_recv", "shared receive queue", self.max_wr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_deregistration_leaks_the_memory_and_counts_it() {
+        let released = Arc::new(RegisteredBuffer::new(4096).unwrap());
+        let watch = Arc::downgrade(&released);
+        keep_if_still_registered(0, &released);
+        drop(released);
+        assert!(watch.upgrade().is_none(), "deregistered: the memory is freed");
+
+        let before = leaked_regions();
+        let kept = Arc::new(RegisteredBuffer::new(4096).unwrap());
+        let watch = Arc::downgrade(&kept);
+        keep_if_still_registered(libc::EBUSY, &kept);
+        drop(kept);
+        assert!(watch.upgrade().is_some(), "possibly still registered: the memory is never freed");
+        assert_eq!(leaked_regions(), before + 1);
     }
 }

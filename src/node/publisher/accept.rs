@@ -8,7 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{wr_id, Liveness, PublisherShared, SubConn, KIND_RECV, RECVS_PER_SUBSCRIBER, SLOT};
-use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
+use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, DEFAULT_RD_ATOMIC, RNR_RETRY_INFINITE};
 use crate::protocol::{
     wall_clock_ms, AcceptData, ConnectData, CredentialError, ProtocolError, RejectCode, RejectData, StartAt, TopicId,
 };
@@ -79,6 +79,8 @@ impl PublisherShared {
             caps,
             rnr_retry: RNR_RETRY_INFINITE,
             min_rnr_timer: Duration::from_micros(640),
+            initiator_depth: DEFAULT_RD_ATOMIC,
+            responder_resources: DEFAULT_RD_ATOMIC,
         };
         let conn = req.conn_id();
         let peer = req.peer_addr();

@@ -6,7 +6,9 @@ use super::{
     KIND_RECV, RECV_SLOTS, SLOT,
 };
 use crate::error::{Error, Result};
-use crate::fabric::{Access, DataPath, QpCaps, QpInit, ReadBuffer, RejectReason as CmReject, RNR_RETRY_INFINITE};
+use crate::fabric::{
+    Access, DataPath, QpCaps, QpInit, ReadBuffer, RejectReason as CmReject, DEFAULT_RD_ATOMIC, RNR_RETRY_INFINITE,
+};
 use crate::node::cm::FeedEvent;
 use crate::node::discovery::{LostReason, Sighting};
 use crate::node::pacing::ReadPacer;
@@ -59,6 +61,8 @@ impl Subscription {
             caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
             rnr_retry: RNR_RETRY_INFINITE,
             min_rnr_timer: Duration::from_micros(640),
+            initiator_depth: DEFAULT_RD_ATOMIC,
+            responder_resources: DEFAULT_RD_ATOMIC,
         };
         let key = self.feeds.vacant_key();
         let gen = self.next_gen;

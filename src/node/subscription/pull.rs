@@ -106,8 +106,10 @@ impl Subscription {
                 KIND_READ => {
                     let Some(a) = feed.active.as_deref_mut() else { continue };
                     let plan = a.plan.take();
+                    // SAFETY: a feed has one READ outstanding, into `reading_into`, and `wc` is
+                    // its completion (its queue pair's CQ, its kind and generation).
+                    unsafe { a.landings[a.reading_into].complete(wc) };
                     if wc.status != WcStatus::Success {
-                        a.landings[a.reading_into].complete(None);
                         if wc.status == WcStatus::WorkRequestFlushed {
                             // Flushed by a disconnect: the CM event decides how it ended.
                             feed.quiesced = true;
@@ -118,7 +120,6 @@ impl Subscription {
                         continue;
                     }
                     let buf = a.reading_into;
-                    a.landings[buf].complete(plan.map(|p| p.len));
                     if feed.closed {
                         // The stream already ended or failed: what this READ brought is moot.
                         continue;
