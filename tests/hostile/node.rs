@@ -156,3 +156,33 @@ fn an_idle_publishers_receive_queue_is_refilled_without_its_application() {
     expect_messages(&mut good, 1, 10);
     drop(qp);
 }
+
+/// A subscriber that guesses an rkey puts its queue pair at the publisher in the error state
+/// (as hardware does), then stays connected and silent. Once it holds the publisher back, the
+/// publisher probes it (a `CreditWanted`: with a single subscriber nothing else would be sent to
+/// it); the probe fails on the failed queue pair and the subscriber is removed, long before
+/// the idle timeout (never, here) or the `Block` timeout.
+#[test]
+fn a_subscriber_whose_queue_pair_failed_is_removed_and_holds_nothing_back() {
+    let pub_node = nodes::soft_node_without_discovery();
+    let options = PublisherOptions {
+        policy: Policy::Block { timeout: WAIT },
+        ring_capacity: 64 * 1024,
+        idle_timeout: Duration::MAX,
+        ..Default::default()
+    };
+    let publisher = pub_node.publisher_with("guessed", options).unwrap();
+    let attacker = Attacker::new();
+    let (qp, accept) = attacker.subscribe(pub_node.local_addr(), "guessed");
+    wait_subscribers(&publisher, 1);
+    let guess = SendOp::RdmaRead(RemoteAddr { addr: accept.ring.addr, rkey: accept.ring.rkey ^ 0x5a5a_5a5a });
+    qp.post_send(&SendRequest::new(7, guess, &[attacker.buf.sge(0, 8)])).unwrap();
+    assert_eq!(attacker.completion().status, WcStatus::RemoteAccessError);
+    // Several rings' worth of messages.
+    for seq in 1..=2000 {
+        publisher.publish(&payload(seq)).unwrap_or_else(|e| panic!("message {seq}: {e}"));
+    }
+    assert_eq!(publisher.subscriber_count(), 0, "the attacker was removed");
+    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 0, "removed, not dropped as idle or slow");
+    drop(qp);
+}

@@ -43,6 +43,12 @@ impl PublisherShared {
                     let key = (slot / SENDS_PER_SUBSCRIBER) as usize;
                     if st.by_qp.get(&wc.qp_num) == Some(&key) {
                         st.subs[key].liveness.give_send(slot, wc.status == WcStatus::Success);
+                        if wc.status != WcStatus::Success {
+                            // Its queue pair failed (a remote access error, retries exhausted):
+                            // it can never ack again.
+                            tracing::debug!(topic = %self.topic, status = ?wc.status, "a subscriber's queue pair failed");
+                            self.remove_subscriber(st, key);
+                        }
                     }
                 }
                 KIND_RECV => {
@@ -221,14 +227,27 @@ impl PublisherShared {
         let timeout = self.options.idle_timeout;
         let tail = st.producer.tail();
         let waits_for_acks = !st.overwrite;
-        let idle: Vec<(usize, Duration)> = st
-            .subs
-            .iter_mut()
-            .map(|(key, sub)| (key, sub.liveness.tick(now, waits_for_acks && sub.acked < tail)))
-            .filter(|&(_, idle)| idle >= timeout)
-            .collect();
-        for &(key, idle) in &idle {
-            self.drop_subscriber(st, key, DropReason::Idle { millis: crate::time::millis(idle) });
+        let mut probes = Vec::new();
+        let mut idle = Vec::new();
+        for (key, sub) in st.subs.iter_mut() {
+            let quiet = sub.liveness.tick(now, waits_for_acks && sub.acked < tail);
+            if quiet >= timeout {
+                idle.push((key, quiet));
+            } else if sub.liveness.wants_probe(quiet) {
+                probes.push(key);
+            }
+        }
+        for key in probes {
+            // A live subscriber takes it (and acks solicited once it has consumed that far); a
+            // failed queue pair fails it, and the completion removes the subscriber.
+            if st.subs.contains(key) && self.send_control(st, key, &Control::CreditWanted { position: tail }).is_ok() {
+                st.subs[key].asked_for = tail;
+            }
+        }
+        for &(key, quiet) in &idle {
+            if st.subs.contains(key) {
+                self.drop_subscriber(st, key, DropReason::Idle { millis: crate::time::millis(quiet) });
+            }
         }
         !idle.is_empty()
     }

@@ -192,7 +192,9 @@ impl PublisherShared {
             if !to_drop.is_empty() {
                 let tail = st.producer.tail();
                 for key in to_drop {
-                    let lag = tail - st.subs[key].acked;
+                    // Dropping one drains the CQ, which may have removed another.
+                    let Some(sub) = st.subs.get(key) else { continue };
+                    let lag = tail - sub.acked;
                     self.drop_subscriber(&mut st, key, DropReason::TooSlow { lag });
                 }
                 return Ok(st);

@@ -5,6 +5,10 @@
 
 use std::time::{Duration, Instant};
 
+/// How long a subscriber may hold credit back without a word before the publisher probes it
+/// with a `CreditWanted`: a live one takes the SEND (and acks once it has consumed), a queue
+/// pair in the error state (it made a remote access error) fails it, and is removed.
+pub(super) const PROBE_AFTER: Duration = Duration::from_millis(250);
 /// Control send slots of one subscriber (bits of [`Liveness::free_sends`]).
 pub(super) const SENDS_PER_SUBSCRIBER: u32 = 4;
 const ALL_SENDS_FREE: u8 = (1 << SENDS_PER_SUBSCRIBER) - 1;
@@ -26,6 +30,8 @@ pub(super) struct Liveness {
     sends_done_at_tick: u64,
     /// Since when a SEND to it has been outstanding without any completing.
     stuck_since: Option<Instant>,
+    /// It was probed in its current silence.
+    probed: bool,
 }
 
 impl Default for Liveness {
@@ -38,6 +44,7 @@ impl Default for Liveness {
             sends_done: 0,
             sends_done_at_tick: 0,
             stuck_since: None,
+            probed: false,
         }
     }
 }
@@ -81,6 +88,9 @@ impl Liveness {
             (true, since) => Some(since.unwrap_or(now)),
             (false, _) => None,
         };
+        if self.silent_holder_since.is_none() {
+            self.probed = false;
+        }
         let progressed = self.sends_done != self.sends_done_at_tick;
         self.sends_done_at_tick = self.sends_done;
         let outstanding = self.free_sends != ALL_SENDS_FREE;
@@ -90,6 +100,14 @@ impl Liveness {
         };
         let idle = |since: Option<Instant>| since.map_or(Duration::ZERO, |t| now.duration_since(t));
         idle(self.silent_holder_since).max(idle(self.stuck_since))
+    }
+
+    /// Whether to probe it now, after a tick that found it `idle`: once per silence of at least
+    /// [`PROBE_AFTER`].
+    pub(super) fn wants_probe(&mut self, idle: Duration) -> bool {
+        let probe = idle >= PROBE_AFTER && !self.probed;
+        self.probed |= probe;
+        probe
     }
 }
 
@@ -112,6 +130,25 @@ mod tests {
         assert_eq!(l.tick(t0 + 60 * MS, false), Duration::ZERO, "caught up: silence is fine");
         assert_eq!(l.tick(t0 + 500 * MS, false), Duration::ZERO);
         assert_eq!(l.tick(t0 + 510 * MS, true), Duration::ZERO, "holding again starts a new count");
+    }
+
+    #[test]
+    fn a_silent_holder_is_probed_once_per_silence() {
+        let t0 = Instant::now();
+        let mut l = Liveness::default();
+        let idle = l.tick(t0, true);
+        assert!(!l.wants_probe(idle));
+        let idle = l.tick(t0 + PROBE_AFTER, true);
+        assert!(l.wants_probe(idle), "silent for PROBE_AFTER");
+        let idle = l.tick(t0 + 2 * PROBE_AFTER, true);
+        assert!(!l.wants_probe(idle), "once per silence");
+        l.heard();
+        let idle = l.tick(t0 + 3 * PROBE_AFTER, true);
+        assert!(!l.wants_probe(idle), "it spoke");
+        let idle = l.tick(t0 + 4 * PROBE_AFTER, true);
+        assert!(!l.wants_probe(idle), "a new silence starts");
+        let idle = l.tick(t0 + 5 * PROBE_AFTER, true);
+        assert!(l.wants_probe(idle), "a new silence is probed again");
     }
 
     #[test]
