@@ -493,6 +493,7 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         shared_memory_connects,
         network_connects,
         read_buffer_bytes,
+        events_dropped,
     } = c;
     named(&[
         ("delivered", delivered),
@@ -513,6 +514,7 @@ fn subscription_values(c: &SubscriptionCounters) -> Vec<(String, u64)> {
         ("shared_memory_connects", shared_memory_connects),
         ("network_connects", network_connects),
         ("read_buffer_bytes", read_buffer_bytes),
+        ("events_dropped", events_dropped),
     ])
 }
 

@@ -37,7 +37,7 @@ pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
 pub use publisher::{Claim, Policy, Publisher, PublisherCounters, PublisherOptions};
 pub use subscription::{
     Message, MessageRef, PublisherInfo, Start, Subscription, SubscriptionCounters, SubscriptionEvent,
-    SubscriptionOptions,
+    SubscriptionOptions, MAX_EVENTS,
 };
 
 /// Identifies a node (random at start).

@@ -356,7 +356,7 @@ pub struct SoakArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct StatArgs {
-    /// Directory of the stats files (default: $RDMA_PUBSUB_STATS_DIR or /dev/shm/rdma-pubsub-<uid>).
+    /// Directory of the stats files (default: $RDMA_PUBSUB_STATS_DIR or /dev/shm/rdma-pubsub-UID, UID being the user id).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
     /// Print one snapshot and exit.

@@ -127,7 +127,7 @@ impl Subscription {
             if let Some(info) = open.and_then(|(_, f)| f.active.as_ref()).map(|a| a.info) {
                 return Ok(info);
             }
-            if let Some(pos) = self.user_events.iter().position(|e| match e {
+            if let Some(event) = self.user_events.take_first(|e| match e {
                 SubscriptionEvent::Connected(info) => info.addr == addr,
                 SubscriptionEvent::Rejected { addr: a, .. }
                 | SubscriptionEvent::Unreachable { addr: a, .. }
@@ -135,7 +135,6 @@ impl Subscription {
                 SubscriptionEvent::Disconnected { addr: a, .. } => *a == addr,
                 _ => false,
             }) {
-                let event = self.user_events.remove(pos).expect("position is valid");
                 return match event {
                     SubscriptionEvent::Connected(info) => {
                         self.user_events.push_back(SubscriptionEvent::Connected(info));

@@ -29,9 +29,12 @@ use super::discovery::watch::Watch;
 use super::discovery::LostReason;
 use super::pacing::ReadPacer;
 use super::{check_topic, NodeId, NodeShared};
+use events::EventQueue;
+pub use events::MAX_EVENTS;
 
 mod connect;
 mod deliver;
+mod events;
 mod pull;
 
 /// Where a new subscription starts in each publisher's stream.
@@ -267,6 +270,9 @@ pub struct SubscriptionCounters {
     /// at the batch size and grow to the largest READ its records need, never past what the
     /// ring's largest record needs.
     pub read_buffer_bytes: AtomicU64,
+    /// Events dropped, oldest first, because the application left more than
+    /// [`MAX_EVENTS`] untaken.
+    pub events_dropped: AtomicU64,
 }
 
 impl SubscriptionCounters {
@@ -477,7 +483,7 @@ pub struct Subscription {
     next_gen: u32,
     events_tx: Sender<FeedEvent>,
     events_rx: Receiver<FeedEvent>,
-    user_events: VecDeque<SubscriptionEvent>,
+    user_events: EventQueue,
     cursor: usize,
     ever_connected: bool,
     /// Holds a reassembled message lent by `recv_ref`.
@@ -523,7 +529,7 @@ impl Subscription {
             next_gen: 1,
             events_tx,
             events_rx,
-            user_events: VecDeque::new(),
+            user_events: EventQueue::new(counters.clone()),
             cursor: 0,
             ever_connected: false,
             stash: Vec::new(),
