@@ -73,6 +73,18 @@ fn wait_subscribers(p: &Publisher, n: usize) {
     }
 }
 
+/// The connect request a subscriber of `topic` sends, without a credential's proof.
+fn connect_request(topic: &str) -> ConnectData {
+    ConnectData {
+        topic: TopicId::of(topic),
+        start: StartAt::Latest,
+        accepts: PolicySet::ALL,
+        node_id: 0xbad,
+        flags: ConnectFlags::NONE,
+        proof: None,
+    }
+}
+
 /// A raw-fabric peer that speaks the protocol only as far as it wants to.
 struct Attacker {
     _fabric: Fabric,
@@ -101,16 +113,7 @@ impl Attacker {
     /// [`Attacker::subscribe`], asking the publisher to retry its SENDs `rnr_retry` times when
     /// this end has no receive posted (the requester's choice, as in an RDMA-CM connect).
     fn subscribe_asking_rnr_retry(&self, addr: SocketAddr, topic: &str, rnr_retry: u8) -> (QueuePair, AcceptData) {
-        let data = ConnectData {
-            topic: TopicId::of(topic),
-            start: StartAt::Latest,
-            accepts: PolicySet::ALL,
-            node_id: 0xbad,
-            flags: ConnectFlags::NONE,
-            proof: None,
-        }
-        .encode()
-        .unwrap();
+        let data = connect_request(topic).encode().unwrap();
         let init = QpInit { rnr_retry, ..QpInit::new(&self.pd, &self.cq) };
         let qp = self.channel.connect(addr, &init, &data, WAIT).expect("connect");
         loop {

@@ -23,14 +23,7 @@ fn now_ms() -> u64 {
 
 /// A connect request for `topic`, proven with `secret` at `time` with `nonce` when given.
 fn connect_data(topic: &str, proof: Option<(&Secret, u64, u64)>) -> Vec<u8> {
-    let data = ConnectData {
-        topic: TopicId::of(topic),
-        start: StartAt::Latest,
-        accepts: PolicySet::ALL,
-        node_id: 0xbad,
-        flags: ConnectFlags::NONE,
-        proof: None,
-    };
+    let data = connect_request(topic);
     let data = match proof {
         Some((secret, nonce, time)) => data.with_proof(secret, nonce, time).unwrap(),
         None => data,
