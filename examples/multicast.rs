@@ -89,7 +89,7 @@ fn run(args: Args) -> Res<()> {
         (None, false) => DEFAULT_PORT,
     };
     let config = FabricConfig { kind: args.fabric, bind: IpAddr::V4(args.bind), ..FabricConfig::default() };
-    let init = UdInit { interface: args.bind, port, recv_depth: (args.count * 2).clamp(64, 4096) };
+    let init = UdInit { interface: args.bind, port, unicast_port: 0, recv_depth: (args.count * 2).clamp(64, 4096) };
     let job = Job {
         group: args.group,
         receivers: args.receivers,

@@ -278,6 +278,27 @@ fn unicast_peers_discover_without_multicast() {
     }
 }
 
+/// Unicast only, on a fixed port: the node is heard at `interface:port`, so a peer (on another
+/// host, say) can list it before it exists, without learning a port it picked.
+#[test]
+fn a_unicast_node_on_a_fixed_port_is_heard_there() {
+    if fabric_kind() != FabricKind::Soft {
+        return; // verbs addresses a UD endpoint by its queue pair number
+    }
+    let d = domain(13);
+    let fixed = DiscoveryOptions { multicast: false, ..d.clone() };
+    let pub_node = node_with(fixed.clone());
+    let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, fixed.domain_port());
+    assert_eq!(pub_node.discovery_addr(), Some(SocketAddr::V4(at)), "the endpoint is on the fixed port");
+    let sub_node = node_with(DiscoveryOptions { multicast: false, port: 0, peers: vec![at], ..d });
+    let publisher = pub_node.publisher("fixed-port").unwrap();
+    let mut probe = Probe::new(&sub_node, "fixed-port", Start::Latest);
+    probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
+    wait_subscribers(&publisher, 1);
+    publish_range(&publisher, 1..=5);
+    probe.until("5 messages", |p| p.messages.len() >= 5);
+}
+
 /// Sends raw bytes to a test's group from loopback.
 fn send_raw(d: &DiscoveryOptions, payloads: &[Vec<u8>]) {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).expect("socket");

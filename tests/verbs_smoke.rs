@@ -261,7 +261,7 @@ fn ud_multicast_join_send_recv() {
     let group = Ipv4Addr::new(239, 1, 1, 1);
     let fabric = fabric();
     let pd = fabric.alloc_pd().unwrap();
-    let init = UdInit { interface: ip, port: 5000, recv_depth: 16 };
+    let init = UdInit { interface: ip, port: 5000, unicast_port: 0, recv_depth: 16 };
     let rx = fabric.create_ud(&pd, &init).unwrap();
     let tx = fabric.create_ud(&pd, &init).unwrap();
     assert_eq!(rx.mtu(), fabric.attributes().ud_mtu);

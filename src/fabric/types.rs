@@ -275,6 +275,11 @@ pub struct UdInit {
     pub interface: Ipv4Addr,
     /// Port of the groups (soft: the UDP port; verbs: folded into the Q_Key).
     pub port: u16,
+    /// Soft: the port of the endpoint's own (unicast) address on `interface`, where unicast
+    /// datagrams reach it; 0 picks a free one. A fixed port lets peers on other hosts list the
+    /// endpoint before it exists (unicast-only discovery); it can be bound by one endpoint at
+    /// a time. Verbs addresses an endpoint by its queue pair number and ignores it.
+    pub unicast_port: u16,
     /// Receive buffers kept posted.
     pub recv_depth: u32,
 }

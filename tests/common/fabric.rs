@@ -283,7 +283,7 @@ impl UdNode {
     pub fn joined(spec: &ProviderSpec, slot: &super::provider::McastSlot) -> UdNode {
         let fabric = spec.open();
         let pd = fabric.alloc_pd().expect("alloc_pd");
-        let init = UdInit { interface: spec.local_ip, port: slot.port, recv_depth: 256 };
+        let init = UdInit { interface: spec.local_ip, port: slot.port, unicast_port: 0, recv_depth: 256 };
         let ep = fabric.create_ud(&pd, &init).expect("create_ud");
         ep.join(slot.group).unwrap_or_else(|e| panic!("join {}: {e}", slot.group));
         UdNode { fabric, pd, ep }

@@ -66,7 +66,7 @@ pub fn ud_mtu_limits(spec: &ProviderSpec) {
     let s = UdNode::joined(spec, &slot);
     let b = UdNode::joined(spec, &slot);
     for depth in [0, s.fabric.attributes().max_qp_wr + 1] {
-        let init = UdInit { interface: spec.local_ip, port: slot.port, recv_depth: depth };
+        let init = UdInit { interface: spec.local_ip, port: slot.port, unicast_port: 0, recv_depth: depth };
         assert!(matches!(s.fabric.create_ud(&s.pd, &init), Err(Error::InvalidArgument { .. })), "recv_depth {depth}");
     }
     let mtu = s.ep.mtu();

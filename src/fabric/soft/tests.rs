@@ -426,7 +426,7 @@ fn connect_disconnect_cycles_leak_no_fds_or_threads() {
 fn ud_delivers_datagrams_and_applies_seeded_faults() {
     let fab = fabric();
     let pd = fab.alloc_pd().unwrap();
-    let init = UdInit { interface: Ipv4Addr::LOCALHOST, port: 0, recv_depth: 64 };
+    let init = UdInit { interface: Ipv4Addr::LOCALHOST, port: 0, unicast_port: 0, recv_depth: 64 };
     let rx = fab.create_ud(&pd, &init).unwrap();
     let tx = fab.create_ud(&pd, &init).unwrap();
     let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, rx.local_addr().port());
@@ -484,7 +484,7 @@ fn until_marker(ep: &UdEndpoint, marker: &[u8]) -> Vec<Vec<u8>> {
 fn ud_endpoints_sharing_a_port_hear_exactly_their_groups() {
     let fab = fabric();
     let pd = fab.alloc_pd().unwrap();
-    let init = UdInit { interface: Ipv4Addr::LOCALHOST, port: free_udp_port(), recv_depth: 64 };
+    let init = UdInit { interface: Ipv4Addr::LOCALHOST, port: free_udp_port(), unicast_port: 0, recv_depth: 64 };
     let (g1, g2) = (Ipv4Addr::new(239, 255, 77, 2), Ipv4Addr::new(239, 255, 77, 3));
     let a = fab.create_ud(&pd, &init).unwrap();
     let b = fab.create_ud(&pd, &init).unwrap();

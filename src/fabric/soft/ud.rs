@@ -117,13 +117,15 @@ fn group_socket(group: Ipv4Addr, port: u16, interface: Ipv4Addr, buffer: usize) 
     Ok(s.into())
 }
 
-/// The endpoint's own socket on `interface` (a fresh port): sends, and receives unicast.
-fn unicast_socket(interface: Ipv4Addr, buffer: usize) -> Result<UdpSocket> {
+/// The endpoint's own socket on `interface` and `port` (0: a fresh one; a fixed one is not
+/// shared): sends, and receives unicast.
+fn unicast_socket(interface: Ipv4Addr, port: u16, buffer: usize) -> Result<UdpSocket> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(os("create_ud: socket"))?;
     let _ = s.set_recv_buffer_size(buffer);
-    s.bind(&SocketAddr::from((interface, 0)).into()).map_err(|e| match is_unavailable(&e) {
+    let at = SocketAddr::from((interface, port));
+    s.bind(&at.into()).map_err(|e| match is_unavailable(&e) {
         true => unavailable(interface, "binding the unicast socket".into(), &e),
-        false => Error::os_local("create_ud: bind", SocketAddr::from((interface, 0)), e),
+        false => Error::os_local("create_ud: bind", at, e),
     })?;
     s.set_multicast_if_v4(&interface).map_err(|e| unavailable(interface, "IP_MULTICAST_IF".into(), &e))?;
     s.set_multicast_loop_v4(true).map_err(os("create_ud: IP_MULTICAST_LOOP"))?;
@@ -141,7 +143,7 @@ impl SoftUd {
         let mtu = dev.shared.attrs.ud_mtu;
         let depth = init.recv_depth as usize;
         let buffer = depth.saturating_mul(mtu + 256);
-        let unicast = unicast_socket(init.interface, buffer)?;
+        let unicast = unicast_socket(init.interface, init.unicast_port, buffer)?;
         let local = unicast.local_addr().map_err(os("create_ud: getsockname"))?;
         let port = if init.port == 0 { local.port() } else { init.port };
         let poll = Poll::new().map_err(os("create_ud: epoll_create"))?;
@@ -326,7 +328,9 @@ mod tests {
     fn endpoint(port: u16, recv_depth: u32) -> (Fabric, UdEndpoint) {
         let fabric = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
         let pd = fabric.alloc_pd().unwrap();
-        let ep = fabric.create_ud(&pd, &UdInit { interface: Ipv4Addr::LOCALHOST, port, recv_depth }).unwrap();
+        let ep = fabric
+            .create_ud(&pd, &UdInit { interface: Ipv4Addr::LOCALHOST, port, unicast_port: 0, recv_depth })
+            .unwrap();
         (fabric, ep)
     }
 

@@ -68,9 +68,11 @@ pub struct DiscoveryOptions {
     /// The multicast group (default [`DEFAULT_GROUP`]).
     pub group: Ipv4Addr,
     /// The UD port of domain 0 (default [`DEFAULT_PORT`]); domain `d` uses `port + d`. 0 picks a
-    /// free port (unicast only). Only datagrams sent to the group arrive on the group port: a
-    /// node hears unicast at its own endpoint, [`crate::Node::discovery_addr`] (a port of its own
-    /// on the interface), which is what other nodes list in [`peers`](Self::peers).
+    /// free port (unicast only). With multicast, only datagrams sent to the group arrive on the
+    /// group port: a node hears unicast at its own endpoint, [`crate::Node::discovery_addr`] (a
+    /// port of its own on the interface), which is what other nodes list in
+    /// [`peers`](Self::peers). Unicast only (`multicast: false`), that endpoint is on this port
+    /// (soft), so peers can list `host:port` in advance; one node per host may use it.
     pub port: u16,
     /// The discovery domain (default 0): nodes find only nodes of their own domain, so that
     /// unrelated applications on one network using the same topic names stay apart (as ROS 2's

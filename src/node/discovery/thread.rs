@@ -56,7 +56,9 @@ pub(crate) fn setup(node: &NodeShared, options: &DiscoveryOptions) -> crate::Res
         std::net::IpAddr::V4(ip) if !ip.is_unspecified() => ip,
         _ => Ipv4Addr::LOCALHOST,
     });
-    let init = crate::fabric::UdInit { interface, port: options.domain_port(), recv_depth: RECV_DEPTH };
+    // Unicast only: peers on other hosts list `interface:port`, so the node is heard there.
+    let unicast_port = if options.multicast { 0 } else { options.domain_port() };
+    let init = crate::fabric::UdInit { interface, port: options.domain_port(), unicast_port, recv_depth: RECV_DEPTH };
     let ud = node.fabric.create_ud(&node.pd, &init)?;
     if options.multicast {
         ud.join(options.group)?;
