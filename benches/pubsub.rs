@@ -31,7 +31,7 @@
 //!
 //! Run: `taskset -c 0,1 cargo bench --bench pubsub`. Each point measures ~2 s.
 
-#[path = "../src/bin/pubsub-demo/placement.rs"]
+#[path = "../demo/src/placement.rs"]
 mod placement;
 #[path = "common/read_pair.rs"]
 mod read_pair;

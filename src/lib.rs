@@ -47,3 +47,26 @@ pub use ring::Checksum;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeUsage;
+
+#[cfg(test)]
+mod manifest_tests {
+    /// The `[dependencies]` table of this package's manifest, one line per entry.
+    fn normal_dependencies() -> Vec<&'static str> {
+        let manifest = include_str!("../Cargo.toml");
+        let table = manifest.split("\n[dependencies]\n").nth(1).expect("a [dependencies] table");
+        let table = table.split("\n[").next().unwrap_or(table);
+        table.lines().filter(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')).collect()
+    }
+
+    #[test]
+    fn the_library_does_not_depend_on_the_demos_crates() {
+        let deps = normal_dependencies();
+        assert!(deps.iter().any(|l| l.starts_with("thiserror")), "the table was found: {deps:?}");
+        for tool_only in ["clap", "hdrhistogram", "tracing-subscriber", "nix", "serde_json"] {
+            assert!(
+                !deps.iter().any(|l| l.split([' ', '=']).next() == Some(tool_only)),
+                "{tool_only} is a dependency of the library, which does not use it"
+            );
+        }
+    }
+}
