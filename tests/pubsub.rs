@@ -20,11 +20,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::{self, CmEvent, DataPath, FabricConfig, FabricKind, QpInit, SameHost};
-use rdma_pubsub::protocol::{
-    ConnectData, ConnectFlags, DropReason, PolicySet, RejectCode, RejectData, StartAt, TopicId, PROTOCOL_VERSION,
-};
+use rdma_pubsub::protocol::{ConnectData, ConnectFlags, PolicySet, RejectData, StartAt, TopicId, PROTOCOL_VERSION};
 use rdma_pubsub::{
-    Checksum, Error, Message, Node, Policy, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions,
+    Checksum, DropReason, Error, Message, Node, Policy, PublisherOptions, RejectCode, Start, SubscriptionEvent,
+    SubscriptionOptions,
 };
 
 const WAIT: Duration = Duration::from_secs(30);

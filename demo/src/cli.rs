@@ -8,8 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rdma_pubsub::fabric::{Error as FabricError, SameHost};
 use rdma_pubsub::node::discovery::{DEFAULT_GROUP, DEFAULT_PORT};
-use rdma_pubsub::protocol::{RejectCode, Secret};
 use rdma_pubsub::{Checksum, DiscoveryOptions, Error, FabricKind, Node, Policy};
+use rdma_pubsub::{RejectCode, Secret};
 
 #[derive(Parser, Debug)]
 #[command(

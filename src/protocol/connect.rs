@@ -282,6 +282,7 @@ impl AcceptData {
 
 /// Why a publisher refused a subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum RejectCode {
     /// No publisher of that topic on this node.
     UnknownTopic,

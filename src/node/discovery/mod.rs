@@ -189,6 +189,7 @@ fn secret_from_file_named(path: Option<std::ffi::OsString>) -> crate::Result<Opt
 
 /// Why a publisher is no longer considered present.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LostReason {
     /// Its node said goodbye (clean shutdown).
     Goodbye,

@@ -135,6 +135,7 @@ pub struct MessageRef<'a> {
 
 /// Something that happened to a subscription's connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SubscriptionEvent {
     /// Connected to a publisher.
     Connected(PublisherInfo),
