@@ -299,6 +299,43 @@ fn a_unicast_node_on_a_fixed_port_is_heard_there() {
     probe.until("5 messages", |p| p.messages.len() >= 5);
 }
 
+/// A publisher that closes ends its stream; until discovery hears that its node no longer
+/// announces the topic, the subscription may try to connect again, and that node refuses with
+/// `UnknownTopic`. That refusal is the end already reported, not news: no `Rejected` event
+/// follows `Ended`. (The subscriber's node hears no announcement after the end here, so the
+/// retry always happens.)
+#[test]
+fn no_rejected_event_follows_the_end_of_a_stream() {
+    if fabric_kind() != FabricKind::Soft {
+        return; // the fault injector is the soft provider's
+    }
+    let d = DiscoveryOptions { heartbeat: Duration::from_secs(5), ..domain(14) };
+    let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
+    let publisher = pub_node.publisher_with("ends", small_ring()).unwrap();
+    let mut probe = Probe::new(&sub_node, "ends", Start::Latest);
+    probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
+    wait_subscribers(&publisher, 1);
+    publish_range(&publisher, 1..=3);
+    probe.until("3 messages", |p| p.messages.len() >= 3);
+    let faults = sub_node.fabric().faults().expect("soft fault injector");
+    faults.set_ud_faults(UdFaults { drop: 1.0, ..Default::default() });
+    drop(publisher);
+    probe.until("the end", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Ended { .. })));
+    // The subscription tries its node again (after its retry delay) and is refused.
+    let refused = || pub_node.counters().rejected_connects.load(Ordering::Relaxed);
+    probe.until("a refused reconnection", |_| refused() >= 1);
+    // The refusal reaches the subscription's node within milliseconds: give its calls a few
+    // rounds to handle it (an absence can only be checked over a window).
+    let mut rounds = 0;
+    probe.until("the refusal handled", |_| {
+        rounds += 1;
+        rounds > 25
+    });
+    let after_end = probe.events.iter().skip_while(|e| !matches!(e, SubscriptionEvent::Ended { .. }));
+    let rejected: Vec<_> = after_end.filter(|e| matches!(e, SubscriptionEvent::Rejected { .. })).collect();
+    assert!(rejected.is_empty(), "events after the end: {rejected:?}");
+}
+
 /// Sends raw bytes to a test's group from loopback.
 fn send_raw(d: &DiscoveryOptions, payloads: &[Vec<u8>]) {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).expect("socket");

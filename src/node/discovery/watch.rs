@@ -145,12 +145,15 @@ pub(crate) struct Watch {
     known: HashMap<NodeId, Known>,
     /// Nodes lost without a goodbye: they may come back, so the subscription keeps waiting.
     awaiting: HashSet<NodeId>,
+    /// Addresses whose publisher ended its stream since discovery last said anything of them:
+    /// a refusal from one (`UnknownTopic`, the topic is gone) is that end, not news.
+    ended: HashSet<SocketAddr>,
 }
 
 impl Watch {
     pub(crate) fn new(dir: &Directory, topic: TopicId) -> Watch {
         let (token, rx) = dir.watch(topic);
-        Watch { topic, token, rx, known: HashMap::new(), awaiting: HashSet::new() }
+        Watch { topic, token, rx, known: HashMap::new(), awaiting: HashSet::new(), ended: HashSet::new() }
     }
 
     /// The channel sightings arrive on (to wait on it).
@@ -163,11 +166,13 @@ impl Watch {
         match s {
             Sighting::Up { node, addr, .. } => {
                 self.awaiting.remove(&node);
+                self.ended.remove(&addr);
                 self.known.insert(node, Known { addr, next_try: now, backoff: RETRY_MIN });
                 None
             }
             Sighting::Down { node, epoch, addr, reason } => {
                 self.known.remove(&node);
+                self.ended.remove(&addr);
                 if matches!(reason, LostReason::Silent | LostReason::Restarted) {
                     self.awaiting.insert(node);
                 } else {
@@ -192,8 +197,20 @@ impl Watch {
         out
     }
 
+    /// The publisher at `addr` ended its stream (it closed).
+    pub(crate) fn ended(&mut self, addr: SocketAddr) {
+        self.ended.insert(addr);
+    }
+
+    /// Whether the publisher at `addr` ended its stream and discovery has said nothing of it
+    /// since.
+    pub(crate) fn has_ended(&self, addr: SocketAddr) -> bool {
+        self.ended.contains(&addr)
+    }
+
     /// A connection to `addr` is established: reset its backoff.
     pub(crate) fn connected(&mut self, addr: SocketAddr) {
+        self.ended.remove(&addr);
         for k in self.known.values_mut().filter(|k| k.addr == addr) {
             k.backoff = RETRY_MIN;
         }

@@ -160,6 +160,17 @@ impl Subscription {
         }
     }
 
+    /// A publisher's stream ended, everything read: reports it and closes the feed. Discovery
+    /// may announce the publisher a little longer, so a reconnection refused with
+    /// `UnknownTopic` before it says anything new is that same end, not reported again.
+    pub(super) fn stream_ended(&mut self, key: usize, publisher: PublisherInfo, final_seq: u64) {
+        self.user_events.push_back(SubscriptionEvent::Ended { publisher, final_seq, complete: true });
+        if let Some(watch) = self.watch.as_mut() {
+            watch.ended(publisher.addr);
+        }
+        self.close_feed(key);
+    }
+
     /// Applies discovery's sightings: reports lost publishers (closing the connection to a
     /// silent or restarted one) and connects to the publishers due.
     pub(super) fn poll_discovery(&mut self) {
@@ -266,7 +277,14 @@ impl Subscription {
                         detail: format!("rejected ({other:?}) without a readable reason: {e}"),
                     },
                 };
-                self.user_events.push_back(event);
+                let end_already_told =
+                    matches!(event, SubscriptionEvent::Rejected { reason: RejectCode::UnknownTopic, .. })
+                        && self.watch.as_ref().is_some_and(|w| w.has_ended(addr));
+                if end_already_told {
+                    tracing::debug!(topic = %self.topic, %addr, "the publisher that ended is not there: no event");
+                } else {
+                    self.user_events.push_back(event);
+                }
                 self.remove_feed(key);
             }
             FeedEvent::Unreachable { conn, detail } => {

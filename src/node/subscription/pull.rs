@@ -249,8 +249,8 @@ impl Subscription {
         }
         if let Some(final_seq) = a.end {
             if a.reader.next_seq() > final_seq {
-                self.user_events.push_back(SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: true });
-                self.close_feed(key);
+                let publisher = a.info;
+                self.stream_ended(key, publisher, final_seq);
             }
         }
         Ok(())
@@ -294,12 +294,8 @@ impl Subscription {
                 a.end = Some(final_seq);
                 a.idle = Idle::Active;
                 if a.reader.next_seq() > final_seq {
-                    self.user_events.push_back(SubscriptionEvent::Ended {
-                        publisher: a.info,
-                        final_seq,
-                        complete: true,
-                    });
-                    self.close_feed(key);
+                    let publisher = a.info;
+                    self.stream_ended(key, publisher, final_seq);
                 }
             }
             Ok(other) => {
