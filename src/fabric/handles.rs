@@ -340,6 +340,7 @@ impl<'a> QpInit<'a> {
     /// Defaults: one CQ for both queues, default capacities, 6 RNR retries 640 µs apart,
     /// [`DEFAULT_RD_ATOMIC`] READs outstanding each way.
     pub fn new(pd: &'a ProtectionDomain, cq: &'a CompletionQueue) -> Self {
+        let attrs = pd.fabric().attributes();
         QpInit {
             pd,
             send_cq: cq,
@@ -348,8 +349,8 @@ impl<'a> QpInit<'a> {
             caps: QpCaps::default(),
             rnr_retry: 6,
             min_rnr_timer: Duration::from_micros(640),
-            initiator_depth: DEFAULT_RD_ATOMIC,
-            responder_resources: DEFAULT_RD_ATOMIC,
+            initiator_depth: DEFAULT_RD_ATOMIC.min(attrs.max_qp_init_rd_atom),
+            responder_resources: DEFAULT_RD_ATOMIC.min(attrs.max_qp_rd_atom),
         }
     }
 

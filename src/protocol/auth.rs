@@ -21,9 +21,18 @@ pub const MAX_SECRET_LEN: usize = 4096;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// A shared secret (at least [`MIN_SECRET_LEN`] bytes). Its `Debug` output never shows it.
-#[derive(Clone, PartialEq, Eq)]
+/// A shared secret (at least [`MIN_SECRET_LEN`] bytes). Its `Debug` output never shows it, and
+/// two are compared in constant time.
+#[derive(Clone)]
 pub struct Secret(Vec<u8>);
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        self.0.ct_eq(&other.0).into()
+    }
+}
+
+impl Eq for Secret {}
 
 impl Secret {
     /// A secret of `bytes`; fewer than [`MIN_SECRET_LEN`] or more than [`MAX_SECRET_LEN`] bytes

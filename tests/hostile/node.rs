@@ -186,3 +186,25 @@ fn a_subscriber_whose_queue_pair_failed_is_removed_and_holds_nothing_back() {
     assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 0, "removed, not dropped as idle or slow");
     drop(qp);
 }
+
+/// `flush` waits for every subscriber to consume, and a silent one never does: it is dropped
+/// after the idle timeout there too (the service tick skips a publisher in a call), and a
+/// too-short idle timeout is refused up front.
+#[test]
+fn flush_drops_an_idle_subscriber_and_a_too_short_idle_timeout_is_refused() {
+    let pub_node = nodes::soft_node_without_discovery();
+    let short = PublisherOptions { idle_timeout: Duration::ZERO, ..Default::default() };
+    assert!(matches!(
+        pub_node.publisher_with("flushed", short),
+        Err(Error::InvalidOption { option: "idle_timeout", .. })
+    ));
+    let options = PublisherOptions { idle_timeout: Duration::from_millis(500), ..Default::default() };
+    let publisher = pub_node.publisher_with("flushed", options).unwrap();
+    let attacker = Attacker::new();
+    let (qp, _accept) = attacker.subscribe(pub_node.local_addr(), "flushed");
+    wait_subscribers(&publisher, 1);
+    publisher.publish(&payload(1)).unwrap();
+    publisher.flush(WAIT).expect("flush ends once the idle subscriber is dropped");
+    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 1);
+    drop(qp);
+}

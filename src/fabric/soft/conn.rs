@@ -802,8 +802,10 @@ impl Conn {
 
     /// Executes and retires the same-host requests now at the front of the send queue (every
     /// request before them has completed), after placing the SENDs the peer completed before
-    /// (a copy may see what the peer did after them). A failed one puts the queue pair in the
-    /// error state, after the SENDs that arrived during it.
+    /// (a copy may see what the peer did after them). One refused for its access goes to the
+    /// peer's NIC to judge (so the responder's queue pair fails, as on the network), unless a
+    /// later request is on the wire already: then, like any other failed one, it fails here and
+    /// puts the queue pair in the error state, after the SENDs that arrived during it.
     pub(crate) fn run_local_front(&self, st: &mut ConnState) {
         st.drain_inbox();
         let Some(client) = self.shm.get() else { return };
@@ -816,7 +818,10 @@ impl Conn {
                 qp.retire(f, status);
                 continue;
             }
-            if status == WcStatus::RemoteAccessError {
+            // Only while nothing after it has gone on the wire: a frame sent now must be
+            // answered before theirs, or their answers would find it first.
+            let nothing_sent_after = qp.held.is_empty() && qp.inflight.iter().all(|g| g.local.is_some());
+            if status == WcStatus::RemoteAccessError && nothing_sent_after {
                 // The peer's NIC judges the request, as on the network path: it refuses it (and
                 // its queue pair goes to the error state, as a responder's does) or, when the
                 // region became valid meanwhile, executes it.

@@ -678,6 +678,9 @@ impl Nic {
             return step;
         }
         tracing::debug!("soft NIC: {} leaves its answers unread, reading paused", c.peer);
+        // A timer of an earlier pause (the peer read a little, then stopped again) would check
+        // this one too early.
+        self.timers.cancel(c.id, TimerKind::OutputStall);
         self.timers.schedule(Instant::now() + OUTPUT_STALL_TIMEOUT, c.id, TimerKind::OutputStall);
         Step::Paused
     }

@@ -11,8 +11,8 @@ use crate::fabric::types::{
 
 /// Size of every frame header.
 pub const HEADER_LEN: usize = 32;
-/// Protocol version carried in byte 0.
-pub const VERSION: u8 = 1;
+/// Protocol version carried in byte 0 (2: the connect and accept carry the READ depths).
+pub const VERSION: u8 = 2;
 
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -375,8 +375,11 @@ mod tests {
         }
         assert!(accepted > 0, "the generator never produced a valid header");
         let mut b = Header::new(FrameType::Send).encode();
-        b[0] = 2;
-        assert_eq!(Header::decode(&b, MAX), Err(WireError::Version(2)));
+        // Version 1 (before the READ depths) included: its connect parameters mean otherwise.
+        for other in [VERSION - 1, VERSION + 1] {
+            b[0] = other;
+            assert_eq!(Header::decode(&b, MAX), Err(WireError::Version(other)));
+        }
         b[0] = VERSION;
         b[1] = 0;
         assert_eq!(Header::decode(&b, MAX), Err(WireError::Type(0)));

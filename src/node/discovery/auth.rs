@@ -13,7 +13,7 @@
 //! secret refuses plain datagrams, and a node without one ignores sealed ones.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use super::MAX_PEERS;
 use crate::node::NodeId;
@@ -192,11 +192,6 @@ impl Gate {
             self.senders.remove(&node);
         }
     }
-}
-
-/// This host's wall clock in ms since the Unix epoch (what sealed datagrams carry).
-pub(crate) fn wall_clock_ms() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 #[cfg(test)]

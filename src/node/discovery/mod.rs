@@ -558,11 +558,11 @@ impl Directory {
         inner.peers.values().map(|p| p.last_heard + expiry).min()
     }
 
-    /// Datagrams may have been dropped before they were read (the socket was flooded): no
-    /// peer's silence until `now` counts against it.
-    pub(crate) fn hold_expiry(&self, now: Instant) {
+    /// Datagrams may have been dropped before they were read for the last `deaf` (the socket
+    /// was flooded): that much of each peer's silence, up to `now`, does not count against it.
+    pub(crate) fn hold_expiry(&self, deaf: Duration, now: Instant) {
         for peer in self.inner.lock().peers.values_mut() {
-            peer.last_heard = peer.last_heard.max(now);
+            peer.last_heard = peer.last_heard.checked_add(deaf).map_or(now, |t| t.min(now));
         }
     }
 

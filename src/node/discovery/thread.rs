@@ -14,10 +14,11 @@
 //!
 //! A flood can still come faster than any receiver reads (one sender on loopback outpaces a
 //! receiver that checks a MAC per datagram), and then the socket drops datagrams, the peers'
-//! heartbeats among them. So a round that finds a full batch waiting counts as deaf: until
-//! then, no peer's silence counts against it (`Directory::hold_expiry`,
-//! `DiscoveryCounters::backlogged`). A flood thus cannot make a node drop a live peer; the
-//! price is that a peer that dies during a flood is expired only once the flood ends.
+//! heartbeats among them. So while rounds keep finding a full batch waiting, one after the
+//! other, the node counts as deaf: that time does not count against any peer's silence
+//! (`Directory::hold_expiry`, `DiscoveryCounters::backlogged`). A single full batch (a burst)
+//! holds nothing. A sustained flood thus cannot make a node drop a live peer; the price is that
+//! a peer that dies during one is expired only once it ends.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering;
@@ -26,10 +27,11 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use super::auth::{wall_clock_ms, Gate, Refusal, Sealer};
+use super::auth::{Gate, Refusal, Sealer};
 use super::{announcement_parts, DiscoveryOptions};
 use crate::fabric::{Datagram, Error as FabricError, UdEndpoint};
 use crate::node::{NodeShared, SLICE};
+use crate::protocol::wall_clock_ms;
 use crate::protocol::{AnnounceKind, Announcement, SEAL_OVERHEAD};
 
 /// Receives the UD endpoint keeps posted (soft: sizes the socket buffers).
@@ -80,6 +82,8 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
     let mut answer_due: Option<Instant> = None;
     let mut last_answer = Instant::now() - interval;
     let mut first = true;
+    // When the last round that found a full batch waiting ended, while every round since did.
+    let mut full_since: Option<Instant> = None;
     while !node.stop.load(Ordering::Acquire) {
         let now = Instant::now();
         let dirty = node.discovery.take_dirty();
@@ -107,9 +111,17 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
         match ud.recv(wait) {
             Ok(Some(d)) => {
                 let (newcomer, full) = receive_batch(&node, &ud, &mut gate, d);
+                let now = Instant::now();
                 if full {
                     node.discovery.counters.backlogged.fetch_add(1, Ordering::Relaxed);
-                    node.discovery.hold_expiry(Instant::now());
+                    // Deaf since the previous full round, if this one follows it at once: a
+                    // burst of one batch holds nothing, only a sustained flood holds expiry.
+                    if let Some(since) = full_since {
+                        node.discovery.hold_expiry(now.saturating_duration_since(since), now);
+                    }
+                    full_since = Some(now);
+                } else {
+                    full_since = None;
                 }
                 if newcomer {
                     // Answer a newcomer promptly, at most once per quarter interval.
@@ -117,7 +129,7 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
                     answer_due = Some(answer_due.map_or(at, |t| t.min(at)));
                 }
             }
-            Ok(None) => {}
+            Ok(None) => full_since = None,
             Err(FabricError::Closed) => break,
             Err(e) => {
                 tracing::warn!(node = node.id, "discovery receive: {e}");

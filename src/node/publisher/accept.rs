@@ -5,10 +5,9 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use super::{wr_id, Liveness, PublisherShared, SubConn, KIND_RECV, RECVS_PER_SUBSCRIBER, SLOT};
-use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, DEFAULT_RD_ATOMIC, RNR_RETRY_INFINITE};
+use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
 use crate::protocol::{
     wall_clock_ms, AcceptData, ConnectData, CredentialError, ProtocolError, RejectCode, RejectData, StartAt, TopicId,
 };
@@ -72,15 +71,11 @@ impl PublisherShared {
             max_recv_sge: 1,
         };
         let init = QpInit {
-            pd: &self.node.pd,
-            send_cq: &self.cq,
-            recv_cq: &self.cq,
             srq: self.srq.as_ref(),
             caps,
             rnr_retry: RNR_RETRY_INFINITE,
-            min_rnr_timer: Duration::from_micros(640),
-            initiator_depth: DEFAULT_RD_ATOMIC,
-            responder_resources: DEFAULT_RD_ATOMIC,
+            // READ depths: the default, within the device's limits.
+            ..QpInit::new(&self.node.pd, &self.cq)
         };
         let conn = req.conn_id();
         let peer = req.peer_addr();

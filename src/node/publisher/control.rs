@@ -136,6 +136,9 @@ impl PublisherShared {
         if tail <= st.doorbell_floor {
             return;
         }
+        // A doorbell request handled while this loop sends (a send drains the CQ when its
+        // subscriber's slots are busy) lowers the floor from here: kept by the `min` below.
+        st.doorbell_floor = u64::MAX;
         let mut floor = u64::MAX;
         for key in 0..st.subs.capacity() {
             let Some(at) = st.subs.get(key).and_then(|s| s.doorbell_at) else { continue };
@@ -147,7 +150,7 @@ impl PublisherShared {
                 floor = floor.min(at);
             }
         }
-        st.doorbell_floor = floor;
+        st.doorbell_floor = floor.min(st.doorbell_floor);
     }
 
     /// Posts a control SEND to subscriber `key` from one of its own send slots; returns the
@@ -244,10 +247,23 @@ impl PublisherShared {
                 st.subs[key].asked_for = tail;
             }
         }
+        // Every notice posted first, then one short wait for all of them: an idle subscriber may
+        // take none, and the publisher must not wait for each in turn.
+        let mut notices = Vec::new();
         for &(key, quiet) in &idle {
             if st.subs.contains(key) {
-                self.drop_subscriber(st, key, DropReason::Idle { millis: crate::time::millis(quiet) });
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(topic = %self.topic, ?quiet, "dropping an idle subscriber");
+                let notice = Control::Dropped { reason: DropReason::Idle { millis: crate::time::millis(quiet) } };
+                notices.extend(self.send_control(st, key, &notice).ok());
             }
+        }
+        let deadline = Instant::now() + Duration::from_millis(100);
+        for slot in notices {
+            self.await_send(st, slot, deadline);
+        }
+        for &(key, _) in &idle {
+            self.remove_subscriber(st, key);
         }
         !idle.is_empty()
     }

@@ -93,7 +93,7 @@ pub struct PublisherOptions {
     /// process by [`Checksum::fastest_here`]).
     pub checksum: Option<Checksum>,
     /// How long a subscriber may be idle before it is dropped with [`DropReason::Idle`]
-    /// (default 30 s; `Duration::MAX`: never). Idle means holding the publisher back (its
+    /// (default 30 s, at least 500 ms; `Duration::MAX`: never). Idle means holding the publisher back (its
     /// acks are behind the tail under `Block` or `DropSlow`) without sending anything, or
     /// taking none of the publisher's control messages (a peer that posts no receives). A
     /// subscriber's acks come from its `recv` calls, so under `Block` an application that
@@ -172,6 +172,9 @@ const RECVS_PER_SUBSCRIBER: u32 = 4;
 const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes of one control slot.
 const SLOT: usize = 64;
+/// Shortest [`PublisherOptions::idle_timeout`]: longer than the probe of a silent subscriber
+/// ([`liveness::PROBE_AFTER`]) and than a busy host's scheduling hiccups.
+const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often the CM thread services each publisher ([`PublisherShared::service`]): receives
 /// reposted and idle subscribers found while the application publishes nothing.
 pub(crate) const SERVICE_INTERVAL: Duration = super::SLICE;
@@ -303,6 +306,10 @@ impl Publisher {
         check_topic(topic)?;
         if options.max_subscribers == 0 || options.max_subscribers > 4096 {
             return Err(Error::InvalidOption { option: "max_subscribers", detail: "must be in 1..=4096".into() });
+        }
+        if options.idle_timeout < MIN_IDLE_TIMEOUT {
+            let detail = format!("must be at least {MIN_IDLE_TIMEOUT:?} (Duration::MAX: never)");
+            return Err(Error::InvalidOption { option: "idle_timeout", detail });
         }
         let topic_id = TopicId::of(topic);
         let mut config = RingConfig::new(options.ring_capacity, node.epoch);

@@ -6,9 +6,7 @@ use super::{
     KIND_RECV, RECV_SLOTS, SLOT,
 };
 use crate::error::{Error, Result};
-use crate::fabric::{
-    Access, DataPath, QpCaps, QpInit, ReadBuffer, RejectReason as CmReject, DEFAULT_RD_ATOMIC, RNR_RETRY_INFINITE,
-};
+use crate::fabric::{Access, DataPath, QpCaps, QpInit, ReadBuffer, RejectReason as CmReject, RNR_RETRY_INFINITE};
 use crate::node::cm::FeedEvent;
 use crate::node::discovery::{LostReason, Sighting};
 use crate::node::pacing::ReadPacer;
@@ -54,15 +52,10 @@ impl Subscription {
         let data = self.connect_data(start)?;
         let ctrl = self.node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
         let init = QpInit {
-            pd: &self.node.pd,
-            send_cq: &self.cq,
-            recv_cq: &self.cq,
-            srq: None,
             caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
             rnr_retry: RNR_RETRY_INFINITE,
-            min_rnr_timer: Duration::from_micros(640),
-            initiator_depth: DEFAULT_RD_ATOMIC,
-            responder_resources: DEFAULT_RD_ATOMIC,
+            // READ depths: the default, within the device's limits.
+            ..QpInit::new(&self.node.pd, &self.cq)
         };
         let key = self.feeds.vacant_key();
         let gen = self.next_gen;
