@@ -14,11 +14,12 @@
 //!
 //! A flood can still come faster than any receiver reads (one sender on loopback outpaces a
 //! receiver that checks a MAC per datagram), and then the socket drops datagrams, the peers'
-//! heartbeats among them. So while rounds keep finding a full batch waiting, one after the
-//! other, the node counts as deaf: that time does not count against any peer's silence
-//! (`Directory::hold_expiry`, `DiscoveryCounters::backlogged`). A single full batch (a burst)
-//! holds nothing. A sustained flood thus cannot make a node drop a live peer; the price is that
-//! a peer that dies during one is expired only once it ends.
+//! heartbeats among them. So a round that finds a full batch waiting counts the time since the
+//! socket was last drained as deaf: it does not count against any peer's silence
+//! (`Directory::hold_expiry`, `DiscoveryCounters::backlogged`). That is at most the loop's
+//! wait (a slice, 20 ms) per burst, so holding expiry takes a sustained flood (a full batch
+//! every slice), not a burst a second. A flood thus cannot make a node drop a live peer; the
+//! price is that a peer that dies during one is expired only once it ends.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering;
@@ -82,8 +83,8 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
     let mut answer_due: Option<Instant> = None;
     let mut last_answer = Instant::now() - interval;
     let mut first = true;
-    // When the last round that found a full batch waiting ended, while every round since did.
-    let mut full_since: Option<Instant> = None;
+    // When the socket was last read empty or drained by a batch.
+    let mut drained_at = Instant::now();
     while !node.stop.load(Ordering::Acquire) {
         let now = Instant::now();
         let dirty = node.discovery.take_dirty();
@@ -113,23 +114,20 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
                 let (newcomer, full) = receive_batch(&node, &ud, &mut gate, d);
                 let now = Instant::now();
                 if full {
+                    // A full batch was waiting: datagrams may have been dropped since the socket
+                    // was last drained, so that time does not count against any peer. A burst
+                    // holds expiry only as long as the loop's last wait (at most a slice).
                     node.discovery.counters.backlogged.fetch_add(1, Ordering::Relaxed);
-                    // Deaf since the previous full round, if this one follows it at once: a
-                    // burst of one batch holds nothing, only a sustained flood holds expiry.
-                    if let Some(since) = full_since {
-                        node.discovery.hold_expiry(now.saturating_duration_since(since), now);
-                    }
-                    full_since = Some(now);
-                } else {
-                    full_since = None;
+                    node.discovery.hold_expiry(now.saturating_duration_since(drained_at), now);
                 }
+                drained_at = now;
                 if newcomer {
                     // Answer a newcomer promptly, at most once per quarter interval.
                     let at = (last_answer + interval / 4).max(Instant::now());
                     answer_due = Some(answer_due.map_or(at, |t| t.min(at)));
                 }
             }
-            Ok(None) => full_since = None,
+            Ok(None) => drained_at = Instant::now(),
             Err(FabricError::Closed) => break,
             Err(e) => {
                 tracing::warn!(node = node.id, "discovery receive: {e}");
