@@ -185,16 +185,36 @@ impl PublisherShared {
         }
     }
 
-    /// Tells subscriber `key` why, waits briefly for that to leave, and disconnects it.
-    pub(super) fn drop_subscriber(&self, st: &mut PubState, key: usize, reason: DropReason) {
-        self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(topic = %self.topic, ?reason, "dropping a subscriber");
-        let msg = Control::Dropped { reason };
-        if let Ok(slot) = self.send_control(st, key, &msg) {
-            // Briefly: a slow subscriber may not take the notice, and the others must not wait.
-            self.await_send(st, slot, Instant::now() + Duration::from_millis(100));
+    /// Drops subscribers (DropSlow, idle): counts each, tells it why, and disconnects it. The
+    /// notices get one short wait in all: a dropped subscriber may take none, and the others
+    /// must not wait for each in turn.
+    pub(super) fn drop_subscribers(&self, st: &mut PubState, drops: &[(usize, DropReason)]) {
+        let mut parting = Vec::with_capacity(drops.len());
+        for &(key, reason) in drops.iter().filter(|(key, _)| st.subs.contains(*key)) {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(topic = %self.topic, ?reason, "dropping a subscriber");
+            parting.push((key, Control::Dropped { reason }));
         }
-        self.remove_subscriber(st, key);
+        self.part_with(st, &parting, Instant::now() + Duration::from_millis(100));
+    }
+
+    /// Sends each subscriber its parting notice (its end of stream, why it is dropped), waits
+    /// until `deadline` at most for the notices to leave (all at once, so that a disconnect
+    /// does not flush them), and removes the subscribers.
+    pub(super) fn part_with(&self, st: &mut PubState, parting: &[(usize, Control)], deadline: Instant) {
+        let mut slots = Vec::with_capacity(parting.len());
+        for (key, notice) in parting {
+            // Sending one drains the CQ, which may have removed another.
+            if st.subs.contains(*key) {
+                slots.extend(self.send_control(st, *key, notice).ok());
+            }
+        }
+        for slot in slots {
+            self.await_send(st, slot, deadline);
+        }
+        for &(key, _) in parting {
+            self.remove_subscriber(st, key);
+        }
     }
 
     /// Waits (bounded) for the send in `slot` to complete, so a disconnect does not flush it.
@@ -247,24 +267,9 @@ impl PublisherShared {
                 st.subs[key].asked_for = tail;
             }
         }
-        // Every notice posted first, then one short wait for all of them: an idle subscriber may
-        // take none, and the publisher must not wait for each in turn.
-        let mut notices = Vec::new();
-        for &(key, quiet) in &idle {
-            if st.subs.contains(key) {
-                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(topic = %self.topic, ?quiet, "dropping an idle subscriber");
-                let notice = Control::Dropped { reason: DropReason::Idle { millis: crate::time::millis(quiet) } };
-                notices.extend(self.send_control(st, key, &notice).ok());
-            }
-        }
-        let deadline = Instant::now() + Duration::from_millis(100);
-        for slot in notices {
-            self.await_send(st, slot, deadline);
-        }
-        for &(key, _) in &idle {
-            self.remove_subscriber(st, key);
-        }
+        let drops: Vec<(usize, DropReason)> =
+            idle.iter().map(|&(key, quiet)| (key, DropReason::Idle { millis: crate::time::millis(quiet) })).collect();
+        self.drop_subscribers(st, &drops);
         !idle.is_empty()
     }
 

@@ -191,12 +191,11 @@ impl PublisherShared {
             }
             if !to_drop.is_empty() {
                 let tail = st.producer.tail();
-                for key in to_drop {
-                    // Dropping one drains the CQ, which may have removed another.
-                    let Some(sub) = st.subs.get(key) else { continue };
-                    let lag = tail - sub.acked;
-                    self.drop_subscriber(&mut st, key, DropReason::TooSlow { lag });
-                }
+                let drops: Vec<(usize, DropReason)> = to_drop
+                    .into_iter()
+                    .map(|key| (key, DropReason::TooSlow { lag: tail - st.subs[key].acked }))
+                    .collect();
+                self.drop_subscribers(&mut st, &drops);
                 return Ok(st);
             }
         } else if now >= deadline.at {

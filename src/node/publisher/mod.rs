@@ -454,20 +454,9 @@ impl PublisherShared {
         self.wait_consumed(linger.at);
         let mut st = self.state.lock();
         let final_seq = st.producer.tail_seq().saturating_sub(1);
-        let keys: Vec<usize> = st.subs.iter().map(|(k, _)| k).collect();
-        let mut slots = Vec::new();
-        for &key in &keys {
-            if let Ok(slot) = self.send_control(&mut st, key, &Control::EndOfStream { final_seq }) {
-                slots.push(slot);
-            }
-        }
-        let deadline = Instant::now() + NOTICE_TIMEOUT;
-        for slot in slots {
-            self.await_send(&mut st, slot, deadline);
-        }
-        for key in keys {
-            self.remove_subscriber(&mut st, key);
-        }
+        let parting: Vec<(usize, Control)> =
+            st.subs.iter().map(|(k, _)| (k, Control::EndOfStream { final_seq })).collect();
+        self.part_with(&mut st, &parting, Instant::now() + NOTICE_TIMEOUT);
         drop(st);
         drop(turn);
     }
