@@ -266,12 +266,14 @@ fn a_read_flood_beyond_the_responder_resources_is_cut_and_memory_stays_bounded()
     let good = GoodPeer::connect(&responder);
     good.read_region(&responder);
     let attacker = WirePeer::handshake(responder.addr);
+    // The responder's receive is posted before the flood, so the cut has one to flush.
+    let attacker_qp = responder.qp_num(1);
     let before = resources::Usage::now();
     let whole = responder.region.remote();
     let peak_kib = flood(&attacker, before, |psn| read_req(psn, whole, REGION_LEN as u32));
     assert!(peak_kib < FLOOD_RSS_SLACK_KIB, "the READ flood grew the responder by {peak_kib} KiB");
     responder.wait_counters("the flood is cut for its READ depth", |c| c.read_depth_violations == 1);
-    responder.expect_flushed_receive(responder.qp_num(1));
+    responder.expect_flushed_receive(attacker_qp);
     let after = resources::Usage::now();
     assert!(after.rss_kib.saturating_sub(before.rss_kib) < FLOOD_RSS_SLACK_KIB, "{before:?} -> {after:?}");
     good.read_region(&responder);
@@ -286,6 +288,7 @@ fn a_read_flood_beyond_the_responder_resources_is_cut_and_memory_stays_bounded()
 fn after_a_remote_access_error_the_responder_refuses_the_connections_requests() {
     let responder = Responder::start();
     let mut attacker = WirePeer::handshake(responder.addr);
+    let attacker_qp = responder.qp_num(0);
     let valid = responder.region.remote();
     let guess = RemoteAddr { rkey: valid.rkey ^ 0x0101_0101, ..valid };
     attacker.sock.write_all(&read_req(0, guess, 64).encode()).unwrap();
@@ -304,7 +307,7 @@ fn after_a_remote_access_error_the_responder_refuses_the_connections_requests() 
     assert_eq!((ack.ty, ack.psn, ack.status), (FrameType::Ack, 2, Status::OperationError));
 
     // The responder's receive is flushed: its queue pair is in the error state.
-    responder.expect_flushed_receive(responder.qp_num(0));
+    responder.expect_flushed_receive(attacker_qp);
     assert_eq!(responder.counters().remote_access_errors, 1);
 }
 
@@ -379,6 +382,7 @@ fn a_peer_that_never_reads_its_answers_is_paused_then_cut_with_bounded_memory() 
     let responder = Responder::start();
     let good = GoodPeer::connect(&responder);
     let attacker = WirePeer::handshake(responder.addr);
+    let attacker_qp = responder.qp_num(1);
     let before = resources::Usage::now();
     let at = responder.region.remote();
     let peak_kib = flood(&attacker, before, |psn| empty_write(psn, at));
@@ -389,7 +393,7 @@ fn a_peer_that_never_reads_its_answers_is_paused_then_cut_with_bounded_memory() 
         assert!(Instant::now() < deadline, "the stalled peer was never cut: {:?}", responder.counters());
         std::thread::yield_now();
     }
-    responder.expect_flushed_receive(responder.qp_num(1));
+    responder.expect_flushed_receive(attacker_qp);
     let after = resources::Usage::now();
     assert!(after.rss_kib.saturating_sub(before.rss_kib) < FLOOD_RSS_SLACK_KIB, "{before:?} -> {after:?}");
     good.read_region(&responder);
