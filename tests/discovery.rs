@@ -181,6 +181,22 @@ fn a_publisher_joining_a_running_subscription_is_connected() {
     assert_eq!(probe.sub.publishers().len(), 2);
 }
 
+/// A subscription connects in the background: its application calls nothing on it, yet the
+/// publisher sees it, and what is published meanwhile (after the connection, `Start::Latest`)
+/// is all there when the application starts receiving.
+#[test]
+fn a_subscription_connects_without_any_call_of_its_application() {
+    let d = domain(19);
+    let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
+    let publisher = pub_node.publisher_with("background", small_ring()).unwrap();
+    let mut probe = Probe::new(&sub_node, "background", Start::Latest);
+    wait_subscribers(&publisher, 1);
+    publish_range(&publisher, 1..=20);
+    probe.until("the 20 messages published before the first call", |p| p.messages.len() >= 20);
+    assert_eq!(probe.seqs_of(publisher.id()), (1..=20).collect::<Vec<_>>());
+    assert!(probe.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))), "{:?}", probe.events);
+}
+
 #[test]
 fn explicit_connect_and_discovery_share_one_connection() {
     let d = domain(4);

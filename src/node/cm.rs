@@ -2,12 +2,15 @@
 //! routes every other connection event to the publisher or subscription that owns it, and
 //! services the local publishers every `SERVICE_INTERVAL`.
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use crate::fabric::{CmEvent, ConnId, Error as FabricError, Listener, RejectReason as CmRejectReason};
 
+use super::discovery::watch::Lost;
+use super::subscription::OpenedFeed;
 use super::{publisher, NodeShared, Route, SLICE};
 
 /// A connection event delivered to a subscription.
@@ -21,6 +24,12 @@ pub(crate) enum FeedEvent {
     Unreachable { conn: ConnId, detail: String },
     /// The connection is gone.
     Disconnected { conn: ConnId },
+    /// A connection opened for the subscription by its connector (ahead of its CM events).
+    Opened(Box<OpenedFeed>),
+    /// Discovery says a publisher of the topic is gone.
+    PublisherLost(Lost),
+    /// The connector could not open a connection discovery made due.
+    ConnectFailed { addr: SocketAddr, detail: String },
 }
 
 /// The thread body: runs until the node stops, then closes the listener.

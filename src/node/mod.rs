@@ -2,8 +2,10 @@
 //! connection-manager thread and creates publishers and subscriptions.
 //!
 //! Threads: one CM thread per node (accepts subscribers of local publishers, routes connection
-//! events to subscriptions) and one discovery thread (announces the node's publishers over UD
-//! multicast or unicast, hears the other nodes', tells subscriptions: see [`discovery`]). Data
+//! events to subscriptions), one discovery thread (announces the node's publishers over UD
+//! multicast or unicast, hears the other nodes', tells subscriptions: see [`discovery`]) and,
+//! with discovery, one connector thread (opens the subscriptions' connections to the
+//! publishers discovery announces, without any call of the application). Data
 //! never passes through them: a publisher's thread writes its ring and handles acks inline; a
 //! subscription's thread posts READs and polls its own CQ.
 
@@ -199,6 +201,7 @@ impl NodeBuilder {
             channel,
             publishers: Mutex::new(HashMap::new()),
             routes: Mutex::new(HashMap::new()),
+            connectors: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             counters: NodeCounters::default(),
             stats: stats::Registry::default(),
@@ -212,8 +215,14 @@ impl NodeBuilder {
             .name(format!("pubsub-cm-{}", addr.port()))
             .spawn(move || cm::run(thread_shared, listener))
             .map_err(|e| fabric::Error::os("spawn CM thread", None, e))?;
-        let mut node = Node { shared, cm: Some(cm), discovery: None, discovery_addr, exporter: None };
+        let mut node = Node { shared, cm: Some(cm), discovery: None, connector: None, discovery_addr, exporter: None };
         if let Some(setup) = disc_setup {
+            let thread_shared = node.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("pubsub-conn-{}", addr.port()))
+                .spawn(move || subscription::run_connectors(thread_shared))
+                .map_err(|e| fabric::Error::os("spawn connector thread", None, e))?;
+            node.connector = Some(spawned);
             let thread_shared = node.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("pubsub-disc-{}", addr.port()))
@@ -246,6 +255,8 @@ pub struct Node {
     cm: Option<JoinHandle<()>>,
     exporter: Option<stats::Exporter>,
     discovery: Option<JoinHandle<()>>,
+    /// Opens the subscriptions' connections to discovered publishers (with discovery).
+    connector: Option<JoinHandle<()>>,
     discovery_addr: Option<SocketAddr>,
 }
 
@@ -340,6 +351,9 @@ impl Drop for Node {
         if let Some(discovery) = self.discovery.take() {
             let _ = discovery.join();
         }
+        if let Some(connector) = self.connector.take() {
+            let _ = connector.join();
+        }
     }
 }
 
@@ -355,6 +369,9 @@ pub(crate) struct NodeShared {
     pub(crate) publishers: Mutex<HashMap<TopicId, Weak<publisher::PublisherShared>>>,
     /// Where events of each connection go.
     pub(crate) routes: Mutex<HashMap<ConnId, Route>>,
+    /// The connectors of the subscriptions that connect by themselves (discovery), run by the
+    /// connector thread.
+    pub(crate) connectors: Mutex<Vec<Weak<subscription::Connector>>>,
     pub(crate) stop: AtomicBool,
     pub(crate) counters: NodeCounters,
     /// Publishers and subscriptions whose counters are exported.

@@ -2,18 +2,17 @@
 //! connects, CM events, activating a feed from the accept private data, closing feeds.
 
 use super::{
-    wr_id, ActiveFeed, Feed, Idle, PublisherInfo, Start, Subscription, SubscriptionEvent, CTRL_LEN, FLUSH_GRACE,
-    KIND_RECV, RECV_SLOTS, SLOT,
+    wr_id, ActiveFeed, Feed, Idle, OpenedFeed, PublisherInfo, Subscription, SubscriptionEvent, FLUSH_GRACE, KIND_RECV,
+    RECV_SLOTS, SLOT,
 };
 use crate::error::{Error, Result};
-use crate::fabric::{Access, DataPath, QpCaps, QpInit, ReadBuffer, RejectReason as CmReject, RNR_RETRY_INFINITE};
+use crate::fabric::{DataPath, ReadBuffer, RejectReason as CmReject};
 use crate::node::cm::FeedEvent;
-use crate::node::discovery::{LostReason, Sighting};
+use crate::node::discovery::watch::Lost;
+use crate::node::discovery::LostReason;
 use crate::node::pacing::ReadPacer;
-use crate::node::{Route, SLICE};
-use crate::protocol::{
-    wall_clock_ms, AcceptData, ConnectData, ConnectFlags, PolicySet, RejectCode, RejectData, StartAt,
-};
+use crate::node::SLICE;
+use crate::protocol::{AcceptData, RejectCode, RejectData};
 use crate::ring::{RingError, RingReader, CONTROL_READ_LEN, PROBE_LEN};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -31,44 +30,26 @@ impl Subscription {
     /// [`Error::InvalidOption`] past 65,536 publishers. Refusals and unreachable nodes arrive
     /// as events.
     pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
-        let start = match self.options.start {
-            Start::Latest => StartAt::Latest,
-            Start::Earliest => StartAt::Earliest,
-        };
-        self.connect_at(addr, start)
+        self.connector.connect(&self.node, addr)?;
+        self.drain_feed_events();
+        Ok(())
     }
 
-    pub(super) fn has_open_feed(&self, addr: SocketAddr) -> bool {
-        self.feeds.iter().any(|(_, f)| !f.closed && f.addr == addr)
-    }
-
-    pub(super) fn connect_at(&mut self, addr: SocketAddr, start: StartAt) -> Result<()> {
-        if self.has_open_feed(addr) {
-            return Ok(());
-        }
-        if self.feeds.len() >= 1 << 16 {
-            return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
-        }
-        let data = self.connect_data(start)?;
-        let ctrl = self.node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
-        let init = QpInit {
-            caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
-            rnr_retry: RNR_RETRY_INFINITE,
-            // READ depths: the default, within the device's limits.
-            ..QpInit::new(&self.node.pd, &self.cq)
-        };
+    /// Takes a connection its connector opened: posts its receives and follows it.
+    fn adopt(&mut self, opened: OpenedFeed) {
+        let OpenedFeed { qp, conn, addr, ctrl } = opened;
         let key = self.feeds.vacant_key();
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1);
-        // Hold the routes while connecting so the CM thread cannot see the outcome first.
-        let mut routes = self.node.routes.lock();
-        let qp = self.node.channel.connect(addr, &init, &data, Duration::from_secs(5))?;
-        let conn = qp.conn_id();
-        routes.insert(conn, Route::Feed(self.events_tx.clone()));
-        drop(routes);
-        for slot in 0..RECV_SLOTS {
+        let posted = (0..RECV_SLOTS).try_for_each(|slot| {
             let offset = (2 + slot) * SLOT;
-            qp.post_recv(wr_id(key, gen, KIND_RECV, slot), &[ctrl.sge(offset, SLOT)])?;
+            qp.post_recv(wr_id(key, gen, KIND_RECV, slot), &[ctrl.sge(offset, SLOT)])
+        });
+        if let Err(e) = posted {
+            self.node.routes.lock().remove(&conn);
+            self.connector.removed(addr, conn);
+            self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail: e.to_string() });
+            return;
         }
         self.by_conn.insert(conn, key);
         self.feeds.insert(Feed {
@@ -83,25 +64,6 @@ impl Subscription {
             outstanding: RECV_SLOTS as u32,
             closed_at: None,
         });
-        Ok(())
-    }
-
-    /// The connect private data: what this subscription asks for, with a fresh proof of its
-    /// credential if it has one.
-    fn connect_data(&self, start: StartAt) -> Result<Vec<u8>> {
-        let data = ConnectData {
-            topic: self.topic_id,
-            start,
-            accepts: PolicySet::ALL,
-            node_id: self.node.id,
-            flags: if self.options.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
-            proof: None,
-        };
-        let data = match &self.options.credential {
-            Some(secret) => data.with_proof(secret, rand::random(), wall_clock_ms())?,
-            None => data,
-        };
-        Ok(data.encode()?)
     }
 
     /// Connects to `addr` and waits until the publisher accepted or refused.
@@ -158,61 +120,38 @@ impl Subscription {
     /// `UnknownTopic` before it says anything new is that same end, not reported again.
     pub(super) fn stream_ended(&mut self, key: usize, publisher: PublisherInfo, final_seq: u64) {
         self.user_events.push_back(SubscriptionEvent::Ended { publisher, final_seq, complete: true });
-        if let Some(watch) = self.watch.as_mut() {
-            watch.ended(publisher.addr);
-        }
+        self.connector.ended(publisher.addr);
         self.close_feed(key);
     }
 
-    /// Applies discovery's sightings: reports lost publishers (closing the connection to a
-    /// silent or restarted one) and connects to the publishers due.
+    /// When discovery said something, runs the connector at once (it applies the sightings
+    /// and opens the connections due), then takes what it did.
     pub(super) fn poll_discovery(&mut self) {
-        let Some(watch) = self.watch.as_mut() else { return };
-        let now = Instant::now();
-        let sightings: Vec<Sighting> = watch.receiver().try_iter().collect();
-        let mut lost = Vec::new();
-        for s in sightings {
-            if let Some(l) = watch.apply(s, now) {
-                lost.push(l);
-            }
+        if self.sightings.as_ref().is_some_and(|rx| !rx.is_empty()) {
+            self.connector.run(&self.node, true);
+            self.drain_feed_events();
         }
-        for l in lost {
-            self.user_events.push_back(SubscriptionEvent::PublisherLost {
-                node: l.node,
-                epoch: l.epoch,
-                addr: l.addr,
-                reason: l.reason,
-            });
-            if matches!(l.reason, LostReason::Silent | LostReason::Restarted) {
-                let gone: Vec<usize> = self
-                    .feeds
-                    .iter()
-                    .filter(|(_, f)| !f.closed && f.addr == l.addr)
-                    .filter(|(_, f)| f.active.as_ref().is_none_or(|a| a.info.epoch == l.epoch))
-                    .map(|(k, _)| k)
-                    .collect();
-                for key in gone {
-                    self.close_feed(key);
-                }
-            }
-        }
-        let feeds = &self.feeds;
-        let Some(watch) = self.watch.as_mut() else { return };
-        let due = watch.due(now, |addr| feeds.iter().any(|(_, f)| !f.closed && f.addr == addr));
-        for (node, addr) in due {
-            // A publisher read before is resumed from its earliest retained message (duplicates
-            // of the same epoch are skipped); a new one starts where the options say.
-            let start = if self.seen.contains(&crate::node::publisher::publisher_id(node, self.topic_id)) {
-                StartAt::Earliest
-            } else {
-                match self.options.start {
-                    Start::Latest => StartAt::Latest,
-                    Start::Earliest => StartAt::Earliest,
-                }
-            };
-            if let Err(e) = self.connect_at(addr, start) {
-                tracing::debug!(topic = %self.topic, %addr, "auto-connect: {e}");
-                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail: e.to_string() });
+    }
+
+    /// Discovery says a publisher is gone: tells the application, and closes the connection
+    /// to a silent or restarted one.
+    fn publisher_lost(&mut self, l: Lost) {
+        self.user_events.push_back(SubscriptionEvent::PublisherLost {
+            node: l.node,
+            epoch: l.epoch,
+            addr: l.addr,
+            reason: l.reason,
+        });
+        if matches!(l.reason, LostReason::Silent | LostReason::Restarted) {
+            let gone: Vec<usize> = self
+                .feeds
+                .iter()
+                .filter(|(_, f)| !f.closed && f.addr == l.addr)
+                .filter(|(_, f)| f.active.as_ref().is_none_or(|a| a.info.epoch == l.epoch))
+                .map(|(k, _)| k)
+                .collect();
+            for key in gone {
+                self.close_feed(key);
             }
         }
     }
@@ -230,11 +169,8 @@ impl Subscription {
                 match self.activate(key, &private_data) {
                     Ok(info) => {
                         self.ever_connected = true;
-                        if !self.seen.insert(info.id) {
+                        if self.connector.established(info.addr, info.id) {
                             self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
-                        }
-                        if let Some(watch) = self.watch.as_mut() {
-                            watch.connected(info.addr);
                         }
                         self.user_events.push_back(SubscriptionEvent::Connected(info));
                     }
@@ -272,7 +208,7 @@ impl Subscription {
                 };
                 let end_already_told =
                     matches!(event, SubscriptionEvent::Rejected { reason: RejectCode::UnknownTopic, .. })
-                        && self.watch.as_ref().is_some_and(|w| w.has_ended(addr));
+                        && self.connector.has_ended(addr);
                 if end_already_told {
                     tracing::debug!(topic = %self.topic, %addr, "the publisher that ended is not there: no event");
                 } else {
@@ -304,6 +240,11 @@ impl Subscription {
                 };
                 self.user_events.push_back(event);
                 self.close_feed(key);
+            }
+            FeedEvent::Opened(opened) => self.adopt(*opened),
+            FeedEvent::PublisherLost(lost) => self.publisher_lost(lost),
+            FeedEvent::ConnectFailed { addr, detail } => {
+                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail });
             }
         }
     }
@@ -393,6 +334,7 @@ impl Subscription {
             feed.closed = true;
             feed.closed_at.get_or_insert_with(Instant::now);
             let _ = feed.qp.disconnect();
+            self.connector.closed(feed.addr, feed.conn);
         }
     }
 
@@ -409,9 +351,7 @@ impl Subscription {
                 // Older epochs of this publisher are never read again.
                 self.delivered.retain(|&(id, epoch), _| id != a.info.id || epoch >= a.info.epoch);
             }
-            if let Some(watch) = self.watch.as_mut() {
-                watch.closed(feed.addr, Instant::now());
-            }
+            self.connector.removed(feed.addr, feed.conn);
         }
     }
 

@@ -5,7 +5,6 @@
 use super::{Message, MessageRef, Payload, Subscription, SubscriptionEvent, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
 use crate::error::{Error, Result};
 use crate::fabric::WorkCompletion;
-use crate::node::discovery::watch::Watch;
 use crate::node::SLICE;
 use crossbeam::channel;
 use serde::de::DeserializeOwned;
@@ -182,12 +181,12 @@ impl Subscription {
                 }
                 std::thread::yield_now();
             }
-            let may_return = self.watch.as_ref().is_some_and(Watch::expects_publishers);
+            let may_return = self.connector.expects_publishers();
             if self.feeds.is_empty() && !may_return {
                 if self.ever_connected {
                     return Err(Error::Closed("every publisher of this subscription has gone"));
                 }
-                if self.watch.is_none() {
+                if self.sightings.is_none() {
                     // Without discovery nothing will ever connect it: waiting would never end.
                     return Err(Error::NotConnected { topic: self.topic.clone() });
                 }
@@ -209,13 +208,13 @@ impl Subscription {
             let any_active = self.feeds.iter().any(|(_, f)| f.active.is_some() && !f.closed);
             if !any_active {
                 self.permit.release();
-                match &self.watch {
-                    Some(watch) => {
+                match &self.sightings {
+                    Some(sightings) => {
                         // Wake on whichever comes first: a connection event or a sighting (it is
                         // handled by `poll_discovery` at the top of the loop).
                         let mut select = channel::Select::new();
                         select.recv(&self.events_rx);
-                        select.recv(watch.receiver());
+                        select.recv(sightings);
                         let _ = select.ready_timeout(wait);
                     }
                     None => {

@@ -9,13 +9,13 @@
 //! (publisher id, epoch, seq): a reconnection to an epoch already read starts at the earliest
 //! retained message and skips what was delivered.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{self, Receiver, Sender};
+use crossbeam::channel::{self, Receiver};
 use slab::Slab;
 
 use crate::error::{Error, Result};
@@ -25,14 +25,15 @@ use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, Secret, Topi
 use crate::ring::{ReadPlan, RingReader};
 
 use super::cm::FeedEvent;
-use super::discovery::watch::Watch;
-use super::discovery::LostReason;
+use super::discovery::{LostReason, Sighting};
 use super::pacing::ReadPacer;
 use super::{check_topic, NodeId, NodeShared};
+pub(crate) use connector::{run_all as run_connectors, Connector, OpenedFeed};
 use events::EventQueue;
 pub use events::MAX_EVENTS;
 
 mod connect;
+mod connector;
 mod deliver;
 mod events;
 mod pull;
@@ -74,8 +75,9 @@ pub struct SubscriptionOptions {
     pub credential: Option<Secret>,
     /// Connect by itself to every publisher of the topic discovery announces, and reconnect
     /// to those that come back (default true; no effect when the node's discovery is off).
-    /// Connections are made by the subscription's own calls (`recv*`, `try_recv`,
-    /// `try_event`), like all its progress.
+    /// Connections are opened in the background, by the node's connector thread (and by the
+    /// subscription's own calls, which then connect at once), so a publisher sees the
+    /// subscriber before the application calls anything; messages are read once it does.
     pub auto_connect: bool,
 }
 
@@ -482,7 +484,6 @@ pub struct Subscription {
     feeds: Slab<Feed>,
     by_conn: HashMap<ConnId, usize>,
     next_gen: u32,
-    events_tx: Sender<FeedEvent>,
     events_rx: Receiver<FeedEvent>,
     user_events: EventQueue,
     cursor: usize,
@@ -492,10 +493,10 @@ pub struct Subscription {
     /// The spin permit, while the subscription polls (see [`PollPermit`]).
     permit: PollPermit,
     counters: Arc<SubscriptionCounters>,
-    /// Discovery's view of the topic's publishers (auto-connect).
-    watch: Option<Watch>,
-    /// Publishers ever connected to (by id): connecting again is a reconnection.
-    seen: HashSet<u64>,
+    /// Opens connections (in the background, with discovery) and holds discovery's view.
+    connector: Arc<Connector>,
+    /// Discovery's sightings of the topic, to wake on while waiting (auto-connect).
+    sightings: Option<Receiver<Sighting>>,
     /// Highest sequence delivered per (publisher id, epoch) by removed connections.
     delivered: HashMap<(u64, u64), u64>,
 }
@@ -518,7 +519,8 @@ impl Subscription {
         let counters = Arc::new(SubscriptionCounters::default());
         node.stats.add_subscription(topic, &counters);
         let topic_id = TopicId::of(topic);
-        let watch = (options.auto_connect && node.discovery.enabled()).then(|| Watch::new(&node.discovery, topic_id));
+        let connector = Connector::new(&node, topic, topic_id, &options, cq.clone(), events_tx);
+        let sightings = connector.sightings();
         Ok(Subscription {
             topic: topic.to_owned(),
             topic_id,
@@ -528,7 +530,6 @@ impl Subscription {
             feeds: Slab::new(),
             by_conn: HashMap::new(),
             next_gen: 1,
-            events_tx,
             events_rx,
             user_events: EventQueue::new(counters.clone()),
             cursor: 0,
@@ -536,8 +537,8 @@ impl Subscription {
             stash: Vec::new(),
             permit: PollPermit::default(),
             counters,
-            watch,
-            seen: HashSet::new(),
+            connector,
+            sightings,
             delivered: HashMap::new(),
         })
     }
@@ -560,12 +561,19 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if let Some(watch) = &self.watch {
-            watch.unwatch(&self.node.discovery);
-        }
+        self.connector.close(&self.node);
+        // Connections opened and not taken yet are closed with the rest.
+        let unopened: Vec<ConnId> = self
+            .events_rx
+            .try_iter()
+            .filter_map(|ev| match ev {
+                FeedEvent::Opened(opened) => Some(opened.conn),
+                _ => None,
+            })
+            .collect();
         let mut routes = self.node.routes.lock();
-        for (_, feed) in self.feeds.iter() {
-            routes.remove(&feed.conn);
+        for conn in self.feeds.iter().map(|(_, feed)| feed.conn).chain(unopened) {
+            routes.remove(&conn);
         }
     }
 }

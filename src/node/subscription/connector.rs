@@ -1,0 +1,294 @@
+//! Opening connections to publishers, in the background: a subscription's [`Connector`] turns
+//! discovery's sightings of its topic into connections without any call of the application,
+//! and the node's connector thread runs every connector each [`SLICE`].
+//!
+//! The connector owns what deciding and opening need: the discovery [`Watch`] (with its retry
+//! backoff), the addresses with an open connection, and the publishers connected before (a
+//! reconnection starts at the earliest retained message). It opens the queue pair on the
+//! subscription's CQ and hands it over as a [`FeedEvent::Opened`] on the subscription's event
+//! channel, ahead of any CM event of that connection; the subscription posts its receives and
+//! reads the ring once it runs (a publisher's SEND meanwhile waits on RNR, as on hardware).
+//! The subscription runs its connector too whenever it runs, so while the application calls
+//! `recv` it connects as soon as discovery says; the thread covers the time in between.
+//!
+//! Lock order: a connector's state, then the node's routes. The subscription never holds the
+//! routes while it takes the state.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{Receiver, Sender};
+use parking_lot::Mutex;
+
+use super::{Start, SubscriptionOptions, CTRL_LEN, RECV_SLOTS};
+use crate::error::{Error, Result};
+use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QpCaps, QpInit, QueuePair, RNR_RETRY_INFINITE};
+use crate::node::cm::FeedEvent;
+use crate::node::discovery::watch::{Lost, Watch};
+use crate::node::discovery::{LostReason, Sighting};
+use crate::node::{NodeShared, Route, SLICE};
+use crate::protocol::{wall_clock_ms, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
+
+/// Most connections of one subscription open at once (its feed keys have 24 bits; far fewer
+/// publishers of one topic exist).
+pub(super) const MAX_FEEDS: usize = 1 << 16;
+/// How long opening one connection may take (address and route resolution on verbs).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection opened for a subscription, handed over on its event channel.
+#[derive(Debug)]
+pub(crate) struct OpenedFeed {
+    pub(super) qp: QueuePair,
+    pub(super) conn: ConnId,
+    pub(super) addr: SocketAddr,
+    /// The feed's control slots: acks and doorbell requests sent, notices received.
+    pub(super) ctrl: MemoryRegion,
+}
+
+/// What a subscription's connections are opened with, and the state of its discovery.
+pub(crate) struct Connector {
+    state: Mutex<ConnectorState>,
+    /// Mirrors `Watch::expects_publishers`, read without the lock by a waiting subscription.
+    expects_publishers: AtomicBool,
+}
+
+struct ConnectorState {
+    topic: String,
+    topic_id: TopicId,
+    start: Start,
+    busy_poll: bool,
+    credential: Option<crate::protocol::Secret>,
+    cq: CompletionQueue,
+    events: Sender<FeedEvent>,
+    /// Discovery's view of the topic (auto-connect on, discovery on).
+    watch: Option<Watch>,
+    /// The connection open (not closed) to each address.
+    open: HashMap<SocketAddr, ConnId>,
+    /// Publishers (by id) ever connected: a connection to one again is a reconnection.
+    seen: HashSet<u64>,
+    /// The subscription is gone: open nothing more.
+    closed: bool,
+}
+
+impl Connector {
+    /// A connector for a subscription to `topic` whose CQ is `cq` and whose CM events go to
+    /// `events`; it watches the topic when the options and the node's discovery say so.
+    pub(super) fn new(
+        node: &NodeShared,
+        topic: &str,
+        topic_id: TopicId,
+        options: &SubscriptionOptions,
+        cq: CompletionQueue,
+        events: Sender<FeedEvent>,
+    ) -> Arc<Connector> {
+        let watch = (options.auto_connect && node.discovery.enabled()).then(|| Watch::new(&node.discovery, topic_id));
+        let connector = Arc::new(Connector {
+            expects_publishers: AtomicBool::new(false),
+            state: Mutex::new(ConnectorState {
+                topic: topic.to_owned(),
+                topic_id,
+                start: options.start,
+                busy_poll: options.busy_poll,
+                credential: options.credential.clone(),
+                cq,
+                events,
+                watch,
+                open: HashMap::new(),
+                seen: HashSet::new(),
+                closed: false,
+            }),
+        });
+        if connector.state.lock().watch.is_some() {
+            node.connectors.lock().push(Arc::downgrade(&connector));
+        }
+        connector
+    }
+
+    /// The channel discovery's sightings arrive on (to wake on it), when it watches.
+    pub(super) fn sightings(&self) -> Option<Receiver<Sighting>> {
+        self.state.lock().watch.as_ref().map(|w| w.receiver().clone())
+    }
+
+    /// Whether a publisher may still (re)appear through discovery.
+    pub(super) fn expects_publishers(&self) -> bool {
+        self.expects_publishers.load(Ordering::Acquire)
+    }
+
+    /// Applies discovery's sightings and opens the connections due. `wait`: take the state
+    /// even when another thread runs the connector (else skip: that thread does the work).
+    pub(super) fn run(&self, node: &NodeShared, wait: bool) {
+        let state = if wait { Some(self.state.lock()) } else { self.state.try_lock() };
+        let Some(mut state) = state else { return };
+        state.apply_sightings();
+        state.open_due(node);
+        let expects = state.watch.as_ref().is_some_and(Watch::expects_publishers);
+        self.expects_publishers.store(expects, Ordering::Release);
+    }
+
+    /// Opens a connection to the publisher at `addr` unless one is open, starting where the
+    /// options say.
+    pub(super) fn connect(&self, node: &NodeShared, addr: SocketAddr) -> Result<()> {
+        let mut state = self.state.lock();
+        let start = state.start_for_new();
+        state.open_feed(node, addr, start)
+    }
+
+    /// A connection was established to publisher `id` at `addr`; returns whether it had been
+    /// connected before.
+    pub(super) fn established(&self, addr: SocketAddr, id: u64) -> bool {
+        let mut state = self.state.lock();
+        if let Some(watch) = state.watch.as_mut() {
+            watch.connected(addr);
+        }
+        !state.seen.insert(id)
+    }
+
+    /// The connection `conn` to `addr` is closed (no READs any more): another may be opened.
+    pub(super) fn closed(&self, addr: SocketAddr, conn: ConnId) {
+        let mut state = self.state.lock();
+        if state.open.get(&addr) == Some(&conn) {
+            state.open.remove(&addr);
+        }
+    }
+
+    /// A connection to `addr` is gone for good: retry it only after the backoff.
+    pub(super) fn removed(&self, addr: SocketAddr, conn: ConnId) {
+        let mut state = self.state.lock();
+        if state.open.get(&addr) == Some(&conn) {
+            state.open.remove(&addr);
+        }
+        if let Some(watch) = state.watch.as_mut() {
+            watch.closed(addr, Instant::now());
+        }
+    }
+
+    /// The publisher at `addr` ended its stream.
+    pub(super) fn ended(&self, addr: SocketAddr) {
+        if let Some(watch) = self.state.lock().watch.as_mut() {
+            watch.ended(addr);
+        }
+    }
+
+    /// Whether the publisher at `addr` ended its stream and discovery said nothing new of it.
+    pub(super) fn has_ended(&self, addr: SocketAddr) -> bool {
+        self.state.lock().watch.as_ref().is_some_and(|w| w.has_ended(addr))
+    }
+
+    /// The subscription is gone: opens nothing more and leaves the directory.
+    pub(super) fn close(&self, node: &NodeShared) {
+        let mut state = self.state.lock();
+        state.closed = true;
+        if let Some(watch) = state.watch.take() {
+            watch.unwatch(&node.discovery);
+        }
+    }
+}
+
+impl ConnectorState {
+    /// Applies the sightings queued; a lost publisher is told to the subscription, and its
+    /// address may be connected again at once (the subscription closes the old connection).
+    fn apply_sightings(&mut self) {
+        let Some(watch) = self.watch.as_mut() else { return };
+        let now = Instant::now();
+        let sightings: Vec<Sighting> = watch.receiver().try_iter().collect();
+        let lost: Vec<Lost> = sightings.into_iter().filter_map(|s| watch.apply(s, now)).collect();
+        for l in lost {
+            if matches!(l.reason, LostReason::Silent | LostReason::Restarted) {
+                self.open.remove(&l.addr);
+            }
+            let _ = self.events.send(FeedEvent::PublisherLost(l));
+        }
+    }
+
+    /// Opens the connections discovery makes due; a failure is told to the subscription.
+    fn open_due(&mut self, node: &NodeShared) {
+        let open = &self.open;
+        let Some(watch) = self.watch.as_mut() else { return };
+        let due = watch.due(Instant::now(), |addr| open.contains_key(&addr));
+        for (publisher_node, addr) in due {
+            // A publisher read before is resumed from its earliest retained message (duplicates
+            // of the same epoch are skipped); a new one starts where the options say.
+            let id = crate::node::publisher::publisher_id(publisher_node, self.topic_id);
+            let start = if self.seen.contains(&id) { StartAt::Earliest } else { self.start_for_new() };
+            if let Err(e) = self.open_feed(node, addr, start) {
+                tracing::debug!(topic = %self.topic, %addr, "auto-connect: {e}");
+                let _ = self.events.send(FeedEvent::ConnectFailed { addr, detail: e.to_string() });
+            }
+        }
+    }
+
+    fn start_for_new(&self) -> StartAt {
+        match self.start {
+            Start::Latest => StartAt::Latest,
+            Start::Earliest => StartAt::Earliest,
+        }
+    }
+
+    /// Opens a connection to `addr` (nothing to do when one is open) and hands it to the
+    /// subscription.
+    fn open_feed(&mut self, node: &NodeShared, addr: SocketAddr, start: StartAt) -> Result<()> {
+        if self.closed || self.open.contains_key(&addr) {
+            return Ok(());
+        }
+        if self.open.len() >= MAX_FEEDS {
+            return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
+        }
+        let data = self.connect_data(node, start)?;
+        let ctrl = node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
+        let init = QpInit {
+            caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
+            rnr_retry: RNR_RETRY_INFINITE,
+            // READ depths: the default, within the device's limits.
+            ..QpInit::new(&node.pd, &self.cq)
+        };
+        // Hold the routes while connecting and handing over, so that the CM thread cannot
+        // route an event of the connection before the subscription has it.
+        let mut routes = node.routes.lock();
+        let qp = node.channel.connect(addr, &init, &data, CONNECT_TIMEOUT)?;
+        let conn = qp.conn_id();
+        let opened = Box::new(OpenedFeed { qp, conn, addr, ctrl });
+        if self.events.send(FeedEvent::Opened(opened)).is_err() {
+            return Ok(()); // the subscription is gone; dropping the queue pair disconnects it
+        }
+        routes.insert(conn, Route::Feed(self.events.clone()));
+        drop(routes);
+        self.open.insert(addr, conn);
+        Ok(())
+    }
+
+    /// The connect private data: what this subscription asks for, with a fresh proof of its
+    /// credential if it has one.
+    fn connect_data(&self, node: &NodeShared, start: StartAt) -> Result<Vec<u8>> {
+        let data = ConnectData {
+            topic: self.topic_id,
+            start,
+            accepts: PolicySet::ALL,
+            node_id: node.id,
+            flags: if self.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
+            proof: None,
+        };
+        let data = match &self.credential {
+            Some(secret) => data.with_proof(secret, rand::random(), wall_clock_ms())?,
+            None => data,
+        };
+        Ok(data.encode()?)
+    }
+}
+
+/// The node's connector thread: runs every live connector each [`SLICE`] until the node stops.
+pub(crate) fn run_all(node: Arc<NodeShared>) {
+    while !node.stop.load(Ordering::Acquire) {
+        let live: Vec<Arc<Connector>> = {
+            let mut connectors = node.connectors.lock();
+            connectors.retain(|c| c.strong_count() > 0);
+            connectors.iter().filter_map(Weak::upgrade).collect()
+        };
+        for connector in live {
+            connector.run(&node, false);
+        }
+        std::thread::sleep(SLICE);
+    }
+}
