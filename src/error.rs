@@ -75,6 +75,16 @@ pub enum Error {
         /// The subscription's limit, in bytes.
         limit: u64,
     },
+    /// A message is larger than the limit that applies to it: a [`Loan`](crate::Loan) over one
+    /// ring record, or a message a publisher sent over a subscription's
+    /// [`max_message_len`](crate::SubscriberBuilder::max_message_len).
+    #[error("a message of {len} bytes is over the limit of {limit} bytes")]
+    MessageTooLarge {
+        /// The message's length in bytes.
+        len: u64,
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// No node answered at that address: nothing listens there, or nothing answered in time.
     #[error("{peer} is unreachable: {detail}")]
     Unreachable {

@@ -15,7 +15,7 @@
 //! use rdma_pubsub::{Node, Start, SubscriptionOptions};
 //! # fn main() -> rdma_pubsub::Result<()> {
 //! let node = Node::builder().build()?;
-//! let publisher = node.publisher("prices")?;
+//! let publisher = node.publisher("prices").create()?;
 //! let mut sub = node.subscribe_with("prices", SubscriptionOptions { start: Start::Earliest, ..Default::default() })?;
 //! sub.connect_wait(node.local_addr(), std::time::Duration::from_secs(5))?;
 //! publisher.publish(b"hello")?;
@@ -36,9 +36,9 @@ mod time;
 pub use error::{Error, Result};
 pub use fabric::FabricKind;
 pub use node::{
-    Claim, DiscoveryCounters, DiscoveryOptions, LostReason, Message, MessageRef, Node, NodeBuilder, NodeCounters,
-    PeerInfo, Policy, Publisher, PublisherCounters, PublisherInfo, PublisherOptions, Start, Subscription,
-    SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
+    DiscoveryCounters, DiscoveryOptions, Loan, LostReason, Message, MessageRef, MessageType, Node, NodeBuilder,
+    NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, PublisherOptions,
+    Start, SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
 };
 pub use protocol::{DropReason, RejectCode, Secret};
 pub use ring::Checksum;

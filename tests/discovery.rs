@@ -128,7 +128,7 @@ fn subscribe_before_any_publisher_exists() {
     let pub_node = node_with(d);
     let mut probe = Probe::new(&sub_node, "early", Start::Latest);
     probe.until("nothing yet", |p| p.messages.is_empty());
-    let publisher = pub_node.publisher("early").unwrap();
+    let publisher = pub_node.publisher("early").create().unwrap();
     // The subscription is driven while the publisher waits for it.
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -142,7 +142,7 @@ fn subscribe_before_any_publisher_exists() {
 fn publish_before_subscribe() {
     let d = domain(2);
     let pub_node = node_with(d.clone());
-    let publisher = pub_node.publisher("late-sub").unwrap();
+    let publisher = pub_node.publisher("late-sub").create().unwrap();
     publish_range(&publisher, 1..=10);
     let sub_node = node_with(d);
     let mut probe = Probe::new(&sub_node, "late-sub", Start::Earliest);
@@ -163,13 +163,13 @@ fn publish_before_subscribe() {
 fn a_publisher_joining_a_running_subscription_is_connected() {
     let d = domain(3);
     let (sub_node, a, b) = (node_with(d.clone()), node_with(d.clone()), node_with(d));
-    let pa = a.publisher("joined").unwrap();
+    let pa = a.publisher("joined").create().unwrap();
     let mut probe = Probe::new(&sub_node, "joined", Start::Latest);
     probe.until("the first publisher", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&pa, 1);
     publish_range(&pa, 1..=50);
     probe.until("the first publisher's messages", |p| p.messages.len() >= 50);
-    let pb = b.publisher("joined").unwrap();
+    let pb = b.publisher("joined").create().unwrap();
     // The subscription connects while it is driven.
     probe.until("the second publisher", |p| p.sub.publishers().len() == 2);
     wait_subscribers(&pb, 1);
@@ -201,7 +201,7 @@ fn a_subscription_connects_without_any_call_of_its_application() {
 fn explicit_connect_and_discovery_share_one_connection() {
     let d = domain(4);
     let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
-    let publisher = pub_node.publisher("both").unwrap();
+    let publisher = pub_node.publisher("both").create().unwrap();
     let mut probe = Probe::new(&sub_node, "both", Start::Latest);
     let info = probe.sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
     assert_eq!(info.id, publisher.id());
@@ -220,7 +220,7 @@ fn a_goodbye_is_reported_promptly() {
     // Heartbeats every 10 s: within the test's bounds only the goodbye can tell.
     let d = DiscoveryOptions { heartbeat: Duration::from_secs(10), ..domain(5) };
     let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
-    let publisher = pub_node.publisher("bye").unwrap();
+    let publisher = pub_node.publisher("bye").create().unwrap();
     let mut probe = Probe::new(&sub_node, "bye", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -280,7 +280,7 @@ fn unicast_peers_discover_without_multicast() {
     // Only the subscriber lists the publisher: the publisher learns the subscriber from it.
     let sub_node = node_with(DiscoveryOptions { peers: vec![pub_disc], ..base });
     assert_ne!(sub_node.discovery_addr(), pub_node.discovery_addr());
-    let publisher = pub_node.publisher("uni").unwrap();
+    let publisher = pub_node.publisher("uni").create().unwrap();
     let mut probe = Probe::new(&sub_node, "uni", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -307,7 +307,7 @@ fn a_unicast_node_on_a_fixed_port_is_heard_there() {
     let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, fixed.domain_port());
     assert_eq!(pub_node.discovery_addr(), Some(SocketAddr::V4(at)), "the endpoint is on the fixed port");
     let sub_node = node_with(DiscoveryOptions { multicast: false, port: 0, peers: vec![at], ..d });
-    let publisher = pub_node.publisher("fixed-port").unwrap();
+    let publisher = pub_node.publisher("fixed-port").create().unwrap();
     let mut probe = Probe::new(&sub_node, "fixed-port", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -392,7 +392,7 @@ fn junk_datagrams_are_counted_and_dropped() {
     assert!(sub_node.peers().is_empty(), "junk created a peer: {:?}", sub_node.peers());
     // Discovery still works.
     let pub_node = node_with(d);
-    let publisher = pub_node.publisher("after-junk").unwrap();
+    let publisher = pub_node.publisher("after-junk").create().unwrap();
     let mut probe = Probe::new(&sub_node, "after-junk", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -468,7 +468,7 @@ fn child_publisher() {
         .node_id(f[2].parse().unwrap())
         .build()
         .expect("child node");
-    let publisher = node.publisher(f[3]).unwrap();
+    let publisher = node.publisher(f[3]).create().unwrap();
     wait_subscribers(&publisher, 1);
     publish_range(&publisher, 1..=f[4].parse().unwrap());
     println!("published");
@@ -537,7 +537,7 @@ fn nodes_with_discovery_leak_no_threads_or_descriptors() {
     for _ in 0..5 {
         let a = node_with(d.clone());
         let b = node_with(d.clone());
-        let publisher = a.publisher("leak").unwrap();
+        let publisher = a.publisher("leak").create().unwrap();
         let mut probe = Probe::new(&b, "leak", Start::Latest);
         probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
         wait_subscribers(&publisher, 1);
@@ -585,7 +585,7 @@ fn an_ended_stream_is_followed_by_no_spurious_rejection() {
     let sub_node = node_with(d.clone());
     let pub_node = node_with(d);
     let mut probe = Probe::new(&sub_node, "ends", Start::Earliest);
-    let publisher = pub_node.publisher("ends").unwrap();
+    let publisher = pub_node.publisher("ends").create().unwrap();
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
     publish_range(&publisher, 1..=10);
@@ -609,7 +609,7 @@ fn nodes_of_different_domains_never_see_each_other() {
     let pub_node = node_with(in_domain(1));
     let same = node_with(in_domain(1));
     let other = node_with(in_domain(0));
-    let publisher = pub_node.publisher("one-name").unwrap();
+    let publisher = pub_node.publisher("one-name").create().unwrap();
     let mut same_probe = Probe::new(&same, "one-name", Start::Earliest);
     let mut other_probe = Probe::new(&other, "one-name", Start::Earliest);
     same_probe.until("the connection in the same domain", |p| {

@@ -127,7 +127,7 @@ fn subscribe(sub_node: &Node, topic: &str, start: Start, addr: SocketAddr) -> rd
     sub
 }
 
-fn wait_subscribers(p: &rdma_pubsub::Publisher, n: usize) {
+fn wait_subscribers<T: ?Sized + rdma_pubsub::MessageType>(p: &rdma_pubsub::Publisher<T>, n: usize) {
     p.wait_for_subscribers(n, WAIT).expect("subscribers did not arrive");
 }
 
@@ -266,7 +266,7 @@ fn drop_slow_disconnects_the_slow_subscriber_and_keeps_the_fast_one() {
 fn late_join_from_latest_and_from_earliest() {
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node.publisher("late").unwrap();
+    let publisher = pub_node.publisher("late").create().unwrap();
     let size = |seq: u64| seq as usize * 10;
     for seq in 1..=10 {
         publisher.publish(&payload(seq, size(seq))).unwrap();
@@ -314,7 +314,7 @@ fn each_checksum_function_carries_messages_end_to_end() {
         }
         assert_eq!(sub.counters().torn.load(Ordering::Relaxed), 0, "{checksum:?}: no record failed its check");
     }
-    let default = pub_node.publisher("checksum-default").unwrap();
+    let default = pub_node.publisher("checksum-default").create().unwrap();
     assert_eq!(default.checksum(), Checksum::fastest_here(), "by default, the faster function here");
 }
 
@@ -323,8 +323,8 @@ fn two_publishers_on_one_topic_are_merged_in_order_per_publisher() {
     let a = node();
     let b = node();
     let sub_node = node();
-    let pa = a.publisher("shared").unwrap();
-    let pb = b.publisher("shared").unwrap();
+    let pa = a.publisher("shared").create().unwrap();
+    let pb = b.publisher("shared").create().unwrap();
     let mut sub = sub_node.subscribe("shared").unwrap();
     let ia = sub.connect_wait(a.local_addr(), WAIT).unwrap();
     let ib = sub.connect_wait(b.local_addr(), WAIT).unwrap();
@@ -356,7 +356,7 @@ fn two_publishers_on_one_topic_are_merged_in_order_per_publisher() {
 fn a_dropped_publisher_ends_the_stream_after_its_last_message() {
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node.publisher("ending").unwrap();
+    let publisher = pub_node.publisher("ending").create().unwrap();
     let mut sub = subscribe(&sub_node, "ending", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
     let stop = Arc::new(AtomicBool::new(false));
@@ -452,7 +452,7 @@ fn read_buffers_grow_with_the_records_read_not_with_the_ring() {
 fn sixty_four_subscribers_on_one_publisher() {
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node.publisher("wide").unwrap();
+    let publisher = pub_node.publisher("wide").create().unwrap();
     let mut subs: Vec<_> =
         (0..64).map(|_| subscribe(&sub_node, "wide", Start::Latest, pub_node.local_addr())).collect();
     wait_subscribers(&publisher, 64);
@@ -571,39 +571,86 @@ fn flush_times_out_with_its_own_timeout_while_finishing_a_partly_written_message
     }
 }
 
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
+struct Quote {
+    symbol: String,
+    price: f64,
+    size: u32,
+}
+
 #[test]
-fn zero_copy_claim_and_view_and_typed_messages() {
-    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
-    struct Quote {
-        symbol: String,
-        price: f64,
-        size: u32,
-    }
+fn a_loan_is_written_in_place_zeroed_and_sent_or_dropped() {
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node.publisher("zc").unwrap();
+    let publisher = pub_node.publisher("zc").create().unwrap();
     let mut sub = subscribe(&sub_node, "zc", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
-    let seq = publisher
-        .publish_with(11, |claim| {
-            claim.write_at(0, b"hello")?;
-            claim.write_at(5, b" world")?;
-            Ok(())
-        })
-        .unwrap();
-    assert_eq!(seq, 1);
-    let quote = Quote { symbol: "RDMA".into(), price: 42.5, size: 7 };
-    assert_eq!(publisher.publish_value(&quote).unwrap(), 2);
+    let mut loan = publisher.loan(11).unwrap();
+    assert_eq!(&loan[..], &[0; 11], "a loan starts zeroed");
+    loan[..5].copy_from_slice(b"hello");
+    loan[5..].copy_from_slice(b" world");
+    assert_eq!(loan.send().unwrap(), 1);
+    // Dropped without send: nothing is published, and the publisher goes on.
+    drop(publisher.loan(3).unwrap());
+    // Left partly written: the rest is zeroes, never older ring contents.
+    let mut partly = publisher.loan(8).unwrap();
+    partly[0] = 9;
+    assert_eq!(partly.send().unwrap(), 2);
     let view = sub.recv_ref(WAIT).unwrap().expect("a message");
     assert_eq!((view.seq, view.data), (1, &b"hello world"[..]));
-    let (value, meta) = sub.recv_value::<Quote>(WAIT).unwrap().expect("a typed message");
-    assert_eq!((value, meta.seq), (quote, 2));
+    let next = sub.recv_timeout(WAIT).unwrap().expect("a message");
+    assert_eq!((next.seq, next.data), (2, vec![9, 0, 0, 0, 0, 0, 0, 0]));
+    let too_large = publisher.loan(1 << 30).unwrap_err();
+    assert!(matches!(too_large, Error::MessageTooLarge { len: 1073741824, limit } if limit < 1 << 30), "{too_large}");
+}
+
+#[test]
+fn typed_handles_carry_values_and_a_message_of_another_type_is_a_decode_error() {
+    // Two nodes publish the topic: one typed, one raw bytes that are no Quote.
+    let (typed_node, raw_node, sub_node) = (node(), node(), node());
+    let typed = typed_node.publisher("typed").typed::<Quote>().create().unwrap();
+    let raw = raw_node.publisher("typed").create().unwrap();
+    let mut quotes = sub_node
+        .subscriber("typed")
+        .start(Start::Earliest)
+        .connect(typed_node.local_addr())
+        .connect(raw_node.local_addr())
+        .typed::<Quote>()
+        .create()
+        .unwrap();
+    wait_subscribers(&typed, 1);
+    wait_subscribers(&raw, 1);
+    let quote = Quote { symbol: "RDMA".into(), price: 42.5, size: 7 };
+    assert_eq!(typed.publish(&quote).unwrap(), 1);
+    raw.publish(b"\xff not a quote").unwrap();
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    let deadline = Instant::now() + WAIT;
+    while good.is_empty() || bad.is_empty() {
+        assert!(Instant::now() < deadline, "good {good:?}, bad {bad:?}");
+        match quotes.recv_timeout(Duration::from_millis(50)) {
+            Ok(Some(m)) => good.push(m),
+            Ok(None) => {}
+            Err(e) => bad.push(e),
+        }
+    }
+    assert_eq!((good[0].seq, &good[0].data, good[0].publisher.id), (1, &quote, typed.id()));
+    assert!(
+        matches!(&bad[0], Error::Decode(d) if d.contains("message 1") && d.contains(&format!("{:016x}", raw.id()))),
+        "{}",
+        bad[0]
+    );
+    // The iterator yields a decode error and goes on.
+    raw.publish(b"junk").unwrap();
+    typed.publish(&quote).unwrap();
+    let items: Vec<_> = quotes.iter().take(2).collect();
+    assert_eq!(items.iter().filter(|i| matches!(i, Err(Error::Decode(_)))).count(), 1, "{items:?}");
+    assert!(items.iter().any(|i| i.as_ref().is_ok_and(|m| m.data == quote && m.seq == 2)), "{items:?}");
 }
 
 #[test]
 fn bad_private_data_is_rejected_with_a_reason_and_counted() {
     let pub_node = node();
-    let _publisher = pub_node.publisher("guarded").unwrap();
+    let _publisher = pub_node.publisher("guarded").create().unwrap();
     let config = FabricConfig { bind: bind_addr().ip(), ..FabricConfig::new(fabric_kind()) };
     let fabric = fabric::open(&config).unwrap();
     let pd = fabric.alloc_pd().unwrap();
@@ -649,7 +696,7 @@ fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
     let sub_node = node();
     for round in 0..40 {
         let topic = format!("orderly-{round}");
-        let publisher = pub_node.publisher(&topic).unwrap();
+        let publisher = pub_node.publisher(&topic).create().unwrap();
         let mut sub = sub_node
             .subscribe_with(&topic, SubscriptionOptions { busy_poll: true, auto_connect: false, ..Default::default() })
             .unwrap();
@@ -695,7 +742,7 @@ fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
 #[test]
 fn the_next_read_is_in_flight_while_a_message_is_delivered() {
     let (pub_node, sub_node) = (node(), node());
-    let publisher = pub_node.publisher("pipelined").expect("publisher");
+    let publisher = pub_node.publisher("pipelined").create().expect("publisher");
     // Two messages that one minimum-size READ (4 KiB) cannot hold together.
     for seq in 1..=2 {
         publisher.publish(&payload(seq, 3000)).expect("publish");
@@ -810,7 +857,7 @@ fn node_without_discovery() -> Node {
 fn a_subscriber_reads_through_the_path_its_node_chose_and_counts_it() {
     let pub_node = node_without_discovery();
     let sub_node = node_without_discovery();
-    let publisher = pub_node.publisher("path").unwrap();
+    let publisher = pub_node.publisher("path").create().unwrap();
     let mut sub = sub_node.subscribe_with("path", SubscriptionOptions::default()).unwrap();
     let info = sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
     assert_eq!(info.data_path, expected_data_path());
@@ -834,7 +881,7 @@ fn the_same_host_shorthand_wins_over_soft_options_called_after_it() {
         return; // a soft setting
     }
     let pub_node = node_without_discovery();
-    let publisher = pub_node.publisher("shorthand").unwrap();
+    let publisher = pub_node.publisher("shorthand").create().unwrap();
     let sub_node = Node::builder()
         .fabric(FabricKind::Soft)
         .bind(bind_addr())
@@ -853,7 +900,7 @@ fn the_same_host_shorthand_wins_over_soft_options_called_after_it() {
 fn receiving_with_nothing_to_receive_from_says_so_instead_of_waiting_forever() {
     let pub_node = node_without_discovery();
     let sub_node = node_without_discovery();
-    let _publisher = pub_node.publisher("somewhere").unwrap();
+    let _publisher = pub_node.publisher("somewhere").create().unwrap();
     // Never connected, and discovery is off: every receiving call says so at once.
     let mut sub = sub_node.subscribe("nowhere").unwrap();
     let started = Instant::now();
@@ -884,7 +931,7 @@ fn connecting_where_nothing_listens_is_an_unreachable_error() {
 fn iter_yields_results_ends_at_the_close_and_reports_other_errors() {
     let pub_node = node_without_discovery();
     let sub_node = node_without_discovery();
-    let publisher = pub_node.publisher("iterated").unwrap();
+    let publisher = pub_node.publisher("iterated").create().unwrap();
     let mut sub = subscribe(&sub_node, "iterated", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
     // Dropping the publisher (once the subscriber consumed everything) ends its stream: the
@@ -943,7 +990,7 @@ fn a_message_over_the_subscribers_limit_is_an_event_naming_both_sizes() {
 fn a_publisher_waits_for_its_subscribers_or_says_how_long_it_waited() {
     let pub_node = node_without_discovery();
     let sub_node = node_without_discovery();
-    let publisher = pub_node.publisher("awaited").unwrap();
+    let publisher = pub_node.publisher("awaited").create().unwrap();
     let none = publisher.wait_for_subscribers(1, Duration::from_millis(50));
     assert!(matches!(none, Err(Error::Timeout { millis: 50, .. })), "{none:?}");
     assert_eq!(publisher.wait_for_subscribers(0, Duration::ZERO).unwrap(), 0);

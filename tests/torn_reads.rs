@@ -226,21 +226,18 @@ fn overwritten_records_are_never_delivered_torn() {
         }
         let data = payload(published + 1);
         let torn_before = shared.torn.load(Ordering::Acquire);
-        published = publisher
-            .publish_with(data.len(), |claim| {
-                let half = data.len() / 2;
-                claim.write_at(half, &data[half..])?;
-                shared.target.store(claim.seq() + LAP - 1, Ordering::Release);
-                shared.round.store(round, Ordering::Release);
-                let hold = Instant::now() + HOLD;
-                while shared.torn.load(Ordering::Acquire) == torn_before && Instant::now() < hold && !failed() {
-                    thread::yield_now();
-                }
-                held_until_torn += u64::from(shared.torn.load(Ordering::Acquire) > torn_before);
-                claim.write_at(0, &data[..half])?;
-                Ok(())
-            })
-            .expect("an Overwrite publish never fails");
+        let mut loan = publisher.loan(data.len()).expect("an Overwrite loan never fails");
+        let half = data.len() / 2;
+        loan[half..].copy_from_slice(&data[half..]);
+        shared.target.store(loan.seq() + LAP - 1, Ordering::Release);
+        shared.round.store(round, Ordering::Release);
+        let hold = Instant::now() + HOLD;
+        while shared.torn.load(Ordering::Acquire) == torn_before && Instant::now() < hold && !failed() {
+            thread::yield_now();
+        }
+        held_until_torn += u64::from(shared.torn.load(Ordering::Acquire) > torn_before);
+        loan[..half].copy_from_slice(&data[..half]);
+        published = loan.send().expect("an Overwrite publish never fails");
         // Complete the lap: the subscriber's last READ of the round then ends exactly at the
         // end of the data area, so its next READ (next round) is of records, not of the
         // control block.

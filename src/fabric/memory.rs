@@ -208,6 +208,22 @@ impl RegisteredBuffer {
         // SAFETY: in bounds of the live allocation; the caller guarantees no concurrent writer.
         Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
     }
+
+    /// An exclusive slice over `[offset, offset + len)`, for writing in place (a ring record
+    /// claimed by its producer).
+    ///
+    /// # Safety
+    /// For as long as the slice lives, no other reference to the range exists and nothing else
+    /// in this process's Rust code reads or writes it: no posted work request targets it, the
+    /// region grants no remote write, and no other slice or atomic access of this buffer covers
+    /// it. (Reads that happen outside it, by the kernel, a device or another mapping, may see
+    /// any mix of old and new bytes.)
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, offset: usize, len: usize) -> Result<&mut [u8]> {
+        let ptr = self.raw_range(offset, len)?;
+        // SAFETY: in bounds of the live allocation; the caller guarantees exclusivity.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
 }
 
 /// Most iovecs one vectored call hands to the kernel.

@@ -12,6 +12,7 @@
 mod ack_clock;
 mod cm;
 pub mod discovery;
+mod message_type;
 mod pacing;
 mod publisher;
 mod spin_permit;
@@ -36,10 +37,11 @@ use crate::protocol::{ReplayGuard, Secret, TopicId};
 use crate::stats;
 
 pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
-pub use publisher::{Claim, Policy, Publisher, PublisherCounters, PublisherOptions};
+pub use message_type::MessageType;
+pub use publisher::{Loan, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherOptions};
 pub use subscription::{
-    Message, MessageRef, PublisherInfo, Start, Subscription, SubscriptionCounters, SubscriptionEvent,
-    SubscriptionOptions, MAX_EVENTS,
+    Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
+    SubscriptionEvent, SubscriptionOptions, MAX_EVENTS,
 };
 
 /// Identifies a node (random at start).
@@ -312,30 +314,36 @@ impl Node {
     pub fn discovery_counters(&self) -> &DiscoveryCounters {
         &self.shared.discovery.counters
     }
-    /// Creates the publisher of `topic` on this node, with default options.
-    pub fn publisher(&self, topic: &str) -> Result<Publisher> {
-        self.publisher_with(topic, PublisherOptions::default())
+    /// Starts configuring the publisher of `topic` on this node: set what differs from the
+    /// defaults, then [`create`](PublisherBuilder::create) it.
+    pub fn publisher(&self, topic: &str) -> PublisherBuilder<'_> {
+        PublisherBuilder::new(&self.shared, topic)
     }
-    /// Creates the publisher of `topic` on this node.
+    /// Starts configuring a subscription to `topic`: set what differs from the defaults, then
+    /// [`create`](SubscriberBuilder::create) it. With discovery on it connects by itself, in
+    /// the background, to every publisher of the topic as they are announced;
+    /// [`SubscriberBuilder::connect`] and [`Subscription::connect`] connect by address.
+    pub fn subscriber(&self, topic: &str) -> SubscriberBuilder<'_> {
+        SubscriberBuilder::new(&self.shared, topic)
+    }
+    /// Creates the publisher of `topic` with `options` (the builder's settings as one struct).
     ///
     /// # Errors
-    /// [`Error::InvalidTopic`], [`Error::InvalidOption`] (ring geometry, subscriber limit),
-    /// [`Error::AlreadyPublishing`] when this node publishes the topic already, and
-    /// [`Error::Fabric`] when the ring cannot be registered.
+    /// As [`PublisherBuilder::create`].
     pub fn publisher_with(&self, topic: &str, options: PublisherOptions) -> Result<Publisher> {
         Publisher::create(self.shared.clone(), topic, options)
     }
-    /// Creates a subscription to `topic` with default options. With discovery on it connects
-    /// by itself to every publisher of the topic as they are announced (see
-    /// [`SubscriptionOptions::auto_connect`]); [`Subscription::connect`] connects by address.
+    /// Creates a subscription to `topic` with default options.
+    ///
+    /// # Errors
+    /// As [`SubscriberBuilder::create`].
     pub fn subscribe(&self, topic: &str) -> Result<Subscription> {
         self.subscribe_with(topic, SubscriptionOptions::default())
     }
-    /// Creates a subscription to `topic`.
+    /// Creates a subscription to `topic` with `options` (the builder's settings as one struct).
     ///
     /// # Errors
-    /// [`Error::InvalidTopic`], [`Error::InvalidOption`] (the batch size), and
-    /// [`Error::Fabric`] when the completion queue cannot be created.
+    /// As [`SubscriberBuilder::create`].
     pub fn subscribe_with(&self, topic: &str, options: SubscriptionOptions) -> Result<Subscription> {
         Subscription::create(self.shared.clone(), topic, options)
     }

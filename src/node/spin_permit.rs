@@ -72,7 +72,7 @@ mod tests {
         use crate::{FabricKind, Node, Start, SubscriptionOptions};
         let node = || Node::builder().fabric(FabricKind::Soft).bind("127.0.0.1:0".parse().unwrap()).build().unwrap();
         let (pub_node, sub_node) = (node(), node());
-        let publisher = pub_node.publisher(topic).unwrap();
+        let publisher = pub_node.publisher(topic).create().unwrap();
         let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
         let mut sub = sub_node.subscribe_with(topic, options).unwrap();
         sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).unwrap();

@@ -37,16 +37,10 @@ pub enum RingError {
         /// The length given to `append`.
         len: u64,
     },
-    /// A write outside a claim.
-    #[error("write of [{offset}, +{len}) is outside the {claim_len}-byte claim")]
-    ClaimBounds {
-        /// Offset in the claim.
-        offset: usize,
-        /// Length written.
-        len: usize,
-        /// Length of the claim.
-        claim_len: usize,
-    },
+    /// A claim is outstanding (or the claim given is not the producer's current one): it must
+    /// be committed or abandoned first.
+    #[error("a claimed record is outstanding: commit or abandon it first")]
+    ClaimOutstanding,
     /// The control block read from the publisher is not a ring of this layout, or is not the
     /// ring this reader was set up for.
     #[error("bad ring control block: {0}")]

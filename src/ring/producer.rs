@@ -111,6 +111,8 @@ pub struct RingProducer {
     /// Every byte below this position may have been overwritten.
     floor: u64,
     in_progress: Option<InProgress>,
+    /// A claim is outstanding: nothing else is written until it is committed or abandoned.
+    claimed: bool,
 }
 
 impl RingProducer {
@@ -143,6 +145,7 @@ impl RingProducer {
             head_first: true,
             floor: start,
             in_progress: None,
+            claimed: false,
         };
         p.store(ctrl::VERSION, layout::LAYOUT_VERSION)?;
         p.store(ctrl::CAPACITY, config.capacity as u64)?;
@@ -253,6 +256,7 @@ impl RingProducer {
     /// returns [`Append::Blocked`]; if some fragments were written the message stays in
     /// progress and the next call must pass the same payload (it resumes where it stopped).
     pub fn append(&mut self, payload: &[u8], limit: u64) -> Result<Append, RingError> {
+        self.check_unclaimed()?;
         let total = payload.len() as u64;
         if total > u32::MAX as u64 {
             return Err(RingError::MessageTooLarge { len: total, max: u32::MAX as u64 });
@@ -296,9 +300,11 @@ impl RingProducer {
     }
 
     /// Reserves one record of `len` payload bytes (at most `max_record_payload`) for writing a
-    /// message in place. `None` when `limit` does not leave room now. Nothing is visible to
-    /// readers until [`Claim::commit`]; a dropped claim publishes nothing.
-    pub fn claim(&mut self, len: usize, limit: u64) -> Result<Option<Claim<'_>>, RingError> {
+    /// message in place, zeroed. `None` when `limit` does not leave room now. Nothing is
+    /// visible to readers until [`commit`](Self::commit); the claim must be committed or
+    /// [`abandon`](Self::abandon)ed, and until then the producer writes nothing else.
+    pub fn claim(&mut self, len: usize, limit: u64) -> Result<Option<Claim>, RingError> {
+        self.check_unclaimed()?;
         if len > self.max_record_payload {
             return Err(RingError::MessageTooLarge { len: len as u64, max: self.max_record_payload as u64 });
         }
@@ -306,7 +312,52 @@ impl RingProducer {
             return Err(RingError::MessageInProgress { seq: p.seq, in_progress_len: p.total_len, len: len as u64 });
         }
         let seq = self.tail_seq;
-        Ok(self.place(len, limit, seq, true)?.map(|start| Claim { producer: self, start, len }))
+        let Some(start) = self.place(len, limit, seq, true)? else { return Ok(None) };
+        let offset = layout::data_offset(start, self.capacity) + HEADER_LEN;
+        self.buf.check_range(offset, len)?;
+        self.claimed = true;
+        let mut claim = Claim { buf: self.buf.clone(), offset, start, len, seq };
+        claim.bytes_mut().fill(0);
+        Ok(Some(claim))
+    }
+
+    /// Publishes a claimed message; returns its sequence number.
+    pub fn commit(&mut self, claim: Claim) -> Result<u64, RingError> {
+        self.check_own(&claim)?;
+        self.claimed = false;
+        let mut h = RecordHeader {
+            position: claim.start,
+            seq: claim.seq,
+            len: claim.len as u32,
+            flags: FLAG_FIRST | FLAG_LAST,
+            reserved: 0,
+            total_len: claim.len as u32,
+            crc: 0,
+        };
+        h.crc = h.compute_crc(self.checksum, claim.bytes());
+        self.commit_record(&h, claim.seq + 1)?;
+        Ok(claim.seq)
+    }
+
+    /// Gives a claim up: nothing of it is published, and the producer writes again.
+    pub fn abandon(&mut self, claim: Claim) {
+        if Arc::ptr_eq(&claim.buf, &self.buf) {
+            self.claimed = false;
+        }
+    }
+
+    fn check_unclaimed(&self) -> Result<(), RingError> {
+        if self.claimed {
+            return Err(RingError::ClaimOutstanding);
+        }
+        Ok(())
+    }
+
+    fn check_own(&self, claim: &Claim) -> Result<(), RingError> {
+        if !self.claimed || !Arc::ptr_eq(&claim.buf, &self.buf) || claim.seq != self.tail_seq {
+            return Err(RingError::ClaimOutstanding);
+        }
+        Ok(())
     }
 
     /// Where the next record of `payload_len` bytes goes: its start and size.
@@ -426,15 +477,20 @@ impl RingProducer {
     }
 }
 
-/// A record reserved by [`RingProducer::claim`], written in place and then committed.
+/// A record reserved by [`RingProducer::claim`]: its payload bytes, written in place, then
+/// committed (or abandoned) through the producer.
 #[derive(Debug)]
-pub struct Claim<'a> {
-    producer: &'a mut RingProducer,
+pub struct Claim {
+    buf: Arc<RegisteredBuffer>,
+    /// Offset of the payload in the buffer.
+    offset: usize,
+    /// Position of the record.
     start: u64,
     len: usize,
+    seq: u64,
 }
 
-impl Claim<'_> {
+impl Claim {
     /// Payload length of the claim.
     pub fn len(&self) -> usize {
         self.len
@@ -447,44 +503,22 @@ impl Claim<'_> {
 
     /// Sequence number the message gets on commit.
     pub fn seq(&self) -> u64 {
-        self.producer.tail_seq
+        self.seq
     }
 
-    /// Writes `bytes` at `offset` in the payload. Bytes never written keep old ring contents.
-    pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<(), RingError> {
-        if offset.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
-            return Err(RingError::ClaimBounds { offset, len: bytes.len(), claim_len: self.len });
-        }
-        let base = layout::data_offset(self.start, self.producer.capacity) + HEADER_LEN;
-        self.producer.buf.write(base + offset, bytes)?;
-        Ok(())
+    /// The payload, as written so far (zeroes where nothing was written).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the range was bounds-checked when the claim was made. While the claim lives,
+        // the producer writes nothing (`claimed`), so the only writer is this claim's owner,
+        // through `bytes_mut`, which needs `&mut self`. Readers of the ring reach these bytes only
+        // outside this process's Rust code (the kernel sending them, a same-host peer's own
+        // mapping, a NIC's DMA) and discard what they read before the commit (record checksum).
+        unsafe { self.buf.slice(self.offset, self.len) }.unwrap_or(&[])
     }
 
-    /// Publishes the message; returns its sequence number.
-    pub fn commit(self) -> Result<u64, RingError> {
-        let p = self.producer;
-        let seq = p.tail_seq;
-        let mut h = RecordHeader {
-            position: self.start,
-            seq,
-            len: self.len as u32,
-            flags: FLAG_FIRST | FLAG_LAST,
-            reserved: 0,
-            total_len: self.len as u32,
-            crc: 0,
-        };
-        let base = layout::data_offset(self.start, p.capacity) + HEADER_LEN;
-        let mut crc = h.crc_start(p.checksum);
-        let mut chunk = [0u8; 4096];
-        let mut done = 0;
-        while done < self.len {
-            let n = (self.len - done).min(chunk.len());
-            p.buf.read(base + done, &mut chunk[..n])?;
-            crc.update(&chunk[..n]);
-            done += n;
-        }
-        h.crc = crc.finish();
-        p.commit_record(&h, seq + 1)?;
-        Ok(seq)
+    /// The payload, to write in place (zero copy).
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; `&mut self` makes this the only reference to the range.
+        unsafe { self.buf.slice_mut(self.offset, self.len) }.unwrap_or(&mut [])
     }
 }

@@ -258,16 +258,24 @@ fn claim_writes_in_place() {
     let (buf, mut prod) = ring(CAP);
     let mut reader = reader_at(&prod, prod.latest());
     let want = payload(1, 300);
+    // Old contents where the claim lands are not lent out: a claim starts zeroed.
+    let (_, mut dirty) = ring(CAP);
+    dirty.append(&[0xee; 300], NO_LIMIT).unwrap();
+    let lap = dirty.claim(300, NO_LIMIT).unwrap().unwrap();
+    assert!(lap.bytes().iter().all(|&b| b == 0));
+    dirty.abandon(lap);
+
     let mut c = prod.claim(300, NO_LIMIT).unwrap().unwrap();
     assert_eq!((c.len(), c.seq()), (300, 1));
-    c.write_at(100, &want[100..]).unwrap();
-    c.write_at(0, &want[..100]).unwrap();
-    assert!(matches!(c.write_at(299, &[0, 0]), Err(RingError::ClaimBounds { .. })));
-    assert_eq!(c.commit().unwrap(), 1);
-    // A dropped claim publishes nothing.
-    {
-        let _abandoned = prod.claim(10, NO_LIMIT).unwrap().unwrap();
-    }
+    c.bytes_mut()[100..].copy_from_slice(&want[100..]);
+    c.bytes_mut()[..100].copy_from_slice(&want[..100]);
+    // Nothing else is written while a claim is outstanding.
+    assert!(matches!(prod.append(b"x", NO_LIMIT), Err(RingError::ClaimOutstanding)));
+    assert!(matches!(prod.claim(1, NO_LIMIT), Err(RingError::ClaimOutstanding)));
+    assert_eq!(prod.commit(c).unwrap(), 1);
+    // An abandoned claim publishes nothing, and the producer writes again.
+    let abandoned = prod.claim(10, NO_LIMIT).unwrap().unwrap();
+    prod.abandon(abandoned);
     assert_eq!(prod.tail_seq(), 2);
     assert!(prod.claim(prod.max_record_payload() + 1, NO_LIMIT).is_err());
     assert!(prod.claim(100, prod.tail() + 64).unwrap().is_none(), "the limit applies");

@@ -11,12 +11,15 @@
 //! commit without blocking (`control.rs`).
 
 mod accept;
+mod builder;
 mod control;
 mod credit;
 mod liveness;
+mod loan;
 mod publish;
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -24,19 +27,19 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use slab::Slab;
 
-pub use crate::ring::Claim;
-
 use crate::error::{Error, Result};
 use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QueuePair, RemoteAddr, SharedReceiveQueue};
 use crate::protocol::{Control, Policy as WirePolicy, Secret, TopicId};
 use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
 
 use super::ack_clock::AckClock;
-use super::{check_topic, NodeShared};
+use super::{check_topic, MessageType, NodeShared};
 use credit::Deadline;
 use liveness::{Liveness, SENDS_PER_SUBSCRIBER};
 
 pub(crate) use accept::{handle_connect_request, publisher_id};
+pub use builder::PublisherBuilder;
+pub use loan::Loan;
 
 /// What a publisher does when a subscriber falls behind by a whole ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,32 +280,36 @@ pub(crate) struct PublisherShared {
     _ring: MemoryRegion,
 }
 
-/// Publishes messages on one topic. `Send + Sync`: share it between threads with an `Arc`.
+/// Publishes messages of type `T` on one topic: raw bytes (`Publisher`, that is
+/// `Publisher<[u8]>`) or a serde type (`Publisher<Quote>`, from
+/// [`PublisherBuilder::typed`](crate::PublisherBuilder::typed)). `Send + Sync`: share it
+/// between threads with an `Arc`.
 ///
 /// ```
 /// use std::time::Duration;
-/// use rdma_pubsub::{DiscoveryOptions, Node, Policy, PublisherOptions};
+/// use rdma_pubsub::{DiscoveryOptions, Node, Policy};
 ///
 /// let node = Node::builder().discovery(DiscoveryOptions::disabled()).build()?;
-/// let options = PublisherOptions { policy: Policy::Block { timeout: Duration::from_secs(1) }, ..Default::default() };
-/// let publisher = node.publisher_with("doc-publisher", options)?;
+/// let publisher = node.publisher("doc-publisher").policy(Policy::Block { timeout: Duration::from_secs(1) }).create()?;
 /// // With no subscriber connected nothing holds the ring back.
 /// assert_eq!(publisher.publish(b"first")?, 1);
-/// assert_eq!(publisher.publish_value(&("second", 2u32))?, 2);
+/// let typed = node.publisher("doc-typed").typed::<(String, u32)>().create()?;
+/// assert_eq!(typed.publish(&("second".into(), 2))?, 1);
 /// # Ok::<(), rdma_pubsub::Error>(())
 /// ```
-pub struct Publisher {
+pub struct Publisher<T: ?Sized + MessageType = [u8]> {
     shared: Arc<PublisherShared>,
+    _type: PhantomData<fn(&T)>,
 }
 
-impl std::fmt::Debug for Publisher {
+impl<T: ?Sized + MessageType> std::fmt::Debug for Publisher<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Publisher").field("topic", &self.shared.topic).field("id", &self.shared.id).finish()
     }
 }
 
-impl Publisher {
-    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: PublisherOptions) -> Result<Publisher> {
+impl<T: ?Sized + MessageType> Publisher<T> {
+    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: PublisherOptions) -> Result<Publisher<T>> {
         check_topic(topic)?;
         if options.max_subscribers == 0 || options.max_subscribers > 4096 {
             return Err(Error::InvalidOption { option: "max_subscribers", detail: "must be in 1..=4096".into() });
@@ -374,7 +381,7 @@ impl Publisher {
         }
         node.stats.add_publisher(topic, shared.id, &shared.counters);
         node.discovery.publisher_added(topic, topic_id);
-        Ok(Publisher { shared })
+        Ok(Publisher { shared, _type: PhantomData })
     }
 
     /// The topic.
@@ -424,7 +431,7 @@ impl Publisher {
     }
 }
 
-impl Drop for Publisher {
+impl<T: ?Sized + MessageType> Drop for Publisher<T> {
     fn drop(&mut self) {
         self.shared.close();
     }

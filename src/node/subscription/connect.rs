@@ -11,6 +11,7 @@ use crate::node::cm::FeedEvent;
 use crate::node::discovery::watch::Lost;
 use crate::node::discovery::LostReason;
 use crate::node::pacing::ReadPacer;
+use crate::node::MessageType;
 use crate::node::SLICE;
 use crate::protocol::{AcceptData, RejectCode, RejectData};
 use crate::ring::{RingError, RingReader, CONTROL_READ_LEN, PROBE_LEN};
@@ -19,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-impl Subscription {
+impl<T: ?Sized + MessageType> Subscription<T> {
     /// Starts connecting to the publisher of this topic on the node at `addr` (nothing to do
     /// when a connection to `addr` is open or opening, e.g. made by discovery). The outcome
     /// arrives as a [`SubscriptionEvent`] (see [`try_event`](Self::try_event)) while receiving,

@@ -5,13 +5,13 @@
 use super::{Message, MessageRef, Payload, Subscription, SubscriptionEvent, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
 use crate::error::{Error, Result};
 use crate::fabric::WorkCompletion;
+use crate::node::MessageType;
 use crate::node::SLICE;
 use crossbeam::channel;
-use serde::de::DeserializeOwned;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-impl Subscription {
+impl<T: ?Sized + MessageType> Subscription<T> {
     /// The next event about this subscription's connections, if any.
     pub fn try_event(&mut self) -> Option<SubscriptionEvent> {
         self.drain_feed_events();
@@ -21,11 +21,15 @@ impl Subscription {
 
     /// Waits for the next message (until every publisher has gone: then [`Error::Closed`]).
     ///
+    /// A typed subscription decodes each message; one that is not a `T` is an
+    /// [`Error::Decode`] naming its publisher and sequence, and the next call goes on with the
+    /// next message.
+    ///
     /// # Errors
     /// [`Error::Closed`] when every publisher it was connected to has gone;
     /// [`Error::NotConnected`] when it has no publisher and discovery is off; [`Error::Fabric`]
     /// when its completion queue fails.
-    pub fn recv(&mut self) -> Result<Message> {
+    pub fn recv(&mut self) -> Result<Message<T::Owned>> {
         loop {
             if let Some(m) = self.recv_timeout(Duration::MAX)? {
                 return Ok(m);
@@ -37,18 +41,81 @@ impl Subscription {
     ///
     /// # Errors
     /// As [`recv`](Self::recv).
-    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Message>> {
-        Ok(self.ready_within(Some(timeout))?.map(|key| self.take_owned(key)))
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Message<T::Owned>>> {
+        self.ready_within(Some(timeout))?.map(|key| self.take(key)).transpose()
     }
 
     /// Returns a message that has already arrived, making progress without blocking.
     ///
     /// # Errors
     /// As [`recv`](Self::recv).
-    pub fn try_recv(&mut self) -> Result<Option<Message>> {
-        Ok(self.ready_within(None)?.map(|key| self.take_owned(key)))
+    pub fn try_recv(&mut self) -> Result<Option<Message<T::Owned>>> {
+        self.ready_within(None)?.map(|key| self.take(key)).transpose()
     }
 
+    /// An iterator over messages. It ends when the subscription closes (every publisher it
+    /// was connected to has gone, [`Error::Closed`]); a message that does not decode
+    /// ([`Error::Decode`]) is yielded as that error and the iteration goes on; any other error
+    /// is yielded once, then it ends.
+    pub fn iter(&mut self) -> impl Iterator<Item = Result<Message<T::Owned>>> + '_ {
+        let mut ended = false;
+        std::iter::from_fn(move || {
+            if ended {
+                return None;
+            }
+            match self.recv() {
+                Ok(m) => Some(Ok(m)),
+                Err(Error::Closed(_)) => {
+                    ended = true;
+                    None
+                }
+                Err(e @ Error::Decode(_)) => Some(Err(e)),
+                Err(e) => {
+                    ended = true;
+                    Some(Err(e))
+                }
+            }
+        })
+    }
+
+    /// The key of a feed with a message ready: at once when one was parsed already (no clock
+    /// read, no housekeeping), else after running the feeds for up to `timeout` (`None`: one
+    /// pass that does not block).
+    fn ready_within(&mut self, timeout: Option<Duration>) -> Result<Option<usize>> {
+        if let Some(key) = self.pick_ready() {
+            return Ok(Some(key));
+        }
+        self.next_ready(timeout.map(crate::time::deadline_after))
+    }
+
+    /// Takes the next message of feed `key`, decoded as a `T`.
+    pub(super) fn take(&mut self, key: usize) -> Result<Message<T::Owned>> {
+        let feed = self.feeds[key].active.as_mut().expect("a ready feed is active");
+        let ready = feed.ready.pop_front().expect("a ready feed has a message");
+        let (publisher, seq) = (feed.info, ready.seq);
+        let (data, len) = match ready.payload {
+            Payload::Slice { buf, offset, len } => {
+                feed.pending[buf] -= 1;
+                (T::decode(&feed.landings[buf].bytes()[offset..offset + len]), len)
+            }
+            Payload::Owned(v) => {
+                let len = v.len();
+                (T::decode_vec(v), len)
+            }
+        };
+        self.counters.count_delivery(len);
+        let data = data.map_err(|e| match e {
+            Error::Decode(detail) => Error::Decode(format!(
+                "message {seq} of publisher {:016x} at {}: {detail}",
+                publisher.id, publisher.addr
+            )),
+            e => e,
+        })?;
+        Ok(Message { publisher, seq, data })
+    }
+}
+
+impl Subscription<[u8]> {
     /// Waits up to `timeout` for the next message and lends it without copying: the payload
     /// stays in the READ buffer it arrived in (reassembled messages in a buffer of the
     /// subscription) until the next call.
@@ -59,7 +126,7 @@ impl Subscription {
     ///
     /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
     /// let (a, b) = (without_discovery()?, without_discovery()?);
-    /// let publisher = a.publisher("doc-zero-copy")?;
+    /// let publisher = a.publisher("doc-zero-copy").create()?;
     /// let mut sub = b.subscribe("doc-zero-copy")?;
     /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
     /// publisher.publish(b"borrowed")?;
@@ -88,65 +155,9 @@ impl Subscription {
         counters.count_delivery(data.len());
         Ok(Some(MessageRef { publisher: feed.info, seq: ready.seq, data }))
     }
+}
 
-    /// Waits up to `timeout` for the next message and deserializes it (bincode 2, serde).
-    ///
-    /// # Errors
-    /// [`Error::Decode`] when the message is not a `T`; otherwise as [`recv`](Self::recv).
-    pub fn recv_value<T: DeserializeOwned>(&mut self, timeout: Duration) -> Result<Option<(T, Message)>> {
-        let Some(m) = self.recv_timeout(timeout)? else { return Ok(None) };
-        let (value, _) = bincode::serde::decode_from_slice(&m.data, bincode::config::standard())
-            .map_err(|e| Error::Decode(e.to_string()))?;
-        Ok(Some((value, m)))
-    }
-
-    /// An iterator over messages, each `Ok`. It ends when the subscription closes (every
-    /// publisher it was connected to has gone, [`Error::Closed`]); any other error is yielded
-    /// once, then it ends.
-    pub fn iter(&mut self) -> impl Iterator<Item = Result<Message>> + '_ {
-        let mut ended = false;
-        std::iter::from_fn(move || {
-            if ended {
-                return None;
-            }
-            match self.recv() {
-                Ok(m) => Some(Ok(m)),
-                Err(Error::Closed(_)) => {
-                    ended = true;
-                    None
-                }
-                Err(e) => {
-                    ended = true;
-                    Some(Err(e))
-                }
-            }
-        })
-    }
-
-    /// The key of a feed with a message ready: at once when one was parsed already (no clock
-    /// read, no housekeeping), else after running the feeds for up to `timeout` (`None`: one
-    /// pass that does not block).
-    fn ready_within(&mut self, timeout: Option<Duration>) -> Result<Option<usize>> {
-        if let Some(key) = self.pick_ready() {
-            return Ok(Some(key));
-        }
-        self.next_ready(timeout.map(crate::time::deadline_after))
-    }
-
-    pub(super) fn take_owned(&mut self, key: usize) -> Message {
-        let feed = self.feeds[key].active.as_mut().expect("a ready feed is active");
-        let ready = feed.ready.pop_front().expect("a ready feed has a message");
-        let data = match ready.payload {
-            Payload::Slice { buf, offset, len } => {
-                feed.pending[buf] -= 1;
-                feed.landings[buf].bytes()[offset..offset + len].to_vec()
-            }
-            Payload::Owned(v) => v,
-        };
-        self.counters.count_delivery(data.len());
-        Message { publisher: feed.info, seq: ready.seq, data }
-    }
-
+impl<T: ?Sized + MessageType> Subscription<T> {
     /// Runs the feeds until one has a message ready and returns its key; `None` when the
     /// deadline passes (with no deadline: after one pass that does not block).
     pub(super) fn next_ready(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {

@@ -10,6 +10,7 @@
 //! retained message and skips what was delivered.
 
 use std::collections::{HashMap, VecDeque};
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -27,11 +28,13 @@ use crate::ring::{ReadPlan, RingReader};
 use super::cm::FeedEvent;
 use super::discovery::{LostReason, Sighting};
 use super::pacing::ReadPacer;
-use super::{check_topic, NodeId, NodeShared};
+use super::{check_topic, MessageType, NodeId, NodeShared};
+pub use builder::SubscriberBuilder;
 pub(crate) use connector::{run_all as run_connectors, Connector, OpenedFeed};
 use events::EventQueue;
 pub use events::MAX_EVENTS;
 
+mod builder;
 mod connect;
 mod connector;
 mod deliver;
@@ -112,15 +115,16 @@ pub struct PublisherInfo {
     pub data_path: DataPath,
 }
 
-/// A delivered message (owned).
+/// A delivered message: its payload `data` (raw bytes, `Vec<u8>`, by default; the decoded
+/// value on a typed subscription) and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
+pub struct Message<D = Vec<u8>> {
     /// Who published it.
     pub publisher: PublisherInfo,
     /// Its sequence number in that publisher's stream (1, 2, ...).
     pub seq: u64,
     /// The payload.
-    pub data: Vec<u8>,
+    pub data: D,
 }
 
 /// A delivered message borrowed from the subscription's READ buffer (zero copy). Valid until
@@ -466,7 +470,7 @@ impl ActiveFeed {
 ///
 /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
 /// let (a, b) = (without_discovery()?, without_discovery()?);
-/// let publisher = a.publisher("doc-subscription")?;
+/// let publisher = a.publisher("doc-subscription").create()?;
 /// let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
 /// let mut sub = b.subscribe_with("doc-subscription", options)?;
 /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
@@ -475,7 +479,8 @@ impl ActiveFeed {
 /// assert_eq!((m.seq, m.data.as_slice()), (1, &b"hello"[..]));
 /// # Ok::<(), rdma_pubsub::Error>(())
 /// ```
-pub struct Subscription {
+pub struct Subscription<T: ?Sized + MessageType = [u8]> {
+    _type: PhantomData<fn() -> Box<T>>,
     node: Arc<NodeShared>,
     topic: String,
     topic_id: TopicId,
@@ -501,14 +506,14 @@ pub struct Subscription {
     delivered: HashMap<(u64, u64), u64>,
 }
 
-impl std::fmt::Debug for Subscription {
+impl<T: ?Sized + MessageType> std::fmt::Debug for Subscription<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscription").field("topic", &self.topic).field("feeds", &self.feeds.len()).finish()
     }
 }
 
-impl Subscription {
-    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: SubscriptionOptions) -> Result<Subscription> {
+impl<T: ?Sized + MessageType> Subscription<T> {
+    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: SubscriptionOptions) -> Result<Subscription<T>> {
         check_topic(topic)?;
         if options.batch < 4096 || options.batch > 64 << 20 {
             return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
@@ -522,6 +527,7 @@ impl Subscription {
         let connector = Connector::new(&node, topic, topic_id, &options, cq.clone(), events_tx);
         let sightings = connector.sightings();
         Ok(Subscription {
+            _type: PhantomData,
             topic: topic.to_owned(),
             topic_id,
             node,
@@ -559,7 +565,7 @@ impl Subscription {
     }
 }
 
-impl Drop for Subscription {
+impl<T: ?Sized + MessageType> Drop for Subscription<T> {
     fn drop(&mut self) {
         self.connector.close(&self.node);
         // Connections opened and not taken yet are closed with the rest.

@@ -11,12 +11,13 @@ use crate::fabric::{
     MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus,
     WorkCompletion,
 };
+use crate::node::MessageType;
 use crate::protocol::{Control, Policy as WirePolicy};
 use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-impl Subscription {
+impl<T: ?Sized + MessageType> Subscription<T> {
     /// Posts the READs, acks and doorbell requests each feed needs now.
     pub(super) fn housekeeping(&mut self) {
         let now = Instant::now();

@@ -1,0 +1,130 @@
+//! Zero-copy publishing: a [`Loan`] is a message's bytes in the ring itself, written by the
+//! application (serialized straight into it, say) and then sent.
+//!
+//! A loan holds the publisher for its lifetime: the state lock (and, when it had to wait for
+//! room, the publishing turn), so no other message interleaves with it. Keep it short-lived,
+//! as a lock guard: accepts of new subscribers and other publishing threads wait meanwhile.
+
+use std::ops::{Deref, DerefMut};
+
+use parking_lot::MutexGuard;
+
+use super::credit::{Deadline, Turn};
+use super::{PubState, Publisher, PublisherShared};
+use crate::error::{Error, Result};
+use crate::node::MessageType;
+use crate::ring::Claim;
+
+/// A message being written in place in the publisher's ring: `len` bytes, zeroed when the loan
+/// is made, to fill through `&mut [u8]` and [`send`](Loan::send). Dropped without `send`,
+/// nothing is published.
+///
+/// ```
+/// use rdma_pubsub::{DiscoveryOptions, Node};
+///
+/// let node = Node::builder().discovery(DiscoveryOptions::disabled()).build()?;
+/// let publisher = node.publisher("doc-loan").create()?;
+/// let mut loan = publisher.loan(16)?;
+/// loan[..8].copy_from_slice(&7u64.to_le_bytes());
+/// loan[8..].copy_from_slice(&42u64.to_le_bytes());
+/// assert_eq!(loan.send()?, 1);
+/// # Ok::<(), rdma_pubsub::Error>(())
+/// ```
+pub struct Loan<'a> {
+    shared: &'a PublisherShared,
+    /// Declared before `turn`: the lock is released before the turn is given back.
+    state: MutexGuard<'a, PubState>,
+    claim: Option<Claim>,
+    turn: Option<Turn<'a>>,
+}
+
+impl std::fmt::Debug for Loan<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (len, seq) = self.claim.as_ref().map_or((0, 0), |c| (c.len(), c.seq()));
+        f.debug_struct("Loan").field("len", &len).field("seq", &seq).finish()
+    }
+}
+
+impl<T: ?Sized + MessageType> Publisher<T> {
+    /// Lends `len` bytes of the ring (at most one ring record) for the next message, zeroed:
+    /// write them through the loan (`&mut [u8]`) and [`send`](Loan::send) it. Under
+    /// [`Policy::Block`](crate::Policy::Block) it first waits for room, up to the timeout.
+    ///
+    /// # Errors
+    /// [`Error::MessageTooLarge`] when `len` exceeds one ring record (publish such messages
+    /// with [`publish`](Self::publish), which fragments them); [`Error::Timeout`] when a Block
+    /// publisher waited its whole timeout for room.
+    pub fn loan(&self, len: usize) -> Result<Loan<'_>> {
+        let shared = &*self.shared;
+        if len > shared.max_record_payload {
+            return Err(Error::MessageTooLarge { len: len as u64, limit: shared.max_record_payload as u64 });
+        }
+        let st = shared.state.lock();
+        if st.may_publish_now() && st.producer.needed_limit(len) <= st.limit {
+            return Loan::new(shared, st, None, len);
+        }
+        let deadline = Deadline::publish(shared.options.policy);
+        let (turn, st) = shared.take_turn(st, deadline)?;
+        match shared.finish_unfinished(st, deadline).and_then(|st| shared.wait_for_room(st, len, deadline)) {
+            Ok(st) => Loan::new(shared, st, Some(turn), len),
+            Err(e) => {
+                drop(turn);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl<'a> Loan<'a> {
+    /// Claims the record (room was checked under `state`).
+    fn new(
+        shared: &'a PublisherShared,
+        mut state: MutexGuard<'a, PubState>,
+        turn: Option<Turn<'a>>,
+        len: usize,
+    ) -> Result<Loan<'a>> {
+        let limit = state.limit;
+        let claim = state.producer.claim(len, limit)?.ok_or(Error::Closed("the ring has no room"))?;
+        Ok(Loan { shared, state, claim: Some(claim), turn })
+    }
+
+    /// The message's sequence number once sent.
+    pub fn seq(&self) -> u64 {
+        self.claim.as_ref().map_or(0, Claim::seq)
+    }
+
+    /// Publishes the message; returns its sequence number.
+    ///
+    /// # Errors
+    /// [`Error::Ring`] if the ring's memory cannot be written (never on a live publisher).
+    pub fn send(mut self) -> Result<u64> {
+        let claim = self.claim.take().expect("a loan holds its claim until sent");
+        let len = claim.len();
+        let seq = self.state.producer.commit(claim)?;
+        self.shared.after_commit(&mut self.state, len);
+        Ok(seq)
+    }
+}
+
+impl Deref for Loan<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.claim.as_ref().map_or(&[], Claim::bytes)
+    }
+}
+
+impl DerefMut for Loan<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.claim.as_mut().map_or(&mut [], Claim::bytes_mut)
+    }
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        if let Some(claim) = self.claim.take() {
+            self.state.producer.abandon(claim);
+        }
+        // `state` is released, then `turn` given back (field order).
+        let _ = &self.turn;
+    }
+}

@@ -1,0 +1,140 @@
+//! [`SubscriberBuilder`]: `node.subscriber("t").start(..).create()`.
+
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Start, Subscription, SubscriptionOptions};
+use crate::error::Result;
+use crate::node::{MessageType, NodeShared};
+use crate::protocol::Secret;
+
+/// Configures and creates a [`Subscription`] to one topic; from
+/// [`Node::subscriber`](crate::Node::subscriber).
+///
+/// ```
+/// use std::time::Duration;
+/// use rdma_pubsub::{DiscoveryOptions, Node, Start};
+///
+/// #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+/// struct Quote { symbol: String, price: f64 }
+///
+/// let node = Node::builder().discovery(DiscoveryOptions::disabled()).build()?;
+/// let publisher = node.publisher("doc-quotes").typed::<Quote>().create()?;
+/// let mut quotes = node
+///     .subscriber("doc-quotes")
+///     .start(Start::Earliest)
+///     .connect(node.local_addr())
+///     .typed::<Quote>()
+///     .create()?;
+/// publisher.publish(&Quote { symbol: "ABC".into(), price: 1.5 })?;
+/// let m = quotes.recv_timeout(Duration::from_secs(10))?.expect("a quote within 10 s");
+/// assert_eq!(m.data, Quote { symbol: "ABC".into(), price: 1.5 });
+/// # Ok::<(), rdma_pubsub::Error>(())
+/// ```
+#[must_use = "a builder does nothing until `create` is called"]
+pub struct SubscriberBuilder<'n, T: ?Sized + MessageType = [u8]> {
+    node: &'n Arc<NodeShared>,
+    topic: String,
+    options: SubscriptionOptions,
+    /// Publishers' nodes to connect to at creation.
+    connect: Vec<SocketAddr>,
+    _type: PhantomData<fn() -> Box<T>>,
+}
+
+impl<T: ?Sized + MessageType> std::fmt::Debug for SubscriberBuilder<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubscriberBuilder")
+            .field("topic", &self.topic)
+            .field("options", &self.options)
+            .field("connect", &self.connect)
+            .finish()
+    }
+}
+
+impl<'n> SubscriberBuilder<'n> {
+    pub(crate) fn new(node: &'n Arc<NodeShared>, topic: &str) -> Self {
+        SubscriberBuilder {
+            node,
+            topic: topic.to_owned(),
+            options: SubscriptionOptions::default(),
+            connect: Vec::new(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
+    /// Receives values of `U` (any `Serialize + DeserializeOwned` type) instead of raw bytes.
+    pub fn typed<U: ?Sized + MessageType>(self) -> SubscriberBuilder<'n, U> {
+        let SubscriberBuilder { node, topic, options, connect, .. } = self;
+        SubscriberBuilder { node, topic, options, connect, _type: PhantomData }
+    }
+    /// Where the subscription starts in each publisher's stream (default [`Start::Latest`]).
+    pub fn start(mut self, start: Start) -> Self {
+        self.options.start = start;
+        self
+    }
+    /// Bytes one READ brings at most, 4 KiB to 64 MiB (default 256 KiB).
+    pub fn batch(mut self, bytes: usize) -> Self {
+        self.options.batch = bytes;
+        self
+    }
+    /// Never park: keep READing while idle (lowest latency, one busy core; default off).
+    pub fn busy_poll(mut self, on: bool) -> Self {
+        self.options.busy_poll = on;
+        self
+    }
+    /// How long empty READs continue before the subscription asks for a doorbell and parks
+    /// (default 200 µs).
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.options.spin = spin;
+        self
+    }
+    /// Largest message reassembled (default 64 MiB): a publisher that sends a larger one is
+    /// not read further ([`SubscriptionEvent::MessageTooLarge`](crate::SubscriptionEvent::MessageTooLarge)).
+    pub fn max_message_len(mut self, bytes: u64) -> Self {
+        self.options.max_message_len = bytes;
+        self
+    }
+    /// Largest record payload the subscription READs (default 16 MiB): a publisher that
+    /// advertises larger records is not read, so READ buffers never grow past it.
+    pub fn max_record_payload(mut self, bytes: usize) -> Self {
+        self.options.max_record_payload = bytes;
+        self
+    }
+    /// The topic's credential, proven (never sent) to publishers that require one.
+    pub fn credential(mut self, secret: Secret) -> Self {
+        self.options.credential = Some(secret);
+        self
+    }
+    /// Whether to connect by itself, in the background, to every publisher of the topic that
+    /// discovery announces, and to reconnect to those that come back (default on; no effect
+    /// when the node's discovery is off).
+    pub fn auto_connect(mut self, on: bool) -> Self {
+        self.options.auto_connect = on;
+        self
+    }
+    /// Also connects to the publisher of the topic on the node at `addr` (without discovery,
+    /// the way to reach one); the outcome arrives as a
+    /// [`SubscriptionEvent`](crate::SubscriptionEvent). May be called several times.
+    pub fn connect(mut self, addr: SocketAddr) -> Self {
+        self.connect.push(addr);
+        self
+    }
+    /// Creates the subscription and starts connecting.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTopic`](crate::Error::InvalidTopic),
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) (the batch size), and
+    /// [`Error::Fabric`](crate::Error::Fabric) when the completion queue or a connection
+    /// cannot be created.
+    pub fn create(self) -> Result<Subscription<T>> {
+        let mut subscription = Subscription::create(self.node.clone(), &self.topic, self.options)?;
+        for addr in self.connect {
+            subscription.connect(addr)?;
+        }
+        Ok(subscription)
+    }
+}
