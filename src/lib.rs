@@ -40,7 +40,7 @@ pub use node::{
     PeerInfo, Policy, Publisher, PublisherCounters, PublisherInfo, PublisherOptions, Start, Subscription,
     SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
 };
-pub use protocol::{DropReason, RejectCode, Secret};
+pub use protocol::{DropReason, PolicyKind, RejectCode, Secret};
 pub use ring::Checksum;
 
 /// The README's usage example, compiled and run as a doc test so that it stays true.

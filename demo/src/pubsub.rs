@@ -10,9 +10,9 @@ use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::protocol::Policy as WirePolicy;
 use rdma_pubsub::{
-    DiscoveryOptions, PublisherInfo, PublisherOptions, Start, Subscription, SubscriptionEvent, SubscriptionOptions,
+    DiscoveryOptions, PolicyKind, PublisherInfo, PublisherOptions, Start, Subscription, SubscriptionEvent,
+    SubscriptionOptions,
 };
 
 use crate::cli::{checksum_name, PubArgs, SubArgs};
@@ -275,7 +275,7 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
     }
     let secs = start.elapsed().as_secs_f64();
     let unexplained = t.missing.saturating_sub(t.lost);
-    let lossless = info.policy == WirePolicy::Block;
+    let lossless = info.policy == PolicyKind::Block;
     let short = args.count.is_some_and(|c| t.delivered < c);
     let incomplete = t.streams.values().any(|s| s.ended.is_some_and(|(final_seq, _)| s.next <= final_seq));
     let unfinished = t.streams.values().any(|s| s.ended.is_none()) && args.count.is_none();

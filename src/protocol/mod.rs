@@ -25,8 +25,10 @@ pub use announce::{
     SEALED_HEADER_LEN, SEAL_OVERHEAD,
 };
 pub use auth::{Secret, MAC_LEN, MAX_SECRET_LEN, MIN_SECRET_LEN};
+/// The former name of [`PolicyKind`], still imported by `node/subscription/pull.rs`.
+pub(crate) use connect::PolicyKind as Policy;
 pub use connect::{
-    AcceptData, ConnectData, ConnectFlags, Policy, PolicySet, RejectCode, RejectData, StartAt, MAX_REJECT_DETAIL,
+    AcceptData, ConnectData, ConnectFlags, PolicyKind, PolicySet, RejectCode, RejectData, StartAt, MAX_REJECT_DETAIL,
 };
 pub use control::{Control, DropReason, CONTROL_MSG_MAX};
 pub(crate) use credential::{wall_clock_ms, ReplayGuard};
