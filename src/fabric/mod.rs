@@ -9,13 +9,13 @@
 //! - `verbs` (cargo feature `verbs`): libibverbs and librdmacm.
 //!
 //! Callers use the handles re-exported here ([`Fabric`], [`ProtectionDomain`], ...). Each
-//! provider implements the traits of [`provider`]; the handles check arguments (private-data
-//! sizes, bounds, MTU) the same way for every provider.
+//! provider implements the traits of the internal module `provider`; the handles check
+//! arguments (private-data sizes, bounds, MTU) the same way for every provider.
 
 pub mod error;
 mod handles;
-pub mod memory;
-pub mod provider;
+internal! { pub mod memory; }
+internal! { pub mod provider; }
 mod read_buffer;
 pub mod soft;
 pub mod types;

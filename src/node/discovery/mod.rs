@@ -1,7 +1,7 @@
 //! Discovery: nodes find each other's publishers by themselves.
 //!
 //! Each node runs one discovery thread (`thread.rs`) owning a UD endpoint. It announces the
-//! node (id, epoch, connect address, published topics: [`Announcement`]) to a multicast group
+//! node (id, epoch, connect address, published topics: an `Announcement`) to a multicast group
 //! and/or by unicast to a static list of peers: a `Hello` at start and whenever the local topics
 //! change, a `Heartbeat` every [`DiscoveryOptions::heartbeat`] (±10 % jitter), a `Goodbye` on
 //! clean shutdown. Heard announcements update the node's `Directory` of peers; a peer silent
@@ -36,8 +36,6 @@ use parking_lot::Mutex;
 use super::NodeId;
 use crate::protocol::{AnnounceKind, Announcement, Secret, TopicId};
 
-pub use auth::MAX_CLOCK_SKEW;
-
 /// The environment variable naming a file that holds the domain secret, read by
 /// [`crate::NodeBuilder::build`] when no secret is given (see [`DiscoveryOptions::secret`]).
 pub const SECRET_FILE_ENV: &str = "RDMA_PUBSUB_DOMAIN_SECRET_FILE";
@@ -46,10 +44,14 @@ pub const SECRET_FILE_ENV: &str = "RDMA_PUBSUB_DOMAIN_SECRET_FILE";
 pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 77, 77);
 /// Default UD port of announcements (soft: the UDP port; verbs: folded into the Q_Key).
 pub const DEFAULT_PORT: u16 = 7477;
-/// Default heartbeat interval.
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
-/// Default number of missed heartbeats after which a silent peer is considered gone.
-pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
+internal! {
+    /// Default heartbeat interval.
+    pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
+}
+internal! {
+    /// Default number of missed heartbeats after which a silent peer is considered gone.
+    pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
+}
 
 /// How a node discovers its peers (see [`crate::NodeBuilder::discovery`]).
 ///
@@ -86,16 +88,15 @@ pub struct DiscoveryOptions {
     /// group. When multicast is off a node also answers every peer it hears from, so one side
     /// listing the other suffices.
     pub peers: Vec<SocketAddrV4>,
-    /// Heartbeat interval (default [`DEFAULT_HEARTBEAT`]); every node of a domain should use
+    /// Heartbeat interval (default 200 ms); every node of a domain should use
     /// the same.
     pub heartbeat: Duration,
-    /// A peer silent for this many heartbeat intervals is gone (default
-    /// [`DEFAULT_MISSED_HEARTBEATS`]).
+    /// A peer silent for this many heartbeat intervals is gone (default 5).
     pub missed_heartbeats: u32,
     /// The domain secret (default none; [`crate::NodeBuilder::domain_secret`], or the file
     /// named by [`SECRET_FILE_ENV`]). With it every announcement is sealed: it carries a
     /// sequence number, the sender's clock and an HMAC-SHA256 tag, and a node accepts only
-    /// datagrams whose tag verifies, whose clock is within [`MAX_CLOCK_SKEW`] of its own and
+    /// datagrams whose tag verifies, whose clock is within 60 s of its own and
     /// that it has not seen before (counted in [`DiscoveryCounters::unauthenticated`],
     /// [`stale`](DiscoveryCounters::stale) and [`replayed`](DiscoveryCounters::replayed)).
     /// Every node of a domain must have the same secret: nodes without it are not heard, and
@@ -227,8 +228,9 @@ pub struct DiscoveryCounters {
     pub send_errors: AtomicU64,
     /// Announcements of another discovery domain, dropped.
     pub other_domain: AtomicU64,
-    /// Announcements dropped because they exceed the directory's bounds ([`MAX_PEERS`],
-    /// [`MAX_PARTS`], [`MAX_PEER_TOPICS`], [`MAX_TOTAL_TOPICS`]) or name an invalid topic.
+    /// Announcements dropped because they exceed the directory's bounds (1024 peers, 256
+    /// datagrams per announcement, 8192 topics per peer, 65 536 topics in all) or name an
+    /// invalid topic.
     pub refused: AtomicU64,
     /// With a domain secret: datagrams without a tag, or with one that does not verify
     /// (forged, altered, plain, or sealed with another secret), dropped.
@@ -236,8 +238,8 @@ pub struct DiscoveryCounters {
     /// With a domain secret: authentic datagrams seen before (replayed or duplicated), or of
     /// an older epoch of their node than one already heard, dropped.
     pub replayed: AtomicU64,
-    /// With a domain secret: authentic datagrams whose sender clock is more than
-    /// [`MAX_CLOCK_SKEW`] from this node's, dropped.
+    /// With a domain secret: authentic datagrams whose sender clock is more than 60 s from
+    /// this node's, dropped.
     pub stale: AtomicU64,
     /// Without a domain secret: sealed datagrams (of nodes that have one), which this node
     /// cannot check, dropped.
@@ -248,16 +250,24 @@ pub struct DiscoveryCounters {
     pub backlogged: AtomicU64,
 }
 
-/// Most peers a node keeps in its directory; announcements of further nodes are refused (and
-/// counted) until known peers leave or expire.
-pub const MAX_PEERS: usize = 1024;
-/// Most datagrams (parts) one node's announcement may be split into.
-pub const MAX_PARTS: usize = 256;
-/// Most topics one peer may announce.
-pub const MAX_PEER_TOPICS: usize = 8192;
-/// Most topics of all peers together. With topic names of at most 200 bytes, the directory stays
-/// within a few tens of MiB whatever is sent to the discovery port.
-pub const MAX_TOTAL_TOPICS: usize = 65_536;
+internal! {
+    /// Most peers a node keeps in its directory; announcements of further nodes are refused
+    /// (and counted) until known peers leave or expire.
+    pub const MAX_PEERS: usize = 1024;
+}
+internal! {
+    /// Most datagrams (parts) one node's announcement may be split into.
+    pub const MAX_PARTS: usize = 256;
+}
+internal! {
+    /// Most topics one peer may announce.
+    pub const MAX_PEER_TOPICS: usize = 8192;
+}
+internal! {
+    /// Most topics of all peers together. With topic names of at most 200 bytes, the directory
+    /// stays within a few tens of MiB whatever is sent to the discovery port.
+    pub const MAX_TOTAL_TOPICS: usize = 65_536;
+}
 
 /// What a subscription learns about publishers of its topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -639,6 +649,15 @@ mod tests {
 
     pub(super) fn from() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 5000))
+    }
+
+    /// The public docs (`DiscoveryOptions`, `DiscoveryCounters`) state these numbers, since
+    /// the constants are internal.
+    #[test]
+    fn the_documented_bounds_and_defaults_are_the_constants() {
+        assert_eq!((MAX_PEERS, MAX_PARTS, MAX_PEER_TOPICS, MAX_TOTAL_TOPICS), (1024, 256, 8192, 65_536));
+        assert_eq!(auth::MAX_CLOCK_SKEW, Duration::from_secs(60));
+        assert_eq!((DEFAULT_HEARTBEAT, DEFAULT_MISSED_HEARTBEATS), (Duration::from_millis(200), 5));
     }
 
     /// `received` counts the announcements of other nodes of this domain, not this node's own
