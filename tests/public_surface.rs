@@ -5,10 +5,10 @@
 //! This package's tests, examples and doc tests all see the library with `internals` (its
 //! dev-dependency on itself enables the feature, and cargo builds one library for them all), so
 //! nothing compiled here can tell whether an internal leaked. This test therefore writes a probe
-//! crate that depends on the library without features, one `use` (or function reference) per
-//! line, and runs `cargo check` on it in the same target directory (after the first run only the
-//! library and the probe are checked). Every internal line must fail to compile, every public
-//! one must not.
+//! crate that depends on the library without features, one `use` (or function reference, or
+//! field read) per line, and runs `cargo check` on it in the same target directory (after the
+//! first run only the library and the probe are checked). Every line naming an internal or a
+//! private field of an options type must fail to compile, every public one must not.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -106,12 +106,32 @@ paths! {
         stats::Section,
         stats::Kind,
     ],
-    fns [fabric::RegisteredBuffer::write, Checksum::of]
+    fns [
+        fabric::RegisteredBuffer::write,
+        Checksum::of,
+        DiscoveryOptions::heartbeat,
+        DiscoveryOptions::peers,
+        fabric::SoftOptions::same_host,
+    ]
 }
 
-/// One probe line naming `path`.
+/// Fields of option types that applications set with setters only, as `Type.field`: reading
+/// one must not compile. (This test cannot name them itself: they are private to it too.)
+const PRIVATE_FIELDS: &[&str] = &[
+    "DiscoveryOptions.heartbeat",
+    "DiscoveryOptions.peers",
+    "DiscoveryOptions.secret",
+    "fabric::SoftOptions.same_host",
+    "fabric::SoftOptions.nic_spin",
+];
+
+/// One probe line naming `path`: an item, an associated function (`path()`) or a field
+/// (`Type.field`).
 fn probe_line(path: &str) -> String {
     let path = path.replace(' ', ""); // `stringify!` writes `a :: b`.
+    if let Some((ty, field)) = path.split_once('.') {
+        return format!("const _: () = {{ fn read(o: &rdma_pubsub::{ty}) {{ let _ = &o.{field}; }} }};");
+    }
     match path.strip_suffix("()") {
         Some(function) => format!("const _: () = {{ let _ = rdma_pubsub::{function}; }};"),
         None => format!("use rdma_pubsub::{path} as _;"),
@@ -208,16 +228,20 @@ fn unexpected(paths: &[&str], lines: &[usize], errors: &[usize], failing: bool) 
 
 #[test]
 fn without_the_internals_feature_only_the_api_and_the_fabric_contract_are_public() {
-    let paths: Vec<&str> = INTERNAL.iter().chain(PUBLIC).copied().collect();
+    let private: Vec<&str> = INTERNAL.iter().chain(PRIVATE_FIELDS).copied().collect();
+    let paths: Vec<&str> = private.iter().chain(PUBLIC).copied().collect();
     let (source, lines) = probe_source(&paths);
     let target = target_dir();
     let dir = target.join("public-surface-probe");
     write_probe(&dir, &source);
     let diagnostics = check_probe(&dir, &target);
     let errors = error_lines(&diagnostics);
-    let (internal, public) = lines.split_at(INTERNAL.len());
-    let leaked = unexpected(INTERNAL, internal, &errors, true);
-    assert!(leaked.is_empty(), "internals reachable without the feature `internals`: {leaked:?}\n{diagnostics}");
+    let (internal, public) = lines.split_at(private.len());
+    let leaked = unexpected(&private, internal, &errors, true);
+    assert!(
+        leaked.is_empty(),
+        "internals or private fields reachable without the feature `internals`: {leaked:?}\n{diagnostics}"
+    );
     let missing = unexpected(PUBLIC, public, &errors, false);
     assert!(missing.is_empty(), "public items not reachable: {missing:?}\n{diagnostics}");
 }

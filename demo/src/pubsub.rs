@@ -21,14 +21,14 @@ use crate::{payload, Fail};
 /// How a node discovers, for people.
 fn describe(options: &DiscoveryOptions, endpoint: Option<SocketAddr>) -> String {
     let endpoint = endpoint.map_or_else(|| "-".to_owned(), |e| e.to_string());
-    if !options.enabled {
+    if !options.is_enabled() {
         "off".into()
-    } else if options.multicast {
-        format!("multicast group {}:{} (endpoint {endpoint})", options.group, options.port)
-    } else if options.peers.is_empty() {
+    } else if options.is_multicast() {
+        format!("multicast group {} (endpoint {endpoint})", options.group_addr())
+    } else if options.peer_list().is_empty() {
         format!("unicast at {endpoint} (answers the nodes that list it)")
     } else {
-        let peers: Vec<String> = options.peers.iter().map(|p| p.to_string()).collect();
+        let peers: Vec<String> = options.peer_list().iter().map(|p| p.to_string()).collect();
         format!("unicast at {endpoint} to {}", peers.join(","))
     }
 }
@@ -62,7 +62,7 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
         checksum_name(publisher.checksum())
     );
     println!("  discovery: {}", describe(&discovery, node.discovery_addr()));
-    if discovery.enabled {
+    if discovery.is_enabled() {
         println!(
             "  subscribe with: pubsub-demo sub --topic {}{} --fabric {}",
             args.topic,
