@@ -8,8 +8,10 @@
 //! ([`DiscoveryOptions`]).
 //!
 //! Layers, bottom up: [`fabric`] (verbs-shaped transport with a soft and a verbs provider) →
-//! [`ring`] (record layout, producer, remote reader) → [`protocol`] (private data, control
+//! `ring` (record layout, producer, remote reader) → `protocol` (private data, control
 //! messages, announcements) → [`node`] (the embedded broker) → the API re-exported here.
+//! `ring` and `protocol` are internal: public only with the cargo feature `internals`, which
+//! is not a stable API (it is for the fuzz targets and the project's own tests).
 //!
 //! ```no_run
 //! use rdma_pubsub::{Node, Start, SubscriptionOptions};
@@ -25,11 +27,27 @@
 //! ```
 #![warn(missing_docs)]
 
+/// Declares one item (with its doc comment and attributes) public with the cargo feature
+/// `internals` (not a stable API: for the fuzz targets and the project's own tests) and
+/// crate-private without it, as in `internal! { pub mod ring; }`. Items that only tests name
+/// are `#[cfg(any(test, feature = "internals"))]` instead, so that they are not dead code.
+macro_rules! internal {
+    ($(#[$meta:meta])* pub $($item:tt)*) => {
+        $(#[$meta])*
+        #[cfg(feature = "internals")]
+        pub $($item)*
+
+        $(#[$meta])*
+        #[cfg(not(feature = "internals"))]
+        pub(crate) $($item)*
+    };
+}
+
 pub mod error;
 pub mod fabric;
 pub mod node;
-pub mod protocol;
-pub mod ring;
+internal! { pub mod protocol; }
+internal! { pub mod ring; }
 pub mod stats;
 mod time;
 
@@ -40,8 +58,8 @@ pub use node::{
     NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, PublisherOptions,
     Start, SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
 };
-pub use protocol::{DropReason, RejectCode, Secret};
-pub use ring::Checksum;
+pub use protocol::{DropReason, PolicyKind, ProtocolError, RejectCode, Secret};
+pub use ring::{Checksum, RingError};
 
 /// The README's usage example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]

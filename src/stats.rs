@@ -49,10 +49,14 @@ use parking_lot::Mutex;
 
 use crate::node::{NodeCounters, NodeShared, PublisherCounters, SubscriptionCounters};
 
-/// The first line of a stats file, followed by the format version.
-pub const MAGIC: &str = "rdma-pubsub-stats";
-/// The version of the format written.
-pub const FORMAT_VERSION: u32 = 1;
+internal! {
+    /// The first line of a stats file, followed by the format version.
+    pub const MAGIC: &str = "rdma-pubsub-stats";
+}
+internal! {
+    /// The version of the format written.
+    pub const FORMAT_VERSION: u32 = 1;
+}
 /// The environment variable that overrides the stats directory.
 pub const DIR_ENV: &str = "RDMA_PUBSUB_STATS_DIR";
 /// How often a node rewrites its stats file by default.
@@ -400,9 +404,11 @@ fn stats_files(dir: &Path) -> std::io::Result<Vec<StatsFile>> {
     Ok(files)
 }
 
-/// Whether process `pid` exists (on Linux, `/proc/<pid>` does).
-pub fn process_alive(pid: u32) -> bool {
-    Path::new("/proc").join(pid.to_string()).exists()
+internal! {
+    /// Whether process `pid` exists (on Linux, `/proc/<pid>` does).
+    pub fn process_alive(pid: u32) -> bool {
+        Path::new("/proc").join(pid.to_string()).exists()
+    }
 }
 
 /// A snapshot of everything a node counts.

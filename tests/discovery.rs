@@ -40,7 +40,7 @@ fn domain(index: u16) -> DiscoveryOptions {
     let pid = std::process::id();
     let port = 20000 + ((pid % 700) as u16 * 16 + index) % 12000;
     let group = Ipv4Addr::new(239, 193, (pid % 251) as u8, index as u8 + 1);
-    DiscoveryOptions { group, port, ..Default::default() }
+    DiscoveryOptions::default().group(group).port(port)
 }
 
 /// The provider under test: soft unless `RDMA_PUBSUB_TEST_FABRIC` says otherwise.
@@ -218,7 +218,7 @@ fn explicit_connect_and_discovery_share_one_connection() {
 #[test]
 fn a_goodbye_is_reported_promptly() {
     // Heartbeats every 10 s: within the test's bounds only the goodbye can tell.
-    let d = DiscoveryOptions { heartbeat: Duration::from_secs(10), ..domain(5) };
+    let d = domain(5).heartbeat(Duration::from_secs(10));
     let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
     let publisher = pub_node.publisher("bye").create().unwrap();
     let mut probe = Probe::new(&sub_node, "bye", Start::Latest);
@@ -270,7 +270,7 @@ fn a_silent_publisher_is_lost_then_resumed_in_the_same_epoch_without_duplicates(
 #[test]
 fn unicast_peers_discover_without_multicast() {
     // Multicast off: no group is joined or sent to; each node has its own port.
-    let base = DiscoveryOptions { multicast: false, port: 0, ..domain(7) };
+    let base = domain(7).multicast(false).port(0);
     let pub_node = node_with(base.clone());
     let to_v4 = |a: SocketAddr| match a {
         SocketAddr::V4(v4) => v4,
@@ -278,7 +278,7 @@ fn unicast_peers_discover_without_multicast() {
     };
     let pub_disc = to_v4(pub_node.discovery_addr().expect("discovery on"));
     // Only the subscriber lists the publisher: the publisher learns the subscriber from it.
-    let sub_node = node_with(DiscoveryOptions { peers: vec![pub_disc], ..base });
+    let sub_node = node_with(base.peers(vec![pub_disc]));
     assert_ne!(sub_node.discovery_addr(), pub_node.discovery_addr());
     let publisher = pub_node.publisher("uni").create().unwrap();
     let mut probe = Probe::new(&sub_node, "uni", Start::Latest);
@@ -302,11 +302,11 @@ fn a_unicast_node_on_a_fixed_port_is_heard_there() {
         return; // verbs addresses a UD endpoint by its queue pair number
     }
     let d = domain(13);
-    let fixed = DiscoveryOptions { multicast: false, ..d.clone() };
+    let fixed = d.clone().multicast(false);
     let pub_node = node_with(fixed.clone());
     let at = SocketAddrV4::new(Ipv4Addr::LOCALHOST, fixed.domain_port());
     assert_eq!(pub_node.discovery_addr(), Some(SocketAddr::V4(at)), "the endpoint is on the fixed port");
-    let sub_node = node_with(DiscoveryOptions { multicast: false, port: 0, peers: vec![at], ..d });
+    let sub_node = node_with(d.multicast(false).port(0).peers(vec![at]));
     let publisher = pub_node.publisher("fixed-port").create().unwrap();
     let mut probe = Probe::new(&sub_node, "fixed-port", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
@@ -325,7 +325,7 @@ fn no_rejected_event_follows_the_end_of_a_stream() {
     if fabric_kind() != FabricKind::Soft {
         return; // the fault injector is the soft provider's
     }
-    let d = DiscoveryOptions { heartbeat: Duration::from_secs(5), ..domain(14) };
+    let d = domain(14).heartbeat(Duration::from_secs(5));
     let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
     let publisher = pub_node.publisher_with("ends", small_ring()).unwrap();
     let mut probe = Probe::new(&sub_node, "ends", Start::Latest);
@@ -360,7 +360,7 @@ fn send_raw(d: &DiscoveryOptions, payloads: &[Vec<u8>]) {
     sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).expect("IP_MULTICAST_IF");
     let sock: UdpSocket = sock.into();
     for p in payloads {
-        sock.send_to(p, SocketAddrV4::new(d.group, d.domain_port())).expect("send junk");
+        sock.send_to(p, d.group_addr()).expect("send junk");
     }
 }
 
@@ -436,7 +436,7 @@ const CHILD_ENV: &str = "RDMA_PUBSUB_DISCOVERY_CHILD";
 fn spawn_publisher(d: &DiscoveryOptions, id: u64, topic: &str, count: u64) -> Child {
     Command::new(std::env::current_exe().expect("current_exe"))
         .args(["child_publisher", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, format!("{} {} {id} {topic} {count}", d.group, d.port))
+        .env(CHILD_ENV, format!("{} {} {id} {topic} {count}", d.group_addr().ip(), d.group_addr().port()))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -460,7 +460,7 @@ impl Drop for Killed {
 fn child_publisher() {
     let Ok(spec) = std::env::var(CHILD_ENV) else { return };
     let f: Vec<&str> = spec.split(' ').collect();
-    let d = DiscoveryOptions { group: f[0].parse().unwrap(), port: f[1].parse().unwrap(), ..Default::default() };
+    let d = DiscoveryOptions::default().group(f[0].parse().unwrap()).port(f[1].parse().unwrap());
     let node = Node::builder()
         .fabric(fabric_kind())
         .bind(bind_addr())
@@ -605,7 +605,7 @@ fn an_ended_stream_is_followed_by_no_spurious_rejection() {
 #[test]
 fn nodes_of_different_domains_never_see_each_other() {
     let base = domain(14);
-    let in_domain = |d: u16| DiscoveryOptions { domain: d, ..base.clone() };
+    let in_domain = |d: u16| base.clone().domain(d);
     let pub_node = node_with(in_domain(1));
     let same = node_with(in_domain(1));
     let other = node_with(in_domain(0));
@@ -619,7 +619,7 @@ fn nodes_of_different_domains_never_see_each_other() {
     publish_range(&publisher, 1..=5);
     same_probe.until("5 messages", |p| p.messages.len() >= 5);
     // Five heartbeats later the other domain has heard of nobody.
-    let quiet_until = Instant::now() + base.heartbeat * 5;
+    let quiet_until = Instant::now() + base.heartbeat_interval() * 5;
     other_probe.until("five heartbeats", |_| Instant::now() >= quiet_until);
     assert!(other_probe.events.is_empty() && other_probe.messages.is_empty(), "{:?}", other_probe.events);
     assert!(other.peers().is_empty(), "domain 0 sees {:?}", other.peers());
@@ -646,11 +646,11 @@ fn an_announcement_of_another_domain_is_counted_and_dropped() {
 #[test]
 fn a_domain_past_the_last_port_is_refused() {
     // Refused before anything is bound: the group and port are never used.
-    let options = DiscoveryOptions { port: 65000, domain: 1000, ..domain(15) };
+    let options = domain(15).port(65000).domain(1000);
     let err = Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(options).build().err();
     assert!(matches!(err, Some(rdma_pubsub::Error::InvalidOption { option: "discovery domain", .. })), "{err:?}");
-    assert_eq!(DiscoveryOptions { domain: 3, ..Default::default() }.domain_port(), DEFAULT_PORT + 3);
-    assert_eq!(DiscoveryOptions { domain: 3, ..DiscoveryOptions::unicast(Vec::new()) }.domain_port(), 0);
+    assert_eq!(DiscoveryOptions::default().domain(3).domain_port(), DEFAULT_PORT + 3);
+    assert_eq!(DiscoveryOptions::unicast(Vec::new()).domain(3).domain_port(), 0);
 }
 
 /// Waits up to [`WAIT`] for `done`, reporting `what` otherwise.
@@ -691,14 +691,14 @@ fn test_secret(fill: u8) -> Secret {
 #[test]
 fn nodes_sharing_a_domain_secret_find_each_other_and_no_one_else() {
     let d = domain(17);
-    let sealed = DiscoveryOptions { secret: Some(test_secret(1)), ..d.clone() };
+    let sealed = d.clone().secret(test_secret(1));
     let pub_node = node_with(sealed);
     let publisher = pub_node.publisher_with("sealed", small_ring()).unwrap();
     // The same secret given to the builder; no secret; another secret.
     let builder = Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(d.clone());
     let sub_node = builder.domain_secret(test_secret(1)).build().expect("node");
     let plain = node_with(d.clone());
-    let foreign = node_with(DiscoveryOptions { secret: Some(test_secret(2)), ..d });
+    let foreign = node_with(d.secret(test_secret(2)));
     let mut probe = Probe::new(&sub_node, "sealed", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -745,7 +745,7 @@ fn a_secret_file_named_by_the_environment_seals_discovery_and_a_bad_one_fails_th
     let builder = Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(d.clone());
     let explicit = builder.domain_secret(test_secret(4)).build().expect("node");
     std::env::remove_var(SECRET_FILE_ENV);
-    let same = node_with(DiscoveryOptions { secret: Some(test_secret(3)), ..d });
+    let same = node_with(d.secret(test_secret(3)));
     wait_until("the node of the secret file", || same.peers().iter().any(|p| p.node == from_env.id()));
     wait_until("its datagrams refused by the other secret", || {
         explicit.discovery_counters().unauthenticated.load(Ordering::Relaxed) >= 2

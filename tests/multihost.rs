@@ -270,12 +270,8 @@ fn three_namespaced_hosts_discover_each_other_and_survive_a_link_cut() {
 fn multihost_host() {
     let Ok(role) = std::env::var(HOST_ENV) else { return };
     let me = ip_of(&role);
-    let discovery = DiscoveryOptions {
-        group: Ipv4Addr::new(239, 255, 77, 1),
-        port: 17477,
-        // IP_MULTICAST_IF = this namespace's address (the default: the bind address).
-        ..Default::default()
-    };
+    // IP_MULTICAST_IF = this namespace's address (the default: the bind address).
+    let discovery = DiscoveryOptions::default().group(Ipv4Addr::new(239, 255, 77, 1)).port(17477);
     let node = Node::builder()
         .fabric(FabricKind::Soft)
         .bind(SocketAddr::from((me, 0)))

@@ -114,10 +114,10 @@ impl DiscoveryArgs {
             DiscoveryOptions::unicast(peers.clone())
         } else {
             let group = self.group.unwrap_or(SocketAddrV4::new(DEFAULT_GROUP, DEFAULT_PORT));
-            DiscoveryOptions { group: *group.ip(), port: group.port(), ..Default::default() }
+            DiscoveryOptions::default().group(*group.ip()).port(group.port())
         };
         let secret = self.secret_file.as_ref().map(|f| f.secret.clone());
-        DiscoveryOptions { domain: self.domain, secret, ..options }
+        options.domain(self.domain).secret(secret)
     }
 
     /// The flags that make another process discover the same way, to print in hints
@@ -473,9 +473,10 @@ mod tests {
         std::fs::write(&good, "0123456789abcdef0123\n").unwrap();
         std::fs::write(&short, "0123").unwrap();
         let args = parse(&["--secret-file", good.to_str().unwrap(), "--domain", "3"]).unwrap();
-        assert_eq!(args.options().secret, Some(Secret::new(&b"0123456789abcdef0123"[..]).unwrap()));
+        let secret = Secret::new(&b"0123456789abcdef0123"[..]).unwrap();
+        assert_eq!(args.options(), DiscoveryOptions::default().domain(3).secret(secret));
         assert_eq!(args.hint(None), format!(" --domain 3 --secret-file {}", good.display()));
-        assert_eq!(parse(&[]).unwrap().options().secret, None);
+        assert_eq!(parse(&[]).unwrap().options(), DiscoveryOptions::default());
         let err = parse(&["--secret-file", short.to_str().unwrap()]).unwrap_err().to_string();
         assert!(err.contains("no domain secret in") && err.contains("short"), "{err}");
         assert!(parse(&["--secret-file", good.to_str().unwrap(), "--no-discovery"]).is_err());

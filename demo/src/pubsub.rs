@@ -10,9 +10,9 @@ use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::protocol::Policy as WirePolicy;
 use rdma_pubsub::{
-    DiscoveryOptions, PublisherInfo, PublisherOptions, Start, Subscription, SubscriptionEvent, SubscriptionOptions,
+    DiscoveryOptions, PolicyKind, PublisherInfo, PublisherOptions, Start, Subscription, SubscriptionEvent,
+    SubscriptionOptions,
 };
 
 use crate::cli::{checksum_name, PubArgs, SubArgs};
@@ -21,14 +21,14 @@ use crate::{payload, Fail};
 /// How a node discovers, for people.
 fn describe(options: &DiscoveryOptions, endpoint: Option<SocketAddr>) -> String {
     let endpoint = endpoint.map_or_else(|| "-".to_owned(), |e| e.to_string());
-    if !options.enabled {
+    if !options.is_enabled() {
         "off".into()
-    } else if options.multicast {
-        format!("multicast group {}:{} (endpoint {endpoint})", options.group, options.port)
-    } else if options.peers.is_empty() {
+    } else if options.is_multicast() {
+        format!("multicast group {} (endpoint {endpoint})", options.group_addr())
+    } else if options.peer_list().is_empty() {
         format!("unicast at {endpoint} (answers the nodes that list it)")
     } else {
-        let peers: Vec<String> = options.peers.iter().map(|p| p.to_string()).collect();
+        let peers: Vec<String> = options.peer_list().iter().map(|p| p.to_string()).collect();
         format!("unicast at {endpoint} to {}", peers.join(","))
     }
 }
@@ -62,7 +62,7 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
         checksum_name(publisher.checksum())
     );
     println!("  discovery: {}", describe(&discovery, node.discovery_addr()));
-    if discovery.enabled {
+    if discovery.is_enabled() {
         println!(
             "  subscribe with: pubsub-demo sub --topic {}{} --fabric {}",
             args.topic,
@@ -275,7 +275,7 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
     }
     let secs = start.elapsed().as_secs_f64();
     let unexplained = t.missing.saturating_sub(t.lost);
-    let lossless = info.policy == WirePolicy::Block;
+    let lossless = info.policy == PolicyKind::Block;
     let short = args.count.is_some_and(|c| t.delivered < c);
     let incomplete = t.streams.values().any(|s| s.ended.is_some_and(|(final_seq, _)| s.next <= final_seq));
     let unfinished = t.streams.values().any(|s| s.ended.is_none()) && args.count.is_none();

@@ -19,7 +19,7 @@ use rdma_pubsub::fabric::{
     RegisteredBuffer, RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
 use rdma_pubsub::protocol::{
-    AcceptData, AnnounceKind, Announcement, ConnectData, ConnectFlags, Control, DropReason, Policy, PolicySet,
+    AcceptData, AnnounceKind, Announcement, ConnectData, ConnectFlags, Control, DropReason, PolicyKind, PolicySet,
     RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
 };
 use rdma_pubsub::ring::{
@@ -368,7 +368,7 @@ fn seeds_connect() -> Vec<Vec<u8>> {
     let d = ConnectData {
         topic: TopicId::of("prices"),
         start: StartAt::Earliest,
-        accepts: PolicySet::of(&[Policy::Block, Policy::Overwrite]),
+        accepts: PolicySet::of(&[PolicyKind::Block, PolicyKind::Overwrite]),
         node_id: u64::MAX,
         flags: ConnectFlags::WANTS_DOORBELLS,
         proof: None,
@@ -388,7 +388,7 @@ fn seeds_accept() -> Vec<Vec<u8>> {
         capacity: 65536,
         epoch: 1_700_000_000_000_000,
         publisher_id: 42,
-        policy: Policy::Overwrite,
+        policy: PolicyKind::Overwrite,
         max_record_payload: 16352,
         start_position: 65536 + 96,
         start_seq: 3,

@@ -46,30 +46,32 @@ impl std::fmt::Debug for RegisteredBuffer {
 }
 
 impl RegisteredBuffer {
-    /// Allocates `len` zeroed bytes (at least one page is reserved, `len` may be 0) in a new
-    /// sealed shared-memory object.
-    pub fn new(len: usize) -> Result<Self> {
-        let map_len =
-            len.max(1).checked_next_multiple_of(BUFFER_ALIGN).filter(|&n| n <= isize::MAX as usize).ok_or_else(
-                || Error::invalid("register memory", format!("{len} bytes do not fit the address space")),
-            )?;
-        let memfd = sealed_memfd(c"rdma-pubsub-region", map_len)?;
-        // SAFETY: a fresh shared mapping of the whole object; the kernel picks the address.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                memfd.as_raw_fd(),
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(Error::os("register memory: mmap", None, std::io::Error::last_os_error()));
+    internal! {
+        /// Allocates `len` zeroed bytes (at least one page is reserved, `len` may be 0) in a new
+        /// sealed shared-memory object.
+        pub fn new(len: usize) -> Result<Self> {
+            let map_len =
+                len.max(1).checked_next_multiple_of(BUFFER_ALIGN).filter(|&n| n <= isize::MAX as usize).ok_or_else(
+                    || Error::invalid("register memory", format!("{len} bytes do not fit the address space")),
+                )?;
+            let memfd = sealed_memfd(c"rdma-pubsub-region", map_len)?;
+            // SAFETY: a fresh shared mapping of the whole object; the kernel picks the address.
+            let raw = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    map_len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    memfd.as_raw_fd(),
+                    0,
+                )
+            };
+            if raw == libc::MAP_FAILED {
+                return Err(Error::os("register memory: mmap", None, std::io::Error::last_os_error()));
+            }
+            let ptr = NonNull::new(raw.cast()).expect("mmap never returns a null mapping on success");
+            Ok(RegisteredBuffer { ptr, len, map_len, memfd })
         }
-        let ptr = NonNull::new(raw.cast()).expect("mmap never returns a null mapping on success");
-        Ok(RegisteredBuffer { ptr, len, map_len, memfd })
     }
 
     /// The shared-memory object holding the buffer (its first byte is the buffer's first).
@@ -100,12 +102,14 @@ impl RegisteredBuffer {
         }
     }
 
-    /// Raw pointer to `offset` after a bounds check of `len` bytes, for providers that hand the
-    /// range to the kernel (send/recv) or to the device (`ibv_reg_mr`, SGEs).
-    pub fn raw_range(&self, offset: usize, len: usize) -> Result<*mut u8> {
-        self.check_range(offset, len)?;
-        // SAFETY: offset <= len <= allocation size, so the result stays inside the allocation.
-        Ok(unsafe { self.ptr.as_ptr().add(offset) })
+    internal! {
+        /// Raw pointer to `offset` after a bounds check of `len` bytes, for providers that hand the
+        /// range to the kernel (send/recv) or to the device (`ibv_reg_mr`, SGEs).
+        pub fn raw_range(&self, offset: usize, len: usize) -> Result<*mut u8> {
+            self.check_range(offset, len)?;
+            // SAFETY: offset <= len <= allocation size, so the result stays inside the allocation.
+            Ok(unsafe { self.ptr.as_ptr().add(offset) })
+        }
     }
 
     /// The atomic byte at `offset` (bounds already checked by the caller).
@@ -244,15 +248,18 @@ impl<'a> RawRange<'a> {
         self.len
     }
     /// Whether the range is empty.
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
     /// The range without its first `n` bytes (saturating).
+    #[cfg(any(test, feature = "internals"))]
     pub fn skip(self, n: usize) -> RawRange<'a> {
         let n = n.min(self.len);
         RawRange { buf: self.buf, offset: self.offset + n, len: self.len - n }
     }
     /// The first `n` bytes of the range (saturating).
+    #[cfg(any(test, feature = "internals"))]
     pub fn take(self, n: usize) -> RawRange<'a> {
         RawRange { buf: self.buf, offset: self.offset, len: self.len.min(n) }
     }
@@ -263,10 +270,12 @@ impl<'a> RawRange<'a> {
 }
 
 impl RegisteredBuffer {
-    /// The range `[offset, offset + len)` for vectored socket I/O, after a bounds check.
-    pub fn range(&self, offset: usize, len: usize) -> Result<RawRange<'_>> {
-        self.check_range(offset, len)?;
-        Ok(RawRange { buf: self, offset, len })
+    internal! {
+        /// The range `[offset, offset + len)` for vectored socket I/O, after a bounds check.
+        pub fn range(&self, offset: usize, len: usize) -> Result<RawRange<'_>> {
+            self.check_range(offset, len)?;
+            Ok(RawRange { buf: self, offset, len })
+        }
     }
 }
 

@@ -9,13 +9,13 @@
 //! - `verbs` (cargo feature `verbs`): libibverbs and librdmacm.
 //!
 //! Callers use the handles re-exported here ([`Fabric`], [`ProtectionDomain`], ...). Each
-//! provider implements the traits of [`provider`]; the handles check arguments (private-data
-//! sizes, bounds, MTU) the same way for every provider.
+//! provider implements the traits of the internal module `provider`; the handles check
+//! arguments (private-data sizes, bounds, MTU) the same way for every provider.
 
 pub mod error;
 mod handles;
-pub mod memory;
-pub mod provider;
+internal! { pub mod memory; }
+internal! { pub mod provider; }
 mod read_buffer;
 pub mod soft;
 pub mod types;
@@ -63,24 +63,25 @@ impl FabricConfig {
     }
 }
 
-/// Limits and tuning of the soft provider. The defaults match Soft-RoCE where it matters.
+/// Limits and tuning of the soft provider: [`default`](Self::default) (which matches
+/// Soft-RoCE where it matters), then the setters.
+///
+/// ```
+/// use std::time::Duration;
+/// use rdma_pubsub::fabric::{SameHost, SoftOptions};
+///
+/// let options = SoftOptions::default().same_host(SameHost::Off).nic_spin(Duration::ZERO);
+/// assert_ne!(options, SoftOptions::default());
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct SoftOptions {
-    /// UD path MTU (Soft-RoCE: 1024).
-    pub ud_mtu: usize,
-    /// Largest queue depth.
-    pub max_qp_wr: u32,
-    /// Largest completion queue.
-    pub max_cqe: u32,
-    /// Largest shared receive queue (0: none).
-    pub max_srq_wr: u32,
-    /// Largest memory region.
-    pub max_mr_size: u64,
-    /// How long the NIC thread spins for work before it blocks.
-    pub nic_spin: Duration,
-    /// Whether connections between processes of this host move READs and WRITEs through
-    /// shared memory (auto) or always through the NIC threads and TCP (off).
-    pub same_host: SameHost,
+    ud_mtu: usize,
+    max_qp_wr: u32,
+    max_cqe: u32,
+    max_srq_wr: u32,
+    max_mr_size: u64,
+    nic_spin: Duration,
+    same_host: SameHost,
 }
 
 impl Default for SoftOptions {
@@ -94,6 +95,52 @@ impl Default for SoftOptions {
             nic_spin: Duration::from_micros(50),
             same_host: SameHost::Auto,
         }
+    }
+}
+
+impl SoftOptions {
+    /// UD path MTU (default 1024, as Soft-RoCE).
+    pub fn ud_mtu(mut self, mtu: usize) -> Self {
+        self.ud_mtu = mtu;
+        self
+    }
+
+    /// Largest queue depth (default 16384).
+    pub fn max_qp_wr(mut self, depth: u32) -> Self {
+        self.max_qp_wr = depth;
+        self
+    }
+
+    /// Largest completion queue (default 2^20).
+    pub fn max_cqe(mut self, depth: u32) -> Self {
+        self.max_cqe = depth;
+        self
+    }
+
+    /// Largest shared receive queue (default 16384; 0: the device has none).
+    pub fn max_srq_wr(mut self, depth: u32) -> Self {
+        self.max_srq_wr = depth;
+        self
+    }
+
+    /// Largest memory region in bytes (default 4 GiB).
+    pub fn max_mr_size(mut self, bytes: u64) -> Self {
+        self.max_mr_size = bytes;
+        self
+    }
+
+    /// How long the NIC thread spins for work before it blocks (default 50 µs).
+    pub fn nic_spin(mut self, spin: Duration) -> Self {
+        self.nic_spin = spin;
+        self
+    }
+
+    /// Whether connections between processes of this host move READs and WRITEs through
+    /// shared memory ([`SameHost::Auto`], the default) or always through the NIC threads and
+    /// TCP ([`SameHost::Off`]).
+    pub fn same_host(mut self, same_host: SameHost) -> Self {
+        self.same_host = same_host;
+        self
     }
 }
 
@@ -138,5 +185,32 @@ pub fn verbs_probe() -> std::result::Result<Vec<String>, String> {
     #[cfg(not(feature = "verbs"))]
     {
         Err("this build has no verbs provider (cargo feature `verbs`)".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_soft_option_setter_sets_its_option() {
+        let set = SoftOptions::default()
+            .ud_mtu(512)
+            .max_qp_wr(3)
+            .max_cqe(4)
+            .max_srq_wr(0)
+            .max_mr_size(1 << 20)
+            .nic_spin(Duration::ZERO)
+            .same_host(SameHost::Off);
+        let expected = SoftOptions {
+            ud_mtu: 512,
+            max_qp_wr: 3,
+            max_cqe: 4,
+            max_srq_wr: 0,
+            max_mr_size: 1 << 20,
+            nic_spin: Duration::ZERO,
+            same_host: SameHost::Off,
+        };
+        assert_eq!(set, expected);
     }
 }

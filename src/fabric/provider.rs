@@ -17,15 +17,10 @@ use super::types::*;
 pub trait AsAny: Any + Send + Sync {
     /// `self` as `Any`, to downcast a borrowed handle.
     fn as_any(&self) -> &dyn Any;
-    /// `self` as `Arc<dyn Any>`, to downcast a shared handle.
-    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
 
 impl<T: Any + Send + Sync> AsAny for T {
     fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }
 }
@@ -248,7 +243,8 @@ pub struct SendRequest<'a> {
     /// Whether a successful completion is generated (errors always are).
     pub signaled: bool,
     /// SEND only: the receiver's completion raises a notification on a CQ armed with
-    /// [`CqOps::arm_solicited`] (`IBV_SEND_SOLICITED`).
+    /// [`CompletionQueue::arm_solicited`](crate::fabric::CompletionQueue::arm_solicited)
+    /// (`IBV_SEND_SOLICITED`).
     pub solicited: bool,
 }
 

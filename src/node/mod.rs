@@ -185,7 +185,7 @@ impl NodeBuilder {
             self.discovery.secret = discovery::secret_from_env()?;
         }
         if let Some(same_host) = self.same_host {
-            self.fabric.soft.same_host = same_host;
+            self.fabric.soft = self.fabric.soft.same_host(same_host);
         }
         let fabric = fabric::open(&self.fabric)?;
         let pd = fabric.alloc_pd()?;

@@ -18,6 +18,7 @@ use super::topic::TopicId;
 use super::PROTOCOL_VERSION;
 
 /// Default largest announcement datagram.
+#[cfg(any(test, feature = "internals"))]
 pub const ANNOUNCE_MTU: usize = 1024;
 /// Largest announcement any decoder accepts.
 pub const MAX_ANNOUNCEMENT: usize = 65_507;

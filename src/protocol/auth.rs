@@ -21,7 +21,7 @@ pub const MAX_SECRET_LEN: usize = 4096;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// A shared secret (at least [`MIN_SECRET_LEN`] bytes). Its `Debug` output never shows it, and
+/// A shared secret (16 to 4096 bytes). Its `Debug` output never shows it, and
 /// two are compared in constant time.
 #[derive(Clone)]
 pub struct Secret(Vec<u8>);
@@ -35,8 +35,8 @@ impl PartialEq for Secret {
 impl Eq for Secret {}
 
 impl Secret {
-    /// A secret of `bytes`; fewer than [`MIN_SECRET_LEN`] or more than [`MAX_SECRET_LEN`] bytes
-    /// is an error.
+    /// A secret of `bytes`; fewer than 16 (`MIN_SECRET_LEN`) or more than 4096
+    /// (`MAX_SECRET_LEN`) bytes is an error.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Secret, ProtocolError> {
         let bytes = bytes.into();
         if !(MIN_SECRET_LEN..=MAX_SECRET_LEN).contains(&bytes.len()) {
@@ -116,6 +116,7 @@ mod tests {
 
     #[test]
     fn short_and_long_secrets_are_refused_and_debug_hides_the_bytes() {
+        assert_eq!((MIN_SECRET_LEN, MAX_SECRET_LEN), (16, 4096), "the numbers `Secret`'s docs state");
         assert!(Secret::new(vec![0; MIN_SECRET_LEN - 1]).is_err());
         assert!(Secret::new(vec![0; MAX_SECRET_LEN + 1]).is_err());
         assert_eq!(format!("{:?}", secret(0x41)), "Secret(32 bytes)");

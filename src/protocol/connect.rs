@@ -23,9 +23,22 @@ pub enum StartAt {
     Earliest,
 }
 
-/// What a publisher does with a subscriber that falls a whole ring behind.
+/// Which slow-subscriber policy a publisher runs: the kind of its [`Policy`](crate::Policy),
+/// without the policy's settings. Subscribers learn it in the connect
+/// ([`PublisherInfo::policy`](crate::PublisherInfo::policy)).
+///
+/// ```
+/// use std::time::Duration;
+/// use rdma_pubsub::{Policy, PolicyKind};
+///
+/// assert_eq!(Policy::Overwrite.kind(), PolicyKind::Overwrite);
+/// assert_eq!(Policy::Block { timeout: Duration::from_secs(1) }.kind(), PolicyKind::Block);
+/// ```
+///
+/// On the wire (bincode) it is the variant's index: Block 0, DropSlow 1, Overwrite 2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Policy {
+#[non_exhaustive]
+pub enum PolicyKind {
     /// The publisher waits for the slowest subscriber (no loss).
     Block,
     /// The publisher drops a subscriber that is too slow and tells it why.
@@ -34,17 +47,17 @@ pub enum Policy {
     Overwrite,
 }
 
-impl Policy {
+impl PolicyKind {
     fn bit(self) -> u8 {
         match self {
-            Policy::Block => 1,
-            Policy::DropSlow => 2,
-            Policy::Overwrite => 4,
+            PolicyKind::Block => 1,
+            PolicyKind::DropSlow => 2,
+            PolicyKind::Overwrite => 4,
         }
     }
 }
 
-/// A set of [`Policy`] values (the policies a subscriber accepts).
+/// A set of [`PolicyKind`] values (the policies a subscriber accepts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(try_from = "u8", into = "u8")]
 pub struct PolicySet(u8);
@@ -56,15 +69,15 @@ impl PolicySet {
     pub const ALL: PolicySet = PolicySet(7);
 
     /// The set holding `policies`.
-    pub fn of(policies: &[Policy]) -> PolicySet {
+    pub fn of(policies: &[PolicyKind]) -> PolicySet {
         PolicySet(policies.iter().fold(0, |s, p| s | p.bit()))
     }
     /// Whether `policy` is in the set.
-    pub fn contains(self, policy: Policy) -> bool {
+    pub fn contains(self, policy: PolicyKind) -> bool {
         self.0 & policy.bit() != 0
     }
     /// The set with `policy` added.
-    pub fn with(self, policy: Policy) -> PolicySet {
+    pub fn with(self, policy: PolicyKind) -> PolicySet {
         PolicySet(self.0 | policy.bit())
     }
 }
@@ -235,7 +248,7 @@ pub struct AcceptData {
     /// The publisher's node id.
     pub publisher_id: u64,
     /// The policy this subscription runs under.
-    pub policy: Policy,
+    pub policy: PolicyKind,
     /// Largest payload of one ring record.
     pub max_record_payload: u32,
     /// Absolute ring position the subscriber starts reading at.

@@ -3,6 +3,7 @@
 /// Why a protocol message could not be encoded or decoded. Decoding never panics: every bad
 /// input is one of these.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtocolError {
     /// Fewer bytes than the message header.
     #[error("{what}: truncated ({len} bytes)")]

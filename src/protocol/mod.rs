@@ -20,19 +20,27 @@ mod topic;
 #[cfg(test)]
 mod tests;
 
-pub use announce::{
-    AnnounceKind, Announcement, OpenError, SealedAnnouncement, ANNOUNCE_MTU, ANNOUNCE_TAG_LEN, MAX_ANNOUNCEMENT,
-    SEALED_HEADER_LEN, SEAL_OVERHEAD,
-};
-pub use auth::{Secret, MAC_LEN, MAX_SECRET_LEN, MIN_SECRET_LEN};
-pub use connect::{
-    AcceptData, ConnectData, ConnectFlags, Policy, PolicySet, RejectCode, RejectData, StartAt, MAX_REJECT_DETAIL,
-};
+pub use announce::{AnnounceKind, Announcement, OpenError, SEAL_OVERHEAD};
+pub use auth::Secret;
+pub use connect::{AcceptData, ConnectData, ConnectFlags, PolicyKind, PolicySet, RejectCode, RejectData, StartAt};
 pub use control::{Control, DropReason, CONTROL_MSG_MAX};
 pub(crate) use credential::{wall_clock_ms, ReplayGuard};
-pub use credential::{CredentialError, Proof, CONNECT_LABEL, MAX_CLOCK_SKEW, MAX_REPLAY_ENTRIES, PROOF_TAG_LEN};
+pub use credential::CredentialError;
 pub use error::ProtocolError;
 pub use topic::TopicId;
+
+/// The former name of [`PolicyKind`], still imported by `node/subscription/pull.rs`.
+pub(crate) use connect::PolicyKind as Policy;
+
+// What only the tests and the fuzz targets name.
+#[cfg(any(test, feature = "internals"))]
+pub use announce::{SealedAnnouncement, ANNOUNCE_MTU, ANNOUNCE_TAG_LEN, MAX_ANNOUNCEMENT, SEALED_HEADER_LEN};
+#[cfg(any(test, feature = "internals"))]
+pub use auth::{MAC_LEN, MAX_SECRET_LEN, MIN_SECRET_LEN};
+#[cfg(any(test, feature = "internals"))]
+pub use connect::MAX_REJECT_DETAIL;
+#[cfg(any(test, feature = "internals"))]
+pub use credential::{Proof, CONNECT_LABEL, MAX_CLOCK_SKEW, MAX_REPLAY_ENTRIES, PROOF_TAG_LEN};
 
 /// Version of this protocol (first byte of every message).
 pub const PROTOCOL_VERSION: u8 = 4;

@@ -34,7 +34,7 @@ fn largest_accept() -> AcceptData {
         capacity: u64::MAX,
         epoch: u64::MAX,
         publisher_id: u64::MAX,
-        policy: Policy::Overwrite,
+        policy: PolicyKind::Overwrite,
         max_record_payload: u32::MAX,
         start_position: u64::MAX,
         start_seq: u64::MAX,
@@ -76,14 +76,22 @@ fn connect_roundtrip_fits_in_56_bytes() {
     let small = ConnectData {
         topic: TopicId::of("t"),
         start: StartAt::Latest,
-        accepts: PolicySet::of(&[Policy::Block]),
+        accepts: PolicySet::of(&[PolicyKind::Block]),
         node_id: 1,
         flags: ConnectFlags::NONE,
         proof: None,
     };
     assert_eq!(ConnectData::decode(&small.encode().unwrap()).unwrap(), small);
-    assert!(small.accepts.contains(Policy::Block) && !small.accepts.contains(Policy::Overwrite));
-    assert!(PolicySet::NONE.with(Policy::DropSlow).contains(Policy::DropSlow));
+    assert!(small.accepts.contains(PolicyKind::Block) && !small.accepts.contains(PolicyKind::Overwrite));
+    assert!(PolicySet::NONE.with(PolicyKind::DropSlow).contains(PolicyKind::DropSlow));
+}
+
+#[test]
+fn policy_kinds_keep_their_wire_encoding_and_bits() {
+    let encode = |k: PolicyKind| bincode::serde::encode_to_vec(k, bincode::config::standard()).unwrap();
+    let kinds = [PolicyKind::Block, PolicyKind::DropSlow, PolicyKind::Overwrite];
+    assert_eq!(kinds.map(encode), [vec![0], vec![1], vec![2]]);
+    assert_eq!(kinds.map(|k| u8::from(PolicySet::of(&[k]))), [1, 2, 4]);
 }
 
 #[test]

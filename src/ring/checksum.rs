@@ -38,12 +38,14 @@ impl Checksum {
     /// Every function, in the order [`fastest_here`](Self::fastest_here) prefers them on a tie.
     pub const ALL: [Checksum; 2] = [Checksum::Crc32c, Checksum::XxHash64];
 
-    /// Starts a checksum.
-    pub fn start(self) -> RecordCrc {
-        RecordCrc(match self {
-            Checksum::Crc32c => Digest::Crc32c(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)),
-            Checksum::XxHash64 => Digest::XxHash64(Xxh64::new(0)),
-        })
+    internal! {
+        /// Starts a checksum.
+        pub fn start(self) -> RecordCrc {
+            RecordCrc(match self {
+                Checksum::Crc32c => Digest::Crc32c(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)),
+                Checksum::XxHash64 => Digest::XxHash64(Xxh64::new(0)),
+            })
+        }
     }
 
     /// The checksum of `bytes` in one go.

@@ -2,6 +2,7 @@
 
 /// An error of the ring producer or reader.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RingError {
     /// A capacity, payload limit or start point that the layout does not allow.
     #[error("invalid ring configuration: {0}")]

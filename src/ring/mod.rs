@@ -24,8 +24,18 @@ pub mod reader;
 #[cfg(test)]
 mod sim_tests;
 
-pub use checksum::{Checksum, RecordCrc};
+pub use checksum::Checksum;
 pub use error::RingError;
-pub use layout::{ControlSnapshot, RecordHeader, CONTROL_READ_LEN, CONTROL_SIZE, HEADER_LEN};
-pub use producer::{Append, Claim, InProgress, RingConfig, RingProducer, StartPoint, NO_LIMIT};
-pub use reader::{ControlOutcome, Parsed, ReadPlan, ReaderConfig, ReaderStats, RingReader, Stop, PROBE_LEN};
+pub use layout::{ControlSnapshot, CONTROL_READ_LEN};
+pub use producer::{Append, Claim, RingConfig, RingProducer, StartPoint, NO_LIMIT};
+pub use reader::{ControlOutcome, ReadPlan, ReaderConfig, RingReader, Stop, PROBE_LEN};
+
+// What only the tests and the fuzz targets name.
+#[cfg(any(test, feature = "internals"))]
+pub use checksum::RecordCrc;
+#[cfg(any(test, feature = "internals"))]
+pub use layout::{RecordHeader, CONTROL_SIZE, HEADER_LEN};
+#[cfg(any(test, feature = "internals"))]
+pub use producer::InProgress;
+#[cfg(any(test, feature = "internals"))]
+pub use reader::{Parsed, ReaderStats};

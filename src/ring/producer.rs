@@ -99,6 +99,7 @@ pub struct RingProducer {
     buf: Arc<RegisteredBuffer>,
     capacity: usize,
     max_record_payload: usize,
+    #[cfg(any(test, feature = "internals"))]
     epoch: u64,
     checksum: Checksum,
     tail: u64,
@@ -136,6 +137,7 @@ impl RingProducer {
             buf,
             capacity: config.capacity,
             max_record_payload: config.max_record_payload,
+            #[cfg(any(test, feature = "internals"))]
             epoch: config.epoch,
             checksum: config.checksum,
             tail: start,
@@ -161,6 +163,7 @@ impl RingProducer {
     }
 
     /// The registered buffer holding the ring.
+    #[cfg(any(test, feature = "internals"))]
     pub fn buffer(&self) -> &Arc<RegisteredBuffer> {
         &self.buf
     }
@@ -176,11 +179,13 @@ impl RingProducer {
     }
 
     /// Largest payload of one record.
+    #[cfg(any(test, feature = "internals"))]
     pub fn max_record_payload(&self) -> usize {
         self.max_record_payload
     }
 
     /// Publisher epoch.
+    #[cfg(any(test, feature = "internals"))]
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
@@ -196,26 +201,21 @@ impl RingProducer {
     }
 
     /// Absolute position of the oldest retained record.
+    #[cfg(any(test, feature = "internals"))]
     pub fn head(&self) -> u64 {
         self.head
     }
 
     /// Sequence of the record at `head`.
+    #[cfg(any(test, feature = "internals"))]
     pub fn head_seq(&self) -> u64 {
         self.head_seq
     }
 
-    /// Every byte below this absolute position may have been overwritten.
-    pub fn floor(&self) -> u64 {
-        self.floor
-    }
 
-    /// Sequence of the last completely committed message (0 before the first).
-    pub fn last_seq(&self) -> u64 {
-        self.tail_seq - 1
-    }
 
     /// The partly written message, if any.
+    #[cfg(any(test, feature = "internals"))]
     pub fn in_progress(&self) -> Option<InProgress> {
         self.in_progress
     }
@@ -240,10 +240,6 @@ impl RingProducer {
         min_consumed.saturating_add(self.capacity as u64)
     }
 
-    /// Bytes (headers and padding included) the producer may write before reaching `limit`.
-    pub fn free_space(&self, limit: u64) -> u64 {
-        limit.saturating_sub(self.tail).min(self.capacity as u64)
-    }
 
     /// The limit needed to write the next record of `payload_len` bytes now (padding included).
     pub fn needed_limit(&self, payload_len: usize) -> u64 {

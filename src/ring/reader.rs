@@ -262,6 +262,7 @@ impl RingReader {
     }
 
     /// Counters.
+    #[cfg(any(test, feature = "internals"))]
     pub fn stats(&self) -> ReaderStats {
         self.stats
     }

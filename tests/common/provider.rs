@@ -96,7 +96,7 @@ impl ProviderSpec {
         FabricConfig {
             kind: self.kind,
             bind: IpAddr::V4(self.local_ip),
-            soft: SoftOptions { same_host: self.same_host, ..SoftOptions::default() },
+            soft: SoftOptions::default().same_host(self.same_host),
             ..FabricConfig::default()
         }
     }

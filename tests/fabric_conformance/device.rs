@@ -41,19 +41,18 @@ pub fn device_attributes(spec: &ProviderSpec) {
     let _second_pd = fabric.alloc_pd().expect("a second PD");
 
     if spec.kind == FabricKind::Soft {
-        let options = SoftOptions {
-            ud_mtu: 512,
-            max_qp_wr: 300,
-            max_cqe: 5000,
-            max_srq_wr: 0,
-            max_mr_size: 1 << 24,
-            ..SoftOptions::default()
-        };
-        let fabric = open(&FabricConfig { soft: options.clone(), ..spec.config() }).expect("open soft with options");
+        let (ud_mtu, max_qp_wr, max_cqe, max_srq_wr, max_mr_size) = (512, 300, 5000, 0, 1 << 24);
+        let options = SoftOptions::default()
+            .ud_mtu(ud_mtu)
+            .max_qp_wr(max_qp_wr)
+            .max_cqe(max_cqe)
+            .max_srq_wr(max_srq_wr)
+            .max_mr_size(max_mr_size);
+        let fabric = open(&FabricConfig { soft: options, ..spec.config() }).expect("open soft with options");
         let a = fabric.attributes();
         assert_eq!(
             (a.ud_mtu, a.max_qp_wr, a.max_cqe, a.max_srq_wr, a.max_mr_size),
-            (options.ud_mtu, options.max_qp_wr, options.max_cqe, options.max_srq_wr, options.max_mr_size),
+            (ud_mtu, max_qp_wr, max_cqe, max_srq_wr, max_mr_size),
             "soft attributes follow SoftOptions"
         );
         let pd = fabric.alloc_pd().expect("alloc_pd");

@@ -3,7 +3,7 @@
 
 use super::*;
 
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::atomic::AtomicU64;
 
 use rdma_pubsub::node::discovery::DiscoveryCounters;
@@ -19,12 +19,10 @@ fn secret() -> Secret {
 /// with the domain secret.
 fn sealed_domain(index: u8) -> DiscoveryOptions {
     let pid = std::process::id();
-    DiscoveryOptions {
-        group: Ipv4Addr::new(239, 195, (pid % 251) as u8, index),
-        port: 20000 + ((pid % 700) as u16 * 16 + u16::from(index)) % 12000,
-        secret: Some(secret()),
-        ..Default::default()
-    }
+    DiscoveryOptions::default()
+        .group(Ipv4Addr::new(239, 195, (pid % 251) as u8, index))
+        .port(20000 + ((pid % 700) as u16 * 16 + u16::from(index)) % 12000)
+        .secret(secret())
 }
 
 fn discovering_node(options: &DiscoveryOptions) -> Node {
@@ -71,8 +69,8 @@ fn eavesdropper(options: &DiscoveryOptions) -> UdpSocket {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).expect("socket");
     sock.set_reuse_address(true).expect("SO_REUSEADDR");
     sock.set_reuse_port(true).expect("SO_REUSEPORT");
-    sock.bind(&SocketAddr::from((options.group, options.domain_port())).into()).expect("bind the group");
-    sock.join_multicast_v4(&options.group, &Ipv4Addr::LOCALHOST).expect("join");
+    sock.bind(&SocketAddr::from(options.group_addr()).into()).expect("bind the group");
+    sock.join_multicast_v4(options.group_addr().ip(), &Ipv4Addr::LOCALHOST).expect("join");
     sock.set_read_timeout(Some(WAIT)).expect("SO_RCVTIMEO");
     sock.into()
 }
@@ -110,27 +108,25 @@ fn a_discovery_flood_of_ids_parts_and_topics_stays_within_bounded_memory() {
     use rdma_pubsub::node::discovery::{MAX_PEERS, MAX_TOTAL_TOPICS};
     use rdma_pubsub::protocol::{AnnounceKind, Announcement, ANNOUNCE_MTU};
     use rdma_pubsub::DiscoveryOptions;
-    use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+    use std::net::{Ipv4Addr, UdpSocket};
 
     let path = "discovery::a_discovery_flood_of_ids_parts_and_topics_stays_within_bounded_memory";
     if !isolate::in_child_process(path, Duration::from_secs(120)) {
         return;
     }
     let pid = std::process::id();
-    let options = DiscoveryOptions {
-        group: Ipv4Addr::new(239, 194, (pid % 251) as u8, 7),
-        port: 20000 + (pid % 11_000) as u16,
+    let options = DiscoveryOptions::default()
+        .group(Ipv4Addr::new(239, 194, (pid % 251) as u8, 7))
+        .port(20000 + (pid % 11_000) as u16)
         // Nothing forged expires while the flood lasts: the bounds, not expiry, must hold it.
-        missed_heartbeats: 600,
-        ..Default::default()
-    };
+        .missed_heartbeats(600);
     let node = rdma_pubsub::Node::builder().fabric(FabricKind::Soft).discovery(options.clone()).build().expect("node");
     let before = resources::Usage::now();
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).expect("socket");
     sock.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into()).expect("bind");
     sock.set_multicast_if_v4(&Ipv4Addr::LOCALHOST).expect("IP_MULTICAST_IF");
     let sock: UdpSocket = sock.into();
-    let to = SocketAddrV4::new(options.group, options.port);
+    let to = options.group_addr();
     let connect = SocketAddr::from((Ipv4Addr::LOCALHOST, 1));
     let forged = |node_id: u64, part: u16, parts: u16, topics: usize| {
         let topics = (0..topics)
@@ -227,7 +223,7 @@ fn a_forged_hello_with_a_real_publishers_id_and_a_newer_epoch_is_dropped_and_cou
     let forgeries = [forged.encode().expect("encode"), forged.seal(&other_secret, 1, 0).expect("seal"), replaced];
     let sock = attacker_socket();
     for f in &forgeries {
-        sock.send_to(f, SocketAddrV4::new(options.group, options.domain_port())).expect("send the forgery");
+        sock.send_to(f, options.group_addr()).expect("send the forgery");
     }
     let counters = sub_node.discovery_counters();
     wait_count(counters, "unauthenticated datagrams", forgeries.len() as u64, |c| {
@@ -263,7 +259,7 @@ fn replayed_heartbeats_hellos_and_goodbyes_of_a_real_node_are_dropped_and_counte
     let sock = attacker_socket();
     let replay = |datagrams: &[&Vec<u8>], expected: u64| {
         for d in datagrams {
-            sock.send_to(d, SocketAddrV4::new(options.group, options.domain_port())).expect("replay");
+            sock.send_to(d, options.group_addr()).expect("replay");
         }
         wait_count(counters, "replayed datagrams", expected, replayed);
     };
@@ -318,7 +314,7 @@ fn unauthenticated_datagrams(claimed: &Announcement) -> Vec<Vec<u8>> {
 /// after it.
 #[test]
 fn an_unauthenticated_flood_does_not_expire_a_real_peer() {
-    let options = DiscoveryOptions { heartbeat: Duration::from_millis(50), missed_heartbeats: 3, ..sealed_domain(3) };
+    let options = sealed_domain(3).heartbeat(Duration::from_millis(50)).missed_heartbeats(3);
     let victim = discovering_node(&options);
     let real = discovering_node(&options);
     let known = wait_for_peer(&victim, real.id());
@@ -335,7 +331,7 @@ fn an_unauthenticated_flood_does_not_expire_a_real_peer() {
     };
     let datagrams = unauthenticated_datagrams(&claimed);
     let sock = attacker_socket();
-    let to = SocketAddrV4::new(options.group, options.domain_port());
+    let to = options.group_addr();
     let (start, mut sent) = (Instant::now(), 0u64);
     while start.elapsed() < FLOOD {
         for d in &datagrams {

@@ -8,7 +8,7 @@ use super::*;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use rdma_pubsub::protocol::Policy as WirePolicy;
+use rdma_pubsub::PolicyKind;
 use rdma_pubsub::SubscriptionEvent;
 
 /// What a hostile publisher advertises and writes.
@@ -55,7 +55,7 @@ impl HostilePublisher {
                 capacity: ring.capacity as u64,
                 epoch: 1,
                 publisher_id: 0x4057,
-                policy: WirePolicy::Block,
+                policy: PolicyKind::Block,
                 max_record_payload: ring.max_record_payload,
                 start_position: start,
                 start_seq: 1,

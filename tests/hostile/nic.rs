@@ -27,10 +27,8 @@ const FLOOD_BATCH: usize = 1024;
 
 /// A soft device on loopback, through its NIC whatever the peer (no same-host path).
 fn soft_fabric() -> Fabric {
-    let config = FabricConfig {
-        soft: SoftOptions { same_host: SameHost::Off, ..SoftOptions::default() },
-        ..FabricConfig::new(FabricKind::Soft)
-    };
+    let config =
+        FabricConfig { soft: SoftOptions::default().same_host(SameHost::Off), ..FabricConfig::new(FabricKind::Soft) };
     fabric::open(&config).expect("soft fabric")
 }
 

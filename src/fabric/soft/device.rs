@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
-use rand::{rngs::StdRng, Rng, SeedableRng};
+use rand::{rngs::StdRng, RngExt, SeedableRng};
 
 use super::cm::{Handshakes, SoftChannel};
 use super::conn::{Conn, Seg};
@@ -134,9 +134,9 @@ impl Shared {
 
     fn add_region(&self, buf: Arc<RegisteredBuffer>, access: Access, pd: u32) -> Result<u32> {
         let mut regions = self.regions.write();
-        let mut rng = rand::thread_rng();
+        let mut rng = rand::rng();
         let key = loop {
-            let key: u32 = rng.gen();
+            let key: u32 = rng.random();
             if key != 0 && !regions.contains_key(&key) {
                 break key;
             }
@@ -264,7 +264,7 @@ impl Device {
             listeners: Mutex::new(HashMap::new()),
             regions: RwLock::new(HashMap::new()),
             next_id: AtomicU64::new(1),
-            next_qpn: AtomicU32::new(rand::thread_rng().gen_range(0x100..0x10000)),
+            next_qpn: AtomicU32::new(rand::rng().random_range(0x100..0x10000)),
             ud_faults: Mutex::new(None),
             timers_pending: AtomicUsize::new(0),
             shm,

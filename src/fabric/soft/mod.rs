@@ -1,7 +1,7 @@
 //! The soft provider: verbs semantics in user space over TCP (RC) and UDP multicast (UD).
 //!
 //! Each opened device runs one NIC thread (`nic`) with a `mio` loop over its listeners and
-//! connections. An RC queue pair is one TCP connection carrying the frames of [`wire`]; the NIC
+//! connections. An RC queue pair is one TCP connection carrying the frames of `wire`; the NIC
 //! serves remote READs and WRITEs straight from and into registered memory (checked against
 //! the region table of the queue pair's protection domain) without the owner's threads, and
 //! posting threads write their frames to the socket themselves when nothing is queued.
@@ -20,14 +20,19 @@ mod qp;
 mod shm;
 mod timers;
 mod ud;
-pub mod wire;
+internal! { pub mod wire; }
 
 #[cfg(test)]
 mod tests;
 
+// The NIC's limits, for the hostile tests (with the feature `internals`).
+#[cfg(feature = "internals")]
 pub use cm::{MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
+#[cfg(feature = "internals")]
 pub use conn::{OUT_CAP, OUT_RESUME};
+#[cfg(feature = "internals")]
 pub use device::HANDSHAKE_TIMEOUT;
+#[cfg(feature = "internals")]
 pub use nic::OUTPUT_STALL_TIMEOUT;
 
 use super::{Fabric, FabricConfig, Result};

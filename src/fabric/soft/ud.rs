@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token};
 use parking_lot::Mutex;
-use rand::Rng;
+use rand::RngExt;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::device::Device;
@@ -189,10 +189,10 @@ impl SoftUd {
             return;
         };
         let f = gen.faults;
-        if f.drop > 0.0 && gen.rng.gen_bool(f.drop.clamp(0.0, 1.0)) {
+        if f.drop > 0.0 && gen.rng.random_bool(f.drop.clamp(0.0, 1.0)) {
             return;
         }
-        let dup = f.duplicate > 0.0 && gen.rng.gen_bool(f.duplicate.clamp(0.0, 1.0));
+        let dup = f.duplicate > 0.0 && gen.rng.random_bool(f.duplicate.clamp(0.0, 1.0));
         let at = now + f.delay;
         if dup {
             self.queue(rx, at, d.clone());

@@ -1,7 +1,7 @@
 //! Discovery: nodes find each other's publishers by themselves.
 //!
 //! Each node runs one discovery thread (`thread.rs`) owning a UD endpoint. It announces the
-//! node (id, epoch, connect address, published topics: [`Announcement`]) to a multicast group
+//! node (id, epoch, connect address, published topics: an `Announcement`) to a multicast group
 //! and/or by unicast to a static list of peers: a `Hello` at start and whenever the local topics
 //! change, a `Heartbeat` every [`DiscoveryOptions::heartbeat`] (±10 % jitter), a `Goodbye` on
 //! clean shutdown. Heard announcements update the node's `Directory` of peers; a peer silent
@@ -36,8 +36,6 @@ use parking_lot::Mutex;
 use super::NodeId;
 use crate::protocol::{AnnounceKind, Announcement, Secret, TopicId};
 
-pub use auth::MAX_CLOCK_SKEW;
-
 /// The environment variable naming a file that holds the domain secret, read by
 /// [`crate::NodeBuilder::build`] when no secret is given (see [`DiscoveryOptions::secret`]).
 pub const SECRET_FILE_ENV: &str = "RDMA_PUBSUB_DOMAIN_SECRET_FILE";
@@ -46,12 +44,30 @@ pub const SECRET_FILE_ENV: &str = "RDMA_PUBSUB_DOMAIN_SECRET_FILE";
 pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 77, 77);
 /// Default UD port of announcements (soft: the UDP port; verbs: folded into the Q_Key).
 pub const DEFAULT_PORT: u16 = 7477;
-/// Default heartbeat interval.
-pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
-/// Default number of missed heartbeats after which a silent peer is considered gone.
-pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
+internal! {
+    /// Default heartbeat interval.
+    pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
+}
+internal! {
+    /// Default number of missed heartbeats after which a silent peer is considered gone.
+    pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
+}
 
-/// How a node discovers its peers (see [`crate::NodeBuilder::discovery`]).
+/// How a node discovers its peers (see [`crate::NodeBuilder::discovery`]): built from
+/// [`default`](Self::default) (multicast on [`DEFAULT_GROUP`]:[`DEFAULT_PORT`], domain 0,
+/// heartbeat 200 ms, gone after 5 missed), [`disabled`](Self::disabled) or
+/// [`unicast`](Self::unicast), then the setters. The node checks the whole set when it is built.
+///
+/// ```
+/// use std::time::Duration;
+/// use rdma_pubsub::DiscoveryOptions;
+///
+/// let options = DiscoveryOptions::default()
+///     .domain(3)                                 // apart from domain 0's nodes
+///     .heartbeat(Duration::from_millis(100))     // every node of the domain should agree
+///     .peers(vec!["10.0.0.7:7477".parse().unwrap()]);
+/// assert_eq!(options.domain_port(), rdma_pubsub::node::discovery::DEFAULT_PORT + 3);
+/// ```
 ///
 /// Without a [`secret`](Self::secret), announcements are not authenticated: anyone who can
 /// send a datagram to the discovery port can announce publishers, claim a node's id and epoch
@@ -59,48 +75,18 @@ pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
 /// goodbye. Use discovery without a secret on trusted networks only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoveryOptions {
-    /// Run discovery at all (default true). When false no announcements are sent or heard and
-    /// subscriptions connect only where [`crate::Subscription::connect`] says.
-    pub enabled: bool,
-    /// Announce to and listen on the multicast group (default true). When false, only the
-    /// unicast [`peers`](Self::peers) are used.
-    pub multicast: bool,
-    /// The multicast group (default [`DEFAULT_GROUP`]).
-    pub group: Ipv4Addr,
-    /// The UD port of domain 0 (default [`DEFAULT_PORT`]); domain `d` uses `port + d`. 0 picks a
-    /// free port (unicast only). With multicast, only datagrams sent to the group arrive on the
-    /// group port: a node hears unicast at its own endpoint, [`crate::Node::discovery_addr`] (a
-    /// port of its own on the interface), which is what other nodes list in
-    /// [`peers`](Self::peers). Unicast only (`multicast: false`), that endpoint is on this port
-    /// (soft), so peers can list `host:port` in advance; one node per host may use it.
-    pub port: u16,
-    /// The discovery domain (default 0): nodes find only nodes of their own domain, so that
-    /// unrelated applications on one network using the same topic names stay apart (as ROS 2's
-    /// domain id does). It is carried in every announcement (others are counted in
-    /// [`DiscoveryCounters::other_domain`] and dropped) and moves the UD port to `port + domain`.
-    pub domain: u16,
-    /// Local interface address of the UD endpoint (`IP_MULTICAST_IF`). Default: the node's
-    /// bind address, or 127.0.0.1 when that is unspecified or IPv6.
-    pub interface: Option<Ipv4Addr>,
-    /// Discovery endpoints (`ip:port`) of peers announced to by unicast, in addition to the
-    /// group. When multicast is off a node also answers every peer it hears from, so one side
-    /// listing the other suffices.
-    pub peers: Vec<SocketAddrV4>,
-    /// Heartbeat interval (default [`DEFAULT_HEARTBEAT`]); every node of a domain should use
-    /// the same.
-    pub heartbeat: Duration,
-    /// A peer silent for this many heartbeat intervals is gone (default
-    /// [`DEFAULT_MISSED_HEARTBEATS`]).
-    pub missed_heartbeats: u32,
-    /// The domain secret (default none; [`crate::NodeBuilder::domain_secret`], or the file
-    /// named by [`SECRET_FILE_ENV`]). With it every announcement is sealed: it carries a
-    /// sequence number, the sender's clock and an HMAC-SHA256 tag, and a node accepts only
-    /// datagrams whose tag verifies, whose clock is within [`MAX_CLOCK_SKEW`] of its own and
-    /// that it has not seen before (counted in [`DiscoveryCounters::unauthenticated`],
-    /// [`stale`](DiscoveryCounters::stale) and [`replayed`](DiscoveryCounters::replayed)).
-    /// Every node of a domain must have the same secret: nodes without it are not heard, and
-    /// do not hear this node.
-    pub secret: Option<Secret>,
+    // Crate-visible so that the node and the discovery thread read them; applications use the
+    // setters, whose docs describe each.
+    pub(crate) enabled: bool,
+    pub(crate) multicast: bool,
+    pub(crate) group: Ipv4Addr,
+    pub(crate) port: u16,
+    pub(crate) domain: u16,
+    pub(crate) interface: Option<Ipv4Addr>,
+    pub(crate) peers: Vec<SocketAddrV4>,
+    pub(crate) heartbeat: Duration,
+    pub(crate) missed_heartbeats: u32,
+    pub(crate) secret: Option<Secret>,
 }
 
 impl Default for DiscoveryOptions {
@@ -121,14 +107,121 @@ impl Default for DiscoveryOptions {
 }
 
 impl DiscoveryOptions {
-    /// Discovery turned off.
+    /// Discovery turned off: no announcements are sent or heard, and subscriptions connect
+    /// only where [`crate::Subscription::connect`] says.
     pub fn disabled() -> Self {
-        DiscoveryOptions { enabled: false, ..Default::default() }
+        DiscoveryOptions::default().enabled(false)
     }
 
     /// Unicast only, to `peers`, on a free port.
     pub fn unicast(peers: Vec<SocketAddrV4>) -> Self {
-        DiscoveryOptions { multicast: false, port: 0, peers, ..Default::default() }
+        DiscoveryOptions::default().multicast(false).port(0).peers(peers)
+    }
+
+    /// Whether discovery runs at all (default true; false is [`disabled`](Self::disabled)).
+    pub fn enabled(mut self, enabled: bool) -> Self {
+        self.enabled = enabled;
+        self
+    }
+
+    /// Whether to announce to and listen on the multicast group (default true). When false,
+    /// only the unicast [`peers`](Self::peers) are used.
+    pub fn multicast(mut self, multicast: bool) -> Self {
+        self.multicast = multicast;
+        self
+    }
+
+    /// The multicast group (default [`DEFAULT_GROUP`]).
+    pub fn group(mut self, group: Ipv4Addr) -> Self {
+        self.group = group;
+        self
+    }
+
+    /// The UD port of domain 0 (default [`DEFAULT_PORT`]); domain `d` uses `port + d`. 0 picks a
+    /// free port (unicast only). With multicast, only datagrams sent to the group arrive on the
+    /// group port: a node hears unicast at its own endpoint, [`crate::Node::discovery_addr`] (a
+    /// port of its own on the interface), which is what other nodes list in
+    /// [`peers`](Self::peers). Unicast only (`multicast(false)`), that endpoint is on this port
+    /// (soft), so peers can list `host:port` in advance; one node per host may use it.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// The discovery domain (default 0): nodes find only nodes of their own domain, so that
+    /// unrelated applications on one network using the same topic names stay apart (as ROS 2's
+    /// domain id does). It is carried in every announcement (others are counted in
+    /// [`DiscoveryCounters::other_domain`] and dropped) and moves the UD port to `port + domain`.
+    pub fn domain(mut self, domain: u16) -> Self {
+        self.domain = domain;
+        self
+    }
+
+    /// Local interface address of the UD endpoint (`IP_MULTICAST_IF`). Default (`None`): the
+    /// node's bind address, or 127.0.0.1 when that is unspecified or IPv6.
+    pub fn interface(mut self, interface: impl Into<Option<Ipv4Addr>>) -> Self {
+        self.interface = interface.into();
+        self
+    }
+
+    /// Discovery endpoints (`ip:port`) of peers announced to by unicast, in addition to the
+    /// group (default none). When multicast is off a node also answers every peer it hears
+    /// from, so one side listing the other suffices.
+    pub fn peers(mut self, peers: Vec<SocketAddrV4>) -> Self {
+        self.peers = peers;
+        self
+    }
+
+    /// Heartbeat interval (default 200 ms, 1 ms to 1 h); every node of a domain should use the
+    /// same.
+    pub fn heartbeat(mut self, heartbeat: Duration) -> Self {
+        self.heartbeat = heartbeat;
+        self
+    }
+
+    /// A peer silent for this many heartbeat intervals is gone (default 5, at least 1).
+    pub fn missed_heartbeats(mut self, missed: u32) -> Self {
+        self.missed_heartbeats = missed;
+        self
+    }
+
+    /// The domain secret (default none; [`crate::NodeBuilder::domain_secret`], or the file
+    /// named by [`SECRET_FILE_ENV`]). With it every announcement is sealed: it carries a
+    /// sequence number, the sender's clock and an HMAC-SHA256 tag, and a node accepts only
+    /// datagrams whose tag verifies, whose clock is within 60 s of its own and that it has not
+    /// seen before (counted in [`DiscoveryCounters::unauthenticated`],
+    /// [`stale`](DiscoveryCounters::stale) and [`replayed`](DiscoveryCounters::replayed)).
+    /// Every node of a domain must have the same secret: nodes without it are not heard, and
+    /// do not hear this node.
+    pub fn secret(mut self, secret: impl Into<Option<Secret>>) -> Self {
+        self.secret = secret.into();
+        self
+    }
+
+    /// Whether discovery runs ([`enabled`](Self::enabled)).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Whether the multicast group is used ([`multicast`](Self::multicast)).
+    pub fn is_multicast(&self) -> bool {
+        self.multicast
+    }
+
+    /// Where announcements to the group go: the [`group`](Self::group) at the
+    /// [`domain_port`](Self::domain_port).
+    pub fn group_addr(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(self.group, self.domain_port())
+    }
+
+    /// The unicast peers ([`peers`](Self::peers)).
+    pub fn peer_list(&self) -> &[SocketAddrV4] {
+        &self.peers
+    }
+
+    /// The heartbeat interval ([`heartbeat`](Self::heartbeat)).
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat
     }
 
     /// The UD port this node uses: `port + domain`, or 0 (a free port) when `port` is 0.
@@ -227,8 +320,9 @@ pub struct DiscoveryCounters {
     pub send_errors: AtomicU64,
     /// Announcements of another discovery domain, dropped.
     pub other_domain: AtomicU64,
-    /// Announcements dropped because they exceed the directory's bounds ([`MAX_PEERS`],
-    /// [`MAX_PARTS`], [`MAX_PEER_TOPICS`], [`MAX_TOTAL_TOPICS`]) or name an invalid topic.
+    /// Announcements dropped because they exceed the directory's bounds (1024 peers, 256
+    /// datagrams per announcement, 8192 topics per peer, 65 536 topics in all) or name an
+    /// invalid topic.
     pub refused: AtomicU64,
     /// With a domain secret: datagrams without a tag, or with one that does not verify
     /// (forged, altered, plain, or sealed with another secret), dropped.
@@ -236,8 +330,8 @@ pub struct DiscoveryCounters {
     /// With a domain secret: authentic datagrams seen before (replayed or duplicated), or of
     /// an older epoch of their node than one already heard, dropped.
     pub replayed: AtomicU64,
-    /// With a domain secret: authentic datagrams whose sender clock is more than
-    /// [`MAX_CLOCK_SKEW`] from this node's, dropped.
+    /// With a domain secret: authentic datagrams whose sender clock is more than 60 s from
+    /// this node's, dropped.
     pub stale: AtomicU64,
     /// Without a domain secret: sealed datagrams (of nodes that have one), which this node
     /// cannot check, dropped.
@@ -248,16 +342,24 @@ pub struct DiscoveryCounters {
     pub backlogged: AtomicU64,
 }
 
-/// Most peers a node keeps in its directory; announcements of further nodes are refused (and
-/// counted) until known peers leave or expire.
-pub const MAX_PEERS: usize = 1024;
-/// Most datagrams (parts) one node's announcement may be split into.
-pub const MAX_PARTS: usize = 256;
-/// Most topics one peer may announce.
-pub const MAX_PEER_TOPICS: usize = 8192;
-/// Most topics of all peers together. With topic names of at most 200 bytes, the directory stays
-/// within a few tens of MiB whatever is sent to the discovery port.
-pub const MAX_TOTAL_TOPICS: usize = 65_536;
+internal! {
+    /// Most peers a node keeps in its directory; announcements of further nodes are refused
+    /// (and counted) until known peers leave or expire.
+    pub const MAX_PEERS: usize = 1024;
+}
+internal! {
+    /// Most datagrams (parts) one node's announcement may be split into.
+    pub const MAX_PARTS: usize = 256;
+}
+internal! {
+    /// Most topics one peer may announce.
+    pub const MAX_PEER_TOPICS: usize = 8192;
+}
+internal! {
+    /// Most topics of all peers together. With topic names of at most 200 bytes, the directory
+    /// stays within a few tens of MiB whatever is sent to the discovery port.
+    pub const MAX_TOTAL_TOPICS: usize = 65_536;
+}
 
 /// What a subscription learns about publishers of its topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -639,6 +741,56 @@ mod tests {
 
     pub(super) fn from() -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], 5000))
+    }
+
+    #[test]
+    fn each_setter_sets_its_option_and_the_getters_read_them() {
+        let (group, interface) = (Ipv4Addr::new(239, 1, 2, 3), Ipv4Addr::new(10, 0, 0, 9));
+        let peers: Vec<SocketAddrV4> = vec!["10.0.0.7:7000".parse().unwrap()];
+        let secret = Secret::new(vec![5; 16]).unwrap();
+        let set = DiscoveryOptions::default()
+            .enabled(false)
+            .multicast(false)
+            .group(group)
+            .port(7000)
+            .domain(4)
+            .interface(interface)
+            .peers(peers.clone())
+            .heartbeat(Duration::from_millis(30))
+            .missed_heartbeats(9)
+            .secret(secret.clone());
+        let expected = DiscoveryOptions {
+            enabled: false,
+            multicast: false,
+            group,
+            port: 7000,
+            domain: 4,
+            interface: Some(interface),
+            peers: peers.clone(),
+            heartbeat: Duration::from_millis(30),
+            missed_heartbeats: 9,
+            secret: Some(secret),
+        };
+        assert_eq!(set, expected);
+        assert_eq!(
+            (set.is_enabled(), set.is_multicast(), set.group_addr()),
+            (false, false, SocketAddrV4::new(group, 7004))
+        );
+        assert_eq!((set.peer_list(), set.heartbeat_interval()), (&peers[..], Duration::from_millis(30)));
+        let unset = set.interface(None).secret(None);
+        assert_eq!((unset.interface, unset.secret), (None, None));
+        assert!(!DiscoveryOptions::disabled().is_enabled());
+        let unicast = DiscoveryOptions::unicast(peers.clone());
+        assert_eq!((unicast.is_multicast(), unicast.port, unicast.peer_list()), (false, 0, &peers[..]));
+    }
+
+    /// The public docs (`DiscoveryOptions`, `DiscoveryCounters`) state these numbers, since
+    /// the constants are internal.
+    #[test]
+    fn the_documented_bounds_and_defaults_are_the_constants() {
+        assert_eq!((MAX_PEERS, MAX_PARTS, MAX_PEER_TOPICS, MAX_TOTAL_TOPICS), (1024, 256, 8192, 65_536));
+        assert_eq!(auth::MAX_CLOCK_SKEW, Duration::from_secs(60));
+        assert_eq!((DEFAULT_HEARTBEAT, DEFAULT_MISSED_HEARTBEATS), (Duration::from_millis(200), 5));
     }
 
     /// `received` counts the announcements of other nodes of this domain, not this node's own

@@ -26,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::Rng;
+use rand::RngExt;
 
 use super::auth::{Gate, Refusal, Sealer};
 use super::{announcement_parts, DiscoveryOptions};
@@ -76,9 +76,9 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
     let mut sender = Sender { node: &node, ud: &ud, options: &options, sealer, warned: false };
     let mut gate = Gate::new(options.secret.clone());
     let mut next_forget = Instant::now() + FORGET_INTERVAL;
-    let mut rng = rand::thread_rng();
+    let mut rng = rand::rng();
     let interval = options.heartbeat;
-    let jitter = |rng: &mut rand::rngs::ThreadRng| interval.mul_f64(rng.gen_range(0.9..1.1));
+    let jitter = |rng: &mut rand::rngs::ThreadRng| interval.mul_f64(rng.random_range(0.9..1.1));
     let mut next_heartbeat = Instant::now();
     let mut answer_due: Option<Instant> = None;
     let mut last_answer = Instant::now() - interval;

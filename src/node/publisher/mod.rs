@@ -29,7 +29,7 @@ use slab::Slab;
 
 use crate::error::{Error, Result};
 use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QueuePair, RemoteAddr, SharedReceiveQueue};
-use crate::protocol::{Control, Policy as WirePolicy, Secret, TopicId};
+use crate::protocol::{Control, PolicyKind, Secret, TopicId};
 use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
 
 use super::ack_clock::AckClock;
@@ -68,11 +68,13 @@ impl Default for Policy {
 }
 
 impl Policy {
-    fn kind(self) -> WirePolicy {
+    /// Which policy this is, without its settings (what subscribers see in
+    /// [`PublisherInfo::policy`](crate::PublisherInfo::policy)).
+    pub fn kind(self) -> PolicyKind {
         match self {
-            Policy::Block { .. } => WirePolicy::Block,
-            Policy::DropSlow { .. } => WirePolicy::DropSlow,
-            Policy::Overwrite => WirePolicy::Overwrite,
+            Policy::Block { .. } => PolicyKind::Block,
+            Policy::DropSlow { .. } => PolicyKind::DropSlow,
+            Policy::Overwrite => PolicyKind::Overwrite,
         }
     }
 }

@@ -22,7 +22,7 @@ use slab::Slab;
 use crate::error::{Error, Result};
 use crate::fabric::{CompletionQueue, ConnId, DataPath, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
 use crate::node::spin_permit::SpinPermit;
-use crate::protocol::{DropReason, Policy as WirePolicy, RejectCode, Secret, TopicId};
+use crate::protocol::{DropReason, PolicyKind, RejectCode, Secret, TopicId};
 use crate::ring::{ReadPlan, RingReader};
 
 use super::cm::FeedEvent;
@@ -109,7 +109,7 @@ pub struct PublisherInfo {
     /// Its node's address.
     pub addr: SocketAddr,
     /// Its slow-subscriber policy.
-    pub policy: WirePolicy,
+    pub policy: PolicyKind,
     /// How this subscription's READs reach the publisher's ring: shared memory when both run
     /// on this host (soft fabric, [`crate::fabric::SameHost::Auto`]), else the network.
     pub data_path: DataPath,

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rand::Rng;
+use rand::RngExt;
 use socket2::{Domain, SockAddr, Socket, Type};
 
 pub(crate) use bell::Bell;
@@ -113,9 +113,9 @@ impl Endpoint {
     pub(crate) fn open() -> Result<Endpoint> {
         let boot = boot_identity()?;
         let keys = Arc::new(KeyTable::new()?);
-        let mut rng = rand::thread_rng();
+        let mut rng = rand::rng();
         for _ in 0..8 {
-            let token: u64 = rng.gen::<u64>().max(1);
+            let token: u64 = rng.random::<u64>().max(1);
             let sock =
                 Socket::new(Domain::UNIX, Type::STREAM, None).map_err(|e| Error::os("same-host: socket", None, e))?;
             if let Err(e) = sock.bind(&socket_name(token)?) {
@@ -138,9 +138,9 @@ impl Endpoint {
         if nonces.len() >= MAX_NONCES {
             return None;
         }
-        let mut rng = rand::thread_rng();
+        let mut rng = rand::rng();
         loop {
-            let nonce: u64 = rng.gen();
+            let nonce: u64 = rng.random();
             if nonce != 0 && !nonces.contains_key(&nonce) {
                 nonces.insert(nonce, conn);
                 return Some(Offer { token: self.token, boot: self.boot, nonce });
