@@ -488,13 +488,8 @@ pub struct Claim {
 
 impl Claim {
     /// Payload length of the claim.
-    pub fn len(&self) -> usize {
+    pub fn payload_len(&self) -> usize {
         self.len
-    }
-
-    /// Whether the claim has no payload.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Sequence number the message gets on commit.

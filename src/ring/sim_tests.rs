@@ -266,7 +266,7 @@ fn claim_writes_in_place() {
     dirty.abandon(lap);
 
     let mut c = prod.claim(300, NO_LIMIT).unwrap().unwrap();
-    assert_eq!((c.len(), c.seq()), (300, 1));
+    assert_eq!((c.payload_len(), c.seq()), (300, 1));
     c.bytes_mut()[100..].copy_from_slice(&want[100..]);
     c.bytes_mut()[..100].copy_from_slice(&want[..100]);
     // Nothing else is written while a claim is outstanding.

@@ -35,12 +35,13 @@ pub struct Loan<'a> {
     /// Declared before `turn`: the lock is released before the turn is given back.
     state: MutexGuard<'a, PubState>,
     claim: Option<Claim>,
-    turn: Option<Turn<'a>>,
+    /// Held for its drop: the turn is given back after the lock.
+    _turn: Option<Turn<'a>>,
 }
 
 impl std::fmt::Debug for Loan<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (len, seq) = self.claim.as_ref().map_or((0, 0), |c| (c.len(), c.seq()));
+        let (len, seq) = self.claim.as_ref().map_or((0, 0), |c| (c.payload_len(), c.seq()));
         f.debug_struct("Loan").field("len", &len).field("seq", &seq).finish()
     }
 }
@@ -85,7 +86,7 @@ impl<'a> Loan<'a> {
     ) -> Result<Loan<'a>> {
         let limit = state.limit;
         let claim = state.producer.claim(len, limit)?.ok_or(Error::Closed("the ring has no room"))?;
-        Ok(Loan { shared, state, claim: Some(claim), turn })
+        Ok(Loan { shared, state, claim: Some(claim), _turn: turn })
     }
 
     /// The message's sequence number once sent.
@@ -99,7 +100,7 @@ impl<'a> Loan<'a> {
     /// [`Error::Ring`] if the ring's memory cannot be written (never on a live publisher).
     pub fn send(mut self) -> Result<u64> {
         let claim = self.claim.take().expect("a loan holds its claim until sent");
-        let len = claim.len();
+        let len = claim.payload_len();
         let seq = self.state.producer.commit(claim)?;
         self.shared.after_commit(&mut self.state, len);
         Ok(seq)
@@ -124,7 +125,6 @@ impl Drop for Loan<'_> {
         if let Some(claim) = self.claim.take() {
             self.state.producer.abandon(claim);
         }
-        // `state` is released, then `turn` given back (field order).
-        let _ = &self.turn;
+        // Then `state` is released and `turn` given back, in field order.
     }
 }
