@@ -307,14 +307,16 @@ fn unauthenticated_datagrams(claimed: &Announcement) -> Vec<Vec<u8>> {
 }
 
 /// A flood of unauthenticated datagrams, sent as fast as one thread can for [`FLOOD`], at a node
-/// whose only peer heartbeats every 50 ms and is gone after 3 missed (150 ms). One sender on
+/// whose only peer heartbeats every 50 ms and is gone after 5 missed (250 ms: 150 ms expired
+/// the peer once in a full `scripts/test.sh` run on 2 busy vCPUs, a scheduling gap rather than the
+/// flood; the flood lasts twelve times longer). One sender on
 /// loopback outpaces a receiver that checks a MAC per datagram, so the socket drops datagrams,
 /// heartbeats among them; the node sees that it is flooded (full batches waiting) and does not
 /// count the silence against its peer: the real peer is never expired, during the flood or
 /// after it.
 #[test]
 fn an_unauthenticated_flood_does_not_expire_a_real_peer() {
-    let options = sealed_domain(3).heartbeat(Duration::from_millis(50)).missed_heartbeats(3);
+    let options = sealed_domain(3).heartbeat(Duration::from_millis(50)).missed_heartbeats(5);
     let victim = discovering_node(&options);
     let real = discovering_node(&options);
     let known = wait_for_peer(&victim, real.id());
@@ -344,9 +346,9 @@ fn an_unauthenticated_flood_does_not_expire_a_real_peer() {
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     assert!(load(&counters.unauthenticated) >= 10_000, "the flood reached the node: {counters:?}");
     assert!(load(&counters.backlogged) > 0, "the flood filled the node's batches: {counters:?}");
-    // Past the flood, for longer than the peer's allowance (4 heartbeats heard: 200 ms).
+    // Past the flood, for longer than the peer's allowance (6 heartbeats heard: 300 ms).
     let heard = load(&counters.received);
-    wait_count(counters, "heartbeats after the flood", heard + 4, |c| load(&c.received));
+    wait_count(counters, "heartbeats after the flood", heard + 6, |c| load(&c.received));
     assert_eq!(load(&counters.expired), 0, "the real peer expired: {counters:?}");
     assert_eq!(victim.peers(), vec![PeerInfo { topics: Vec::new(), ..known }], "the real peer, as it announced itself");
 }
