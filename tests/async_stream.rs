@@ -221,6 +221,30 @@ async fn a_typed_stream_yields_values_and_goes_on_after_one_that_does_not_decode
     drop(quotes);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_streams_in_a_task_of_its_own_on_a_multi_threaded_runtime() {
+    let (a, _b, mut sub) = pair("async-spawned");
+    let publisher = a.publisher("async-spawned").create().expect("publisher");
+    sub.connect_wait(a.local_addr(), WAIT).expect("connect");
+    // The subscription moves into the task (it is `Send`), and its stream lives there.
+    let reader = tokio::spawn(async move {
+        let mut stream = sub.stream();
+        let mut got = Vec::new();
+        while let Some(m) = next(&mut stream).await {
+            got.push(m.expect("a message").data);
+        }
+        got
+    });
+    for i in 0..3u8 {
+        publisher.publish(&[i]).expect("publish");
+    }
+    // Closing waits for the subscriber's acks: not on a worker of the runtime.
+    let closer = tokio::task::spawn_blocking(move || drop(publisher));
+    let got = tokio::time::timeout(WAIT, reader).await.expect("the task ended").expect("the task");
+    closer.await.expect("the closing thread");
+    assert_eq!(got, [[0], [1], [2]], "every message, then the end");
+}
+
 #[test]
 fn a_stream_polled_outside_a_tokio_runtime_yields_an_error_then_ends() {
     let (a, _b, mut sub) = pair("async-no-runtime");
