@@ -32,6 +32,10 @@ cargo test --release --no-fail-fast
 echo "== end-to-end suites again with the soft same-host path off (the fabric suite runs both ways itself)"
 RDMA_PUBSUB_TEST_SAME_HOST=off cargo test --release --no-fail-fast \
   --test pubsub --test faults --test hostile --test torn_reads
+echo "== the async stream (feature async), both same-host settings"
+cargo test --release --no-fail-fast --features async --lib --test async_stream -- stream
+RDMA_PUBSUB_TEST_SAME_HOST=off cargo test --release --no-fail-fast --features async --test async_stream
+cargo test --release --no-fail-fast --features async --doc -- stream
 echo "== fuzz targets (their own workspace): built, and 20,000 runs of each without libFuzzer"
 cargo run --release --manifest-path fuzz/Cargo.toml --no-default-features --bin fuzz-loop -- all 20000
 echo "== verbs provider inside the Soft-RoCE guest"

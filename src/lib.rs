@@ -53,6 +53,8 @@ mod time;
 
 pub use error::{Error, Result};
 pub use fabric::FabricKind;
+#[cfg(feature = "async")]
+pub use node::MessageStream;
 pub use node::{
     DiscoveryCounters, DiscoveryOptions, Loan, LostReason, Message, MessageRef, MessageType, Node, NodeBuilder,
     NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, PublisherOptions,

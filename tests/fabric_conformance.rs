@@ -32,6 +32,7 @@ mod common;
 mod cases {
     pub mod cm;
     pub mod cq;
+    pub mod cq_notify;
     pub mod device;
     pub mod faults;
     pub mod leaks;
@@ -60,6 +61,9 @@ macro_rules! for_each_case {
             cq::cq_arm_solicited_notifies_only_solicited_sends,
             cq::cq_poll_wait_returns_on_completion,
             cq::cq_overrun,
+            cq_notify::cq_notify_fd_readable_after_an_armed_completion_until_taken,
+            cq_notify::cq_notify_fd_follows_solicited_arming,
+            cq_notify::cq_notify_fd_wakes_for_a_peer_process,
             cm::cm_listen_port_zero_and_addr_in_use,
             cm::cm_connect_accept_private_data,
             cm::cm_private_data_at_the_limits,

@@ -2,6 +2,7 @@
 //! same way for every provider, before delegating to it.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -228,6 +229,41 @@ impl CompletionQueue {
     /// Waits up to `timeout` for the notification requested by [`arm`](Self::arm).
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         self.ops.wait(timeout)
+    }
+    /// A descriptor for an event loop (`poll(2)`, `epoll`, tokio's `AsyncFd`): it polls
+    /// readable once a notification requested by [`arm`](Self::arm) or
+    /// [`arm_solicited`](Self::arm_solicited) has arrived, that is for every completion that
+    /// would end a [`wait`](Self::wait), whoever queued it (on soft, a peer process on this
+    /// host writing a SEND into this CQ's inbox too), and stays readable until
+    /// [`take_notification`](Self::take_notification). It never blocks a read: take
+    /// notifications with `take_notification`, not by reading it.
+    ///
+    /// The protocol, which loses no wake-up (a completion that arrives while the caller is
+    /// between its steps is either found by the poll or makes the descriptor readable):
+    ///
+    /// 1. [`poll`](Self::poll); if it found completions, handle them and start again;
+    /// 2. `arm` (or `arm_solicited`);
+    /// 3. `poll` again: a completion queued before the arm raises no notification;
+    /// 4. if still empty, wait for the descriptor to poll readable;
+    /// 5. `take_notification`, then start again at 1.
+    ///
+    /// A readable descriptor may find the CQ empty (a completion polled in step 3 may also
+    /// have raised the notification): callers poll, they do not count notifications.
+    ///
+    /// # Errors
+    /// The provider could not set the descriptor up (soft: creating its eventfd failed).
+    pub fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
+        self.ops.notify_fd()
+    }
+    /// Takes a notification without blocking (verbs: `ibv_get_cq_event` and
+    /// `ibv_ack_cq_events`; soft: clears the eventfd), so that [`notify_fd`](Self::notify_fd)
+    /// polls readable only for the next one, after the next arm. Returns whether one had
+    /// arrived. See `notify_fd` for the protocol.
+    ///
+    /// # Errors
+    /// The provider failed to read its completion channel.
+    pub fn take_notification(&self) -> Result<bool> {
+        self.ops.take_notification()
     }
     /// The depth.
     pub fn depth(&self) -> u32 {

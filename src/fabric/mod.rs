@@ -12,6 +12,8 @@
 //! provider implements the traits of the internal module `provider`; the handles check
 //! arguments (private-data sizes, bounds, MTU) the same way for every provider.
 
+#[cfg(feature = "async")]
+mod async_cq;
 pub mod error;
 mod handles;
 internal! { pub mod memory; }
@@ -25,6 +27,8 @@ pub mod verbs;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+#[cfg(feature = "async")]
+pub use async_cq::AsyncNotifier;
 pub use error::{Error, Result};
 pub use handles::*;
 pub use memory::RegisteredBuffer;

@@ -6,6 +6,7 @@
 
 use std::any::Any;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -78,6 +79,12 @@ pub trait CqOps: AsAny {
     /// Waits up to `timeout` for a notification requested by `arm` and acknowledges it.
     /// Returns whether one arrived.
     fn wait(&self, timeout: Duration) -> Result<bool>;
+    /// A descriptor that polls readable once a notification requested by `arm` or
+    /// `arm_solicited` has arrived and is not taken yet (verbs: the completion channel's fd).
+    fn notify_fd(&self) -> Result<BorrowedFd<'_>>;
+    /// Takes (and acknowledges) a notification without blocking, so that `notify_fd` polls
+    /// readable only for the next one. Returns whether one had arrived.
+    fn take_notification(&self) -> Result<bool>;
     /// The depth.
     fn depth(&self) -> u32;
 }

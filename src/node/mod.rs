@@ -26,7 +26,6 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crossbeam::channel::Sender;
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -39,6 +38,8 @@ use crate::stats;
 pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
 pub use message_type::MessageType;
 pub use publisher::{Loan, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherOptions};
+#[cfg(feature = "async")]
+pub use subscription::MessageStream;
 pub use subscription::{
     Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
     SubscriptionEvent, SubscriptionOptions, MAX_EVENTS,
@@ -405,7 +406,7 @@ pub(crate) enum Route {
     /// A subscriber connected to a local publisher.
     Subscriber(Weak<publisher::PublisherShared>),
     /// A local subscription's connection to a publisher.
-    Feed(Sender<cm::FeedEvent>),
+    Feed(subscription::FeedSender),
 }
 
 /// Starts the stats exporter; a node without one still works (the failure is logged).

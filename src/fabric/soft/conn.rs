@@ -760,8 +760,8 @@ impl Conn {
 
     /// Opens this end's inbox for the peer's SENDs (once, on a live queue pair) and
     /// makes polls of the receive CQ drain it: the descriptors of the inbox, the receive pool
-    /// (counts read-only, claims) and the CQ's bell, for the peer to map.
-    pub(crate) fn open_inbox(self: &Arc<Self>) -> Option<([OwnedFd; 4], KeySlot)> {
+    /// (counts read-only, claims) and the CQ's bell (page and eventfd), for the peer to map.
+    pub(crate) fn open_inbox(self: &Arc<Self>) -> Option<([OwnedFd; 5], KeySlot)> {
         let (fds, cq, live) = {
             let mut st = self.st.lock();
             if st.inbox.is_some() {
@@ -778,6 +778,7 @@ impl Conn {
                 info.try_clone_to_owned().ok()?,
                 claims.try_clone_to_owned().ok()?,
                 cq.bell.fd().try_clone_to_owned().ok()?,
+                cq.bell.event_fd().ok()?.try_clone_to_owned().ok()?,
             ];
             st.inbox = Some(inbox);
             (fds, cq, live)

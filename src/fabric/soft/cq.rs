@@ -2,11 +2,13 @@
 //!
 //! A CQ's waiter sleeps on the futex word of its [`Bell`], a page of shared memory: the NIC
 //! thread rings it for completions it queues, and same-host peers ring it for SENDs they write
-//! into the inboxes of queue pairs whose receives complete here. A poll first places the SENDs
+//! into the inboxes of queue pairs whose receives complete here. An event loop waits on the
+//! bell's eventfd instead (`notify_fd`), which every ring writes once it has been asked for. A poll first places the SENDs
 //! waiting in those inboxes (when the bell's count says some were written), then takes
 //! completions.
 
 use std::collections::VecDeque;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -186,6 +188,12 @@ impl CqOps for SoftCq {
     }
     fn wait(&self, timeout: Duration) -> Result<bool> {
         Ok(self.inner.wait(timeout))
+    }
+    fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
+        self.inner.bell.notify_fd()
+    }
+    fn take_notification(&self) -> Result<bool> {
+        self.inner.bell.take()
     }
     fn depth(&self) -> u32 {
         self.inner.depth

@@ -196,7 +196,7 @@ impl shm::Owner for Shared {
         };
         Some((fd, answer))
     }
-    fn open_inbox(&self, conn: ConnId) -> Option<([std::os::fd::OwnedFd; 4], shm::Answer)> {
+    fn open_inbox(&self, conn: ConnId) -> Option<([std::os::fd::OwnedFd; 5], shm::Answer)> {
         let c = self.conns.lock().get(&conn).cloned()?;
         let (fds, live) = c.open_inbox()?;
         Some((fds, shm::Answer { granted: true, conn_slot: live.index, conn_word: live.word, ..Default::default() }))

@@ -1,5 +1,6 @@
 //! Completion queues with their completion channels.
 
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +18,14 @@ const POLL_BATCH: usize = 16;
 
 /// A completion channel (its fd is non-blocking).
 struct CompChannel(*mut ibv_comp_channel);
+
+impl CompChannel {
+    /// The channel's (non-blocking) descriptor.
+    fn fd(&self) -> RawFd {
+        // SAFETY: the channel is live while `self` is.
+        unsafe { (*self.0).fd }
+    }
+}
 
 impl Drop for CompChannel {
     fn drop(&mut self) {
@@ -127,7 +136,7 @@ impl Drop for Cq {
     fn drop(&mut self) {
         unwatch_cq(self.cq);
         // SAFETY: queue pairs using the CQ hold an Arc of it, so none is left; every event was
-        // acknowledged in `wait`. Destroyed once; the channel is destroyed after (field drop).
+        // acknowledged when taken (`take_notification`). Destroyed once; the channel is destroyed after (field drop).
         unsafe { ibv_destroy_cq(self.cq) };
     }
 }
@@ -180,25 +189,36 @@ impl CqOps for Cq {
     fn wait(&self, timeout: Duration) -> Result<bool> {
         let deadline = crate::time::deadline_after(timeout);
         loop {
-            let mut cq: *mut ibv_cq = std::ptr::null_mut();
-            let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
-            // SAFETY: the channel is live and non-blocking; out-pointers are valid.
-            if unsafe { ibv_get_cq_event(self.channel.0, &mut cq, &mut ctx) } == 0 {
-                // SAFETY: `cq` is the CQ the event is for (ours: the channel is ours alone).
-                unsafe { ibv_ack_cq_events(cq, 1) };
+            if self.take_notification()? {
                 return Ok(true);
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::WouldBlock {
-                return Err(Error::os("ibv_get_cq_event", None, err));
             }
             let now = Instant::now();
             if now >= deadline {
                 return Ok(false);
             }
-            // SAFETY: the channel is live.
-            poll_fd(unsafe { (*self.channel.0).fd }, deadline - now, "poll completion channel")?;
+            poll_fd(self.channel.fd(), deadline - now, "poll completion channel")?;
         }
+    }
+
+    fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
+        // SAFETY: the channel's fd is open while the channel lives, which is as long as `self`.
+        Ok(unsafe { BorrowedFd::borrow_raw(self.channel.fd()) })
+    }
+
+    fn take_notification(&self) -> Result<bool> {
+        let mut cq: *mut ibv_cq = std::ptr::null_mut();
+        let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: the channel is live and non-blocking; out-pointers are valid.
+        if unsafe { ibv_get_cq_event(self.channel.0, &mut cq, &mut ctx) } == 0 {
+            // SAFETY: `cq` is the CQ the event is for (ours: the channel is ours alone).
+            unsafe { ibv_ack_cq_events(cq, 1) };
+            return Ok(true);
+        }
+        let err = std::io::Error::last_os_error();
+        if err.kind() == std::io::ErrorKind::WouldBlock {
+            return Ok(false);
+        }
+        Err(Error::os("ibv_get_cq_event", None, err))
     }
 
     fn depth(&self) -> u32 {

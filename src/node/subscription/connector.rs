@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crossbeam::channel::{Receiver, Sender};
+use crossbeam::channel::Receiver;
 use parking_lot::Mutex;
 
-use super::{Start, SubscriptionOptions, CTRL_LEN, RECV_SLOTS};
+use super::{FeedSender, Start, SubscriptionOptions, CTRL_LEN, RECV_SLOTS};
 use crate::error::{Error, Result};
 use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QpCaps, QpInit, QueuePair, RNR_RETRY_INFINITE};
 use crate::node::cm::FeedEvent;
@@ -62,7 +62,7 @@ struct ConnectorState {
     busy_poll: bool,
     credential: Option<crate::protocol::Secret>,
     cq: CompletionQueue,
-    events: Sender<FeedEvent>,
+    events: FeedSender,
     /// Discovery's view of the topic (auto-connect on, discovery on).
     watch: Option<Watch>,
     /// The connection open (not closed) to each address.
@@ -82,7 +82,7 @@ impl Connector {
         topic_id: TopicId,
         options: &SubscriptionOptions,
         cq: CompletionQueue,
-        events: Sender<FeedEvent>,
+        events: FeedSender,
     ) -> Arc<Connector> {
         let watch = (options.auto_connect && node.discovery.enabled()).then(|| Watch::new(&node.discovery, topic_id));
         let connector = Arc::new(Connector {

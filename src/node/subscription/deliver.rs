@@ -241,13 +241,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             let mut wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
             // A paced feed READs again within microseconds: poll (yielding) until then rather
             // than sleep, whose wake-up costs more than the delay.
-            let paced = self
-                .feeds
-                .iter()
-                .filter(|(_, f)| !f.closed && !f.quiesced)
-                .filter_map(|(_, f)| f.active.as_ref().filter(|a| a.plan.is_none()).and_then(|a| a.pacer.left(now)))
-                .min();
-            if let Some(left) = paced {
+            if let Some(left) = self.paced_read_due(now) {
                 spin = spin.max(left);
                 wait = wait.min(left);
             }
@@ -264,6 +258,16 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             self.permit.release();
             self.handle_completions(&wcs[..n]);
         }
+    }
+
+    /// How soon the next READ a feed's pacer holds back may go, if one does (within
+    /// microseconds: see `pacing`); nothing else wakes the subscription for it.
+    pub(super) fn paced_read_due(&self, now: Instant) -> Option<Duration> {
+        self.feeds
+            .iter()
+            .filter(|(_, f)| !f.closed && !f.quiesced)
+            .filter_map(|(_, f)| f.active.as_ref().filter(|a| a.plan.is_none()).and_then(|a| a.pacer.left(now)))
+            .min()
     }
 
     /// The next feed with a message ready, round-robin from the one after the last served.

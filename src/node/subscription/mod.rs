@@ -33,6 +33,10 @@ pub use builder::SubscriberBuilder;
 pub(crate) use connector::{run_all as run_connectors, Connector, OpenedFeed};
 use events::EventQueue;
 pub use events::MAX_EVENTS;
+#[cfg(feature = "async")]
+pub use stream::MessageStream;
+use wake::EventWaker;
+pub(crate) use wake::FeedSender;
 
 mod builder;
 mod connect;
@@ -40,6 +44,9 @@ mod connector;
 mod deliver;
 mod events;
 mod pull;
+#[cfg(feature = "async")]
+mod stream;
+mod wake;
 
 /// Where a new subscription starts in each publisher's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -504,6 +511,9 @@ pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     sightings: Option<Receiver<Sighting>>,
     /// Highest sequence delivered per (publisher id, epoch) by removed connections.
     delivered: HashMap<(u64, u64), u64>,
+    /// The async task waiting for connection events, woken by whoever sends one.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    event_waker: Arc<EventWaker>,
 }
 
 impl<T: ?Sized + MessageType> std::fmt::Debug for Subscription<T> {
@@ -521,6 +531,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         let depth = 4096.min(node.fabric.attributes().max_cqe);
         let cq = node.fabric.create_cq(depth)?;
         let (events_tx, events_rx) = channel::unbounded();
+        let event_waker = Arc::new(EventWaker::default());
+        let events_tx = FeedSender::new(events_tx, event_waker.clone());
         let counters = Arc::new(SubscriptionCounters::default());
         node.stats.add_subscription(topic, &counters);
         let topic_id = TopicId::of(topic);
@@ -546,6 +558,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             connector,
             sightings,
             delivered: HashMap::new(),
+            event_waker,
         })
     }
 

@@ -247,17 +247,18 @@ fn open_inbox(answer: Answer, fds: Vec<OwnedFd>, want_keys: bool) -> io::Result<
     if !answer.granted {
         return Ok(None);
     }
-    let (inbox, info, claims, bell, keys) = match (&fds[..], want_keys) {
-        ([inbox, info, claims, bell], false) => (inbox, info, claims, bell, None),
-        ([inbox, info, claims, bell, keys], true) => {
-            (inbox, info, claims, bell, Some(PeerKeys::map(keys.as_fd()).map_err(io::Error::other)?))
-        }
-        _ => return Err(invalid("inbox answer with the wrong number of descriptors")),
-    };
+    let expected = 5 + usize::from(want_keys);
+    if fds.len() != expected {
+        return Err(invalid("inbox answer with the wrong number of descriptors"));
+    }
+    let mut fds = fds.into_iter();
+    let mut next = || fds.next().expect("counted above");
+    let (inbox, info, claims, bell, event) = (next(), next(), next(), next(), next());
+    let keys = want_keys.then(|| PeerKeys::map(next().as_fd()).map_err(io::Error::other)).transpose()?;
     let outbox = Outbox {
         inbox: InboxWriter::map(inbox.as_fd()).map_err(io::Error::other)?,
         pool: PeerPool::map(info.as_fd(), claims.as_fd()).map_err(io::Error::other)?,
-        bell: PeerBell::map(bell.as_fd()).map_err(io::Error::other)?,
+        bell: PeerBell::map(bell.as_fd(), event).map_err(io::Error::other)?,
     };
     Ok(Some(Granted { object: outbox, conn: conn_slot(&answer)?, keys }))
 }

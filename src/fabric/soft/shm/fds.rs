@@ -8,7 +8,7 @@ use crate::fabric::memory::send_msg;
 use std::os::unix::net::UnixStream;
 
 /// Most descriptors one message carries.
-pub(crate) const MAX_FDS: usize = 5;
+pub(crate) const MAX_FDS: usize = 6;
 
 /// Control-message space for [`MAX_FDS`] descriptors (a generous constant: `CMSG_SPACE` is not
 /// a `const fn`).

@@ -1,6 +1,7 @@
 //! The responder's side, run by the NIC thread: accepting streams on the device's socket,
 //! binding each to a connection by the nonce of its hello, and answering region requests with
-//! the region's descriptor and inbox requests with the inbox, receive pool and bell.
+//! the region's descriptor and inbox requests with the inbox, receive pool and bell (its page
+//! and eventfd).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
@@ -33,10 +34,10 @@ pub(crate) trait Owner {
     /// the connection's queue pair and grants remote access, and the queue pair is live.
     fn grant(&self, conn: ConnId, rkey: u32) -> Option<(OwnedFd, Answer)>;
     /// Opens the inbox of connection `conn` for the peer's SENDs: the descriptors of the inbox,
-    /// the receive pool (counts, claims) and the bell of the queue pair's receive CQ, and an
-    /// answer naming the connection's key slot. `None` unless the connection is established
-    /// and has no inbox yet.
-    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 4], Answer)>;
+    /// the receive pool (counts, claims) and the bell of the queue pair's receive CQ with its
+    /// eventfd, and an answer naming the connection's key slot. `None` unless the connection
+    /// is established and has no inbox yet.
+    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], Answer)>;
 }
 
 struct Stream {

@@ -1,0 +1,101 @@
+//! Waking a subscription's async task ([`Subscription::stream`](super::Subscription), feature
+//! `async`) for its connection events: they come from other threads (the CM thread, the
+//! connector) on a channel, and whoever sends one also wakes the task waiting for it, if any.
+//! Without a waiting task a send costs one uncontended lock more.
+
+use std::sync::Arc;
+use std::task::Waker;
+
+use crossbeam::channel::{SendError, Sender};
+use parking_lot::Mutex;
+
+use crate::node::cm::FeedEvent;
+
+/// The task waiting for a subscription's connection events, if one is.
+#[derive(Debug, Default)]
+pub(crate) struct EventWaker {
+    waker: Mutex<Option<Waker>>,
+}
+
+impl EventWaker {
+    /// Makes later sends wake `waker`'s task. Register before looking at the channel: an event
+    /// sent before the registration is then seen by that look, one sent after wakes the task.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) fn register(&self, waker: &Waker) {
+        let mut held = self.waker.lock();
+        if !held.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *held = Some(waker.clone());
+        }
+    }
+
+    /// No task waits any more.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) fn clear(&self) {
+        *self.waker.lock() = None;
+    }
+
+    /// Wakes the waiting task, if any (outside the lock: waking may run the executor's code).
+    fn wake(&self) {
+        let waker = self.waker.lock().clone();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The sending side of a subscription's event channel: sends, then wakes the subscription's
+/// async task if one waits.
+#[derive(Debug, Clone)]
+pub(crate) struct FeedSender {
+    tx: Sender<FeedEvent>,
+    waker: Arc<EventWaker>,
+}
+
+impl FeedSender {
+    /// Sends on `tx` and wakes through `waker`.
+    pub(crate) fn new(tx: Sender<FeedEvent>, waker: Arc<EventWaker>) -> FeedSender {
+        FeedSender { tx, waker }
+    }
+
+    /// Sends `event` (fails once the subscription is gone), then wakes its waiting task.
+    pub(crate) fn send(&self, event: FeedEvent) -> Result<(), SendError<FeedEvent>> {
+        self.tx.send(event)?;
+        self.waker.wake();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct Counting(AtomicUsize);
+
+    impl Wake for Counting {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_send_wakes_the_registered_task_and_only_while_it_is_registered() {
+        let (tx, rx) = crossbeam::channel::unbounded();
+        let event_waker = Arc::new(EventWaker::default());
+        let sender = FeedSender::new(tx, event_waker.clone());
+        let count = Arc::new(Counting(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let event = || FeedEvent::Disconnected { conn: 1 };
+
+        sender.send(event()).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 0, "nothing registered");
+        event_waker.register(&waker);
+        sender.clone().send(event()).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "a send wakes the registered task");
+        event_waker.clear();
+        sender.send(event()).unwrap();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "no wake after clear");
+        assert_eq!(rx.try_iter().count(), 3, "every event was sent");
+    }
+}
