@@ -302,6 +302,9 @@ impl Node {
         &self.shared.discovery.counters
     }
     /// Creates the publisher of `topic` on this node, with default options.
+    ///
+    /// # Errors
+    /// As [`publisher_with`](Self::publisher_with).
     pub fn publisher(&self, topic: &str) -> Result<Publisher> {
         self.publisher_with(topic, PublisherOptions::default())
     }
@@ -317,6 +320,9 @@ impl Node {
     /// Creates a subscription to `topic` with default options. With discovery on it connects
     /// by itself to every publisher of the topic as they are announced (see
     /// [`SubscriptionOptions::auto_connect`]); [`Subscription::connect`] connects by address.
+    ///
+    /// # Errors
+    /// As [`subscribe_with`](Self::subscribe_with).
     pub fn subscribe(&self, topic: &str) -> Result<Subscription> {
         self.subscribe_with(topic, SubscriptionOptions::default())
     }

@@ -114,6 +114,7 @@ pub struct RingProducer {
     in_progress: Option<InProgress>,
 }
 
+#[allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): the publisher documents its errors")]
 impl RingProducer {
     /// Initialises the ring in `buf` (zeroes the data area, writes the control block). The first
     /// record is at position `capacity` with sequence 1.
@@ -448,6 +449,10 @@ impl Claim<'_> {
     }
 
     /// Writes `bytes` at `offset` in the payload. Bytes never written keep old ring contents.
+    ///
+    /// # Errors
+    /// [`RingError::ClaimBounds`] when `bytes` do not fit the claim at `offset`; nothing is
+    /// written then.
     pub fn write_at(&mut self, offset: usize, bytes: &[u8]) -> Result<(), RingError> {
         if offset.checked_add(bytes.len()).is_none_or(|end| end > self.len) {
             return Err(RingError::ClaimBounds { offset, len: bytes.len(), claim_len: self.len });
@@ -458,6 +463,10 @@ impl Claim<'_> {
     }
 
     /// Publishes the message; returns its sequence number.
+    ///
+    /// # Errors
+    /// [`RingError::Memory`] when the ring's memory refuses a write (it does not for a claim
+    /// made by the producer: its bounds were checked).
     pub fn commit(self) -> Result<u64, RingError> {
         let p = self.producer;
         let seq = p.tail_seq;
