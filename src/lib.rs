@@ -26,6 +26,7 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 /// Declares one item (with its doc comment and attributes) public with the cargo feature
 /// `internals` (not a stable API: for the fuzz targets and the project's own tests) and

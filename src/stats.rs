@@ -278,6 +278,11 @@ impl Snapshot {
     }
 
     /// Reads a file's text.
+    ///
+    /// # Errors
+    /// [`ParseError`] when `text` is empty, does not start with the magic line and a version,
+    /// or has a malformed field or counter (unknown lines and counter names are skipped, not
+    /// errors).
     pub fn parse(text: &str) -> Result<Snapshot, ParseError> {
         let mut lines = text.lines();
         let header = lines.next().ok_or_else(|| ParseError("empty".into()))?;
@@ -350,6 +355,10 @@ pub struct Found {
 
 /// The snapshots in `dir` of nodes whose process is alive, sorted by pid and node id. Files
 /// of dead processes, temporary files and unreadable files are skipped.
+///
+/// # Errors
+/// The [`std::io::Error`] of reading `dir` (permission denied, not a directory); a missing
+/// `dir` is an empty list.
 pub fn list(dir: &Path) -> std::io::Result<Vec<Found>> {
     let mut found = Vec::new();
     for file in stats_files(dir)? {
@@ -368,6 +377,10 @@ pub fn list(dir: &Path) -> std::io::Result<Vec<Found>> {
 
 /// Removes the stats files (and temporary files) in `dir` of processes that no longer exist,
 /// such as nodes of SIGKILLed processes, which could not remove their own; returns how many.
+///
+/// # Errors
+/// The [`std::io::Error`] of reading `dir`; a missing `dir` removes nothing, and files that
+/// cannot be removed are skipped.
 pub fn remove_dead(dir: &Path) -> std::io::Result<usize> {
     let dead = stats_files(dir)?.into_iter().filter(|f| !process_alive(f.pid));
     Ok(dead.filter(|f| std::fs::remove_file(&f.path).is_ok()).count())

@@ -41,10 +41,17 @@ impl Fabric {
         self.ops.attributes()
     }
     /// Allocates a protection domain.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the device refuses one (verbs: `ibv_alloc_pd`).
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
         Ok(ProtectionDomain { ops: self.ops.alloc_pd()?, fabric: self.clone() })
     }
     /// Creates a completion queue of `depth` entries (with its completion channel).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `depth` is 0 or above the device's `max_cqe`;
+    /// [`Error::Os`] when the device or the system refuses it (completion channel, eventfd).
     pub fn create_cq(&self, depth: u32) -> Result<CompletionQueue> {
         let max = self.attributes().max_cqe;
         if depth == 0 || depth > max {
@@ -53,10 +60,19 @@ impl Fabric {
         Ok(CompletionQueue { ops: self.ops.create_cq(depth)? })
     }
     /// Creates a connection-manager event channel.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the system refuses one (verbs: `rdma_create_event_channel`).
     pub fn create_event_channel(&self) -> Result<EventChannel> {
         Ok(EventChannel { ops: self.ops.create_event_channel()? })
     }
     /// Creates an unreliable-datagram endpoint for multicast.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `recv_depth` is 0 or above the device's `max_qp_wr`, or
+    /// `pd` is of another provider; [`Error::MulticastUnavailable`] when the interface cannot
+    /// carry multicast; [`Error::Os`] (with the local address, [`Error::os_local`]) when the
+    /// sockets or queue pairs cannot be created or bound.
     pub fn create_ud(&self, pd: &ProtectionDomain, init: &UdInit) -> Result<UdEndpoint> {
         if init.recv_depth == 0 || init.recv_depth > self.attributes().max_qp_wr {
             return Err(Error::invalid("create_ud", format!("recv_depth {} is out of range", init.recv_depth)));
@@ -86,6 +102,12 @@ impl ProtectionDomain {
         &self.fabric
     }
     /// Allocates `len` zeroed bytes and registers them with `access`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `len` exceeds the device's `max_mr_size`, or
+    /// `REMOTE_WRITE` comes without `LOCAL_WRITE`; [`Error::Os`] when the memory cannot be
+    /// allocated or registered (`memfd_create`, `mmap`, `ibv_reg_mr`); [`Error::QueueFull`] when
+    /// the same-host key table of the soft device is full.
     pub fn register(&self, len: usize, access: Access) -> Result<MemoryRegion> {
         let max = self.fabric.attributes().max_mr_size;
         if len as u64 > max {
@@ -99,6 +121,10 @@ impl ProtectionDomain {
         Ok(MemoryRegion { ops, buffer, access })
     }
     /// Creates a shared receive queue of `max_wr` receives.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the device has no shared receive queue or `max_wr` or
+    /// `max_sge` is 0 or above its limits; [`Error::Os`] when the device refuses it (verbs).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<SharedReceiveQueue> {
         let attrs = self.fabric.attributes();
         if attrs.max_srq_wr == 0 {
@@ -203,11 +229,18 @@ pub struct CompletionQueue {
 
 impl CompletionQueue {
     /// Moves up to `out.len()` completions into `out`; returns how many (0 when empty).
+    ///
+    /// # Errors
+    /// [`Error::CqOverrun`] once more completions arrived than the queue holds (sticky: the
+    /// queue is unusable after it).
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         self.ops.poll(out)
     }
     /// Polls into `batch` until the queue is empty, handing each batch to `each`, without
     /// waiting.
+    ///
+    /// # Errors
+    /// What [`poll`](Self::poll) returns: [`Error::CqOverrun`].
     pub fn drain(&self, batch: &mut [WorkCompletion], mut each: impl FnMut(&[WorkCompletion])) -> Result<()> {
         loop {
             let n = self.poll(batch)?;
@@ -218,15 +251,25 @@ impl CompletionQueue {
         }
     }
     /// Requests a notification for the next completion (`ibv_req_notify_cq`).
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the device refuses the request (verbs: `ibv_req_notify_cq`).
     pub fn arm(&self) -> Result<()> {
         self.ops.arm()
     }
     /// Requests a notification for the next receive completion of a solicited SEND (or the
     /// next failed completion) only (`ibv_req_notify_cq` with `solicited_only`).
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the device refuses the request (verbs: `ibv_req_notify_cq`).
     pub fn arm_solicited(&self) -> Result<()> {
         self.ops.arm_solicited()
     }
     /// Waits up to `timeout` for the notification requested by [`arm`](Self::arm).
+    ///
+    /// # Errors
+    /// [`Error::Os`] when waiting on the completion channel fails (verbs: `poll`,
+    /// `ibv_get_cq_event`). A timeout is `Ok(false)`, not an error.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
         self.ops.wait(timeout)
     }
@@ -274,6 +317,10 @@ impl CompletionQueue {
     /// µs), then arms and blocks on the completion channel until a completion arrives or
     /// `timeout` (counted from the call) passes. Returns the number of completions moved into
     /// `out` (0 on timeout).
+    ///
+    /// # Errors
+    /// What [`poll`](Self::poll), [`arm`](Self::arm) and [`wait`](Self::wait) return:
+    /// [`Error::CqOverrun`], [`Error::Os`]. A timeout is `Ok(0)`.
     pub fn poll_wait(&self, out: &mut [WorkCompletion], spin: Duration, timeout: Duration) -> Result<usize> {
         let n = self.poll(out)?;
         if n > 0 {
@@ -312,6 +359,10 @@ impl CompletionQueue {
     /// completion fails) or `timeout` passes, then polls again. Completions that raise no
     /// notification are queued meanwhile and returned by this poll. Returns the number moved
     /// into `out` (0 when none).
+    ///
+    /// # Errors
+    /// What [`poll`](Self::poll), [`arm_solicited`](Self::arm_solicited) and
+    /// [`wait`](Self::wait) return: [`Error::CqOverrun`], [`Error::Os`]. A timeout is `Ok(0)`.
     pub fn poll_wait_solicited(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize> {
         let n = self.poll(out)?;
         if n > 0 {
@@ -339,6 +390,11 @@ pub struct SharedReceiveQueue {
 
 impl SharedReceiveQueue {
     /// Posts a receive into `sges`.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::InvalidArgument`]
+    /// for more SGEs than the queue's `max_sge` or a region not writable locally or of another
+    /// protection domain; [`Error::QueueFull`] when `max_wr` receives are posted already.
     pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         check_sges(sges)?;
         self.ops.post_recv(wr_id, sges)
@@ -466,16 +522,35 @@ impl QueuePair {
         self.ops.data_path()
     }
     /// Posts a receive into `sges`.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::InvalidArgument`]
+    /// for more SGEs than `max_recv_sge`, a region not writable locally or of another protection
+    /// domain, or a queue pair that uses a shared receive queue; [`Error::QueueFull`] when
+    /// `max_recv_wr` receives are posted already; [`Error::NotConnected`] once the queue pair is
+    /// in error or disconnected.
     pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         check_sges(sges)?;
         self.ops.post_recv(wr_id, sges)
     }
     /// Posts a send-queue work request.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::InvalidArgument`]
+    /// for more SGEs than `max_send_sge`, a message above the device's limit, a region of another
+    /// protection domain, or an operation the queue pair cannot post; [`Error::QueueFull`] when
+    /// `max_send_wr` requests are outstanding (unsignaled ones included); [`Error::NotConnected`]
+    /// before the connection is established and once it is in error or disconnected. Failures of
+    /// the operation itself arrive as completions ([`WcStatus`]), not errors.
     pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
         check_sges(wr.sges)?;
         self.ops.post_send(wr)
     }
     /// Disconnects; outstanding work requests are flushed. Idempotent.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the provider cannot send the disconnect (verbs: `rdma_disconnect`);
+    /// the queue pair is in error and flushed all the same.
     pub fn disconnect(&self) -> Result<()> {
         self.ops.disconnect()
     }
@@ -489,11 +564,23 @@ pub struct EventChannel {
 
 impl EventChannel {
     /// Listens on `addr` (port 0 picks one); connect requests arrive on this channel.
+    ///
+    /// # Errors
+    /// [`Error::AddrInUse`] when another listener has `addr`; [`Error::Os`] naming the local
+    /// address ([`Error::os_local`]) when it cannot be bound or listened on (not an address of
+    /// this host, no permission).
     pub fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<Listener> {
         Ok(Listener { ops: self.ops.listen(addr, backlog)? })
     }
     /// Starts connecting to `addr` with `private_data` (at most 56 bytes). The queue pair is
     /// returned at once; `Established`, `Rejected` or `Unreachable` follows on this channel.
+    ///
+    /// # Errors
+    /// [`Error::PrivateDataTooLong`] over 56 bytes; [`Error::InvalidArgument`] for queue
+    /// capacities, SGE counts, `rnr_retry` or READ depths outside the device's limits, or objects
+    /// of another provider; [`Error::Os`] naming the peer when the connection cannot be started.
+    /// An unreachable peer or a refusal arrives later as an event ([`CmEvent::Unreachable`],
+    /// [`CmEvent::Rejected`]).
     pub fn connect(
         &self,
         addr: SocketAddr,
@@ -512,6 +599,10 @@ impl EventChannel {
         Ok(QueuePair { ops: self.ops.connect(addr, init, private_data, timeout)? })
     }
     /// Waits up to `timeout` for the next event.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when reading the event channel fails (verbs: `rdma_get_cm_event`). A
+    /// timeout is `Ok(None)`.
     pub fn get_event(&self, timeout: Duration) -> Result<Option<CmEvent>> {
         Ok(self.ops.get_event(timeout)?.map(|e| match e {
             CmEventOps::ConnectRequest(ops) => CmEvent::ConnectRequest(ConnectRequest { ops: Some(ops) }),
@@ -598,6 +689,11 @@ impl ConnectRequest {
         self.inner().peer_addr()
     }
     /// Creates the queue pair and accepts with `private_data` (at most 196 bytes).
+    ///
+    /// # Errors
+    /// [`Error::PrivateDataTooLong`] over 196 bytes; [`Error::InvalidArgument`] for a `init`
+    /// outside the device's limits or of another provider; [`Error::NotConnected`] when the
+    /// requester went away meanwhile; [`Error::Os`] naming the peer when the accept cannot be sent.
     pub fn accept(mut self, init: &QpInit<'_>, private_data: &[u8]) -> Result<QueuePair> {
         if private_data.len() > MAX_ACCEPT_PRIVATE_DATA {
             return Err(Error::PrivateDataTooLong {
@@ -611,6 +707,10 @@ impl ConnectRequest {
         Ok(QueuePair { ops: ops.accept(init, private_data)? })
     }
     /// Rejects with `private_data` (at most 148 bytes).
+    ///
+    /// # Errors
+    /// [`Error::PrivateDataTooLong`] over 148 bytes; [`Error::Os`] naming the peer when the
+    /// reject cannot be sent.
     pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
         if private_data.len() > MAX_REJECT_PRIVATE_DATA {
             return Err(Error::PrivateDataTooLong {
@@ -640,6 +740,11 @@ pub struct UdEndpoint {
 
 impl UdEndpoint {
     /// Joins a multicast group.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `group` is not a multicast address;
+    /// [`Error::MulticastUnavailable`] when the interface cannot join it; [`Error::Os`] for other
+    /// failures of the system.
     pub fn join(&self, group: Ipv4Addr) -> Result<()> {
         if !group.is_multicast() {
             return Err(Error::invalid("join multicast", format!("{group} is not a multicast address")));
@@ -647,20 +752,38 @@ impl UdEndpoint {
         self.ops.join(group)
     }
     /// Leaves a multicast group.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the endpoint is not a member of `group` (`EADDRNOTAVAIL`) or the
+    /// system refuses.
     pub fn leave(&self, group: Ipv4Addr) -> Result<()> {
         self.ops.leave(group)
     }
     /// Sends `payload` to a group; larger than the MTU is an error.
+    ///
+    /// # Errors
+    /// [`Error::PayloadTooLarge`] above the [`mtu`](Self::mtu); [`Error::InvalidArgument`]
+    /// (verbs) before the group is joined; [`Error::Os`] or [`Error::Timeout`] (verbs) when the
+    /// datagram cannot be sent.
     pub fn send_to(&self, group: Ipv4Addr, payload: &[u8]) -> Result<()> {
         self.check_mtu(payload)?;
         self.ops.send_to(group, payload)
     }
     /// Sends `payload` to one endpoint by unicast; larger than the MTU is an error.
+    ///
+    /// # Errors
+    /// [`Error::PayloadTooLarge`] above the [`mtu`](Self::mtu); [`Error::Os`] when the
+    /// datagram cannot be sent, or (verbs) the peer's address not resolved; [`Error::Timeout`]
+    /// (verbs) when resolving or sending takes too long.
     pub fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
         self.check_mtu(payload)?;
         self.ops.send_unicast(to, payload)
     }
     /// Waits up to `timeout` for a datagram.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when receiving fails; [`Error::Closed`] (verbs) when the endpoint is being
+    /// destroyed. A timeout is `Ok(None)`.
     pub fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
         self.ops.recv(timeout)
     }
@@ -692,6 +815,9 @@ impl FaultInjector {
         self.ops.set_ud_faults(faults)
     }
     /// Cuts a connection's transport without a disconnect handshake.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `conn` is not an open connection of this device.
     pub fn cut(&self, conn: ConnId) -> Result<()> {
         self.ops.cut(conn)
     }

@@ -49,6 +49,10 @@ impl RegisteredBuffer {
     internal! {
         /// Allocates `len` zeroed bytes (at least one page is reserved, `len` may be 0) in a new
         /// sealed shared-memory object.
+        ///
+        /// # Errors
+        /// [`Error::InvalidArgument`] when `len` does not fit the address space; [`Error::Os`] when
+        /// the shared-memory object cannot be created, sized, sealed or mapped.
         pub fn new(len: usize) -> Result<Self> {
             let map_len =
                 len.max(1).checked_next_multiple_of(BUFFER_ALIGN).filter(|&n| n <= isize::MAX as usize).ok_or_else(
@@ -95,6 +99,9 @@ impl RegisteredBuffer {
     }
 
     /// Checks that `[offset, offset + len)` lies inside the buffer.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when the range is not inside the buffer.
     pub fn check_range(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
@@ -105,6 +112,9 @@ impl RegisteredBuffer {
     internal! {
         /// Raw pointer to `offset` after a bounds check of `len` bytes, for providers that hand the
         /// range to the kernel (send/recv) or to the device (`ibv_reg_mr`, SGEs).
+        ///
+        /// # Errors
+        /// [`Error::LocalBounds`] when the range is not inside the buffer.
         pub fn raw_range(&self, offset: usize, len: usize) -> Result<*mut u8> {
             self.check_range(offset, len)?;
             // SAFETY: offset <= len <= allocation size, so the result stays inside the allocation.
@@ -129,6 +139,10 @@ impl RegisteredBuffer {
     }
 
     /// The 64-bit atomic at `offset`, which must be 8-aligned and in bounds.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] out of bounds; [`Error::InvalidArgument`] when `offset` is not
+    /// 8-aligned.
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64> {
         self.check_range(offset, 8)?;
         if offset % 8 != 0 {
@@ -138,6 +152,10 @@ impl RegisteredBuffer {
     }
 
     /// The 32-bit atomic at `offset`, which must be 4-aligned and in bounds.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] out of bounds; [`Error::InvalidArgument`] when `offset` is not
+    /// 4-aligned.
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32> {
         self.check_range(offset, 4)?;
         if offset % 4 != 0 {
@@ -149,6 +167,9 @@ impl RegisteredBuffer {
 
     /// Copies `src` into the buffer at `offset` with relaxed atomic stores (word-sized where
     /// aligned). Publish the bytes to readers with a release store of a control word afterwards.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when `src` does not fit at `offset`; nothing is written then.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check_range(offset, src.len())?;
         let mut i = 0;
@@ -171,6 +192,9 @@ impl RegisteredBuffer {
 
     /// Copies bytes at `offset` into `dst` with relaxed atomic loads (word-sized where aligned).
     /// Acquire a control word first to see bytes published with release.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when the range is not inside the buffer; `dst` is untouched then.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(offset, dst.len())?;
         let mut i = 0;
@@ -192,6 +216,9 @@ impl RegisteredBuffer {
     }
 
     /// Fills `[offset, offset + len)` with `value`.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when the range is not inside the buffer; nothing is written then.
     pub fn fill(&self, offset: usize, len: usize, value: u8) -> Result<()> {
         self.check_range(offset, len)?;
         for i in 0..len {
@@ -207,6 +234,9 @@ impl RegisteredBuffer {
     /// For as long as the slice lives, nothing may write the range: no posted work request
     /// (receive, READ destination) targets it, the region grants no remote write, and no
     /// owner thread writes it.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when the range is not inside the buffer.
     pub unsafe fn slice(&self, offset: usize, len: usize) -> Result<&[u8]> {
         let ptr = self.raw_range(offset, len)?;
         // SAFETY: in bounds of the live allocation; the caller guarantees no concurrent writer.
@@ -222,6 +252,9 @@ impl RegisteredBuffer {
     /// region grants no remote write, and no other slice or atomic access of this buffer covers
     /// it. (Reads that happen outside it, by the kernel, a device or another mapping, may see
     /// any mix of old and new bytes.)
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when the range is not inside the buffer.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice_mut(&self, offset: usize, len: usize) -> Result<&mut [u8]> {
         let ptr = self.raw_range(offset, len)?;
@@ -272,6 +305,9 @@ impl<'a> RawRange<'a> {
 impl RegisteredBuffer {
     internal! {
         /// The range `[offset, offset + len)` for vectored socket I/O, after a bounds check.
+        ///
+        /// # Errors
+        /// [`Error::LocalBounds`] when the range is not inside the buffer.
         pub fn range(&self, offset: usize, len: usize) -> Result<RawRange<'_>> {
             self.check_range(offset, len)?;
             Ok(RawRange { buf: self, offset, len })
@@ -290,6 +326,10 @@ pub enum IoPart<'a> {
 
 /// Sends `parts` (at most [`MAX_IOV`] are used) on the stream socket `fd` with one non-blocking
 /// `sendmsg` (no SIGPIPE). Returns the bytes sent; `WouldBlock` when the socket is full.
+///
+/// # Errors
+/// The `sendmsg` error: `WouldBlock` when the socket is full, others when the connection
+/// failed.
 pub fn send_vectored(fd: BorrowedFd<'_>, parts: &[IoPart<'_>]) -> std::io::Result<usize> {
     let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_IOV];
     let mut n = 0;
@@ -329,6 +369,10 @@ pub(crate) unsafe fn send_msg(fd: BorrowedFd<'_>, msg: &libc::msghdr) -> std::io
 /// Receives from the stream socket `fd` straight into `ranges` of registered memory (at most
 /// [`MAX_IOV`] are used) with one non-blocking `recvmsg`. Returns the bytes received (0 at
 /// end of stream); `WouldBlock` when nothing is there.
+///
+/// # Errors
+/// The `recvmsg` error: `WouldBlock` when nothing is there, others when the connection
+/// failed.
 pub fn recv_vectored(fd: BorrowedFd<'_>, ranges: &[RawRange<'_>]) -> std::io::Result<usize> {
     let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_IOV];
     let mut n = 0;

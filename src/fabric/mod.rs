@@ -150,6 +150,12 @@ impl SoftOptions {
 
 /// Opens a device of the configured provider. `Auto` picks verbs when the feature is built
 /// and a device exists, otherwise soft, and logs why.
+///
+/// # Errors
+/// [`Error::ProviderUnavailable`] for verbs in a build without the feature `verbs`;
+/// [`Error::NoDevice`] when the named device (or one behind `bind`) does not exist;
+/// [`Error::Os`] when the provider cannot start (soft: its NIC thread, epoll; verbs: the
+/// device context).
 pub fn open(config: &FabricConfig) -> Result<Fabric> {
     match config.kind {
         FabricKind::Soft => soft::open(config),
@@ -181,6 +187,10 @@ fn open_verbs(_config: &FabricConfig) -> Result<Fabric> {
 }
 
 /// The verbs devices present, or why there are none.
+///
+/// # Errors
+/// Why there is no verbs device, in words: no feature `verbs` in this build, no device, or
+/// no RDMA-CM device file.
 pub fn verbs_probe() -> std::result::Result<Vec<String>, String> {
     #[cfg(feature = "verbs")]
     {

@@ -20,6 +20,9 @@ pub struct ReadBuffer {
 
 impl ReadBuffer {
     /// Registers `len` bytes with local write access only (no remote access).
+    ///
+    /// # Errors
+    /// What [`ProtectionDomain::register`] returns.
     pub fn new(pd: &ProtectionDomain, len: usize) -> Result<Self> {
         Ok(ReadBuffer { mr: pd.register(len, Access::LOCAL_WRITE)?, in_flight: false, posted: 0, filled: 0 })
     }
@@ -35,6 +38,11 @@ impl ReadBuffer {
     }
 
     /// Posts a signaled READ of `len` bytes from `remote` into the start of the buffer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a READ into the buffer is outstanding already; what
+    /// [`QueuePair::post_send`] returns ([`Error::LocalBounds`] when `len` exceeds the capacity,
+    /// [`Error::QueueFull`], [`Error::NotConnected`], ...).
     pub fn post_read(&mut self, qp: &QueuePair, wr_id: u64, remote: RemoteAddr, len: usize) -> Result<()> {
         if self.in_flight {
             return Err(Error::invalid("post READ", "a READ into this buffer is already outstanding"));

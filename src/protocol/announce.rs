@@ -6,6 +6,7 @@
 //! whole datagram, so that only holders of the secret can announce a node, and a receiver can
 //! refuse replays ([`Announcement::open`]). Without a secret they are sent plain
 //! ([`Announcement::encode`]), which suits trusted networks only.
+#![allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): every decode error is a ProtocolError naming the message")]
 
 use std::net::SocketAddr;
 

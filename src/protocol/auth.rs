@@ -37,6 +37,9 @@ impl Eq for Secret {}
 impl Secret {
     /// A secret of `bytes`; fewer than 16 (`MIN_SECRET_LEN`) or more than 4096
     /// (`MAX_SECRET_LEN`) bytes is an error.
+    ///
+    /// # Errors
+    /// [`ProtocolError::Malformed`] when `bytes` is shorter than 16 or longer than 4096 bytes.
     pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Secret, ProtocolError> {
         let bytes = bytes.into();
         if !(MIN_SECRET_LEN..=MAX_SECRET_LEN).contains(&bytes.len()) {
@@ -50,6 +53,11 @@ impl Secret {
 
     /// The secret held in the file at `path`, with surrounding ASCII whitespace (a trailing
     /// newline) removed.
+    ///
+    /// # Errors
+    /// The [`std::io::Error`] of opening or reading the file, or one of kind
+    /// [`InvalidData`](std::io::ErrorKind::InvalidData) naming the file when it holds no valid
+    /// secret (too short or too long).
     pub fn from_file(path: impl AsRef<Path>) -> std::io::Result<Secret> {
         use std::io::Read;
         let path = path.as_ref();

@@ -2,6 +2,7 @@
 //! ([`ConnectData`], at most 56 bytes), the publisher's acceptance with everything needed to
 //! READ its ring ([`AcceptData`], at most 196 bytes), or its refusal ([`RejectData`], at most
 //! 148 bytes).
+#![allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): every decode error is a ProtocolError naming the message")]
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,6 @@
 //! Control messages exchanged by SEND on a subscription's queue pair. Each fits in a
 //! [`CONTROL_MSG_MAX`]-byte receive buffer.
+#![allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): every decode error is a ProtocolError naming the message")]
 
 use serde::{Deserialize, Serialize};
 

@@ -4,6 +4,7 @@
 //!
 //! Control block fields (offsets in [`ctrl`]): magic, version, capacity, epoch, tail, tail_seq,
 //! head, head_seq, max_record_payload, floor.
+#![allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): the ring's own layer")]
 
 use super::checksum::{Checksum, RecordCrc};
 use super::error::RingError;

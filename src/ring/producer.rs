@@ -116,6 +116,7 @@ pub struct RingProducer {
     claimed: bool,
 }
 
+#[allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): the publisher documents its errors")]
 impl RingProducer {
     /// Initialises the ring in `buf` (zeroes the data area, writes the control block). The first
     /// record is at position `capacity` with sequence 1.

@@ -9,6 +9,7 @@
 //! ([`RingReader::apply_control`]): its `floor` says whether the reader's position was
 //! overwritten; if so the reader continues from `head` and reports exactly how many messages it
 //! lost, once the record at `head` confirms the control block's `head_seq`.
+#![allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): the ring's own layer")]
 
 use super::checksum::Checksum;
 use super::error::RingError;

@@ -39,6 +39,11 @@ use super::{Fabric, FabricConfig, Result};
 
 /// Opens a soft device (`soft0`) with its own NIC thread, which stops when the last handle
 /// of the device is dropped.
+///
+/// # Errors
+/// [`NoDevice`](super::Error::NoDevice) when `config.device` names another device than
+/// `soft0`; [`Os`](super::Error::Os) when the NIC thread, its epoll instance or the same-host
+/// endpoint cannot be created.
 pub fn open(config: &FabricConfig) -> Result<Fabric> {
     device::open(config)
 }

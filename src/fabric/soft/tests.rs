@@ -699,3 +699,19 @@ fn a_bind_error_names_the_local_address_not_a_peer() {
     let text = err.to_string();
     assert!(text.contains("local address 192.0.2.1:0") && !text.contains("peer"), "{text}");
 }
+
+#[test]
+fn a_unicast_port_in_use_is_addr_in_use_naming_the_local_address() {
+    let fab = fabric();
+    let pd = fab.alloc_pd().unwrap();
+    let init = UdInit { interface: Ipv4Addr::LOCALHOST, port: 0, unicast_port: 0, recv_depth: 16 };
+    let first = fab.create_ud(&pd, &init).unwrap();
+    let taken = first.local_addr();
+    let err = match fab.create_ud(&pd, &UdInit { unicast_port: taken.port(), ..init }) {
+        Err(e) => e,
+        Ok(_) => panic!("a second endpoint bound {taken}"),
+    };
+    assert!(matches!(err, Error::AddrInUse { addr, .. } if addr == taken), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&taken.to_string()) && !text.contains("peer"), "{text}");
+}

@@ -107,7 +107,8 @@ fn group_socket(group: Ipv4Addr, port: u16, interface: Ipv4Addr, buffer: usize) 
     s.set_multicast_all_v4(false).map_err(os("ud join: IP_MULTICAST_ALL"))?;
     let _ = s.set_recv_buffer_size(buffer);
     // The group's address, not 0.0.0.0: only datagrams sent to the group arrive here.
-    s.bind(&SocketAddr::from((group, port)).into()).map_err(os("ud join: bind the group address"))?;
+    let at = SocketAddr::from((group, port));
+    s.bind(&at.into()).map_err(|e| Error::os_local("ud join: bind the group address", at, e))?;
     match s.join_multicast_v4(&group, &interface) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {}
@@ -123,9 +124,10 @@ fn unicast_socket(interface: Ipv4Addr, port: u16, buffer: usize) -> Result<UdpSo
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(os("create_ud: socket"))?;
     let _ = s.set_recv_buffer_size(buffer);
     let at = SocketAddr::from((interface, port));
-    s.bind(&at.into()).map_err(|e| match is_unavailable(&e) {
-        true => unavailable(interface, "binding the unicast socket".into(), &e),
-        false => Error::os_local("create_ud: bind", at, e),
+    s.bind(&at.into()).map_err(|e| match e.kind() {
+        io::ErrorKind::AddrInUse => Error::AddrInUse { verb: "create_ud: bind", addr: at },
+        _ if is_unavailable(&e) => unavailable(interface, "binding the unicast socket".into(), &e),
+        _ => Error::os_local("create_ud: bind", at, e),
     })?;
     s.set_multicast_if_v4(&interface).map_err(|e| unavailable(interface, "IP_MULTICAST_IF".into(), &e))?;
     s.set_multicast_loop_v4(true).map_err(os("create_ud: IP_MULTICAST_LOOP"))?;

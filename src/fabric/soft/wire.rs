@@ -4,6 +4,7 @@
 //! Layout: `version u8 | type u8 | status u8 | reserved u8 | psn u32 | len u32 | rkey u32 |
 //! addr u64 | imm u32 | aux u32`. The decoder rejects anything malformed (unknown type or
 //! status, payload lengths over the limits of the frame type) without panicking.
+#![allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): the soft provider's frame codec")]
 
 use crate::fabric::types::{
     WcStatus, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA, RNR_RETRY_INFINITE,

@@ -17,6 +17,10 @@ use crate::fabric::{DeviceAttributes, Error, FabricConfig, FabricCounters, Fabri
 const RDMA_CM_DEVICE: &str = "/dev/infiniband/rdma_cm";
 
 /// The verbs devices present, or why there are none.
+///
+/// # Errors
+/// Why there is no usable device, in words: the device list cannot be read, it is empty, or
+/// the RDMA-CM device file is missing.
 pub fn probe() -> std::result::Result<Vec<String>, String> {
     let mut n: i32 = 0;
     // SAFETY: `n` is a valid out-pointer; the list is freed below.

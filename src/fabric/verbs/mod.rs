@@ -38,6 +38,10 @@ use super::{Error, Fabric, FabricConfig, Result};
 pub use device::probe;
 
 /// Opens the verbs device named by `config.device`, or else the one behind `config.bind`.
+///
+/// # Errors
+/// [`Error::NoDevice`] when no device matches; [`Error::Os`] when the device cannot be
+/// opened or its helpers started.
 pub fn open(config: &FabricConfig) -> Result<Fabric> {
     device::VerbsFabric::open(config).map(|f| Fabric::from_ops(std::sync::Arc::new(f)))
 }
