@@ -112,3 +112,11 @@ pub enum Error {
     #[error("closed: {0}")]
     Closed(&'static str),
 }
+
+impl Error {
+    /// Whether this error is about one message the subscription could not deliver (it does
+    /// not decode, or it is over the subscription's limit): the next receive goes on.
+    pub(crate) fn is_undeliverable_message(&self) -> bool {
+        matches!(self, Error::Decode(_) | Error::MessageTooLarge { .. })
+    }
+}

@@ -953,37 +953,77 @@ fn iter_yields_results_ends_at_the_close_and_reports_other_errors() {
 }
 
 #[test]
-fn a_message_over_the_subscribers_limit_is_an_event_naming_both_sizes() {
+fn a_message_over_the_subscribers_limit_is_a_recv_error_naming_both_sizes() {
     let pub_node = node_without_discovery();
     let sub_node = node_without_discovery();
     let publisher = pub_node
-        .publisher_with(
-            "too-large",
-            PublisherOptions { policy: Policy::Block { timeout: WAIT }, ring_capacity: 1 << 20, ..Default::default() },
-        )
+        .publisher("too-large")
+        .policy(Policy::Block { timeout: WAIT })
+        .ring_capacity(1 << 20)
+        .create()
         .unwrap();
-    let options = SubscriptionOptions { start: Start::Latest, max_message_len: 64 * 1024, ..Default::default() };
-    let mut sub = sub_node.subscribe_with("too-large", options).unwrap();
-    sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
+    let mut sub = sub_node
+        .subscriber("too-large")
+        .start(Start::Latest)
+        .max_message_len(64 * 1024)
+        .connect(pub_node.local_addr())
+        .create()
+        .unwrap();
     wait_subscribers(&publisher, 1);
     let len = 100 * 1024;
+    publisher.publish(b"small").unwrap();
     publisher.publish(&payload(1, len)).unwrap();
-    let deadline = Instant::now() + WAIT;
-    let mut events = Vec::new();
-    while !events.iter().any(|e| matches!(e, SubscriptionEvent::Disconnected { .. })) {
-        assert!(Instant::now() < deadline, "no Disconnected after the oversized message: {events:?}");
-        match sub.recv_timeout(Duration::from_millis(50)) {
-            Ok(Some(m)) => panic!("message {} of {} bytes was delivered over the limit", m.seq, m.data.len()),
-            Ok(None) | Err(Error::Closed(_)) => {}
-            Err(e) => panic!("recv: {e}"),
-        }
-        events.extend(std::iter::from_fn(|| sub.try_event()));
+    // The message before it is delivered, then recv says what was too large, by how much.
+    let first = sub.recv_timeout(WAIT).unwrap().expect("the small message");
+    assert_eq!(first.data, b"small");
+    match sub.recv_timeout(WAIT) {
+        Err(Error::MessageTooLarge { len: l, limit: 65536 }) => assert_eq!(l, len as u64),
+        other => panic!("expected Error::MessageTooLarge naming {len} and 65536, got {other:?}"),
     }
+    // That publisher's connection is closed, and it was the only one: the next call says so.
+    assert!(matches!(sub.recv_timeout(WAIT), Err(Error::Closed(_))));
+    let events: Vec<SubscriptionEvent> = std::iter::from_fn(|| sub.try_event()).collect();
     let too_large = events
         .iter()
         .position(|e| matches!(e, SubscriptionEvent::MessageTooLarge { len: l, limit: 65536, .. } if *l == len as u64));
     let disconnected = events.iter().position(|e| matches!(e, SubscriptionEvent::Disconnected { .. }));
     assert!(too_large.is_some() && too_large < disconnected, "MessageTooLarge, then Disconnected: {events:?}");
+}
+
+#[test]
+fn iter_goes_on_after_a_message_over_the_limit() {
+    let (too_large_node, other_node, sub_node) =
+        (node_without_discovery(), node_without_discovery(), node_without_discovery());
+    let too_large = too_large_node.publisher("iter-too-large").ring_capacity(1 << 20).create().unwrap();
+    let other = other_node.publisher("iter-too-large").create().unwrap();
+    let mut sub = sub_node
+        .subscriber("iter-too-large")
+        .max_message_len(1024)
+        .connect(too_large_node.local_addr())
+        .connect(other_node.local_addr())
+        .create()
+        .unwrap();
+    wait_subscribers(&too_large, 1);
+    wait_subscribers(&other, 1);
+    too_large.publish(&payload(1, 4096)).unwrap();
+    // The other publisher's message goes out once the subscriber has closed the first
+    // connection, that is after it queued the error for the iterator.
+    let publishing = thread::spawn(move || {
+        let deadline = Instant::now() + WAIT;
+        while too_large.subscriber_count() > 0 {
+            assert!(Instant::now() < deadline, "the subscriber kept the connection of the message over its limit");
+            thread::yield_now();
+        }
+        other.publish(b"after").unwrap();
+        other
+    });
+    let got: Vec<Result<Vec<u8>, Error>> = sub.iter().take(2).map(|r| r.map(|m| m.data)).collect();
+    let _other = publishing.join().expect("publishing thread");
+    assert!(
+        got.iter().any(|r| matches!(r, Err(Error::MessageTooLarge { len: 4096, limit: 1024 }))),
+        "the message over the limit is yielded as an error: {got:?}"
+    );
+    assert!(got.iter().any(|r| matches!(r, Ok(d) if d == b"after")), "the iterator went on after it: {got:?}");
 }
 
 #[test]

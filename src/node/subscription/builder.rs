@@ -92,8 +92,10 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
         self.options.spin = spin;
         self
     }
-    /// Largest message reassembled (default 64 MiB): a publisher that sends a larger one is
-    /// not read further ([`SubscriptionEvent::MessageTooLarge`](crate::SubscriptionEvent::MessageTooLarge)).
+    /// Largest message reassembled (default 64 MiB): a larger one is
+    /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) from the next receive, naming
+    /// both sizes, and its publisher is not read further
+    /// ([`SubscriptionEvent::MessageTooLarge`](crate::SubscriptionEvent::MessageTooLarge)).
     pub fn max_message_len(mut self, bytes: u64) -> Self {
         self.options.max_message_len = bytes;
         self

@@ -3,7 +3,7 @@
 
 use super::{
     wr_id, ActiveFeed, Feed, Idle, OpenedFeed, PublisherInfo, Subscription, SubscriptionEvent, FLUSH_GRACE, KIND_RECV,
-    RECV_SLOTS, SLOT,
+    MAX_UNDELIVERABLE, RECV_SLOTS, SLOT,
 };
 use crate::error::{Error, Result};
 use crate::fabric::{DataPath, ReadBuffer, RejectReason as CmReject};
@@ -390,6 +390,10 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         match (&e, publisher) {
             (Error::Ring(RingError::MessageTooLarge { len, max }), Some(publisher)) => {
                 self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *max });
+                if self.undeliverable.len() >= MAX_UNDELIVERABLE {
+                    self.undeliverable.pop_front();
+                }
+                self.undeliverable.push_back(Error::MessageTooLarge { len: *len, limit: *max });
             }
             (Error::Ring(RingError::RecordTooLarge { len, max, .. }), _) => {
                 let (addr, len, limit) = (feed.addr, *len, *max);

@@ -26,7 +26,11 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// next message.
     ///
     /// # Errors
-    /// [`Error::Closed`] when every publisher it was connected to has gone;
+    /// [`Error::Decode`] for a message that is not a `T`; [`Error::MessageTooLarge`], naming
+    /// both sizes, for a message over the subscription's
+    /// [`max_message_len`](crate::SubscriberBuilder::max_message_len) (its publisher's
+    /// connection is closed: [`SubscriptionEvent::MessageTooLarge`] names it); after either,
+    /// the next call goes on. [`Error::Closed`] when every publisher it was connected to has gone;
     /// [`Error::NotConnected`] when it has no publisher and discovery is off; [`Error::Fabric`]
     /// when its completion queue fails.
     pub fn recv(&mut self) -> Result<Message<T::Owned>> {
@@ -54,9 +58,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     }
 
     /// An iterator over messages. It ends when the subscription closes (every publisher it
-    /// was connected to has gone, [`Error::Closed`]); a message that does not decode
-    /// ([`Error::Decode`]) is yielded as that error and the iteration goes on; any other error
-    /// is yielded once, then it ends.
+    /// was connected to has gone, [`Error::Closed`]); a message that cannot be delivered
+    /// ([`Error::Decode`], [`Error::MessageTooLarge`]) is yielded as that error and the
+    /// iteration goes on; any other error is yielded once, then it ends.
     pub fn iter(&mut self) -> impl Iterator<Item = Result<Message<T::Owned>>> + '_ {
         let mut ended = false;
         std::iter::from_fn(move || {
@@ -69,7 +73,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                     ended = true;
                     None
                 }
-                Err(e @ Error::Decode(_)) => Some(Err(e)),
+                Err(e) if e.is_undeliverable_message() => Some(Err(e)),
                 Err(e) => {
                     ended = true;
                     Some(Err(e))
@@ -178,6 +182,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             self.reap_closed();
             if let Some(key) = self.pick_ready() {
                 return Ok(Some(key));
+            }
+            if let Some(e) = self.undeliverable.pop_front() {
+                return Err(e);
             }
             if fruitless == PROBES_PER_YIELD {
                 // A feed polling an empty ring READs again at once (on the same host every READ

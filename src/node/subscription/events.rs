@@ -11,6 +11,10 @@ use super::{SubscriptionCounters, SubscriptionEvent};
 /// Most events a subscription holds for its application.
 pub const MAX_EVENTS: usize = 1024;
 
+/// Most errors about undeliverable messages a subscription holds for `recv` (older ones are
+/// dropped: the events still name each).
+pub(super) const MAX_UNDELIVERABLE: usize = 16;
+
 /// A bounded queue of [`SubscriptionEvent`]s, oldest first.
 pub(super) struct EventQueue {
     events: VecDeque<SubscriptionEvent>,

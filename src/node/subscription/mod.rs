@@ -31,8 +31,8 @@ use super::pacing::ReadPacer;
 use super::{check_topic, MessageType, NodeId, NodeShared};
 pub use builder::SubscriberBuilder;
 pub(crate) use connector::{run_all as run_connectors, Connector, OpenedFeed};
-use events::EventQueue;
 pub use events::MAX_EVENTS;
+use events::{EventQueue, MAX_UNDELIVERABLE};
 #[cfg(feature = "async")]
 pub use stream::MessageStream;
 use wake::EventWaker;
@@ -179,7 +179,8 @@ pub enum SubscriptionEvent {
     },
     /// The publisher sent a message longer than this subscription accepts
     /// ([`SubscriptionOptions::max_message_len`]): the subscription stops reading that
-    /// publisher (a `Disconnected` follows), since the stream cannot continue without it.
+    /// publisher (a `Disconnected` follows), since the stream cannot continue without it. The
+    /// next receive returns [`Error::MessageTooLarge`].
     MessageTooLarge {
         /// The publisher.
         publisher: PublisherInfo,
@@ -498,6 +499,9 @@ pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     next_gen: u32,
     events_rx: Receiver<FeedEvent>,
     user_events: EventQueue,
+    /// Messages of failed feeds the application is told about through `recv` (at most
+    /// [`MAX_UNDELIVERABLE`]; the events name them all).
+    undeliverable: VecDeque<Error>,
     cursor: usize,
     ever_connected: bool,
     /// Holds a reassembled message lent by `recv_ref`.
@@ -550,6 +554,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             next_gen: 1,
             events_rx,
             user_events: EventQueue::new(counters.clone()),
+            undeliverable: VecDeque::new(),
             cursor: 0,
             ever_connected: false,
             stash: Vec::new(),

@@ -60,7 +60,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     ///
     /// The stream ends (`None`) when the subscription closes: every publisher it was connected
     /// to has gone ([`Error::Closed`] for [`recv`](Self::recv)). As with
-    /// [`iter`](Self::iter), a message that does not decode is yielded as [`Error::Decode`]
+    /// [`iter`](Self::iter), a message that cannot be delivered is yielded as that error
+    /// ([`Error::Decode`], [`Error::MessageTooLarge`])
     /// and the stream goes on; any other error is yielded once, then it ends. Messages are the
     /// same as `recv`'s; events wait for [`try_event`](Self::try_event) once the stream is
     /// dropped.
@@ -109,7 +110,7 @@ impl<T: ?Sized + MessageType> Stream for MessageStream<'_, T> {
         match this.poll_message(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(m)) => Poll::Ready(Some(Ok(m))),
-            Poll::Ready(Err(e @ Error::Decode(_))) => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Err(e)) if e.is_undeliverable_message() => Poll::Ready(Some(Err(e))),
             Poll::Ready(Err(e)) => {
                 this.ended = true;
                 this.sub.event_waker.clear();
