@@ -149,7 +149,24 @@ impl Announcement {
     }
 
     /// Encodes (at most [`MAX_ANNOUNCEMENT`] bytes; [`Announcement::split`] keeps parts within
-    /// an MTU).
+    /// an MTU). The layout, integers as the varints of
+    /// [`ConnectData::encode`](super::ConnectData::encode):
+    ///
+    /// | bytes | field |
+    /// |---|---|
+    /// | 1 | version ([`PROTOCOL_VERSION`]) |
+    /// | 1 | kind (5: announcement) |
+    /// | 1 | kind of announcement (0 hello, 1 heartbeat, 2 goodbye) |
+    /// | 1–3 | domain |
+    /// | 1–9 | node id |
+    /// | 1–9 | epoch |
+    /// | 1 | address family (0 IPv4, 1 IPv6) |
+    /// | 4 or 16 | IP address, network order |
+    /// | 1–3 | port |
+    /// | 1–3, 1–3 | part, parts |
+    /// | 1–9 | number of topics; then for each: |
+    /// | 1–9, n | name length, name (UTF-8) |
+    /// | 1–9 | topic id |
     pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
         codec::encode(Self::WHAT, kind::ANNOUNCEMENT, self, MAX_ANNOUNCEMENT)
     }

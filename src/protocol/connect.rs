@@ -266,7 +266,27 @@ pub struct AcceptData {
 impl AcceptData {
     const WHAT: &'static str = "accept private data";
 
-    /// Encodes (at most [`MAX_ACCEPT_PRIVATE_DATA`] bytes).
+    /// Encodes (at most [`MAX_ACCEPT_PRIVATE_DATA`] bytes). The layout, in the varints of
+    /// [`ConnectData::encode`] (an enum is its variant's index, one byte):
+    ///
+    /// | bytes | field |
+    /// |---|---|
+    /// | 1 | version ([`PROTOCOL_VERSION`](super::PROTOCOL_VERSION)) |
+    /// | 1 | kind (2: accept) |
+    /// | 1–9 | topic id |
+    /// | 1–9, 1–5 | ring address, rkey |
+    /// | 1–9 | region length |
+    /// | 1–9 | data-area capacity |
+    /// | 1–9 | publisher epoch |
+    /// | 1–9 | publisher id |
+    /// | 1 | policy (0 block, 1 drop-slow, 2 overwrite) |
+    /// | 1–5 | largest record payload |
+    /// | 1–9 | start position |
+    /// | 1–9 | sequence at the start position |
+    /// | 1–9 | first sequence owed |
+    /// | 1 | checksum (0 CRC-32C, 1 XXH64 low 32 bits) |
+    ///
+    /// At most 2 + 9 + 14 + 4 × 9 + 1 + 5 + 3 × 9 + 1 = 95 bytes.
     pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
         codec::encode(Self::WHAT, kind::ACCEPT, self, MAX_ACCEPT_PRIVATE_DATA)
     }
@@ -340,6 +360,17 @@ impl RejectData {
     }
 
     /// Encodes (at most [`MAX_REJECT_PRIVATE_DATA`] bytes; the detail is truncated to fit).
+    /// The layout:
+    ///
+    /// | bytes | field |
+    /// |---|---|
+    /// | 1 | version ([`PROTOCOL_VERSION`](super::PROTOCOL_VERSION)) |
+    /// | 1 | kind (3: reject) |
+    /// | 1 | reason ([`RejectCode`] variant index, in declaration order from 0) |
+    /// | 1 | detail length (at most [`MAX_REJECT_DETAIL`], so one varint byte) |
+    /// | n | detail, UTF-8 |
+    ///
+    /// At most 2 + 1 + 1 + 140 = 144 bytes.
     pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
         let fitted = RejectData::new(self.reason, &self.detail);
         codec::encode(Self::WHAT, kind::REJECT, &fitted, MAX_REJECT_PRIVATE_DATA)

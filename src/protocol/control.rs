@@ -77,7 +77,12 @@ pub enum Control {
 impl Control {
     const WHAT: &'static str = "control message";
 
-    /// Encodes (at most [`CONTROL_MSG_MAX`] bytes).
+    /// Encodes (at most [`CONTROL_MSG_MAX`] bytes): version, kind (4: control), the variant's
+    /// index (one byte, in declaration order: ack 0, doorbell request 1, bye 2, doorbell 3,
+    /// dropped 4, end of stream 5, credit wanted 6), then its fields in order, integers as the
+    /// varints of [`ConnectData::encode`](super::ConnectData::encode) (1–9 bytes), a bool as
+    /// one byte, and a [`DropReason`] as its index (too slow 0, protocol violation 1, shutting
+    /// down 2, idle 3) followed by its field. The largest, an ack, is 2 + 1 + 9 + 9 = 21 bytes.
     pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
         codec::encode(Self::WHAT, kind::CONTROL, self, CONTROL_MSG_MAX)
     }

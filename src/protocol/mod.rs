@@ -19,6 +19,8 @@ mod topic;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod golden;
 
 pub use announce::{AnnounceKind, Announcement, OpenError, SEAL_OVERHEAD};
 pub use auth::Secret;

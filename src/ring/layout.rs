@@ -297,6 +297,45 @@ mod tests {
     }
 
     #[test]
+    fn the_record_header_and_control_block_keep_their_golden_layout() {
+        assert_eq!(LAYOUT_VERSION, 1, "the layout version changed: renew the golden bytes below");
+        let h = RecordHeader {
+            position: 0x0102_0304_0506_0708,
+            seq: 42,
+            len: 7,
+            flags: FLAG_FIRST | FLAG_LAST,
+            reserved: 0,
+            total_len: 9,
+            crc: 0xdead_beef,
+        };
+        let golden: [u8; HEADER_LEN] = [
+            8, 7, 6, 5, 4, 3, 2, 1, // position
+            42, 0, 0, 0, 0, 0, 0, 0, // seq
+            7, 0, 0, 0, // len
+            3, 0, // flags
+            0, 0, // reserved
+            9, 0, 0, 0, // total_len
+            0xef, 0xbe, 0xad, 0xde, // crc
+        ];
+        assert_eq!(h.encode(), golden, "the record header layout changed without a new LAYOUT_VERSION");
+        assert_eq!(&MAGIC.to_le_bytes(), b"RDMAPSR1");
+        let offsets = [
+            ctrl::MAGIC,
+            ctrl::VERSION,
+            ctrl::CAPACITY,
+            ctrl::EPOCH,
+            ctrl::TAIL,
+            ctrl::TAIL_SEQ,
+            ctrl::HEAD,
+            ctrl::HEAD_SEQ,
+            ctrl::MAX_RECORD_PAYLOAD,
+            ctrl::FLOOR,
+        ];
+        assert_eq!(offsets, [0, 8, 16, 24, 32, 40, 48, 56, 64, 72], "control block offsets");
+        assert_eq!(CONTROL_READ_LEN, 80);
+    }
+
+    #[test]
     fn geometry() {
         assert_eq!(record_size(0), 32);
         assert_eq!(record_size(1), 64);
