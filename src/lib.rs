@@ -44,6 +44,7 @@ macro_rules! internal {
     };
 }
 
+pub mod counters;
 pub mod error;
 pub mod fabric;
 pub mod node;

@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::stats::{self, Found, Kind, Section};
+use rdma_pubsub::stats::{self, Found, Section};
 
 use crate::cli::StatArgs;
 use crate::Fail;
@@ -93,11 +93,7 @@ fn matching<'a>(old: &'a [Section], s: &Section, index: usize) -> Option<&'a Sec
 }
 
 fn line(s: &Section, old: Option<&Section>, secs: f64) -> String {
-    let kind = match s.kind {
-        Kind::Node => "node",
-        Kind::Publisher => "pub",
-        Kind::Subscription => "sub",
-    };
+    let kind = s.kind.tag();
     let mut text = format!("  {kind:<4} {:<24}", s.topic.as_deref().unwrap_or("-"));
     for (name, value) in &s.values {
         if name == "id" {

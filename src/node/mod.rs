@@ -16,12 +16,13 @@ mod message_type;
 mod pacing;
 mod publisher;
 mod spin_permit;
+mod stats_export;
 mod subscription;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -207,7 +208,7 @@ impl NodeBuilder {
             connectors: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             counters: NodeCounters::default(),
-            stats: stats::Registry::default(),
+            stats: stats_export::Registry::default(),
             replay: Mutex::new(ReplayGuard::default()),
         });
         let disc_setup =
@@ -296,7 +297,7 @@ impl Node {
     }
     /// A snapshot of the counters of the node and of its live publishers and subscriptions.
     pub fn stats(&self) -> stats::Snapshot {
-        stats::snapshot_of(&self.shared)
+        stats_export::snapshot_of(&self.shared)
     }
     /// The stats file this node keeps up to date, if it writes one.
     pub fn stats_path(&self) -> Option<&Path> {
@@ -384,20 +385,19 @@ pub(crate) struct NodeShared {
     pub(crate) stop: AtomicBool,
     pub(crate) counters: NodeCounters,
     /// Publishers and subscriptions whose counters are exported.
-    pub(crate) stats: stats::Registry,
+    pub(crate) stats: stats_export::Registry,
     /// Local and discovered publishers, and the subscriptions watching them.
     pub(crate) discovery: discovery::Directory,
     /// The nonces of the credential proofs accepted lately (by the CM thread).
     pub(crate) replay: Mutex<ReplayGuard>,
 }
 
-/// Counters of a node, readable while it runs.
-#[derive(Debug, Default)]
-pub struct NodeCounters {
-    /// Connect requests refused (bad private data, unknown topic, limits).
-    pub rejected_connects: AtomicU64,
-    /// Discovery datagrams dropped because they did not decode (garbage, unknown version).
-    pub bad_datagrams: AtomicU64,
+crate::counters::counter_set! {
+    /// Counters of a node, readable while it runs.
+    pub struct NodeCounters {
+        /// Connect requests refused (bad private data, unknown topic, limits).
+        rejected_connects: Total, Connections;
+    }
 }
 
 /// The owner of a connection, for routing its CM events.
@@ -413,7 +413,7 @@ pub(crate) enum Route {
 fn start_exporter(shared: &Arc<NodeShared>, dir: &Path, interval: Duration) -> Option<stats::Exporter> {
     let name = format!("{}-{:016x}.stats", std::process::id(), shared.id);
     let weak = Arc::downgrade(shared);
-    let snapshot = move || weak.upgrade().map(|node| stats::snapshot_of(&node));
+    let snapshot = move || weak.upgrade().map(|node| stats_export::snapshot_of(&node));
     match stats::Exporter::start(dir, name, interval, snapshot) {
         Ok(e) => Some(e),
         Err(e) => {

@@ -9,7 +9,7 @@
 //! announcing and expiring still run between batches. Each datagram passes the gate first
 //! (`auth.rs`: the tag, clock and replay checks with a domain secret); what it refuses is
 //! counted and dropped, as is a datagram that does not decode (wrong version, kind, framing,
-//! topic id not matching its name: `NodeCounters::bad_datagrams`). On stop: `Goodbye` (sent
+//! topic id not matching its name: `DiscoveryCounters::bad_datagrams`). On stop: `Goodbye` (sent
 //! twice: UD may drop one), leave the group.
 //!
 //! A flood can still come faster than any receiver reads (one sender on loopback outpaces a
@@ -179,7 +179,7 @@ fn count_refusal(node: &NodeShared, refusal: &Refusal) {
         Refusal::SealedWithoutSecret => &counters.sealed_ignored,
         Refusal::Stale => &counters.stale,
         Refusal::Replayed => &counters.replayed,
-        Refusal::Undecodable(_) => &node.counters.bad_datagrams,
+        Refusal::Undecodable(_) => &counters.bad_datagrams,
     };
     counter.fetch_add(1, Ordering::Relaxed);
 }

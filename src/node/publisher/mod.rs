@@ -20,7 +20,7 @@ mod publish;
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -131,42 +131,43 @@ impl Default for PublisherOptions {
     }
 }
 
-/// Counters of a publisher, readable while it runs.
-#[derive(Debug, Default)]
-pub struct PublisherCounters {
-    /// Messages published.
-    pub published: AtomicU64,
-    /// Payload bytes published.
-    pub bytes: AtomicU64,
-    /// Acks received.
-    pub acks: AtomicU64,
-    /// Acks refused (position not yet published, or unknown sender).
-    pub bad_acks: AtomicU64,
-    /// Doorbells sent.
-    pub doorbells: AtomicU64,
-    /// Subscribers accepted.
-    pub accepted: AtomicU64,
-    /// Subscribers dropped: by the DropSlow policy, or idle (see
-    /// [`PublisherOptions::idle_timeout`]).
-    pub dropped: AtomicU64,
-    /// Subscribers rejected because they did not prove the topic's credential (no proof, a
-    /// wrong one, a stale time or a replayed nonce).
-    pub rejected_unauthorized: AtomicU64,
-    /// Times `publish` waited for credit.
-    pub waits: AtomicU64,
-    /// Of those, the waits woken only by the solicited ack of the subscriber asked for credit
-    /// (several subscribers held the publisher back), not by every ack.
-    pub solicited_waits: AtomicU64,
-    /// `CreditWanted` requests sent: a blocked publisher asking the subscriber that will
-    /// probably ack last for a solicited ack.
-    pub credit_requests: AtomicU64,
-    /// Subscribers connected now (a gauge).
-    pub subscribers: AtomicU64,
-    /// Ring position after the last message published (a gauge, bytes).
-    pub position: AtomicU64,
-    /// Position acknowledged by the slowest connected subscriber (a gauge, bytes): the lag is
-    /// `position - slowest_ack`.
-    pub slowest_ack: AtomicU64,
+crate::counters::counter_set! {
+    /// Counters of a publisher, readable while it runs.
+    pub struct PublisherCounters {
+        /// Messages published.
+        published: Total, Messages;
+        /// Payload bytes published.
+        bytes: Total, Bytes;
+        /// Acks received.
+        acks: Total, Events;
+        /// Acks refused (position not yet published, or unknown sender).
+        bad_acks: Total, Events;
+        /// Doorbells sent.
+        doorbells: Total, Events;
+        /// Subscribers accepted.
+        accepted: Total, Connections;
+        /// Subscribers dropped: by the DropSlow policy, or idle (see
+        /// [`PublisherOptions::idle_timeout`]).
+        dropped: Total, Connections;
+        /// Subscribers rejected because they did not prove the topic's credential (no proof, a
+        /// wrong one, a stale time or a replayed nonce).
+        rejected_unauthorized: Total, Connections;
+        /// Times `publish` waited for credit.
+        waits: Total, Events;
+        /// Of those, the waits woken only by the solicited ack of the subscriber asked for credit
+        /// (several subscribers held the publisher back), not by every ack.
+        solicited_waits: Total, Events;
+        /// `CreditWanted` requests sent: a blocked publisher asking the subscriber that will
+        /// probably ack last for a solicited ack.
+        credit_requests: Total, Events;
+        /// Subscribers connected now (a gauge).
+        subscribers: Gauge, Connections;
+        /// Ring position after the last message published (a gauge, bytes).
+        position: Gauge, Position;
+        /// Position acknowledged by the slowest connected subscriber (a gauge, bytes): the lag is
+        /// `position - slowest_ack`.
+        slowest_ack: Gauge, Position;
+    }
 }
 
 /// Receive slots kept posted per subscriber (acks are coalesced; a few suffice).

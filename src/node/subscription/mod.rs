@@ -12,7 +12,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -242,52 +241,53 @@ pub enum SubscriptionEvent {
     },
 }
 
-/// Counters of a subscription.
-#[derive(Debug, Default)]
-pub struct SubscriptionCounters {
-    /// Messages delivered.
-    pub delivered: AtomicU64,
-    /// Payload bytes delivered.
-    pub bytes: AtomicU64,
-    /// READs issued.
-    pub reads: AtomicU64,
-    /// READs that brought nothing new.
-    pub empty_reads: AtomicU64,
-    /// READs posted ahead: before the READ that showed more written data was validated.
-    pub reads_ahead: AtomicU64,
-    /// Records re-read because a READ raced a write.
-    pub torn: AtomicU64,
-    /// Messages lost to overruns.
-    pub lost: AtomicU64,
-    /// Acks sent.
-    pub acks: AtomicU64,
-    /// Doorbells requested.
-    pub doorbell_requests: AtomicU64,
-    /// Doorbells received.
-    pub doorbells: AtomicU64,
-    /// Connections established to a publisher this subscription had been connected to before.
-    pub reconnects: AtomicU64,
-    /// Messages skipped because they had been delivered already (reconnection to the same epoch).
-    pub duplicates: AtomicU64,
-    /// Waits that blocked at once instead of polling first, because as many subscriptions of
-    /// the process as it has CPUs but one were polling already.
-    pub unpolled_waits: AtomicU64,
-    /// `CreditWanted` requests received from publishers waiting for credit.
-    pub credit_requests: AtomicU64,
-    /// Acks sent as solicited SENDs, answering those requests.
-    pub solicited_acks: AtomicU64,
-    /// Connections to publishers whose ring this subscription reads through shared memory
-    /// (same host, soft fabric).
-    pub shared_memory_connects: AtomicU64,
-    /// Connections to publishers whose ring this subscription reads over the network.
-    pub network_connects: AtomicU64,
-    /// Bytes of READ buffers the subscription holds now (a gauge). A feed's two buffers start
-    /// at the batch size and grow to the largest READ its records need, never past what the
-    /// ring's largest record needs.
-    pub read_buffer_bytes: AtomicU64,
-    /// Events dropped, oldest first, because the application left more than
-    /// [`MAX_EVENTS`] untaken.
-    pub events_dropped: AtomicU64,
+crate::counters::counter_set! {
+    /// Counters of a subscription.
+    pub struct SubscriptionCounters {
+        /// Messages delivered.
+        delivered: Total, Messages;
+        /// Payload bytes delivered.
+        bytes: Total, Bytes;
+        /// READs issued.
+        reads: Total, Events;
+        /// READs that brought nothing new.
+        empty_reads: Total, Events;
+        /// READs posted ahead: before the READ that showed more written data was validated.
+        reads_ahead: Total, Events;
+        /// Records re-read because a READ raced a write.
+        torn: Total, Events;
+        /// Messages lost to overruns.
+        lost: Total, Messages;
+        /// Acks sent.
+        acks: Total, Events;
+        /// Doorbells requested.
+        doorbell_requests: Total, Events;
+        /// Doorbells received.
+        doorbells: Total, Events;
+        /// Connections established to a publisher this subscription had been connected to before.
+        reconnects: Total, Connections;
+        /// Messages skipped because they had been delivered already (reconnection to the same epoch).
+        duplicates: Total, Messages;
+        /// Waits that blocked at once instead of polling first, because as many subscriptions of
+        /// the process as it has CPUs but one were polling already.
+        unpolled_waits: Total, Events;
+        /// `CreditWanted` requests received from publishers waiting for credit.
+        credit_requests: Total, Events;
+        /// Acks sent as solicited SENDs, answering those requests.
+        solicited_acks: Total, Events;
+        /// Connections to publishers whose ring this subscription reads through shared memory
+        /// (same host, soft fabric).
+        shared_memory_connects: Total, Connections;
+        /// Connections to publishers whose ring this subscription reads over the network.
+        network_connects: Total, Connections;
+        /// Bytes of READ buffers the subscription holds now (a gauge). A feed's two buffers start
+        /// at the batch size and grow to the largest READ its records need, never past what the
+        /// ring's largest record needs.
+        read_buffer_bytes: Gauge, Bytes;
+        /// Events dropped, oldest first, because the application left more than
+        /// [`MAX_EVENTS`] untaken.
+        events_dropped: Total, Events;
+    }
 }
 
 impl SubscriptionCounters {
