@@ -18,6 +18,7 @@ mod publisher;
 mod spin_permit;
 mod stats_export;
 mod subscription;
+mod wr_id;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

@@ -6,8 +6,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use super::{wr_id, Liveness, PublisherShared, SubConn, KIND_RECV, RECVS_PER_SUBSCRIBER, SLOT};
+use super::{Liveness, PublisherShared, SubConn, RECVS_PER_SUBSCRIBER, SLOT};
 use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
+use crate::node::wr_id::{WrId, WrKind};
 use crate::protocol::{
     wall_clock_ms, AcceptData, ConnectData, CredentialError, ProtocolError, RejectCode, RejectData, StartAt, TopicId,
 };
@@ -93,7 +94,10 @@ impl PublisherShared {
             for i in 0..RECVS_PER_SUBSCRIBER {
                 let slot = key as u32 * RECVS_PER_SUBSCRIBER + i;
                 if slot < self.recv_slots {
-                    let _ = qp.post_recv(wr_id(KIND_RECV, slot), &[self.ctrl.sge(slot as usize * SLOT, SLOT)]);
+                    let _ = qp.post_recv(
+                        WrId::publisher(WrKind::Recv, slot).encode(),
+                        &[self.ctrl.sge(slot as usize * SLOT, SLOT)],
+                    );
                 }
             }
         }

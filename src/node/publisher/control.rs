@@ -6,9 +6,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{wr_id, PubState, PublisherShared, KIND_RECV, KIND_SEND, RECVS_PER_SUBSCRIBER, SENDS_PER_SUBSCRIBER, SLOT};
+use super::{PubState, PublisherShared, RECVS_PER_SUBSCRIBER, SENDS_PER_SUBSCRIBER, SLOT};
 use crate::error::{Error, Result};
 use crate::fabric::{SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion};
+use crate::node::wr_id::{WrId, WrKind};
 use crate::protocol::{Control, DropReason, CONTROL_MSG_MAX};
 
 /// Completions taken from the CQ per poll.
@@ -35,9 +36,10 @@ impl PublisherShared {
 
     pub(super) fn handle_completions(&self, st: &mut PubState, wcs: &[WorkCompletion]) {
         for wc in wcs {
-            let slot = (wc.wr_id & 0xffff_ffff) as u32;
-            match wc.wr_id >> 32 {
-                KIND_SEND => {
+            let Some(id) = WrId::decode(wc.wr_id) else { continue };
+            let slot = id.slot as u32;
+            match id.kind {
+                WrKind::Send => {
                     // Only a live subscriber's own queue pair frees its slot: the flushed SENDs
                     // of a removed one must not free a slot its successor is using.
                     let key = (slot / SENDS_PER_SUBSCRIBER) as usize;
@@ -51,7 +53,7 @@ impl PublisherShared {
                         }
                     }
                 }
-                KIND_RECV => {
+                WrKind::Recv => {
                     if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv {
                         self.on_control(st, wc.qp_num, slot, wc.byte_len as usize);
                     }
@@ -65,14 +67,14 @@ impl PublisherShared {
     fn repost_recv(&self, st: &PubState, slot: u32, status: WcStatus) {
         let sge = [self.ctrl.sge(slot as usize * SLOT, SLOT)];
         let result = match &self.srq {
-            Some(srq) => srq.post_recv(wr_id(KIND_RECV, slot), &sge),
+            Some(srq) => srq.post_recv(WrId::publisher(WrKind::Recv, slot).encode(), &sge),
             None => {
                 // Per-QP receives: slot s belongs to subscriber s / RECVS_PER_SUBSCRIBER.
                 if status != WcStatus::Success {
                     return;
                 }
                 match st.subs.get((slot / RECVS_PER_SUBSCRIBER) as usize) {
-                    Some(sub) => sub.qp.post_recv(wr_id(KIND_RECV, slot), &sge),
+                    Some(sub) => sub.qp.post_recv(WrId::publisher(WrKind::Recv, slot).encode(), &sge),
                     None => return,
                 }
             }
@@ -173,7 +175,7 @@ impl PublisherShared {
             let sge = [self.ctrl.sge(offset, bytes.len())];
             st.subs[key]
                 .qp
-                .post_send(&SendRequest::new(wr_id(KIND_SEND, slot), SendOp::Send, &sge))
+                .post_send(&SendRequest::new(WrId::publisher(WrKind::Send, slot).encode(), SendOp::Send, &sge))
                 .map_err(Error::from)
         });
         match result {

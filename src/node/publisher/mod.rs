@@ -33,6 +33,7 @@ use crate::protocol::{Control, PolicyKind, Secret, TopicId};
 use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
 
 use super::ack_clock::AckClock;
+use super::wr_id::{WrId, WrKind};
 use super::{check_topic, MessageType, NodeShared};
 use credit::Deadline;
 use liveness::{Liveness, SENDS_PER_SUBSCRIBER};
@@ -172,6 +173,8 @@ crate::counters::counter_set! {
 
 /// Receive slots kept posted per subscriber (acks are coalesced; a few suffice).
 const RECVS_PER_SUBSCRIBER: u32 = 4;
+/// Most subscribers a publisher serves ([`PublisherBuilder::max_subscribers`]).
+const MAX_SUBSCRIBERS: usize = 4096;
 /// Longest wait for the end-of-stream notices to leave before disconnecting: a bound
 /// for a dead peer; on a live one the send completes in microseconds (milliseconds in an
 /// emulated guest).
@@ -193,12 +196,9 @@ pub(crate) const SERVICE_INTERVAL: Duration = super::SLICE;
 /// 3.2 M/s). At 16 KiB the system call is a few percent of the copy and checksum.
 const YIELD_AFTER_BYTES: usize = 16 * 1024;
 
-const KIND_RECV: u64 = 1;
-const KIND_SEND: u64 = 2;
-
-fn wr_id(kind: u64, slot: u32) -> u64 {
-    (kind << 32) | slot as u64
-}
+// Every receive and send slot fits a work-request id.
+const _: () = assert!((MAX_SUBSCRIBERS as u32 * RECVS_PER_SUBSCRIBER) as usize <= super::wr_id::MAX_SLOT + 1);
+const _: () = assert!((MAX_SUBSCRIBERS as u32 * liveness::SENDS_PER_SUBSCRIBER) as usize <= super::wr_id::MAX_SLOT + 1);
 
 /// A subscriber connected to this publisher.
 struct SubConn {
@@ -314,7 +314,7 @@ impl<T: ?Sized + MessageType> std::fmt::Debug for Publisher<T> {
 impl<T: ?Sized + MessageType> Publisher<T> {
     pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: PublisherOptions) -> Result<Publisher<T>> {
         check_topic(topic)?;
-        if options.max_subscribers == 0 || options.max_subscribers > 4096 {
+        if options.max_subscribers == 0 || options.max_subscribers > MAX_SUBSCRIBERS {
             return Err(Error::InvalidOption { option: "max_subscribers", detail: "must be in 1..=4096".into() });
         }
         if options.idle_timeout < MIN_IDLE_TIMEOUT {
@@ -341,7 +341,7 @@ impl<T: ?Sized + MessageType> Publisher<T> {
         let cq = node.fabric.create_cq(cq_depth)?;
         if let Some(srq) = &srq {
             for slot in 0..recv_slots {
-                srq.post_recv(wr_id(KIND_RECV, slot), &[ctrl.sge(slot as usize * SLOT, SLOT)])?;
+                srq.post_recv(WrId::publisher(WrKind::Recv, slot).encode(), &[ctrl.sge(slot as usize * SLOT, SLOT)])?;
             }
         }
         let shared = Arc::new(PublisherShared {

@@ -2,8 +2,8 @@
 //! connects, CM events, activating a feed from the accept private data, closing feeds.
 
 use super::{
-    wr_id, ActiveFeed, Feed, Idle, OpenedFeed, PublisherInfo, Subscription, SubscriptionEvent, FLUSH_GRACE, KIND_RECV,
-    MAX_UNDELIVERABLE, RECV_SLOTS, SLOT,
+    ActiveFeed, Feed, Idle, OpenedFeed, PublisherInfo, Subscription, SubscriptionEvent, FLUSH_GRACE, MAX_UNDELIVERABLE,
+    RECV_SLOTS, SLOT,
 };
 use crate::error::{Error, Result};
 use crate::fabric::{DataPath, ReadBuffer, RejectReason as CmReject};
@@ -11,6 +11,7 @@ use crate::node::cm::FeedEvent;
 use crate::node::discovery::watch::Lost;
 use crate::node::discovery::LostReason;
 use crate::node::pacing::ReadPacer;
+use crate::node::wr_id::{WrId, WrKind};
 use crate::node::MessageType;
 use crate::node::SLICE;
 use crate::protocol::{AcceptData, RejectCode, RejectData};
@@ -44,7 +45,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         self.next_gen = self.next_gen.wrapping_add(1);
         let posted = (0..RECV_SLOTS).try_for_each(|slot| {
             let offset = (2 + slot) * SLOT;
-            qp.post_recv(wr_id(key, gen, KIND_RECV, slot), &[ctrl.sge(offset, SLOT)])
+            qp.post_recv(WrId::feed(key, gen, WrKind::Recv, slot).encode(), &[ctrl.sge(offset, SLOT)])
         });
         if let Err(e) = posted {
             self.node.routes.lock().remove(&conn);

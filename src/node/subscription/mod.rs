@@ -299,11 +299,6 @@ impl SubscriptionCounters {
     }
 }
 
-const KIND_READ: u64 = 1;
-const KIND_ACK: u64 = 2;
-const KIND_DOORBELL_REQ: u64 = 3;
-const KIND_RECV: u64 = 4;
-
 /// Control slots per feed: [ack send, doorbell-request send, receives...].
 const RECV_SLOTS: usize = 4;
 const SLOT: usize = 64;
@@ -318,14 +313,6 @@ const PROBES_PER_YIELD: u32 = 16;
 const FLUSH_GRACE: Duration = Duration::from_secs(2);
 /// Longest a parked feed waits before READing anyway (guards against a lost wake-up).
 const PARK_RECHECK: Duration = Duration::from_millis(100);
-
-fn wr_id(key: usize, gen: u32, kind: u64, slot: usize) -> u64 {
-    ((key as u64) << 40) | ((gen as u64 & 0xffff) << 24) | (kind << 16) | slot as u64
-}
-
-fn split_wr_id(id: u64) -> (usize, u32, u64, usize) {
-    ((id >> 40) as usize, ((id >> 24) & 0xffff) as u32, (id >> 16) & 0xff, (id & 0xffff) as usize)
-}
 
 /// A parsed message waiting for delivery.
 enum Payload {

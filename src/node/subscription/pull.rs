@@ -3,14 +3,14 @@
 //! messages.
 
 use super::{
-    split_wr_id, wr_id, ActiveFeed, Feed, Idle, Payload, Ready, Subscription, SubscriptionCounters, SubscriptionEvent,
-    KIND_ACK, KIND_DOORBELL_REQ, KIND_READ, KIND_RECV, PARK_RECHECK, SLOT,
+    ActiveFeed, Feed, Idle, Payload, Ready, Subscription, SubscriptionCounters, SubscriptionEvent, PARK_RECHECK, SLOT,
 };
 use crate::error::{Error, Result};
 use crate::fabric::{
     MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus,
     WorkCompletion,
 };
+use crate::node::wr_id::{WrId, WrKind};
 use crate::node::MessageType;
 use crate::protocol::{Control, Policy as WirePolicy};
 use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop};
@@ -97,14 +97,14 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     pub(super) fn handle_completions(&mut self, wcs: &[WorkCompletion]) {
         for wc in wcs {
-            let (key, gen, kind, slot) = split_wr_id(wc.wr_id);
+            let Some(WrId { owner: key, generation: gen, kind, slot }) = WrId::decode(wc.wr_id) else { continue };
             let Some(feed) = self.feeds.get_mut(key) else { continue };
             if feed.gen & 0xffff != gen {
                 continue;
             }
             feed.outstanding = feed.outstanding.saturating_sub(1);
             match kind {
-                KIND_READ => {
+                WrKind::Read => {
                     let Some(a) = feed.active.as_deref_mut() else { continue };
                     let plan = a.plan.take();
                     // SAFETY: a feed has one READ outstanding, into `reading_into`, and `wc` is
@@ -148,17 +148,17 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                         self.fail_feed(key, e);
                     }
                 }
-                KIND_ACK => {
+                WrKind::Ack => {
                     if let Some(a) = feed.active.as_deref_mut() {
                         a.ack_in_flight = false;
                     }
                 }
-                KIND_DOORBELL_REQ => {
+                WrKind::DoorbellRequest => {
                     if let Some(a) = feed.active.as_deref_mut() {
                         a.doorbell_req_in_flight = false;
                     }
                 }
-                KIND_RECV if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv && !feed.closed => {
+                WrKind::Recv if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv && !feed.closed => {
                     self.on_control(key, slot, wc.byte_len as usize);
                 }
                 _ => {}
@@ -270,7 +270,10 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             .map_err(Error::from)
             .and_then(|_| Control::decode(&bytes[..len]).map_err(Error::from));
         if !feed.closed {
-            match feed.qp.post_recv(wr_id(key, feed.gen, KIND_RECV, slot), &[feed.ctrl.sge(offset, SLOT)]) {
+            match feed
+                .qp
+                .post_recv(WrId::feed(key, feed.gen, WrKind::Recv, slot).encode(), &[feed.ctrl.sge(offset, SLOT)])
+            {
                 Ok(()) => feed.outstanding += 1,
                 Err(e) => tracing::debug!("reposting a receive: {e}"),
             }
@@ -311,7 +314,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 /// waits for it alone).
 pub(super) fn post_control(
     (gen, key, qp, ctrl): ControlPost<'_>,
-    kind: u64,
+    kind: WrKind,
     slot: usize,
     msg: &Control,
     solicited: bool,
@@ -320,7 +323,10 @@ pub(super) fn post_control(
     let offset = slot * SLOT;
     ctrl.buffer().write(offset, &bytes)?;
     let sge = [ctrl.sge(offset, bytes.len())];
-    qp.post_send(&SendRequest { solicited, ..SendRequest::new(wr_id(key, gen, kind, slot), SendOp::Send, &sge) })?;
+    qp.post_send(&SendRequest {
+        solicited,
+        ..SendRequest::new(WrId::feed(key, gen, kind, slot).encode(), SendOp::Send, &sge)
+    })?;
     Ok(())
 }
 
@@ -342,7 +348,7 @@ pub(super) fn post_ring_read(
         counters.read_buffer_bytes.fetch_add((len - old) as u64, Ordering::Relaxed);
     }
     let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
-    a.landings[buf].post_read(qp, wr_id(key, gen, KIND_READ, 0), remote, plan.len)?;
+    a.landings[buf].post_read(qp, WrId::feed(key, gen, WrKind::Read, 0).encode(), remote, plan.len)?;
     a.plan = Some(plan);
     a.reading_into = buf;
     Ok(())
@@ -354,7 +360,7 @@ pub(super) type ControlPost<'a> = (u32, usize, &'a QueuePair, &'a MemoryRegion);
 pub(super) fn send_ack(post: ControlPost<'_>, a: &mut ActiveFeed, solicited: bool) -> Result<()> {
     let position = a.reader.consumed_position();
     let ack = Control::Ack { position, seq: a.reader.next_seq() };
-    post_control(post, KIND_ACK, 0, &ack, solicited)?;
+    post_control(post, WrKind::Ack, 0, &ack, solicited)?;
     a.ack_in_flight = true;
     a.acked = position;
     Ok(())
@@ -383,7 +389,7 @@ pub(super) fn request_doorbell(post: ControlPost<'_>, a: &mut ActiveFeed) -> Res
     }
     let position = a.reader.consumed_position();
     let request = Control::DoorbellRequest { armed: true, position };
-    post_control(post, KIND_DOORBELL_REQ, 1, &request, false)?;
+    post_control(post, WrKind::DoorbellRequest, 1, &request, false)?;
     a.doorbell_req_in_flight = true;
     Ok(true)
 }
