@@ -1,0 +1,202 @@
+//! Properties over random message sizes and READ batches (flow control, overwrite loss, torn
+//! READs), and a producer and reader on two threads.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn sizes(max: usize) -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(prop_oneof![4 => 0usize..600, 2 => 600usize..20_000, 1 => 20_000usize..max], 1..120)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Flow control: every message exactly once, in order, byte for byte.
+    #[test]
+    fn flow_controlled_delivery_is_exact(lens in sizes(150_000), batches in prop::collection::vec(32usize..40_000, 1..16)) {
+        let (buf, mut prod) = ring(CAP);
+        let mut reader = reader_at(&prod, prod.latest());
+        let len_of = |s: u64| lens[s as usize - 1];
+        let mut seen = Seen::new(1);
+        let mut i = 0;
+        for (n, &len) in lens.iter().enumerate() {
+            let msg = payload(n as u64 + 1, len);
+            loop {
+                match prod.append(&msg, prod.limit_for(reader.consumed_position())).unwrap() {
+                    Append::Complete { seq } => { prop_assert_eq!(seq, n as u64 + 1); break; }
+                    Append::Blocked { .. } => {
+                        step(&mut reader, &buf, batches[i % batches.len()], &mut seen, &len_of);
+                        i += 1;
+                        prop_assert!(i < 1_000_000);
+                    }
+                }
+            }
+            if n % 3 == 0 {
+                step(&mut reader, &buf, batches[i % batches.len()], &mut seen, &len_of);
+                i += 1;
+            }
+        }
+        drain(&mut reader, &buf, &mut seen, lens.len() as u64, &len_of);
+        prop_assert_eq!(seen.lost, 0);
+        prop_assert_eq!(seen.delivered, (1..=lens.len() as u64).collect::<Vec<_>>());
+    }
+
+    /// Overwrite with a slow reader: delivered + lost = produced, deliveries strictly
+    /// increasing and exact.
+    #[test]
+    fn overwrite_loss_is_exact(lens in sizes(100_000), bursts in prop::collection::vec(0usize..12, 1..20).prop_filter("some progress", |b| b.iter().any(|&x| x > 0)), batch in 32usize..30_000) {
+        let (buf, mut prod) = ring(CAP);
+        let mut reader = reader_at(&prod, prod.latest());
+        let len_of = |s: u64| lens[s as usize - 1];
+        let mut seen = Seen::new(1);
+        let mut n = 0;
+        let mut b = 0;
+        while n < lens.len() {
+            for _ in 0..bursts[b % bursts.len()] {
+                if n < lens.len() {
+                    n += 1;
+                    prop_assert_eq!(prod.append(&payload(n as u64, lens[n - 1]), NO_LIMIT).unwrap(), Append::Complete { seq: n as u64 });
+                }
+            }
+            b += 1;
+            step(&mut reader, &buf, batch, &mut seen, &len_of);
+        }
+        drain(&mut reader, &buf, &mut seen, lens.len() as u64, &len_of);
+        prop_assert_eq!(seen.delivered.len() as u64 + seen.lost, lens.len() as u64);
+        prop_assert!(seen.delivered.windows(2).all(|w| w[0] < w[1]));
+        prop_assert_eq!(reader.stats().lost, seen.lost);
+    }
+
+    /// READs torn by a concurrent write (part copied before, part after, in either order)
+    /// never yield a corrupt message, and the accounting stays exact.
+    #[test]
+    fn torn_reads_never_corrupt(
+        lens in sizes(40_000),
+        cuts in prop::collection::vec((0.0f64..1.0, any::<bool>(), 0usize..6), 1..40),
+        batch in 64usize..40_000,
+        xxh in any::<bool>(),
+    ) {
+        let (buf, mut prod) = ring_checked_by(CAP, if xxh { Checksum::XxHash64 } else { Checksum::Crc32c });
+        let mut reader = reader_at(&prod, prod.latest());
+        let len_of = |s: u64| lens[s as usize - 1];
+        let mut seen = Seen::new(1);
+        let mut n = 0;
+        let mut round = 0;
+        while n < lens.len() {
+            let (frac, tail_first, burst) = cuts[round % cuts.len()];
+            round += 1;
+            let plan = reader.next_read(batch, burst % 2 == 0);
+            let cut = (plan.len as f64 * frac) as usize;
+            let mut bytes = vec![0u8; plan.len];
+            let (first, second) = if tail_first { (cut..plan.len, 0..cut) } else { (0..cut, cut..plan.len) };
+            buf.read(plan.ring_offset + first.start, &mut bytes[first.clone()]).unwrap();
+            for _ in 0..burst.max(1) {
+                if n < lens.len() {
+                    n += 1;
+                    prod.append(&payload(n as u64, lens[n - 1]), NO_LIMIT).unwrap();
+                }
+            }
+            buf.read(plan.ring_offset + second.start, &mut bytes[second.clone()]).unwrap();
+            let mut got = Vec::new();
+            let parsed = reader.parse(&bytes, plan.position, |s, b| got.push((s, b.to_vec()))).unwrap();
+            seen.record(&parsed, got, &len_of);
+            if parsed.stop != Stop::End {
+                reader.apply_control(&sim_control(&buf)).unwrap();
+            }
+        }
+        drain(&mut reader, &buf, &mut seen, lens.len() as u64, &len_of);
+        prop_assert_eq!(seen.delivered.len() as u64 + seen.lost, lens.len() as u64);
+    }
+}
+
+fn concurrent(overwrite: bool, checksum: Checksum, messages: u64, deadline: Duration) -> (Seen, ReaderStats) {
+    let (buf, mut prod) = ring_checked_by(CAP, checksum);
+    let reader = reader_at(&prod, prod.latest());
+    let len_of = |s: u64| (s.wrapping_mul(2_654_435_761) % 30_000) as usize;
+    let acked = Arc::new(AtomicU64::new(reader.consumed_position()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let producer = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for seq in 1..=messages {
+                let msg = payload(seq, len_of(seq));
+                loop {
+                    let limit = if overwrite { NO_LIMIT } else { prod.limit_for(acked.load(Ordering::Acquire)) };
+                    if let Append::Complete { .. } = prod.append(&msg, limit).unwrap() {
+                        break;
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::hint::spin_loop();
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let mut reader = reader;
+    let mut seen = Seen::new(1);
+    while reader.next_seq() <= messages {
+        if start.elapsed() > deadline {
+            stop.store(true, Ordering::Relaxed);
+            panic!("timed out at seq {} of {messages}", reader.next_seq());
+        }
+        if step(&mut reader, &buf, 16 << 10, &mut seen, &len_of) == Stop::NotYetWritten {
+            std::thread::yield_now();
+        }
+        acked.store(reader.consumed_position(), Ordering::Release);
+    }
+    producer.join().unwrap();
+    (seen, reader.stats())
+}
+
+#[test]
+fn concurrent_flow_controlled_reader_gets_everything() {
+    let (seen, stats) = concurrent(false, Checksum::Crc32c, 3000, Duration::from_secs(60));
+    assert_eq!(seen.delivered, (1..=3000).collect::<Vec<_>>());
+    assert_eq!(stats.lost, 0);
+}
+
+#[test]
+fn concurrent_overwrite_reader_never_sees_corruption() {
+    for checksum in Checksum::ALL {
+        let (seen, stats) = concurrent(true, checksum, 5000, Duration::from_secs(60));
+        eprintln!("overwrite, {checksum:?}: {stats:?}");
+        assert_eq!(seen.delivered.len() as u64 + seen.lost, 5000);
+        assert!(seen.delivered.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(stats.delivered + stats.lost, 5000);
+    }
+}
+
+/// The reader checks records with the function its configuration names: one told the wrong
+/// function takes every record for torn and delivers nothing.
+#[test]
+fn records_are_checked_with_the_rings_function() {
+    for (written, checked) in [(Checksum::Crc32c, Checksum::XxHash64), (Checksum::XxHash64, Checksum::Crc32c)] {
+        let (buf, mut prod) = ring_checked_by(CAP, written);
+        let start = prod.latest();
+        prod.append(&payload(1, 100), NO_LIMIT).unwrap();
+        let mut right = reader_at(&prod, start);
+        let mut got = Vec::new();
+        let parsed = read_and_collect(&mut right, &buf, &mut got);
+        assert_eq!((parsed.stop, got), (Stop::NotYetWritten, vec![(1, payload(1, 100))]));
+        let mut wrong = RingReader::new(ReaderConfig {
+            capacity: CAP,
+            max_record_payload: prod.max_record_payload(),
+            epoch: prod.epoch(),
+            start,
+            max_message_len: 1 << 20,
+            checksum: checked,
+        })
+        .unwrap();
+        let mut got = Vec::new();
+        let parsed = read_and_collect(&mut wrong, &buf, &mut got);
+        assert_eq!((parsed.stop, got.len(), wrong.stats().torn), (Stop::Torn, 0, 1));
+    }
+}
