@@ -21,10 +21,7 @@ use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::{self, CmEvent, DataPath, FabricConfig, FabricKind, QpInit, SameHost};
 use rdma_pubsub::protocol::{ConnectData, ConnectFlags, PolicySet, RejectData, StartAt, TopicId, PROTOCOL_VERSION};
-use rdma_pubsub::{
-    Checksum, DropReason, Error, Message, Node, Policy, PublisherOptions, RejectCode, Start, SubscriptionEvent,
-    SubscriptionOptions,
-};
+use rdma_pubsub::{Checksum, DropReason, Error, Message, Node, Policy, RejectCode, Start, SubscriptionEvent};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -925,13 +922,12 @@ fn a_message_over_the_subscribers_limit_is_an_event_naming_both_sizes() {
     let pub_node = node_without_discovery();
     let sub_node = node_without_discovery();
     let publisher = pub_node
-        .publisher_with(
-            "too-large",
-            PublisherOptions { policy: Policy::Block { timeout: WAIT }, ring_capacity: 1 << 20, ..Default::default() },
-        )
+        .publisher("too-large")
+        .policy(Policy::Block { timeout: WAIT })
+        .ring_capacity(1 << 20)
+        .create()
         .unwrap();
-    let options = SubscriptionOptions { start: Start::Latest, max_message_len: 64 * 1024, ..Default::default() };
-    let mut sub = sub_node.subscribe_with("too-large", options).unwrap();
+    let mut sub = sub_node.subscriber("too-large").start(Start::Latest).max_message_len(64 * 1024).create().unwrap();
     sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
     wait_subscribers(&publisher, 1);
     let len = 100 * 1024;
