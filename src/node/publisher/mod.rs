@@ -79,9 +79,9 @@ impl Policy {
     }
 }
 
-/// Options of a publisher.
+/// Options of a publisher: what a [`PublisherBuilder`] sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublisherOptions {
+pub(crate) struct PublisherOptions {
     /// Slow-subscriber policy.
     pub policy: Policy,
     /// Ring data bytes: a power of two, at least 64 KiB (default 1 MiB).
@@ -108,7 +108,7 @@ pub struct PublisherOptions {
     /// [`DropReason::Idle`]: crate::protocol::DropReason::Idle
     pub idle_timeout: Duration,
     /// The topic's credential: when set, only subscribers that prove they hold the same secret
-    /// ([`SubscriptionOptions::credential`](crate::SubscriptionOptions::credential)) are
+    /// ([`SubscriberBuilder::credential`](crate::SubscriberBuilder::credential)) are
     /// accepted; the others are rejected with [`RejectCode::Unauthorized`](crate::protocol::RejectCode::Unauthorized)
     /// before they learn anything of the ring, and counted
     /// ([`PublisherCounters::rejected_unauthorized`]). Default `None`: anyone who can reach the
@@ -147,7 +147,7 @@ pub struct PublisherCounters {
     /// Subscribers accepted.
     pub accepted: AtomicU64,
     /// Subscribers dropped: by the DropSlow policy, or idle (see
-    /// [`PublisherOptions::idle_timeout`]).
+    /// [`PublisherBuilder::idle_timeout`]).
     pub dropped: AtomicU64,
     /// Subscribers rejected because they did not prove the topic's credential (no proof, a
     /// wrong one, a stale time or a replayed nonce).
@@ -177,7 +177,7 @@ const RECVS_PER_SUBSCRIBER: u32 = 4;
 const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes of one control slot.
 const SLOT: usize = 64;
-/// Shortest [`PublisherOptions::idle_timeout`]: longer than the probe of a silent subscriber
+/// Shortest [`PublisherBuilder::idle_timeout`]: longer than the probe of a silent subscriber
 /// ([`liveness::PROBE_AFTER`]) and than a busy host's scheduling hiccups.
 const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often the CM thread services each publisher ([`PublisherShared::service`]): receives
