@@ -47,7 +47,7 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use nix::time::{clock_gettime, ClockId};
 use placement::Placement;
 use rdma_pubsub::fabric::FabricKind;
-use rdma_pubsub::{DiscoveryOptions, Node, Policy, Publisher, PublisherOptions, Start, SubscriptionOptions};
+use rdma_pubsub::{DiscoveryOptions, Node, Policy, Publisher, Start};
 use read_pair::{ReadPair, MAX_OUTSTANDING, WINDOW_BYTES};
 
 const SIZES: [usize; 4] = [64, 1 << 10, 64 << 10, 1 << 20];
@@ -151,15 +151,12 @@ impl Fanout {
     fn new(subs: usize, size: usize, policy: Policy) -> Fanout {
         let (pub_node, sub_node) = (node(), node());
         let ring_capacity = (size * 16).next_power_of_two().clamp(1 << 20, 64 << 20);
-        let publisher = pub_node
-            .publisher_with("bench", PublisherOptions { policy, ring_capacity, ..Default::default() })
-            .expect("publisher");
+        let publisher =
+            pub_node.publisher("bench").policy(policy).ring_capacity(ring_capacity).create().expect("publisher");
         let progress: Arc<Vec<AtomicU64>> = Arc::new((0..subs).map(|_| AtomicU64::new(0)).collect());
         let threads = (0..subs)
             .map(|i| {
-                let mut sub = sub_node
-                    .subscribe_with("bench", SubscriptionOptions { start: Start::Earliest, ..Default::default() })
-                    .expect("subscription");
+                let mut sub = sub_node.subscriber("bench").start(Start::Earliest).create().expect("subscription");
                 sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
                 let progress = progress.clone();
                 thread::spawn(move || loop {

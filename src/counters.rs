@@ -1,5 +1,5 @@
 //! Counters described once: each set of counters (a node's, its discovery's, a publisher's,
-//! a subscription's) is declared with [`counter_set!`](crate::counters::counter_set) as a
+//! a subscription's) is declared with `counter_set!` as a
 //! table of name, kind, unit and meaning, in the manner of Aeron's counters. The macro makes
 //! the struct of atomics the code increments and the API reads, its [`Descriptor`] table, and
 //! the iteration over both that the stats file is written from, so a counter declared is a
@@ -64,7 +64,7 @@ impl Descriptor {
     }
 }
 
-/// A set of counters declared with [`counter_set!`](crate::counters::counter_set).
+/// A set of counters declared with `counter_set!`.
 pub trait CounterSet {
     /// The descriptors of the counters, in declaration order.
     const DESCRIPTORS: &'static [Descriptor];

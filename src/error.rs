@@ -65,7 +65,7 @@ pub enum Error {
         detail: String,
     },
     /// A publisher's records are larger than the subscription READs
-    /// ([`SubscriptionOptions::max_record_payload`](crate::SubscriptionOptions::max_record_payload)).
+    /// ([`SubscriberBuilder::max_record_payload`](crate::SubscriberBuilder::max_record_payload)).
     #[error("publisher at {peer} has records of up to {len} bytes, over this subscription's limit of {limit}")]
     RecordTooLarge {
         /// The publisher's node.

@@ -14,11 +14,11 @@
 //! is not a stable API (it is for the fuzz targets and the project's own tests).
 //!
 //! ```no_run
-//! use rdma_pubsub::{Node, Start, SubscriptionOptions};
+//! use rdma_pubsub::{Node, Start};
 //! # fn main() -> rdma_pubsub::Result<()> {
 //! let node = Node::builder().build()?;
 //! let publisher = node.publisher("prices").create()?;
-//! let mut sub = node.subscribe_with("prices", SubscriptionOptions { start: Start::Earliest, ..Default::default() })?;
+//! let mut sub = node.subscriber("prices").start(Start::Earliest).create()?;
 //! sub.connect_wait(node.local_addr(), std::time::Duration::from_secs(5))?;
 //! publisher.publish(b"hello")?;
 //! let message = sub.recv()?;
@@ -59,8 +59,8 @@ pub use fabric::FabricKind;
 pub use node::MessageStream;
 pub use node::{
     DiscoveryCounters, DiscoveryOptions, Loan, LostReason, Message, MessageRef, MessageType, Node, NodeBuilder,
-    NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, PublisherOptions,
-    Start, SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent, SubscriptionOptions,
+    NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, Start,
+    SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
 };
 pub use protocol::{DropReason, PolicyKind, ProtocolError, RejectCode, Secret};
 pub use ring::{Checksum, RingError};

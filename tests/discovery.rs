@@ -29,8 +29,8 @@ use rdma_pubsub::fabric::UdFaults;
 use rdma_pubsub::node::discovery::{DEFAULT_PORT, SECRET_FILE_ENV};
 use rdma_pubsub::protocol::{AnnounceKind, Announcement, Secret, TopicId, PROTOCOL_VERSION};
 use rdma_pubsub::{
-    DiscoveryOptions, FabricKind, LostReason, Message, Node, Policy, Publisher, PublisherOptions, Start, Subscription,
-    SubscriptionEvent, SubscriptionOptions,
+    DiscoveryOptions, FabricKind, LostReason, Message, Node, Policy, Publisher, PublisherBuilder, Start, Subscription,
+    SubscriptionEvent,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -61,8 +61,9 @@ fn node_with(options: DiscoveryOptions) -> Node {
     Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(options).build().expect("node")
 }
 
-fn small_ring() -> PublisherOptions {
-    PublisherOptions { ring_capacity: 64 * 1024, ..Default::default() }
+/// The publisher of `topic` on `node` with a 64 KiB ring, to configure further or create.
+fn small_ring<'n>(node: &'n Node, topic: &str) -> PublisherBuilder<'n> {
+    node.publisher(topic).ring_capacity(64 * 1024)
 }
 
 /// A subscription driven by the test: everything it delivers is kept.
@@ -74,7 +75,7 @@ struct Probe {
 
 impl Probe {
     fn new(node: &Node, topic: &str, start: Start) -> Probe {
-        let sub = node.subscribe_with(topic, SubscriptionOptions { start, ..Default::default() }).expect("subscribe");
+        let sub = node.subscriber(topic).start(start).create().expect("subscribe");
         Probe { sub, messages: Vec::new(), events: Vec::new() }
     }
 
@@ -188,7 +189,7 @@ fn a_publisher_joining_a_running_subscription_is_connected() {
 fn a_subscription_connects_without_any_call_of_its_application() {
     let d = domain(19);
     let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
-    let publisher = pub_node.publisher_with("background", small_ring()).unwrap();
+    let publisher = small_ring(&pub_node, "background").create().unwrap();
     let mut probe = Probe::new(&sub_node, "background", Start::Latest);
     wait_subscribers(&publisher, 1);
     publish_range(&publisher, 1..=20);
@@ -242,9 +243,7 @@ fn a_goodbye_is_reported_promptly() {
 fn a_silent_publisher_is_lost_then_resumed_in_the_same_epoch_without_duplicates() {
     let d = domain(6);
     let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
-    let publisher = pub_node
-        .publisher_with("partition", PublisherOptions { policy: Policy::Block { timeout: WAIT }, ..small_ring() })
-        .unwrap();
+    let publisher = small_ring(&pub_node, "partition").policy(Policy::Block { timeout: WAIT }).create().unwrap();
     let mut probe = Probe::new(&sub_node, "partition", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -327,7 +326,7 @@ fn no_rejected_event_follows_the_end_of_a_stream() {
     }
     let d = domain(14).heartbeat(Duration::from_secs(5));
     let (sub_node, pub_node) = (node_with(d.clone()), node_with(d));
-    let publisher = pub_node.publisher_with("ends", small_ring()).unwrap();
+    let publisher = small_ring(&pub_node, "ends").create().unwrap();
     let mut probe = Probe::new(&sub_node, "ends", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -409,7 +408,7 @@ fn many_topics_are_split_across_datagrams() {
     let parts = Announcement::split(AnnounceKind::Hello, 0, 1, 1, addr, &listed, 1024).unwrap();
     assert!(parts.len() >= 3, "{} parts", parts.len());
     let pub_node = node_with(d.clone());
-    let publishers: Vec<Publisher> = names.iter().map(|n| pub_node.publisher_with(n, small_ring()).unwrap()).collect();
+    let publishers: Vec<Publisher> = names.iter().map(|n| small_ring(&pub_node, n).create().unwrap()).collect();
     let sub_node = node_with(d);
     let deadline = Instant::now() + WAIT;
     loop {
@@ -560,7 +559,7 @@ fn discovery_survives_duplicated_delayed_and_dropped_datagrams() {
     let pub_node = node_with(d);
     let faults = sub_node.fabric().faults().expect("soft faults");
     faults.set_ud_faults(UdFaults { drop: 0.2, duplicate: 1.0, delay: Duration::from_millis(30), seed: 7 });
-    let publisher = pub_node.publisher_with("noisy", small_ring()).unwrap();
+    let publisher = small_ring(&pub_node, "noisy").create().unwrap();
     let mut probe = Probe::new(&sub_node, "noisy", Start::Latest);
     probe.until("the connection", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::Connected(_))));
     wait_subscribers(&publisher, 1);
@@ -693,7 +692,7 @@ fn nodes_sharing_a_domain_secret_find_each_other_and_no_one_else() {
     let d = domain(17);
     let sealed = d.clone().secret(test_secret(1));
     let pub_node = node_with(sealed);
-    let publisher = pub_node.publisher_with("sealed", small_ring()).unwrap();
+    let publisher = small_ring(&pub_node, "sealed").create().unwrap();
     // The same secret given to the builder; no secret; another secret.
     let builder = Node::builder().fabric(fabric_kind()).bind(bind_addr()).discovery(d.clone());
     let sub_node = builder.domain_secret(test_secret(1)).build().expect("node");

@@ -23,9 +23,7 @@ use std::time::{Duration, Instant};
 
 use child::ChildProcess;
 use rdma_pubsub::fabric::Fabric;
-use rdma_pubsub::{
-    Error, Node, Policy, Publisher, PublisherOptions, Start, Subscription, SubscriptionEvent, SubscriptionOptions,
-};
+use rdma_pubsub::{Error, Node, Policy, Publisher, Start, Subscription, SubscriptionEvent};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -43,17 +41,15 @@ fn check(seq: u64, data: &[u8]) {
 }
 
 fn block_publisher(node: &Node, topic: &str) -> Publisher {
-    let options = PublisherOptions {
-        policy: Policy::Block { timeout: Duration::from_secs(10) },
-        ring_capacity: 64 * 1024,
-        ..Default::default()
-    };
-    node.publisher_with(topic, options).expect("publisher")
+    node.publisher(topic)
+        .policy(Policy::Block { timeout: Duration::from_secs(10) })
+        .ring_capacity(64 * 1024)
+        .create()
+        .expect("publisher")
 }
 
 fn subscribe(node: &Node, topic: &str, addr: SocketAddr) -> Subscription {
-    let options = SubscriptionOptions { start: Start::Earliest, busy_poll: true, ..Default::default() };
-    let mut sub = node.subscribe_with(topic, options).expect("subscription");
+    let mut sub = node.subscriber(topic).start(Start::Earliest).busy_poll(true).create().expect("subscription");
     sub.connect_wait(addr, WAIT).expect("connected");
     sub
 }
@@ -186,7 +182,7 @@ fn publisher_side_cuts_mid_ack_surface_to_every_subscriber_and_publishing_goes_o
     wait_subscribers(&publisher, 0);
     // A new subscriber gets what follows, intact and in order.
     let next = publisher.next_seq();
-    let mut late = sub_node.subscribe("cut-pub").expect("subscription");
+    let mut late = sub_node.subscriber("cut-pub").create().expect("subscription");
     late.connect_wait(pub_node.local_addr(), WAIT).expect("reconnected");
     wait_subscribers(&publisher, 1);
     let reader = survivor(late, next, next + 499);

@@ -41,7 +41,7 @@ use rdma_pubsub::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
     RingReader, StartPoint, Stop, NO_LIMIT,
 };
-use rdma_pubsub::{Error, Policy, Publisher, PublisherOptions, Start, Subscription, SubscriptionOptions};
+use rdma_pubsub::{Error, Policy, Publisher, Start, Subscription};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -166,14 +166,12 @@ impl Attacker {
 #[test]
 fn reads_outside_the_ring_or_with_foreign_keys_are_refused() {
     let pub_node = nodes::soft_node_without_discovery();
-    let options = || PublisherOptions { ring_capacity: 64 * 1024, ..Default::default() };
-    let publisher = pub_node.publisher_with("guarded", options()).unwrap();
+    let small_ring = |topic| pub_node.publisher(topic).ring_capacity(64 * 1024).create().unwrap();
+    let publisher = small_ring("guarded");
     // A second ring on the same node: its rkey is valid on the device, for its own memory only.
-    let _other = pub_node.publisher_with("other", options()).unwrap();
+    let _other = small_ring("other");
     let sub_node = nodes::soft_node_without_discovery();
-    let mut good = sub_node
-        .subscribe_with("guarded", SubscriptionOptions { start: Start::Earliest, ..Default::default() })
-        .unwrap();
+    let mut good = sub_node.subscriber("guarded").start(Start::Earliest).create().unwrap();
     good.connect_wait(pub_node.local_addr(), WAIT).unwrap();
     for seq in 1..=5 {
         publisher.publish(&payload(seq)).unwrap();
@@ -227,17 +225,13 @@ fn reads_outside_the_ring_or_with_foreign_keys_are_refused() {
 fn acks_for_unpublished_positions_are_refused_counted_and_grant_no_credit() {
     let pub_node = nodes::soft_node_without_discovery();
     let publisher = pub_node
-        .publisher_with(
-            "acked",
-            PublisherOptions {
-                policy: Policy::Block { timeout: Duration::from_millis(300) },
-                ring_capacity: 64 * 1024,
-                ..Default::default()
-            },
-        )
+        .publisher("acked")
+        .policy(Policy::Block { timeout: Duration::from_millis(300) })
+        .ring_capacity(64 * 1024)
+        .create()
         .unwrap();
     let sub_node = nodes::soft_node_without_discovery();
-    let mut good = sub_node.subscribe("acked").unwrap();
+    let mut good = sub_node.subscriber("acked").create().unwrap();
     good.connect_wait(pub_node.local_addr(), WAIT).unwrap();
     let attacker = Attacker::new();
     let (qp, accept) = attacker.subscribe(pub_node.local_addr(), "acked");

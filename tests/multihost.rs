@@ -22,10 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::{
-    DiscoveryOptions, FabricKind, LostReason, Node, Policy, PublisherOptions, Start, SubscriptionEvent,
-    SubscriptionOptions,
-};
+use rdma_pubsub::{DiscoveryOptions, FabricKind, LostReason, Node, Policy, Start, SubscriptionEvent};
 
 const ROLES: [&str; 3] = ["a", "b", "c"];
 const WAIT: Duration = Duration::from_secs(30);
@@ -278,10 +275,7 @@ fn multihost_host() {
         .discovery(discovery)
         .build()
         .expect("host node");
-    let publisher = Arc::new(
-        node.publisher_with(&topic_of(&role), PublisherOptions { policy: Policy::Overwrite, ..Default::default() })
-            .expect("publisher"),
-    );
+    let publisher = Arc::new(node.publisher(&topic_of(&role)).policy(Policy::Overwrite).create().expect("publisher"));
     let stop = Arc::new(AtomicBool::new(false));
     let pub_thread = {
         let (publisher, stop) = (publisher.clone(), stop.clone());
@@ -308,8 +302,8 @@ fn multihost_host() {
         });
     }
     let others: Vec<&str> = ROLES.iter().copied().filter(|r| *r != role).collect();
-    let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
-    let mut subs: Vec<_> = others.iter().map(|o| node.subscribe_with(&topic_of(o), options.clone()).unwrap()).collect();
+    let mut subs: Vec<_> =
+        others.iter().map(|o| node.subscriber(&topic_of(o)).start(Start::Earliest).create().unwrap()).collect();
     let mut received = vec![0u64; others.len()];
     let mut last: HashMap<(u64, u64), u64> = HashMap::new();
     let (mut duplicates, mut disorder, mut gaps, mut lost_silent) = (0u64, 0u64, 0u64, 0u64);

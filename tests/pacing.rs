@@ -22,7 +22,7 @@ fn a_subscriber_fed_a_trickle_paces_its_reads() {
     let network = || nodes::soft_node_with(SameHost::Off);
     let (pub_node, sub_node) = (network(), network());
     let publisher = pub_node.publisher("trickle").create().expect("publisher");
-    let mut sub = sub_node.subscribe("trickle").expect("subscribe");
+    let mut sub = sub_node.subscriber("trickle").create().expect("subscribe");
     sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
     publisher.wait_for_subscribers(1, WAIT).expect("the subscriber was accepted");
     let deadline = Instant::now() + WAIT;

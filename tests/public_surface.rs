@@ -6,9 +6,11 @@
 //! dev-dependency on itself enables the feature, and cargo builds one library for them all), so
 //! nothing compiled here can tell whether an internal leaked. This test therefore writes a probe
 //! crate that depends on the library without features, one `use` (or function reference, or
-//! field read) per line, and runs `cargo check` on it in the same target directory (after the
-//! first run only the library and the probe are checked). Every line naming an internal or a
-//! private field of an options type must fail to compile, every public one must not.
+//! field read, or function using the builders) per line, and runs `cargo check` on it in the
+//! same target directory (after the first run only the library and the probe are checked).
+//! Every line naming an internal, a private field of an options type or an option struct or
+//! entry point the builders replaced must fail to compile; every public one, and every builder
+//! chain, must not.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -70,6 +72,12 @@ paths! {
     PUBLIC: [
         Node,
         NodeBuilder,
+        Publisher,
+        PublisherBuilder,
+        Policy,
+        Subscription,
+        SubscriberBuilder,
+        Start,
         Error,
         Result,
         PolicyKind,
@@ -125,6 +133,92 @@ const PRIVATE_FIELDS: &[&str] = &[
     "fabric::SoftOptions.nic_spin",
 ];
 
+/// The option structs and the entry points that took them, which the builders replaced
+/// (`node.publisher(t)...create()`, `node.subscriber(t)...create()`): naming one must not
+/// compile. (This test cannot name them itself either: the structs are crate-private, the
+/// functions are gone.)
+const RETIRED: &[&str] = &[
+    "PublisherOptions",
+    "SubscriptionOptions",
+    "node::PublisherOptions",
+    "node::SubscriptionOptions",
+    "Node::publisher_with()",
+    "Node::subscribe()",
+    "Node::subscribe_with()",
+];
+
+/// Declares functions, compiled in this test's own build and listed (as `stringify!` writes
+/// them, which may wrap a long one) for the probe, where each must compile too.
+macro_rules! compiled {
+    ($(#[$doc:meta])* $list:ident: [$($code:item)*]) => {
+        $(#[$doc])*
+        const $list: &[&str] = &[$(stringify!($code)),*];
+        #[allow(dead_code)]
+        mod compiled_here {
+            $($code)*
+        }
+    };
+}
+
+compiled! {
+    /// What an application writes with the builders, every setter used: it must compile
+    /// without `internals`.
+    BUILDER_CHAINS: [
+        fn every_publisher_setter(
+            node: &rdma_pubsub::Node,
+            secret: rdma_pubsub::Secret,
+        ) -> rdma_pubsub::Result<rdma_pubsub::Publisher> {
+            node.publisher("t")
+                .policy(rdma_pubsub::Policy::DropSlow { grace: std::time::Duration::from_millis(100) })
+                .ring_capacity(1 << 20)
+                .max_record_payload(64 << 10)
+                .max_subscribers(16)
+                .linger(std::time::Duration::from_secs(1))
+                .checksum(rdma_pubsub::Checksum::Crc32c)
+                .idle_timeout(std::time::Duration::from_secs(10))
+                .credential(secret)
+                .create()
+        }
+        fn a_typed_publisher(
+            node: &rdma_pubsub::Node,
+        ) -> rdma_pubsub::Result<rdma_pubsub::Publisher<(u32, String)>> {
+            node.publisher("t").typed::<(u32, String)>().create()
+        }
+        fn every_subscriber_setter(
+            node: &rdma_pubsub::Node,
+            secret: rdma_pubsub::Secret,
+            addr: std::net::SocketAddr,
+        ) -> rdma_pubsub::Result<rdma_pubsub::Subscription> {
+            node.subscriber("t")
+                .start(rdma_pubsub::Start::Earliest)
+                .batch(64 << 10)
+                .busy_poll(true)
+                .spin(std::time::Duration::from_micros(50))
+                .max_message_len(1 << 20)
+                .max_record_payload(1 << 20)
+                .credential(secret)
+                .auto_connect(false)
+                .connect(addr)
+                .create()
+        }
+        fn a_typed_subscription(
+            node: &rdma_pubsub::Node,
+        ) -> rdma_pubsub::Result<rdma_pubsub::Subscription<(u32, String)>> {
+            node.subscriber("t").typed::<(u32, String)>().create()
+        }
+        fn a_builder_configured_from_arguments(
+            node: &rdma_pubsub::Node,
+            busy_poll: bool,
+        ) -> rdma_pubsub::Result<rdma_pubsub::Subscription> {
+            let mut builder: rdma_pubsub::SubscriberBuilder<'_> = node.subscriber("t");
+            if busy_poll {
+                builder = builder.busy_poll(true);
+            }
+            builder.create()
+        }
+    ]
+}
+
 /// One probe line naming `path`: an item, an associated function (`path()`) or a field
 /// (`Type.field`).
 fn probe_line(path: &str) -> String {
@@ -138,20 +232,25 @@ fn probe_line(path: &str) -> String {
     }
 }
 
-/// The probe's source: a header line, then one line per path; returns it and the line number
-/// (1-based) of each path.
-fn probe_source(paths: &[&str]) -> (String, Vec<usize>) {
+/// `code` (without line comments, as `stringify!` writes it) on one line.
+fn one_line(code: &str) -> String {
+    code.lines().map(str::trim).collect::<Vec<_>>().join(" ")
+}
+
+/// The probe's source: a header line, then `lines`, one a line; returns it and the line number
+/// (1-based) of each.
+fn probe_source(lines: &[String]) -> (String, Vec<usize>) {
     let mut source = String::from("#![allow(unused)]\n");
-    let lines = paths
+    let numbers = lines
         .iter()
         .enumerate()
-        .map(|(i, path)| {
-            source.push_str(&probe_line(path));
+        .map(|(i, line)| {
+            source.push_str(line);
             source.push('\n');
             i + 2
         })
         .collect();
-    (source, lines)
+    (source, numbers)
 }
 
 /// The target directory this test was built in (the ancestor where cargo keeps its
@@ -219,29 +318,34 @@ fn error_lines(diagnostics: &str) -> Vec<usize> {
         .collect()
 }
 
-/// The paths among `paths` (probed on `lines`) whose line has an error when `failing` is
+/// The paths (or code) among `probed` (on `lines`) whose line has an error when `failing` is
 /// false, or has none when it is true: the ones that do not compile as expected.
-fn unexpected(paths: &[&str], lines: &[usize], errors: &[usize], failing: bool) -> Vec<String> {
-    let named = paths.iter().zip(lines);
-    named.filter(|(_, line)| errors.contains(line) != failing).map(|(path, _)| path.replace(' ', "")).collect()
+fn unexpected(probed: &[&str], lines: &[usize], errors: &[usize], failing: bool) -> Vec<String> {
+    let named = probed.iter().zip(lines);
+    named.filter(|(_, line)| errors.contains(line) != failing).map(|(path, _)| path.replace(" :: ", "::")).collect()
 }
 
 #[test]
 fn without_the_internals_feature_only_the_api_and_the_fabric_contract_are_public() {
-    let private: Vec<&str> = INTERNAL.iter().chain(PRIVATE_FIELDS).copied().collect();
-    let paths: Vec<&str> = private.iter().chain(PUBLIC).copied().collect();
-    let (source, lines) = probe_source(&paths);
+    let private: Vec<&str> = INTERNAL.iter().chain(PRIVATE_FIELDS).chain(RETIRED).copied().collect();
+    let paths = private.iter().chain(PUBLIC).map(|path| probe_line(path));
+    let probed: Vec<String> = paths.chain(BUILDER_CHAINS.iter().map(|code| one_line(code))).collect();
+    let (source, lines) = probe_source(&probed);
     let target = target_dir();
     let dir = target.join("public-surface-probe");
     write_probe(&dir, &source);
     let diagnostics = check_probe(&dir, &target);
     let errors = error_lines(&diagnostics);
-    let (internal, public) = lines.split_at(private.len());
+    let (internal, rest) = lines.split_at(private.len());
+    let (public, chains) = rest.split_at(PUBLIC.len());
     let leaked = unexpected(&private, internal, &errors, true);
     assert!(
         leaked.is_empty(),
-        "internals or private fields reachable without the feature `internals`: {leaked:?}\n{diagnostics}"
+        "internals, private fields or retired option structs and entry points reachable without the feature \
+         `internals`: {leaked:?}\n{diagnostics}"
     );
     let missing = unexpected(PUBLIC, public, &errors, false);
     assert!(missing.is_empty(), "public items not reachable: {missing:?}\n{diagnostics}");
+    let broken = unexpected(BUILDER_CHAINS, chains, &errors, false);
+    assert!(broken.is_empty(), "builder chains that do not compile without `internals`: {broken:?}\n{diagnostics}");
 }

@@ -21,10 +21,7 @@ use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::{self, CmEvent, DataPath, FabricConfig, FabricKind, QpInit, SameHost};
 use rdma_pubsub::protocol::{ConnectData, ConnectFlags, PolicySet, RejectData, StartAt, TopicId, PROTOCOL_VERSION};
-use rdma_pubsub::{
-    Checksum, DropReason, Error, Message, Node, Policy, PublisherOptions, RejectCode, Start, SubscriptionEvent,
-    SubscriptionOptions,
-};
+use rdma_pubsub::{Checksum, DropReason, Error, Message, Node, Policy, RejectCode, Start, SubscriptionEvent};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -121,8 +118,7 @@ fn recv_until(sub: &mut rdma_pubsub::Subscription, deadline: Instant) -> Message
 }
 
 fn subscribe(sub_node: &Node, topic: &str, start: Start, addr: SocketAddr) -> rdma_pubsub::Subscription {
-    let mut sub =
-        sub_node.subscribe_with(topic, SubscriptionOptions { start, ..Default::default() }).expect("subscription");
+    let mut sub = sub_node.subscriber(topic).start(start).create().expect("subscription");
     sub.connect_wait(addr, WAIT).expect("connected");
     sub
 }
@@ -136,9 +132,7 @@ fn block_delivers_a_million_mixed_messages_exactly_once_in_order_to_four_subscri
     let count = scale(1_000_000);
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node
-        .publisher_with("bulk", PublisherOptions { policy: Policy::Block { timeout: WAIT }, ..Default::default() })
-        .unwrap();
+    let publisher = pub_node.publisher("bulk").policy(Policy::Block { timeout: WAIT }).create().unwrap();
     let subs: Vec<_> = (0..4).map(|_| subscribe(&sub_node, "bulk", Start::Latest, pub_node.local_addr())).collect();
     wait_subscribers(&publisher, 4);
     let readers: Vec<_> = subs
@@ -175,12 +169,7 @@ fn overwrite_reports_exact_lost_counts() {
     let count = scale(20_000).max(2_000);
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node
-        .publisher_with(
-            "lossy",
-            PublisherOptions { policy: Policy::Overwrite, ring_capacity: 64 * 1024, ..Default::default() },
-        )
-        .unwrap();
+    let publisher = pub_node.publisher("lossy").policy(Policy::Overwrite).ring_capacity(64 * 1024).create().unwrap();
     let mut sub = subscribe(&sub_node, "lossy", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
     let size = |seq: u64| 16 + (seq % 200) as usize;
@@ -215,14 +204,10 @@ fn drop_slow_disconnects_the_slow_subscriber_and_keeps_the_fast_one() {
     let pub_node = node();
     let sub_node = node();
     let publisher = pub_node
-        .publisher_with(
-            "dropslow",
-            PublisherOptions {
-                policy: Policy::DropSlow { grace: Duration::from_millis(500) },
-                ring_capacity: 64 * 1024,
-                ..Default::default()
-            },
-        )
+        .publisher("dropslow")
+        .policy(Policy::DropSlow { grace: Duration::from_millis(500) })
+        .ring_capacity(64 * 1024)
+        .create()
         .unwrap();
     let mut fast = subscribe(&sub_node, "dropslow", Start::Latest, pub_node.local_addr());
     let mut slow = subscribe(&sub_node, "dropslow", Start::Latest, pub_node.local_addr());
@@ -300,8 +285,7 @@ fn each_checksum_function_carries_messages_end_to_end() {
     let size = |seq: u64| (mix(seq) % 300_000) as usize + 1;
     for (i, checksum) in Checksum::ALL.into_iter().enumerate() {
         let topic = format!("checksum-{i}");
-        let options = PublisherOptions { checksum: Some(checksum), ..Default::default() };
-        let publisher = pub_node.publisher_with(&topic, options).unwrap();
+        let publisher = pub_node.publisher(&topic).checksum(checksum).create().unwrap();
         assert_eq!(publisher.checksum(), checksum);
         let mut sub = subscribe(&sub_node, &topic, Start::Earliest, pub_node.local_addr());
         wait_subscribers(&publisher, 1);
@@ -325,7 +309,7 @@ fn two_publishers_on_one_topic_are_merged_in_order_per_publisher() {
     let sub_node = node();
     let pa = a.publisher("shared").create().unwrap();
     let pb = b.publisher("shared").create().unwrap();
-    let mut sub = sub_node.subscribe("shared").unwrap();
+    let mut sub = sub_node.subscriber("shared").create().unwrap();
     let ia = sub.connect_wait(a.local_addr(), WAIT).unwrap();
     let ib = sub.connect_wait(b.local_addr(), WAIT).unwrap();
     assert_ne!(ia.id, ib.id);
@@ -394,8 +378,7 @@ fn a_dropped_publisher_ends_the_stream_after_its_last_message() {
 fn a_sixteen_mib_message_passes_through_a_one_mib_ring() {
     let pub_node = node();
     let sub_node = node();
-    let publisher =
-        pub_node.publisher_with("huge", PublisherOptions { ring_capacity: 1 << 20, ..Default::default() }).unwrap();
+    let publisher = pub_node.publisher("huge").ring_capacity(1 << 20).create().unwrap();
     let mut sub = subscribe(&sub_node, "huge", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
     let size = |seq: u64| if seq == 2 { 16 << 20 } else { 1000 };
@@ -419,12 +402,11 @@ fn read_buffers_grow_with_the_records_read_not_with_the_ring() {
     let sub_node = node();
     // A 16 MiB ring allows records of 4 MiB; the subscription's two READ buffers start at the
     // batch size (256 KiB) and grow only when a record needs more.
-    let options = PublisherOptions { ring_capacity: 16 << 20, ..Default::default() };
-    let publisher = pub_node.publisher_with("grow", options).unwrap();
+    let publisher = pub_node.publisher("grow").ring_capacity(16 << 20).create().unwrap();
     let mut sub = subscribe(&sub_node, "grow", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
     let held = |sub: &rdma_pubsub::Subscription| sub.counters().read_buffer_bytes.load(Ordering::Relaxed);
-    let batch = SubscriptionOptions::default().batch as u64;
+    let batch: u64 = 256 << 10; // the subscription's default batch (SubscriberBuilder::batch)
     assert_eq!(held(&sub), 2 * batch, "two READ buffers of the batch size to start with");
     let big = 3 << 20;
     let size = move |seq: u64| if seq == 101 { big } else { 1000 };
@@ -476,9 +458,8 @@ fn sixty_four_subscribers_on_one_publisher() {
 fn a_publisher_blocked_by_several_subscribers_does_not_wake_for_every_ack() {
     let pub_node = node();
     let sub_node = node();
-    let options =
-        PublisherOptions { policy: Policy::Block { timeout: WAIT }, ring_capacity: 64 * 1024, ..Default::default() };
-    let publisher = pub_node.publisher_with("rhythm", options).unwrap();
+    let publisher =
+        pub_node.publisher("rhythm").policy(Policy::Block { timeout: WAIT }).ring_capacity(64 * 1024).create().unwrap();
     // At least six laps of the ring, even scaled down: each subscriber must have acked a few
     // times for its rhythm to show.
     let count = scale(1500).max(400);
@@ -522,14 +503,10 @@ fn block_times_out_when_a_subscriber_does_not_read() {
     let pub_node = node();
     let sub_node = node();
     let publisher = pub_node
-        .publisher_with(
-            "stuck",
-            PublisherOptions {
-                policy: Policy::Block { timeout: Duration::from_millis(200) },
-                ring_capacity: 64 * 1024,
-                ..Default::default()
-            },
-        )
+        .publisher("stuck")
+        .policy(Policy::Block { timeout: Duration::from_millis(200) })
+        .ring_capacity(64 * 1024)
+        .create()
         .unwrap();
     let _sub = subscribe(&sub_node, "stuck", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
@@ -550,12 +527,12 @@ fn block_times_out_when_a_subscriber_does_not_read() {
 #[test]
 fn flush_times_out_with_its_own_timeout_while_finishing_a_partly_written_message() {
     let (pub_node, sub_node) = (node(), node());
-    let options = PublisherOptions {
-        policy: Policy::Block { timeout: Duration::from_millis(200) },
-        ring_capacity: 64 * 1024,
-        ..Default::default()
-    };
-    let publisher = pub_node.publisher_with("stuck-flush", options).unwrap();
+    let publisher = pub_node
+        .publisher("stuck-flush")
+        .policy(Policy::Block { timeout: Duration::from_millis(200) })
+        .ring_capacity(64 * 1024)
+        .create()
+        .unwrap();
     let _sub = subscribe(&sub_node, "stuck-flush", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
     // Four rings' worth: its first fragments fill the ring, then it waits its Block timeout.
@@ -697,9 +674,7 @@ fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
     for round in 0..40 {
         let topic = format!("orderly-{round}");
         let publisher = pub_node.publisher(&topic).create().unwrap();
-        let mut sub = sub_node
-            .subscribe_with(&topic, SubscriptionOptions { busy_poll: true, auto_connect: false, ..Default::default() })
-            .unwrap();
+        let mut sub = sub_node.subscriber(&topic).busy_poll(true).auto_connect(false).create().unwrap();
         sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
         wait_subscribers(&publisher, 1);
         let reader = thread::spawn(move || {
@@ -747,8 +722,7 @@ fn the_next_read_is_in_flight_while_a_message_is_delivered() {
     for seq in 1..=2 {
         publisher.publish(&payload(seq, 3000)).expect("publish");
     }
-    let options = SubscriptionOptions { start: Start::Earliest, batch: 4096, ..Default::default() };
-    let mut sub = sub_node.subscribe_with("pipelined", options).expect("subscribe");
+    let mut sub = sub_node.subscriber("pipelined").start(Start::Earliest).batch(4096).create().expect("subscribe");
     sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
     let first = recv_until(&mut sub, Instant::now() + WAIT);
     assert_eq!(first.seq, 1);
@@ -770,14 +744,10 @@ fn publishers_on_several_threads_take_turns_through_credit_waits_and_fragments()
     let sub_node = node();
     let publisher = Arc::new(
         pub_node
-            .publisher_with(
-                "turns",
-                PublisherOptions {
-                    policy: Policy::Block { timeout: Duration::from_secs(30) },
-                    ring_capacity: 64 * 1024,
-                    ..Default::default()
-                },
-            )
+            .publisher("turns")
+            .policy(Policy::Block { timeout: Duration::from_secs(30) })
+            .ring_capacity(64 * 1024)
+            .create()
             .unwrap(),
     );
     let mut sub = subscribe(&sub_node, "turns", Start::Latest, pub_node.local_addr());
@@ -828,13 +798,8 @@ fn publishers_on_several_threads_take_turns_through_credit_waits_and_fragments()
 fn every_duration_is_a_valid_timeout() {
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node
-        .publisher_with(
-            "forever",
-            PublisherOptions { policy: Policy::Block { timeout: Duration::MAX }, ..Default::default() },
-        )
-        .unwrap();
-    let mut sub = sub_node.subscribe("forever").expect("subscription");
+    let publisher = pub_node.publisher("forever").policy(Policy::Block { timeout: Duration::MAX }).create().unwrap();
+    let mut sub = sub_node.subscriber("forever").create().expect("subscription");
     sub.connect_wait(pub_node.local_addr(), Duration::MAX).expect("connect_wait(Duration::MAX)");
     wait_subscribers(&publisher, 1);
     publisher.publish(b"no overflow").expect("publish with a Duration::MAX Block timeout");
@@ -858,7 +823,7 @@ fn a_subscriber_reads_through_the_path_its_node_chose_and_counts_it() {
     let pub_node = node_without_discovery();
     let sub_node = node_without_discovery();
     let publisher = pub_node.publisher("path").create().unwrap();
-    let mut sub = sub_node.subscribe_with("path", SubscriptionOptions::default()).unwrap();
+    let mut sub = sub_node.subscriber("path").create().unwrap();
     let info = sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
     assert_eq!(info.data_path, expected_data_path());
     let (shared, network) = match expected_data_path() {
@@ -890,7 +855,7 @@ fn the_same_host_shorthand_wins_over_soft_options_called_after_it() {
         .discovery(rdma_pubsub::DiscoveryOptions::disabled())
         .build()
         .expect("node");
-    let mut sub = sub_node.subscribe("shorthand").unwrap();
+    let mut sub = sub_node.subscriber("shorthand").create().unwrap();
     let info = sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
     assert_eq!(info.data_path, DataPath::Network);
     drop(publisher);
@@ -902,7 +867,7 @@ fn receiving_with_nothing_to_receive_from_says_so_instead_of_waiting_forever() {
     let sub_node = node_without_discovery();
     let _publisher = pub_node.publisher("somewhere").create().unwrap();
     // Never connected, and discovery is off: every receiving call says so at once.
-    let mut sub = sub_node.subscribe("nowhere").unwrap();
+    let mut sub = sub_node.subscriber("nowhere").create().unwrap();
     let started = Instant::now();
     assert!(matches!(sub.recv(), Err(Error::NotConnected { ref topic }) if topic == "nowhere"));
     assert!(matches!(sub.recv_timeout(Duration::MAX), Err(Error::NotConnected { .. })));
@@ -920,7 +885,7 @@ fn connecting_where_nothing_listens_is_an_unreachable_error() {
     let unused = unused_addr::unused_addr(bind_addr().ip());
     let addr = unused.addr;
     let sub_node = node_without_discovery();
-    let mut sub = sub_node.subscribe("lonely").unwrap();
+    let mut sub = sub_node.subscriber("lonely").create().unwrap();
     match sub.connect_wait(addr, WAIT) {
         Err(Error::Unreachable { peer, .. }) => assert_eq!(peer, addr),
         other => panic!("expected Error::Unreachable naming {addr}, got {other:?}"),
@@ -946,7 +911,7 @@ fn iter_yields_results_ends_at_the_close_and_reports_other_errors() {
     publishing.join().expect("publishing thread");
     assert_eq!(got, [[0u8], [1], [2]]);
     // An error other than the end is yielded once, then the iterator ends.
-    let mut lonely = sub_node.subscribe("nobody-publishes").unwrap();
+    let mut lonely = sub_node.subscriber("nobody-publishes").create().unwrap();
     let mut it = lonely.iter();
     assert!(matches!(it.next(), Some(Err(Error::NotConnected { .. }))));
     assert!(it.next().is_none());

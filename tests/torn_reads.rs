@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::{Error, Policy, PublisherOptions, Subscription, SubscriptionEvent, SubscriptionOptions};
+use rdma_pubsub::{Error, Policy, Subscription, SubscriptionEvent};
 
 /// Bound of the whole test.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -187,15 +187,10 @@ fn subscriber(mut sub: Subscription, shared: Arc<Shared>, deadline: Instant) -> 
 fn overwritten_records_are_never_delivered_torn() {
     let pub_node = nodes::soft_node_without_discovery();
     let sub_node = nodes::soft_node_without_discovery();
-    let publisher = pub_node
-        .publisher_with(
-            "torn",
-            PublisherOptions { policy: Policy::Overwrite, ring_capacity: 64 * 1024, ..Default::default() },
-        )
-        .expect("publisher");
+    let publisher =
+        pub_node.publisher("torn").policy(Policy::Overwrite).ring_capacity(64 * 1024).create().expect("publisher");
     // Busy polling: while receiving, the subscriber READs back to back.
-    let options = SubscriptionOptions { busy_poll: true, batch: 64 * 1024, ..Default::default() };
-    let mut sub = sub_node.subscribe_with("torn", options).expect("subscription");
+    let mut sub = sub_node.subscriber("torn").busy_poll(true).batch(64 * 1024).create().expect("subscription");
     sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).expect("connected");
     let deadline = Instant::now() + DEADLINE;
     publisher.wait_for_subscribers(1, DEADLINE).expect("the subscriber was accepted");

@@ -28,7 +28,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rdma_pubsub::{Checksum, DiscoveryOptions, Node, PublisherOptions, Start, SubscriptionOptions};
+use rdma_pubsub::{Checksum, DiscoveryOptions, Node, Start};
 
 use crate::cli::{checksum_name, BenchArgs, PolicyArg};
 use crate::{payload, placement, procinfo, Fail};
@@ -367,15 +367,8 @@ fn measure(
     let topic = format!("bench-{size}-{subs}");
     let size = size as usize;
     let ring_capacity = (size * 16).next_power_of_two().clamp(1 << 20, 64 << 20);
-    let publisher = pub_node.publisher_with(
-        &topic,
-        PublisherOptions {
-            policy: args.policy.policy(),
-            ring_capacity,
-            checksum: args.checksum.checksum(),
-            ..Default::default()
-        },
-    )?;
+    let builder = pub_node.publisher(&topic).policy(args.policy.policy()).ring_capacity(ring_capacity);
+    let publisher = args.checksum.apply(builder).create()?;
     let stream = payload::stream_of(&topic);
     // Started from this thread while it is on the other CPUs: threads and processes alike
     // inherit them.
@@ -496,10 +489,7 @@ fn start_threads(
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..subs).map(|_| AtomicU64::new(0)).collect());
     let mut threads = Vec::new();
     for i in 0..subs as usize {
-        let mut sub = sub_node.subscribe_with(
-            topic,
-            SubscriptionOptions { start: Start::Earliest, busy_poll: args.busy_poll, ..Default::default() },
-        )?;
+        let mut sub = sub_node.subscriber(topic).start(Start::Earliest).busy_poll(args.busy_poll).create()?;
         sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10))?;
         let progress = progress.clone();
         threads.push(

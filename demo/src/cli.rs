@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use rdma_pubsub::fabric::{Error as FabricError, SameHost};
 use rdma_pubsub::node::discovery::{DEFAULT_GROUP, DEFAULT_PORT};
-use rdma_pubsub::{Checksum, DiscoveryOptions, Error, FabricKind, Node, Policy};
+use rdma_pubsub::{Checksum, DiscoveryOptions, Error, FabricKind, Node, Policy, PublisherBuilder};
 use rdma_pubsub::{RejectCode, Secret};
 
 #[derive(Parser, Debug)]
@@ -190,12 +190,12 @@ pub enum ChecksumArg {
 }
 
 impl ChecksumArg {
-    /// The publisher option (`None`: the library chooses).
-    pub fn checksum(self) -> Option<Checksum> {
+    /// Sets the publisher's checksum on `builder` (`Auto` leaves the library's choice).
+    pub fn apply(self, builder: PublisherBuilder<'_>) -> PublisherBuilder<'_> {
         match self {
-            ChecksumArg::Auto => None,
-            ChecksumArg::Crc32c => Some(Checksum::Crc32c),
-            ChecksumArg::Xxhash64 => Some(Checksum::XxHash64),
+            ChecksumArg::Auto => builder,
+            ChecksumArg::Crc32c => builder.checksum(Checksum::Crc32c),
+            ChecksumArg::Xxhash64 => builder.checksum(Checksum::XxHash64),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::stats::Kind;
-use rdma_pubsub::{DiscoveryOptions, Node, Policy, PublisherOptions, Start, SubscriptionEvent, SubscriptionOptions};
+use rdma_pubsub::{DiscoveryOptions, Node, Policy, Start, SubscriptionEvent};
 
 use crate::cli::{policy_name, DemoArgs};
 use crate::payload;
@@ -97,8 +97,8 @@ pub fn run(args: &DemoArgs) -> Result<(), Fail> {
     println!("  {:<10} {:<9} {:>9} {:>9}  subscribers", "topic", "policy", "publisher", "size");
     let mut publishers = Vec::new();
     for plan in &TOPICS {
-        let options = PublisherOptions { policy: plan.policy, ring_capacity: 1 << 20, ..Default::default() };
-        publishers.push(nodes[plan.publisher].publisher_with(plan.name, options)?);
+        let builder = nodes[plan.publisher].publisher(plan.name).policy(plan.policy).ring_capacity(1 << 20);
+        publishers.push(builder.create()?);
         let subs: Vec<String> = plan.subscribers.iter().map(|n| format!("node {n}")).collect();
         println!(
             "  {:<10} {:<9} {:>9} {:>9}  {}",
@@ -115,8 +115,7 @@ pub fn run(args: &DemoArgs) -> Result<(), Fail> {
     let mut threads = Vec::new();
     for (t, plan) in TOPICS.iter().enumerate() {
         for &n in plan.subscribers {
-            let mut sub = nodes[n]
-                .subscribe_with(plan.name, SubscriptionOptions { start: Start::Earliest, ..Default::default() })?;
+            let mut sub = nodes[n].subscriber(plan.name).start(Start::Earliest).create()?;
             sub.connect_wait(nodes[plan.publisher].local_addr(), Duration::from_secs(5))?;
             let checks = Arc::new(Checks::default());
             readers.push(Reader { topic: t, node: n, checks: checks.clone() });

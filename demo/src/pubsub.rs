@@ -10,10 +10,7 @@ use std::net::SocketAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::{
-    DiscoveryOptions, PolicyKind, PublisherInfo, PublisherOptions, Start, Subscription, SubscriptionEvent,
-    SubscriptionOptions,
-};
+use rdma_pubsub::{DiscoveryOptions, PolicyKind, PublisherInfo, Start, Subscription, SubscriptionEvent};
 
 use crate::cli::{checksum_name, PubArgs, SubArgs};
 use crate::{payload, Fail};
@@ -42,15 +39,8 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
     let node = args.fabric.node(args.bind, discovery.clone())?;
     let size = args.size as usize;
     let ring_capacity = (size * 8).next_power_of_two().clamp(1 << 20, 64 << 20);
-    let publisher = node.publisher_with(
-        &args.topic,
-        PublisherOptions {
-            policy: args.policy.policy(),
-            ring_capacity,
-            checksum: args.checksum.checksum(),
-            ..Default::default()
-        },
-    )?;
+    let builder = node.publisher(&args.topic).policy(args.policy.policy()).ring_capacity(ring_capacity);
+    let publisher = args.checksum.apply(builder).create()?;
     println!(
         "publishing {:?} at {} on the {} fabric ({}): {} B messages, policy {}, checksum {}",
         args.topic,
@@ -179,9 +169,7 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
         None => args.discovery.options(),
     };
     let node = args.fabric.node(args.bind, discovery.clone())?;
-    let options =
-        SubscriptionOptions { start: Start::Earliest, auto_connect: args.connect.is_none(), ..Default::default() };
-    let mut sub = node.subscribe_with(&args.topic, options)?;
+    let mut sub = node.subscriber(&args.topic).start(Start::Earliest).auto_connect(args.connect.is_none()).create()?;
     let (info, how) = match args.connect {
         Some(addr) => (sub.connect_wait(addr, Duration::from_secs(10))?, String::new()),
         None => {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rdma_pubsub::{DiscoveryOptions, FabricKind, Node, Policy, PublisherOptions, Start, SubscriptionOptions};
+use rdma_pubsub::{DiscoveryOptions, FabricKind, Node, Policy, Start};
 
 use crate::cli::SoakArgs;
 use crate::procinfo::{self, Usage};
@@ -57,14 +57,12 @@ pub fn run(args: &SoakArgs) -> Result<(), Fail> {
         procinfo::cpus_allowed()
     );
     let policy = Policy::Block { timeout: Duration::from_secs(10) };
-    let publisher =
-        pub_node.publisher_with("soak", PublisherOptions { policy, ring_capacity: 4 << 20, ..Default::default() })?;
+    let publisher = pub_node.publisher("soak").policy(policy).ring_capacity(4 << 20).create()?;
     let stream = payload::stream_of("soak");
     let mut readers = Vec::new();
     let mut all_checks = Vec::new();
     for _ in 0..args.subscribers {
-        let mut sub =
-            sub_node.subscribe_with("soak", SubscriptionOptions { start: Start::Earliest, ..Default::default() })?;
+        let mut sub = sub_node.subscriber("soak").start(Start::Earliest).create()?;
         sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10))?;
         let checks = Arc::new(Checks::default());
         all_checks.push(checks.clone());
@@ -136,8 +134,7 @@ pub fn run(args: &SoakArgs) -> Result<(), Fail> {
     ok &= report("run (after warm-up -> end)", before, after);
 
     // Subscribe/unsubscribe cycles, one message each.
-    let publisher =
-        pub_node.publisher_with("cycles", PublisherOptions { policy, ring_capacity: 1 << 20, ..Default::default() })?;
+    let publisher = pub_node.publisher("cycles").policy(policy).ring_capacity(1 << 20).create()?;
     let cycle_stream = payload::stream_of("cycles");
     let warm = WARM_CYCLES.min(args.cycles / 2);
     let mut baseline = procinfo::usage();
@@ -147,7 +144,7 @@ pub fn run(args: &SoakArgs) -> Result<(), Fail> {
         if i == warm {
             baseline = settle(baseline, Duration::ZERO);
         }
-        let mut sub = sub_node.subscribe("cycles")?;
+        let mut sub = sub_node.subscriber("cycles").create()?;
         sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10))?;
         let seq = publisher.next_seq();
         payload::fill(&mut buf, cycle_stream, seq, 0);

@@ -39,12 +39,12 @@ use crate::stats;
 
 pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
 pub use message_type::MessageType;
-pub use publisher::{Loan, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherOptions};
+pub use publisher::{Loan, Policy, Publisher, PublisherBuilder, PublisherCounters};
 #[cfg(feature = "async")]
 pub use subscription::MessageStream;
 pub use subscription::{
     Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
-    SubscriptionEvent, SubscriptionOptions, MAX_EVENTS,
+    SubscriptionEvent, MAX_EVENTS,
 };
 
 /// Identifies a node (random at start).
@@ -328,27 +328,6 @@ impl Node {
     /// [`SubscriberBuilder::connect`] and [`Subscription::connect`] connect by address.
     pub fn subscriber(&self, topic: &str) -> SubscriberBuilder<'_> {
         SubscriberBuilder::new(&self.shared, topic)
-    }
-    /// Creates the publisher of `topic` with `options` (the builder's settings as one struct).
-    ///
-    /// # Errors
-    /// As [`PublisherBuilder::create`].
-    pub fn publisher_with(&self, topic: &str, options: PublisherOptions) -> Result<Publisher> {
-        Publisher::create(self.shared.clone(), topic, options)
-    }
-    /// Creates a subscription to `topic` with default options.
-    ///
-    /// # Errors
-    /// As [`SubscriberBuilder::create`].
-    pub fn subscribe(&self, topic: &str) -> Result<Subscription> {
-        self.subscribe_with(topic, SubscriptionOptions::default())
-    }
-    /// Creates a subscription to `topic` with `options` (the builder's settings as one struct).
-    ///
-    /// # Errors
-    /// As [`SubscriberBuilder::create`].
-    pub fn subscribe_with(&self, topic: &str, options: SubscriptionOptions) -> Result<Subscription> {
-        Subscription::create(self.shared.clone(), topic, options)
     }
 }
 

@@ -69,12 +69,11 @@ mod tests {
     /// A publisher and a subscription from the start of its stream, on two soft nodes of this
     /// process (so on the same-host path), connected.
     fn connected(topic: &str) -> ([crate::Node; 2], crate::Publisher, crate::Subscription) {
-        use crate::{FabricKind, Node, Start, SubscriptionOptions};
+        use crate::{FabricKind, Node, Start};
         let node = || Node::builder().fabric(FabricKind::Soft).bind("127.0.0.1:0".parse().unwrap()).build().unwrap();
         let (pub_node, sub_node) = (node(), node());
         let publisher = pub_node.publisher(topic).create().unwrap();
-        let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
-        let mut sub = sub_node.subscribe_with(topic, options).unwrap();
+        let mut sub = sub_node.subscriber(topic).start(Start::Earliest).create().unwrap();
         sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).unwrap();
         ([pub_node, sub_node], publisher, sub)
     }

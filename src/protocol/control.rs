@@ -24,7 +24,7 @@ pub enum DropReason {
     /// The publisher is closing.
     ShuttingDown,
     /// The subscriber was idle for `millis`: it held the publisher back without acking, or
-    /// took none of its control messages (see `PublisherOptions::idle_timeout`).
+    /// took none of its control messages (see `PublisherBuilder::idle_timeout`).
     Idle {
         /// How long it was idle.
         millis: u64,

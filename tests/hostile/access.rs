@@ -13,8 +13,18 @@ fn credential() -> Secret {
 }
 
 fn credentialed_publisher(node: &rdma_pubsub::Node, topic: &str) -> Publisher {
-    let options = PublisherOptions { credential: Some(credential()), ring_capacity: 64 * 1024, ..Default::default() };
-    node.publisher_with(topic, options).unwrap()
+    node.publisher(topic).credential(credential()).ring_capacity(64 * 1024).create().unwrap()
+}
+
+/// A subscription to `topic` from its earliest message, proving `credential` when given.
+fn subscription(node: &rdma_pubsub::Node, topic: &str, credential: Option<Secret>) -> Subscription {
+    let builder = node.subscriber(topic).start(Start::Earliest);
+    match credential {
+        Some(secret) => builder.credential(secret),
+        None => builder,
+    }
+    .create()
+    .unwrap()
 }
 
 fn now_ms() -> u64 {
@@ -78,10 +88,7 @@ fn subscribers_without_or_with_a_wrong_credential_are_rejected_counted_and_expor
     let pub_node = nodes::soft_node_without_discovery();
     let publisher = credentialed_publisher(&pub_node, "credentialed");
     let sub_node = nodes::soft_node_without_discovery();
-    let subscribe = |credential: Option<Secret>| {
-        let options = SubscriptionOptions { start: Start::Earliest, credential, ..Default::default() };
-        sub_node.subscribe_with("credentialed", options).unwrap()
-    };
+    let subscribe = |credential: Option<Secret>| subscription(&sub_node, "credentialed", credential);
     let wrong = Secret::new(&b"another secret of at least 16 bytes"[..]).unwrap();
     for (who, credential, why) in [("no credential", None, "no proof"), ("a wrong one", Some(wrong), "does not verify")]
     {
@@ -115,11 +122,10 @@ fn subscribers_without_or_with_a_wrong_credential_are_rejected_counted_and_expor
 #[test]
 fn a_publisher_without_a_credential_accepts_subscribers_with_or_without_one() {
     let pub_node = nodes::soft_node_without_discovery();
-    let publisher = pub_node.publisher_with("open", PublisherOptions::default()).unwrap();
+    let publisher = pub_node.publisher("open").create().unwrap();
     let sub_node = nodes::soft_node_without_discovery();
     for credential in [None, Some(credential())] {
-        let options = SubscriptionOptions { start: Start::Earliest, credential, ..Default::default() };
-        let mut sub = sub_node.subscribe_with("open", options).unwrap();
+        let mut sub = subscription(&sub_node, "open", credential);
         sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
         let seq = publisher.publish(&payload(publisher.next_seq())).unwrap();
         expect_messages(&mut sub, 1, seq);

@@ -192,13 +192,9 @@ fn a_forged_hello_with_a_real_publishers_id_and_a_newer_epoch_is_dropped_and_cou
     let options = sealed_domain(4);
     let ear = eavesdropper(&options);
     let pub_node = discovering_node(&options);
-    let publisher = pub_node
-        .publisher_with("guarded", PublisherOptions { ring_capacity: 64 * 1024, ..Default::default() })
-        .expect("publisher");
+    let publisher = pub_node.publisher("guarded").ring_capacity(64 * 1024).create().expect("publisher");
     let sub_node = discovering_node(&options);
-    let mut sub = sub_node
-        .subscribe_with("guarded", SubscriptionOptions { start: Start::Earliest, ..Default::default() })
-        .expect("subscribe");
+    let mut sub = sub_node.subscriber("guarded").start(Start::Earliest).create().expect("subscribe");
     for seq in 1..=10 {
         publisher.publish(&payload(seq)).expect("publish");
     }

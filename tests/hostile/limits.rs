@@ -104,9 +104,8 @@ fn a_publisher_advertising_records_over_the_limit_is_refused_before_any_read() {
     let ring = Ring { capacity: 64 << 20, max_record_payload: (32 << 20) - 32, claimed_len: (32 << 20) - 32 };
     let hostile = HostilePublisher::start("huge-records", ring);
     let node = nodes::soft_node_without_discovery();
-    let mut sub = node.subscribe("huge-records").unwrap();
-    let limit = SubscriptionOptions::default().max_record_payload as u64;
-    assert_eq!(limit, 16 << 20);
+    let mut sub = node.subscriber("huge-records").create().unwrap();
+    let limit: u64 = 16 << 20; // the default of SubscriberBuilder::max_record_payload
     let before = resources::Usage::now();
     match sub.connect_wait(hostile.addr, WAIT) {
         Err(Error::RecordTooLarge { peer, len, limit: l }) => {
@@ -134,9 +133,8 @@ fn a_record_header_claiming_more_than_advertised_is_an_event_naming_both_and_end
     let ring = Ring { capacity: 64 * 1024, max_record_payload: 16 * 1024 - 32, claimed_len: 1 << 30 };
     let hostile = HostilePublisher::start("lying-header", ring);
     let node = nodes::soft_node_without_discovery();
-    let options = SubscriptionOptions { auto_connect: false, ..Default::default() };
-    let batch = options.batch as u64;
-    let mut sub = node.subscribe_with("lying-header", options).unwrap();
+    let batch: u64 = 256 << 10; // the default of SubscriberBuilder::batch
+    let mut sub = node.subscriber("lying-header").auto_connect(false).create().unwrap();
     sub.connect_wait(hostile.addr, WAIT).expect("the advertised records are within the limit");
     let deadline = Instant::now() + WAIT;
     let mut events = Vec::new();
@@ -168,8 +166,7 @@ fn a_record_that_never_validates_does_not_hold_recv_past_its_timeout() {
     let ring = Ring { capacity: 64 * 1024, max_record_payload: 16 * 1024 - 32, claimed_len: 100 };
     let hostile = HostilePublisher::start("never-valid", ring);
     let node = nodes::soft_node_without_discovery();
-    let options = SubscriptionOptions { auto_connect: false, ..Default::default() };
-    let mut sub = node.subscribe_with("never-valid", options).unwrap();
+    let mut sub = node.subscriber("never-valid").auto_connect(false).create().unwrap();
     sub.connect_wait(hostile.addr, WAIT).unwrap();
     let timeout = Duration::from_millis(100);
     for _ in 0..3 {

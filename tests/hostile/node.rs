@@ -28,16 +28,16 @@ fn subscribers_that_take_no_sends_pin_only_their_own_control_slots() {
     // has placed it: each request is in the publisher's queue before the message that passes
     // it is published, so each attacker gets exactly one doorbell.
     let pub_node = nodes::soft_node_with(rdma_pubsub::fabric::SameHost::Off);
-    let options = PublisherOptions {
-        ring_capacity: 64 * 1024,
-        linger: Duration::from_millis(200),
+    let publisher = pub_node
+        .publisher("pinned")
+        .ring_capacity(64 * 1024)
+        .linger(Duration::from_millis(200))
         // Slots alone must protect the others: the attackers are not dropped as idle here.
-        idle_timeout: Duration::MAX,
-        ..Default::default()
-    };
-    let publisher = pub_node.publisher_with("pinned", options).unwrap();
+        .idle_timeout(Duration::MAX)
+        .create()
+        .unwrap();
     let sub_node = nodes::soft_node_without_discovery();
-    let mut good = sub_node.subscribe("pinned").unwrap();
+    let mut good = sub_node.subscriber("pinned").create().unwrap();
     good.connect_wait(pub_node.local_addr(), WAIT).unwrap();
     let attacker = Attacker::new();
     let infinite = rdma_pubsub::fabric::RNR_RETRY_INFINITE;
@@ -91,16 +91,16 @@ fn subscribers_that_take_no_sends_pin_only_their_own_control_slots() {
 #[test]
 fn silent_subscribers_holding_a_blocked_publisher_are_dropped_after_the_idle_timeout() {
     let pub_node = nodes::soft_node_without_discovery();
-    let options = PublisherOptions {
-        policy: Policy::Block { timeout: WAIT },
-        ring_capacity: 64 * 1024,
+    let publisher = pub_node
+        .publisher("silent")
+        .policy(Policy::Block { timeout: WAIT })
+        .ring_capacity(64 * 1024)
         // Long enough that the good subscriber, starved of CPU on a loaded machine, is not idle.
-        idle_timeout: Duration::from_secs(1),
-        ..Default::default()
-    };
-    let publisher = pub_node.publisher_with("silent", options).unwrap();
+        .idle_timeout(Duration::from_secs(1))
+        .create()
+        .unwrap();
     let sub_node = nodes::soft_node_without_discovery();
-    let good = sub_node.subscribe("silent").unwrap();
+    let good = sub_node.subscriber("silent").create().unwrap();
     let attacker = Attacker::new();
     let silent: Vec<_> = (0..8).map(|_| attacker.subscribe(pub_node.local_addr(), "silent")).collect();
     let mut good = good;
@@ -130,10 +130,9 @@ fn silent_subscribers_holding_a_blocked_publisher_are_dropped_after_the_idle_tim
 fn an_idle_publishers_receive_queue_is_refilled_without_its_application() {
     let pub_node = nodes::soft_node_with(rdma_pubsub::fabric::SameHost::Off);
     // Two subscribers: 8 receives in the shared queue.
-    let options = PublisherOptions { max_subscribers: 2, ..Default::default() };
-    let publisher = pub_node.publisher_with("refilled", options).unwrap();
+    let publisher = pub_node.publisher("refilled").max_subscribers(2).create().unwrap();
     let sub_node = nodes::soft_node_without_discovery();
-    let mut good = sub_node.subscribe("refilled").unwrap();
+    let mut good = sub_node.subscriber("refilled").create().unwrap();
     good.connect_wait(pub_node.local_addr(), WAIT).unwrap();
     let attacker = Attacker::new();
     // Infinite RNR retries: a SEND that finds no receive waits for one instead of failing.
@@ -165,13 +164,13 @@ fn an_idle_publishers_receive_queue_is_refilled_without_its_application() {
 #[test]
 fn a_subscriber_whose_queue_pair_failed_is_removed_and_holds_nothing_back() {
     let pub_node = nodes::soft_node_without_discovery();
-    let options = PublisherOptions {
-        policy: Policy::Block { timeout: WAIT },
-        ring_capacity: 64 * 1024,
-        idle_timeout: Duration::MAX,
-        ..Default::default()
-    };
-    let publisher = pub_node.publisher_with("guessed", options).unwrap();
+    let publisher = pub_node
+        .publisher("guessed")
+        .policy(Policy::Block { timeout: WAIT })
+        .ring_capacity(64 * 1024)
+        .idle_timeout(Duration::MAX)
+        .create()
+        .unwrap();
     let attacker = Attacker::new();
     let (qp, accept) = attacker.subscribe(pub_node.local_addr(), "guessed");
     wait_subscribers(&publisher, 1);
@@ -193,13 +192,11 @@ fn a_subscriber_whose_queue_pair_failed_is_removed_and_holds_nothing_back() {
 #[test]
 fn flush_drops_an_idle_subscriber_and_a_too_short_idle_timeout_is_refused() {
     let pub_node = nodes::soft_node_without_discovery();
-    let short = PublisherOptions { idle_timeout: Duration::ZERO, ..Default::default() };
     assert!(matches!(
-        pub_node.publisher_with("flushed", short),
+        pub_node.publisher("flushed").idle_timeout(Duration::ZERO).create(),
         Err(Error::InvalidOption { option: "idle_timeout", .. })
     ));
-    let options = PublisherOptions { idle_timeout: Duration::from_millis(500), ..Default::default() };
-    let publisher = pub_node.publisher_with("flushed", options).unwrap();
+    let publisher = pub_node.publisher("flushed").idle_timeout(Duration::from_millis(500)).create().unwrap();
     let attacker = Attacker::new();
     let (qp, _accept) = attacker.subscribe(pub_node.local_addr(), "flushed");
     wait_subscribers(&publisher, 1);

@@ -30,7 +30,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rdma_pubsub::{DiscoveryOptions, FabricKind, Start, SubscriptionOptions};
+use rdma_pubsub::{DiscoveryOptions, FabricKind, Start};
 
 use super::receive::{self, Reporter};
 use super::{new_histogram, SubResult};
@@ -482,10 +482,7 @@ pub fn run_child(args: &BenchArgs, addr: SocketAddr, index: u64) -> Result<(), F
         })
         .map_err(|e| Fail::Usage(format!("cannot start a thread: {e}")))?;
     let node = args.fabric.node(SocketAddr::new(args.bind, 0), DiscoveryOptions::disabled())?;
-    let mut sub = node.subscribe_with(
-        topic,
-        SubscriptionOptions { start: Start::Earliest, busy_poll: args.busy_poll, ..Default::default() },
-    )?;
+    let mut sub = node.subscriber(topic).start(Start::Earliest).busy_poll(args.busy_poll).create()?;
     sub.connect_wait(addr, Duration::from_secs(10))?;
     let fault = match std::env::var(FAULT_ENV) {
         Ok(spec) if index == 0 => Some(Fault::parse(&spec).ok_or_else(|| {

@@ -80,9 +80,9 @@ impl Policy {
     }
 }
 
-/// Options of a publisher.
+/// Options of a publisher: what a [`PublisherBuilder`] sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublisherOptions {
+pub(crate) struct PublisherOptions {
     /// Slow-subscriber policy.
     pub policy: Policy,
     /// Ring data bytes: a power of two, at least 64 KiB (default 1 MiB).
@@ -109,7 +109,7 @@ pub struct PublisherOptions {
     /// [`DropReason::Idle`]: crate::protocol::DropReason::Idle
     pub idle_timeout: Duration,
     /// The topic's credential: when set, only subscribers that prove they hold the same secret
-    /// ([`SubscriptionOptions::credential`](crate::SubscriptionOptions::credential)) are
+    /// ([`SubscriberBuilder::credential`](crate::SubscriberBuilder::credential)) are
     /// accepted; the others are rejected with [`RejectCode::Unauthorized`](crate::protocol::RejectCode::Unauthorized)
     /// before they learn anything of the ring, and counted
     /// ([`PublisherCounters::rejected_unauthorized`]). Default `None`: anyone who can reach the
@@ -148,7 +148,7 @@ crate::counters::counter_set! {
         /// Subscribers accepted.
         accepted: Total, Connections;
         /// Subscribers dropped: by the DropSlow policy, or idle (see
-        /// [`PublisherOptions::idle_timeout`]).
+        /// [`PublisherBuilder::idle_timeout`]).
         dropped: Total, Connections;
         /// Subscribers rejected because they did not prove the topic's credential (no proof, a
         /// wrong one, a stale time or a replayed nonce).
@@ -181,7 +181,7 @@ const MAX_SUBSCRIBERS: usize = 4096;
 const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bytes of one control slot.
 const SLOT: usize = 64;
-/// Shortest [`PublisherOptions::idle_timeout`]: longer than the probe of a silent subscriber
+/// Shortest [`PublisherBuilder::idle_timeout`]: longer than the probe of a silent subscriber
 /// ([`liveness::PROBE_AFTER`]) and than a busy host's scheduling hiccups.
 const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often the CM thread services each publisher ([`PublisherShared::service`]): receives

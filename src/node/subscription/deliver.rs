@@ -131,7 +131,7 @@ impl Subscription<[u8]> {
     /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
     /// let (a, b) = (without_discovery()?, without_discovery()?);
     /// let publisher = a.publisher("doc-zero-copy").create()?;
-    /// let mut sub = b.subscribe("doc-zero-copy")?;
+    /// let mut sub = b.subscriber("doc-zero-copy").create()?;
     /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
     /// publisher.publish(b"borrowed")?;
     /// let view = sub.recv_ref(Duration::from_secs(10))?.expect("a message within 10 s");

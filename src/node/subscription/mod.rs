@@ -57,9 +57,9 @@ pub enum Start {
     Earliest,
 }
 
-/// Options of a subscription.
+/// Options of a subscription: what a [`SubscriberBuilder`] sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubscriptionOptions {
+pub(crate) struct SubscriptionOptions {
     /// Where to start.
     pub start: Start,
     /// Bytes one READ brings at most (default 256 KiB).
@@ -78,7 +78,7 @@ pub struct SubscriptionOptions {
     /// publisher says.
     pub max_record_payload: usize,
     /// The topic's credential, proven (never sent) to publishers that require one
-    /// ([`PublisherOptions::credential`](crate::PublisherOptions::credential)); one that refuses
+    /// ([`PublisherBuilder::credential`](crate::PublisherBuilder::credential)); one that refuses
     /// it answers [`RejectCode::Unauthorized`]. Publishers without a credential accept anyone.
     /// Default `None`.
     pub credential: Option<Secret>,
@@ -177,7 +177,7 @@ pub enum SubscriptionEvent {
         reason: DropReason,
     },
     /// The publisher sent a message longer than this subscription accepts
-    /// ([`SubscriptionOptions::max_message_len`]): the subscription stops reading that
+    /// ([`SubscriberBuilder::max_message_len`]): the subscription stops reading that
     /// publisher (a `Disconnected` follows), since the stream cannot continue without it. The
     /// next receive returns [`Error::MessageTooLarge`].
     MessageTooLarge {
@@ -189,7 +189,7 @@ pub enum SubscriptionEvent {
         limit: u64,
     },
     /// A publisher's records are larger than this subscription READs
-    /// ([`SubscriptionOptions::max_record_payload`]): its accept data advertised larger ones
+    /// ([`SubscriberBuilder::max_record_payload`]): its accept data advertised larger ones
     /// (then the subscription never READs its ring), or a record header claimed more than the
     /// publisher advertised (the same header twice: no torn READ; a `Disconnected` follows).
     /// The subscription stops reading that publisher; with discovery it tries again later, with
@@ -461,13 +461,12 @@ impl ActiveFeed {
 ///
 /// ```
 /// use std::time::Duration;
-/// use rdma_pubsub::{DiscoveryOptions, Node, Start, SubscriptionOptions};
+/// use rdma_pubsub::{DiscoveryOptions, Node, Start};
 ///
 /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
 /// let (a, b) = (without_discovery()?, without_discovery()?);
 /// let publisher = a.publisher("doc-subscription").create()?;
-/// let options = SubscriptionOptions { start: Start::Earliest, ..Default::default() };
-/// let mut sub = b.subscribe_with("doc-subscription", options)?;
+/// let mut sub = b.subscriber("doc-subscription").start(Start::Earliest).create()?;
 /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
 /// publisher.publish(b"hello")?;
 /// let m = sub.recv_timeout(Duration::from_secs(10))?.expect("a message within 10 s");

@@ -199,7 +199,7 @@ mod tests {
         };
         let (a, b) = (node(), node());
         let _publisher = a.publisher("stream-paced").create().expect("publisher");
-        let mut sub = b.subscribe("stream-paced").expect("subscribe");
+        let mut sub = b.subscriber("stream-paced").create().expect("subscribe");
         sub.connect_wait(a.local_addr(), WAIT).expect("connect");
         {
             // Driven with nothing to read until its feed parks (no READ in flight).
