@@ -6,6 +6,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cm_event::CmEventOf;
 use super::error::{Error, Result};
 use super::memory::RegisteredBuffer;
 use super::provider::*;
@@ -604,13 +605,8 @@ impl EventChannel {
     /// [`Error::Os`] when reading the event channel fails (verbs: `rdma_get_cm_event`). A
     /// timeout is `Ok(None)`.
     pub fn get_event(&self, timeout: Duration) -> Result<Option<CmEvent>> {
-        Ok(self.ops.get_event(timeout)?.map(|e| match e {
-            CmEventOps::ConnectRequest(ops) => CmEvent::ConnectRequest(ConnectRequest { ops: Some(ops) }),
-            CmEventOps::Established { conn, private_data } => CmEvent::Established { conn, private_data },
-            CmEventOps::Rejected { conn, reason, private_data } => CmEvent::Rejected { conn, reason, private_data },
-            CmEventOps::Unreachable { conn, detail } => CmEvent::Unreachable { conn, detail },
-            CmEventOps::Disconnected { conn } => CmEvent::Disconnected { conn },
-        }))
+        let event = self.ops.get_event(timeout)?;
+        Ok(event.map(|e| e.map_request(|ops| ConnectRequest { ops: Some(ops) })))
     }
 }
 
@@ -626,40 +622,8 @@ impl Listener {
     }
 }
 
-/// A connection-manager event.
-#[derive(Debug)]
-pub enum CmEvent {
-    /// A peer asks to connect: accept or reject it (dropping it rejects).
-    ConnectRequest(ConnectRequest),
-    /// The connection is up; on the active side it carries the accept's private data.
-    Established {
-        /// Which connection.
-        conn: ConnId,
-        /// The accept's private data (empty on the passive side).
-        private_data: Vec<u8>,
-    },
-    /// The peer rejected the request.
-    Rejected {
-        /// Which connection.
-        conn: ConnId,
-        /// Why.
-        reason: RejectReason,
-        /// The reject's private data.
-        private_data: Vec<u8>,
-    },
-    /// The peer could not be reached.
-    Unreachable {
-        /// Which connection.
-        conn: ConnId,
-        /// What failed.
-        detail: String,
-    },
-    /// The connection is gone.
-    Disconnected {
-        /// Which connection.
-        conn: ConnId,
-    },
-}
+/// A connection-manager event, as [`EventChannel::get_event`] delivers it.
+pub type CmEvent = CmEventOf<ConnectRequest>;
 
 /// An incoming connect request. Dropping it unanswered rejects it.
 pub struct ConnectRequest {

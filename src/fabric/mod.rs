@@ -14,6 +14,7 @@
 
 #[cfg(feature = "async")]
 mod async_cq;
+mod cm_event;
 pub mod error;
 mod handles;
 internal! { pub mod memory; }
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 #[cfg(feature = "async")]
 pub use async_cq::AsyncNotifier;
+pub use cm_event::CmEventOf;
 pub use error::{Error, Result};
 pub use handles::*;
 pub use memory::RegisteredBuffer;

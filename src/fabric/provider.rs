@@ -15,6 +15,11 @@ use super::error::Result;
 use super::memory::RegisteredBuffer;
 use super::types::*;
 
+// The types the traits take that live in leaf modules, so that a provider finds the whole
+// contract here.
+pub use super::cm_event::CmEventOf;
+pub use super::types::ConnId;
+
 /// Downcasting support: a provider recovers its own concrete types from the handles it is given.
 pub trait AsAny: Any + Send + Sync {
     /// `self` as `Any`, to downcast a borrowed handle.
@@ -134,7 +139,7 @@ pub trait CmChannelOps: AsAny {
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>>;
     /// Waits up to `timeout` for the next event.
-    fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOps>>;
+    fn get_event(&self, timeout: Duration) -> Result<Option<ProviderCmEvent>>;
 }
 
 /// A listening connection-manager id.
@@ -157,39 +162,9 @@ pub trait ConnRequestOps: AsAny {
     fn reject(self: Box<Self>, private_data: &[u8]) -> Result<()>;
 }
 
-/// An event of a provider's channel.
-pub enum CmEventOps {
-    /// A peer asks to connect.
-    ConnectRequest(Box<dyn ConnRequestOps>),
-    /// A connection is up (on both sides); carries the accept's private data on the active side.
-    Established {
-        /// Which connection.
-        conn: ConnId,
-        /// The accept's private data (active side), empty on the passive side.
-        private_data: Vec<u8>,
-    },
-    /// The peer rejected the connect request.
-    Rejected {
-        /// Which connection.
-        conn: ConnId,
-        /// Why.
-        reason: RejectReason,
-        /// The reject's private data.
-        private_data: Vec<u8>,
-    },
-    /// The peer could not be reached.
-    Unreachable {
-        /// Which connection.
-        conn: ConnId,
-        /// What failed.
-        detail: String,
-    },
-    /// The connection is gone (either side disconnected, or the transport failed).
-    Disconnected {
-        /// Which connection.
-        conn: ConnId,
-    },
-}
+/// The event a provider's channel delivers: its connect request is the provider's own object,
+/// which the public handle [`ConnectRequest`](crate::fabric::ConnectRequest) wraps.
+pub type ProviderCmEvent = CmEventOf<Box<dyn ConnRequestOps>>;
 
 /// An unreliable-datagram endpoint joined to multicast groups.
 pub trait UdOps: AsAny {
@@ -272,9 +247,6 @@ impl<'a> SendRequest<'a> {
         SendRequest { solicited: true, ..self }
     }
 }
-
-/// Identifies a connection in CM events.
-pub type ConnId = u64;
 
 /// What a provider needs to create a queue pair.
 #[derive(Clone)]

@@ -662,7 +662,7 @@ impl ConnState {
     }
 
     /// Sends a CM event to the connection's channel.
-    pub(crate) fn event(&self, ev: super::cm::Ev) {
+    pub(crate) fn event(&self, ev: super::cm::NicCmEvent) {
         if let Some(ch) = &self.channel {
             ch.push(ev);
         }

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cm::{ChannelInner, Ev, CLOSE_LINGER};
+use super::cm::{ChannelInner, NicCmEvent, CLOSE_LINGER};
 use super::conn::{rdma_header, Conn, InFlight, LocalOp, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Device;
 use super::nic::{Cmd, TimerKind};
@@ -227,7 +227,7 @@ impl QpOps for SoftQp {
                 st.shut_after_flush = true;
                 st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;
-                st.event(Ev::Disconnected { conn: conn.id });
+                st.event(NicCmEvent::Disconnected { conn: conn.id });
                 conn.flush_from_user(&mut st);
                 conn.shared.command(Cmd::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
             }

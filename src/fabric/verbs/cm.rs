@@ -238,7 +238,7 @@ pub(super) struct Channel {
     dev: Arc<Device>,
     raw: Arc<RawChannel>,
     /// Events of connects that failed before reaching librdmacm's channel (resolution).
-    synthetic: Mutex<VecDeque<CmEventOps>>,
+    synthetic: Mutex<VecDeque<ProviderCmEvent>>,
 }
 
 impl Channel {
@@ -271,7 +271,7 @@ impl Channel {
     }
 
     /// Maps one librdmacm event (not yet acknowledged) to the fabric's event.
-    fn map_event(&self, ev: &rdma_cm_event) -> Option<CmEventOps> {
+    fn map_event(&self, ev: &rdma_cm_event) -> Option<ProviderCmEvent> {
         use rdma_cm_event_type::*;
         if ev.event == RDMA_CM_EVENT_CONNECT_REQUEST {
             return self.connect_request(ev);
@@ -294,7 +294,7 @@ impl Channel {
                 } else {
                     Vec::new()
                 };
-                Some(CmEventOps::Established { conn, private_data })
+                Some(ProviderCmEvent::Established { conn, private_data })
             }
             RDMA_CM_EVENT_REJECTED => {
                 let reason = match ev.status {
@@ -303,22 +303,22 @@ impl Channel {
                     other => RejectReason::Other(other),
                 };
                 *ctx.state.write() = ConnState::Closed;
-                Some(CmEventOps::Rejected { conn, reason, private_data: conn_private_data(ev) })
+                Some(ProviderCmEvent::Rejected { conn, reason, private_data: conn_private_data(ev) })
             }
             RDMA_CM_EVENT_ADDR_ERROR
             | RDMA_CM_EVENT_ROUTE_ERROR
             | RDMA_CM_EVENT_UNREACHABLE
             | RDMA_CM_EVENT_CONNECT_ERROR => {
                 *ctx.state.write() = ConnState::Closed;
-                Some(CmEventOps::Unreachable { conn, detail: describe(ev) })
+                Some(ProviderCmEvent::Unreachable { conn, detail: describe(ev) })
             }
             RDMA_CM_EVENT_DISCONNECTED => {
                 answer_disconnect(ev, ctx);
-                Some(CmEventOps::Disconnected { conn })
+                Some(ProviderCmEvent::Disconnected { conn })
             }
             RDMA_CM_EVENT_DEVICE_REMOVAL => {
                 *ctx.state.write() = ConnState::Closed;
-                Some(CmEventOps::Disconnected { conn })
+                Some(ProviderCmEvent::Disconnected { conn })
             }
             _ => {
                 tracing::debug!("verbs: ignoring CM event {}", describe(ev));
@@ -327,7 +327,7 @@ impl Channel {
         }
     }
 
-    fn connect_request(&self, ev: &rdma_cm_event) -> Option<CmEventOps> {
+    fn connect_request(&self, ev: &rdma_cm_event) -> Option<ProviderCmEvent> {
         let conn = next_conn_id();
         // SAFETY: a CONNECT_REQUEST's id is a new id on this channel that nobody owns yet;
         // the context of the listening id is replaced by the new connection's.
@@ -335,7 +335,7 @@ impl Channel {
         // SAFETY: the conn member of the parameter union is the valid one for this event.
         let param = unsafe { ev.param.conn };
         let peer = id.peer_addr().unwrap_or_else(|| unspecified_like(self.dev.bind.unwrap_or([0, 0, 0, 0].into())));
-        Some(CmEventOps::ConnectRequest(Box::new(ConnRequest {
+        Some(ProviderCmEvent::ConnectRequest(Box::new(ConnRequest {
             id: Some(id),
             dev: self.dev.clone(),
             private_data: conn_private_data(ev),
@@ -384,7 +384,7 @@ impl CmChannelOps for Channel {
         if let Err(detail) = self.resolve(&id, &private, addr, deadline) {
             // The outcome of a connect arrives as an event, resolution failures included.
             let local = id.local_addr().unwrap_or_else(|| unspecified_like(addr.ip()));
-            self.synthetic.lock().push_back(CmEventOps::Unreachable { conn, detail });
+            self.synthetic.lock().push_back(ProviderCmEvent::Unreachable { conn, detail });
             return Ok(Box::new(DeadQp::new(conn, addr, local)));
         }
         id.migrate(&self.raw)?;
@@ -399,7 +399,7 @@ impl CmChannelOps for Channel {
         Ok(Box::new(qp))
     }
 
-    fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOps>> {
+    fn get_event(&self, timeout: Duration) -> Result<Option<ProviderCmEvent>> {
         let deadline = crate::time::deadline_after(timeout);
         loop {
             if let Some(ev) = self.synthetic.lock().pop_front() {
