@@ -10,6 +10,7 @@ use super::cm_event::CmEventOf;
 use super::error::{Error, Result};
 use super::memory::RegisteredBuffer;
 use super::provider::*;
+use super::region::{check_sges, MemoryRegion};
 use super::types::*;
 
 /// An opened device: creates every other object. Cheap to clone.
@@ -119,7 +120,7 @@ impl ProtectionDomain {
         }
         let buffer = Arc::new(RegisteredBuffer::new(len)?);
         let ops = self.ops.register(buffer.clone(), access)?;
-        Ok(MemoryRegion { ops, buffer, access })
+        Ok(MemoryRegion::new(ops, buffer, access))
     }
     /// Creates a shared receive queue of `max_wr` receives.
     ///
@@ -143,80 +144,6 @@ impl ProtectionDomain {
     pub(crate) fn ops(&self) -> &Arc<dyn PdOps> {
         &self.ops
     }
-}
-
-/// A registered memory region that owns its memory. Dropping it deregisters the region (its
-/// rkey stops working) and then frees the memory once no in-flight operation uses it.
-pub struct MemoryRegion {
-    // Declared first: deregistration happens before the buffer handle is released.
-    ops: Box<dyn MrOps>,
-    buffer: Arc<RegisteredBuffer>,
-    access: Access,
-}
-
-impl std::fmt::Debug for MemoryRegion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryRegion")
-            .field("addr", &self.addr())
-            .field("len", &self.len())
-            .field("lkey", &self.lkey())
-            .field("rkey", &self.rkey())
-            .finish()
-    }
-}
-
-impl MemoryRegion {
-    /// Virtual address of the first byte.
-    pub fn addr(&self) -> u64 {
-        self.buffer.addr()
-    }
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.buffer.len()
-    }
-    /// Whether the region is empty.
-    pub fn is_empty(&self) -> bool {
-        self.buffer.is_empty()
-    }
-    /// The local key.
-    pub fn lkey(&self) -> u32 {
-        self.ops.lkey()
-    }
-    /// The remote key.
-    pub fn rkey(&self) -> u32 {
-        self.ops.rkey()
-    }
-    /// The access rights it was registered with.
-    pub fn access(&self) -> Access {
-        self.access
-    }
-    /// What a peer needs to READ or WRITE the region from its first byte.
-    pub fn remote(&self) -> RemoteAddr {
-        RemoteAddr { addr: self.addr(), rkey: self.rkey() }
-    }
-    /// The memory, with atomic and copy accessors that are safe against the NIC.
-    pub fn buffer(&self) -> &RegisteredBuffer {
-        &self.buffer
-    }
-    /// A scatter/gather entry over `[offset, offset + len)` of this region.
-    pub fn sge(&self, offset: usize, len: usize) -> Sge<'_> {
-        Sge { mr: self, offset, len }
-    }
-    /// The shared memory handle (for providers: keeps memory alive during a transfer).
-    pub(crate) fn buffer_arc(&self) -> &Arc<RegisteredBuffer> {
-        &self.buffer
-    }
-    /// The provider object (for providers).
-    pub(crate) fn ops(&self) -> &dyn MrOps {
-        &*self.ops
-    }
-}
-
-fn check_sges(sges: &[Sge<'_>]) -> Result<()> {
-    for sge in sges {
-        sge.mr.buffer().check_range(sge.offset, sge.len)?;
-    }
-    Ok(())
 }
 
 /// Polls between two clock reads (and yields) while [`CompletionQueue::poll_wait`] spins (a few µs).

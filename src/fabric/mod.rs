@@ -12,6 +12,7 @@
 //! provider implements the traits of the internal module `provider`; the handles check
 //! arguments (private-data sizes, bounds, MTU) the same way for every provider.
 
+mod as_any;
 #[cfg(feature = "async")]
 mod async_cq;
 mod cm_event;
@@ -20,10 +21,12 @@ mod handles;
 internal! { pub mod memory; }
 internal! { pub mod provider; }
 mod read_buffer;
+mod region;
 pub mod soft;
 pub mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+mod work_request;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -34,9 +37,10 @@ pub use cm_event::CmEventOf;
 pub use error::{Error, Result};
 pub use handles::*;
 pub use memory::RegisteredBuffer;
-pub use provider::{ConnId, SendRequest, Sge};
 pub use read_buffer::ReadBuffer;
+pub use region::{MemoryRegion, Sge};
 pub use types::*;
+pub use work_request::SendRequest;
 
 /// How to open a fabric.
 #[derive(Debug, Clone)]

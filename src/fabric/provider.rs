@@ -5,7 +5,6 @@
 //! event channel), so teardown always runs in the reverse order of creation, on error paths too.
 #![allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): the handles document what each verb returns")]
 
-use std::any::Any;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -15,22 +14,13 @@ use super::error::Result;
 use super::memory::RegisteredBuffer;
 use super::types::*;
 
-// The types the traits take that live in leaf modules, so that a provider finds the whole
-// contract here.
+// What the traits build on and take that lives in modules below this one, so that a provider
+// finds the whole contract here.
+pub use super::as_any::AsAny;
 pub use super::cm_event::CmEventOf;
+pub use super::region::{MrOps, Sge};
 pub use super::types::ConnId;
-
-/// Downcasting support: a provider recovers its own concrete types from the handles it is given.
-pub trait AsAny: Any + Send + Sync {
-    /// `self` as `Any`, to downcast a borrowed handle.
-    fn as_any(&self) -> &dyn Any;
-}
-
-impl<T: Any + Send + Sync> AsAny for T {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+pub use super::work_request::SendRequest;
 
 /// An opened device: the root of every other object.
 pub trait FabricOps: AsAny {
@@ -62,14 +52,6 @@ pub trait PdOps: AsAny {
     fn register(&self, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<Box<dyn MrOps>>;
     /// Creates a shared receive queue (fails when the device has none).
     fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Arc<dyn SrqOps>>;
-}
-
-/// A registered memory region. Dropping it deregisters it: the rkey stops working at once.
-pub trait MrOps: AsAny {
-    /// The local key.
-    fn lkey(&self) -> u32;
-    /// The remote key.
-    fn rkey(&self) -> u32;
 }
 
 /// A completion queue with its completion channel.
@@ -191,61 +173,6 @@ pub trait FaultOps: Send + Sync {
     /// Cuts the transport of the connection `conn` as a cable pull would: no disconnect
     /// handshake; outstanding requests fail with `TransportRetryExceeded`.
     fn cut(&self, conn: ConnId) -> Result<()>;
-}
-
-/// A scatter/gather entry: a range of a registered region.
-#[derive(Clone, Copy)]
-pub struct Sge<'a> {
-    /// The region.
-    pub mr: &'a super::MemoryRegion,
-    /// Offset in the region.
-    pub offset: usize,
-    /// Length in bytes.
-    pub len: usize,
-}
-
-impl std::fmt::Debug for Sge<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sge")
-            .field("lkey", &self.mr.lkey())
-            .field("offset", &self.offset)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-/// A send-queue work request.
-#[derive(Debug, Clone, Copy)]
-pub struct SendRequest<'a> {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// What to do.
-    pub op: SendOp,
-    /// Local memory: gathered for SEND/WRITE, scattered into for READ.
-    pub sges: &'a [Sge<'a>],
-    /// Whether a successful completion is generated (errors always are).
-    pub signaled: bool,
-    /// SEND only: the receiver's completion raises a notification on a CQ armed with
-    /// [`CompletionQueue::arm_solicited`](crate::fabric::CompletionQueue::arm_solicited)
-    /// (`IBV_SEND_SOLICITED`).
-    pub solicited: bool,
-}
-
-impl<'a> SendRequest<'a> {
-    /// A signaled, unsolicited request.
-    pub fn new(wr_id: u64, op: SendOp, sges: &'a [Sge<'a>]) -> Self {
-        SendRequest { wr_id, op, sges, signaled: true, solicited: false }
-    }
-
-    /// The same request without a completion when it succeeds.
-    pub fn unsignaled(self) -> Self {
-        SendRequest { signaled: false, ..self }
-    }
-
-    /// The same request, solicited (SEND only: see [`SendRequest::solicited`](Self#structfield.solicited)).
-    pub fn solicited(self) -> Self {
-        SendRequest { solicited: true, ..self }
-    }
 }
 
 /// What a provider needs to create a queue pair.
