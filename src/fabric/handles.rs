@@ -374,7 +374,8 @@ impl<'a> QpInit<'a> {
         }
     }
 
-    fn to_ops(&self, verb: &'static str) -> Result<QpInitOps> {
+    /// What the provider gets: these settings, checked against the device's limits.
+    fn checked_attr(&self, verb: &'static str) -> Result<QpInitAttr> {
         let attrs = self.pd.fabric().attributes();
         let c = &self.caps;
         if c.max_send_wr == 0 || c.max_send_wr > attrs.max_qp_wr || c.max_recv_wr > attrs.max_qp_wr {
@@ -394,7 +395,7 @@ impl<'a> QpInit<'a> {
         }
         check_rd_atomic(verb, "initiator_depth", self.initiator_depth, attrs.max_qp_init_rd_atom)?;
         check_rd_atomic(verb, "responder_resources", self.responder_resources, attrs.max_qp_rd_atom)?;
-        Ok(QpInitOps {
+        Ok(QpInitAttr {
             pd: self.pd.ops().clone(),
             send_cq: self.send_cq.ops().clone(),
             recv_cq: self.recv_cq.ops().clone(),
@@ -523,7 +524,7 @@ impl EventChannel {
                 max: MAX_CONNECT_PRIVATE_DATA,
             });
         }
-        let init = init.to_ops("connect")?;
+        let init = init.checked_attr("connect")?;
         Ok(QueuePair { ops: self.ops.connect(addr, init, private_data, timeout)? })
     }
     /// Waits up to `timeout` for the next event.
@@ -593,7 +594,7 @@ impl ConnectRequest {
                 max: MAX_ACCEPT_PRIVATE_DATA,
             });
         }
-        let init = init.to_ops("accept")?;
+        let init = init.checked_attr("accept")?;
         let ops = self.ops.take().expect("unanswered");
         Ok(QueuePair { ops: ops.accept(init, private_data)? })
     }

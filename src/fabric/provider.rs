@@ -116,7 +116,7 @@ pub trait CmChannelOps: AsAny {
     fn connect(
         &self,
         addr: SocketAddr,
-        init: QpInitOps,
+        init: QpInitAttr,
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>>;
@@ -139,7 +139,7 @@ pub trait ConnRequestOps: AsAny {
     /// The requester's address.
     fn peer_addr(&self) -> SocketAddr;
     /// Creates the queue pair and accepts with `private_data`.
-    fn accept(self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>>;
+    fn accept(self: Box<Self>, init: QpInitAttr, private_data: &[u8]) -> Result<Box<dyn QpOps>>;
     /// Rejects with `private_data`.
     fn reject(self: Box<Self>, private_data: &[u8]) -> Result<()>;
 }
@@ -175,9 +175,11 @@ pub trait FaultOps: Send + Sync {
     fn cut(&self, conn: ConnId) -> Result<()>;
 }
 
-/// What a provider needs to create a queue pair.
+/// What a provider needs to create a queue pair (as `ibv_qp_init_attr`): a
+/// [`QpInit`](crate::fabric::QpInit) checked against the device's limits, with the provider
+/// objects it names.
 #[derive(Clone)]
-pub struct QpInitOps {
+pub struct QpInitAttr {
     /// Protection domain.
     pub pd: Arc<dyn PdOps>,
     /// CQ for send-queue completions.

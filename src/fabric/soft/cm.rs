@@ -66,7 +66,7 @@ impl Handshakes {
 }
 
 /// What this end's CONNECT_REQ or ACCEPT tells the peer.
-fn cm_params(init: &QpInitOps) -> CmParams {
+fn cm_params(init: &QpInitAttr) -> CmParams {
     CmParams {
         rnr_retry: init.rnr_retry,
         initiator_depth: init.initiator_depth,
@@ -149,7 +149,7 @@ impl Drop for SoftChannel {
 }
 
 /// The provider objects a queue pair is made of, checked to be soft ones.
-fn qp_data(init: &QpInitOps, shared: &super::device::Shared, verb: &'static str) -> Result<QpData> {
+fn qp_data(init: &QpInitAttr, shared: &super::device::Shared, verb: &'static str) -> Result<QpData> {
     let foreign = || Error::invalid(verb, "queue pair objects come from another provider");
     let pd = (*init.pd).as_any().downcast_ref::<SoftPd>().ok_or_else(foreign)?;
     let send_cq = (*init.send_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
@@ -191,7 +191,7 @@ impl CmChannelOps for SoftChannel {
     fn connect(
         &self,
         addr: SocketAddr,
-        init: QpInitOps,
+        init: QpInitAttr,
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>> {
@@ -305,7 +305,7 @@ impl ConnRequestOps for SoftConnRequest {
     fn peer_addr(&self) -> SocketAddr {
         self.conn.peer
     }
-    fn accept(self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
+    fn accept(self: Box<Self>, init: QpInitAttr, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
         let mut qp = qp_data(&init, &self.dev.shared, "accept")?;
         let qp_num = qp.qp_num;
         {

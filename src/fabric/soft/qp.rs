@@ -20,13 +20,13 @@ pub(crate) struct SoftQp {
     conn: Arc<Conn>,
     qp_num: u32,
     // Kept alive for as long as the queue pair exists (CQs, PD, SRQ, channel, device).
-    _init: QpInitOps,
+    _init: QpInitAttr,
     _channel: Option<Arc<ChannelInner>>,
     _dev: Arc<Device>,
 }
 
 impl SoftQp {
-    pub(crate) fn new(conn: Arc<Conn>, init: QpInitOps, dev: Arc<Device>, channel: Option<Arc<ChannelInner>>) -> Self {
+    pub(crate) fn new(conn: Arc<Conn>, init: QpInitAttr, dev: Arc<Device>, channel: Option<Arc<ChannelInner>>) -> Self {
         let qp_num = conn.st.lock().qp.as_ref().map_or(0, |q| q.qp_num);
         SoftQp { conn, qp_num, _init: init, _channel: channel, _dev: dev }
     }

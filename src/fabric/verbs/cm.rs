@@ -369,7 +369,7 @@ impl CmChannelOps for Channel {
     fn connect(
         &self,
         addr: SocketAddr,
-        init: QpInitOps,
+        init: QpInitAttr,
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>> {
@@ -448,7 +448,7 @@ fn conn_private_data(ev: &rdma_cm_event) -> Vec<u8> {
 
 /// The responder resources and initiator depth a queue pair asks for in its connect or
 /// accept: its own settings, within what the device allows.
-fn rd_atomic(init: &QpInitOps, attrs: &DeviceAttributes) -> (u8, u8) {
+fn rd_atomic(init: &QpInitAttr, attrs: &DeviceAttributes) -> (u8, u8) {
     clamp_rd_atomic((init.responder_resources, init.initiator_depth), attrs)
 }
 
@@ -554,7 +554,7 @@ impl ConnRequestOps for ConnRequest {
     fn peer_addr(&self) -> SocketAddr {
         self.peer
     }
-    fn accept(mut self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
+    fn accept(mut self: Box<Self>, init: QpInitAttr, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
         let id = self.id.take().expect("answered once");
         if id.verbs() != self.dev.ctx() {
             return Err(Error::invalid(

@@ -97,7 +97,7 @@ unsafe impl Sync for RcQp {}
 
 impl RcQp {
     /// Creates the RC queue pair of `id` (bound to `dev`) with `init`.
-    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &QpInitOps) -> Result<RcQp> {
+    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &QpInitAttr) -> Result<RcQp> {
         let pd = Pd::downcast(&init.pd)?;
         if !Arc::ptr_eq(pd.dev(), dev) {
             return Err(Error::invalid("create queue pair", "the protection domain belongs to another device"));
