@@ -5,7 +5,6 @@
 //! event channel), so teardown always runs in the reverse order of creation, on error paths too.
 #![allow(clippy::missing_errors_doc, reason = "internal (feature `internals`): the handles document what each verb returns")]
 
-use std::any::Any;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -15,17 +14,13 @@ use super::error::Result;
 use super::memory::RegisteredBuffer;
 use super::types::*;
 
-/// Downcasting support: a provider recovers its own concrete types from the handles it is given.
-pub trait AsAny: Any + Send + Sync {
-    /// `self` as `Any`, to downcast a borrowed handle.
-    fn as_any(&self) -> &dyn Any;
-}
-
-impl<T: Any + Send + Sync> AsAny for T {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
+// What the traits build on and take that lives in modules below this one, so that a provider
+// finds the whole contract here.
+pub use super::as_any::AsAny;
+pub use super::cm_event::CmEventOf;
+pub use super::region::{MrOps, Sge};
+pub use super::types::ConnId;
+pub use super::work_request::SendRequest;
 
 /// An opened device: the root of every other object.
 pub trait FabricOps: AsAny {
@@ -57,14 +52,6 @@ pub trait PdOps: AsAny {
     fn register(&self, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<Box<dyn MrOps>>;
     /// Creates a shared receive queue (fails when the device has none).
     fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Arc<dyn SrqOps>>;
-}
-
-/// A registered memory region. Dropping it deregisters it: the rkey stops working at once.
-pub trait MrOps: AsAny {
-    /// The local key.
-    fn lkey(&self) -> u32;
-    /// The remote key.
-    fn rkey(&self) -> u32;
 }
 
 /// A completion queue with its completion channel.
@@ -129,12 +116,12 @@ pub trait CmChannelOps: AsAny {
     fn connect(
         &self,
         addr: SocketAddr,
-        init: QpInitOps,
+        init: QpInitAttr,
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>>;
     /// Waits up to `timeout` for the next event.
-    fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOps>>;
+    fn get_event(&self, timeout: Duration) -> Result<Option<ProviderCmEvent>>;
 }
 
 /// A listening connection-manager id.
@@ -152,44 +139,14 @@ pub trait ConnRequestOps: AsAny {
     /// The requester's address.
     fn peer_addr(&self) -> SocketAddr;
     /// Creates the queue pair and accepts with `private_data`.
-    fn accept(self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>>;
+    fn accept(self: Box<Self>, init: QpInitAttr, private_data: &[u8]) -> Result<Box<dyn QpOps>>;
     /// Rejects with `private_data`.
     fn reject(self: Box<Self>, private_data: &[u8]) -> Result<()>;
 }
 
-/// An event of a provider's channel.
-pub enum CmEventOps {
-    /// A peer asks to connect.
-    ConnectRequest(Box<dyn ConnRequestOps>),
-    /// A connection is up (on both sides); carries the accept's private data on the active side.
-    Established {
-        /// Which connection.
-        conn: ConnId,
-        /// The accept's private data (active side), empty on the passive side.
-        private_data: Vec<u8>,
-    },
-    /// The peer rejected the connect request.
-    Rejected {
-        /// Which connection.
-        conn: ConnId,
-        /// Why.
-        reason: RejectReason,
-        /// The reject's private data.
-        private_data: Vec<u8>,
-    },
-    /// The peer could not be reached.
-    Unreachable {
-        /// Which connection.
-        conn: ConnId,
-        /// What failed.
-        detail: String,
-    },
-    /// The connection is gone (either side disconnected, or the transport failed).
-    Disconnected {
-        /// Which connection.
-        conn: ConnId,
-    },
-}
+/// The event a provider's channel delivers: its connect request is the provider's own object,
+/// which the public handle [`ConnectRequest`](crate::fabric::ConnectRequest) wraps.
+pub type ProviderCmEvent = CmEventOf<Box<dyn ConnRequestOps>>;
 
 /// An unreliable-datagram endpoint joined to multicast groups.
 pub trait UdOps: AsAny {
@@ -218,67 +175,11 @@ pub trait FaultOps: Send + Sync {
     fn cut(&self, conn: ConnId) -> Result<()>;
 }
 
-/// A scatter/gather entry: a range of a registered region.
-#[derive(Clone, Copy)]
-pub struct Sge<'a> {
-    /// The region.
-    pub mr: &'a super::MemoryRegion,
-    /// Offset in the region.
-    pub offset: usize,
-    /// Length in bytes.
-    pub len: usize,
-}
-
-impl std::fmt::Debug for Sge<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sge")
-            .field("lkey", &self.mr.lkey())
-            .field("offset", &self.offset)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-/// A send-queue work request.
-#[derive(Debug, Clone, Copy)]
-pub struct SendRequest<'a> {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// What to do.
-    pub op: SendOp,
-    /// Local memory: gathered for SEND/WRITE, scattered into for READ.
-    pub sges: &'a [Sge<'a>],
-    /// Whether a successful completion is generated (errors always are).
-    pub signaled: bool,
-    /// SEND only: the receiver's completion raises a notification on a CQ armed with
-    /// [`CompletionQueue::arm_solicited`](crate::fabric::CompletionQueue::arm_solicited)
-    /// (`IBV_SEND_SOLICITED`).
-    pub solicited: bool,
-}
-
-impl<'a> SendRequest<'a> {
-    /// A signaled, unsolicited request.
-    pub fn new(wr_id: u64, op: SendOp, sges: &'a [Sge<'a>]) -> Self {
-        SendRequest { wr_id, op, sges, signaled: true, solicited: false }
-    }
-
-    /// The same request without a completion when it succeeds.
-    pub fn unsignaled(self) -> Self {
-        SendRequest { signaled: false, ..self }
-    }
-
-    /// The same request, solicited (SEND only: see [`SendRequest::solicited`](Self#structfield.solicited)).
-    pub fn solicited(self) -> Self {
-        SendRequest { solicited: true, ..self }
-    }
-}
-
-/// Identifies a connection in CM events.
-pub type ConnId = u64;
-
-/// What a provider needs to create a queue pair.
+/// What a provider needs to create a queue pair (as `ibv_qp_init_attr`): a
+/// [`QpInit`](crate::fabric::QpInit) checked against the device's limits, with the provider
+/// objects it names.
 #[derive(Clone)]
-pub struct QpInitOps {
+pub struct QpInitAttr {
     /// Protection domain.
     pub pd: Arc<dyn PdOps>,
     /// CQ for send-queue completions.

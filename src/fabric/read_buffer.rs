@@ -4,9 +4,10 @@
 //! zero copy. Releasing is `unsafe`: only the caller knows that a completion is this READ's.
 
 use super::error::{Error, Result};
-use super::handles::{MemoryRegion, ProtectionDomain, QueuePair};
-use super::provider::SendRequest;
+use super::handles::{ProtectionDomain, QueuePair};
+use super::region::MemoryRegion;
 use super::types::{Access, RemoteAddr, SendOp, WorkCompletion};
+use super::work_request::SendRequest;
 
 /// A registered buffer that READs land in, with zero-copy access between READs.
 #[derive(Debug)]

@@ -16,6 +16,9 @@ pub const RNR_RETRY_INFINITE: u8 = 7;
 /// `max_dest_rd_atomic` in verbs; 16 is what ConnectX devices offer).
 pub const DEFAULT_RD_ATOMIC: u8 = 16;
 
+/// Identifies a connection in CM events.
+pub type ConnId = u64;
+
 /// Which provider implements the fabric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum FabricKind {

@@ -66,7 +66,7 @@ impl Handshakes {
 }
 
 /// What this end's CONNECT_REQ or ACCEPT tells the peer.
-fn cm_params(init: &QpInitOps) -> CmParams {
+fn cm_params(init: &QpInitAttr) -> CmParams {
     CmParams {
         rnr_retry: init.rnr_retry,
         initiator_depth: init.initiator_depth,
@@ -74,18 +74,18 @@ fn cm_params(init: &QpInitOps) -> CmParams {
     }
 }
 
-/// An event as the NIC produces it; the channel turns requests into handles.
-pub(crate) enum Ev {
-    Request { conn: Arc<Conn>, data: Vec<u8> },
-    Established { conn: ConnId, data: Vec<u8> },
-    Rejected { conn: ConnId, reason: RejectReason, data: Vec<u8> },
-    Unreachable { conn: ConnId, detail: String },
-    Disconnected { conn: ConnId },
+/// A connect request as the NIC receives it: the requested connection and its private data.
+pub(crate) struct IncomingRequest {
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) data: Vec<u8>,
 }
+
+/// A CM event as the NIC produces it; the channel turns requests into handles.
+pub(crate) type NicCmEvent = CmEventOf<IncomingRequest>;
 
 /// The event queue of a channel.
 pub(crate) struct ChannelInner {
-    queue: Mutex<VecDeque<Ev>>,
+    queue: Mutex<VecDeque<NicCmEvent>>,
     cv: Condvar,
     /// The owner dropped the channel: requests arriving now are rejected.
     closed: AtomicBool,
@@ -93,10 +93,10 @@ pub(crate) struct ChannelInner {
 
 impl ChannelInner {
     /// Delivers an event; a request to a dropped channel is rejected.
-    pub(crate) fn push(&self, ev: Ev) {
+    pub(crate) fn push(&self, ev: NicCmEvent) {
         if self.closed.load(Ordering::Acquire) {
-            if let Ev::Request { conn, .. } = ev {
-                reject_conn(&conn, &[]);
+            if let NicCmEvent::ConnectRequest(request) = ev {
+                reject_conn(&request.conn, &[]);
             }
             return;
         }
@@ -139,17 +139,17 @@ impl SoftChannel {
 impl Drop for SoftChannel {
     fn drop(&mut self) {
         self.inner.closed.store(true, Ordering::Release);
-        let pending: Vec<Ev> = self.inner.queue.lock().drain(..).collect();
+        let pending: Vec<NicCmEvent> = self.inner.queue.lock().drain(..).collect();
         for ev in pending {
-            if let Ev::Request { conn, .. } = ev {
-                reject_conn(&conn, &[]);
+            if let NicCmEvent::ConnectRequest(request) = ev {
+                reject_conn(&request.conn, &[]);
             }
         }
     }
 }
 
 /// The provider objects a queue pair is made of, checked to be soft ones.
-fn qp_data(init: &QpInitOps, shared: &super::device::Shared, verb: &'static str) -> Result<QpData> {
+fn qp_data(init: &QpInitAttr, shared: &super::device::Shared, verb: &'static str) -> Result<QpData> {
     let foreign = || Error::invalid(verb, "queue pair objects come from another provider");
     let pd = (*init.pd).as_any().downcast_ref::<SoftPd>().ok_or_else(foreign)?;
     let send_cq = (*init.send_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
@@ -191,7 +191,7 @@ impl CmChannelOps for SoftChannel {
     fn connect(
         &self,
         addr: SocketAddr,
-        init: QpInitOps,
+        init: QpInitAttr,
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>> {
@@ -233,7 +233,7 @@ impl CmChannelOps for SoftChannel {
         Ok(Box::new(SoftQp::new(conn, init, self.dev.clone(), Some(self.inner.clone()))))
     }
 
-    fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOps>> {
+    fn get_event(&self, timeout: Duration) -> Result<Option<ProviderCmEvent>> {
         let deadline = crate::time::deadline_after(timeout);
         let mut q = self.inner.queue.lock();
         let ev = loop {
@@ -248,27 +248,19 @@ impl CmChannelOps for SoftChannel {
             }
         };
         drop(q);
-        Ok(Some(match ev {
-            Ev::Request { conn, data } => CmEventOps::ConnectRequest(Box::new(SoftConnRequest {
-                conn,
-                data,
-                channel: self.inner.clone(),
-                dev: self.dev.clone(),
-            })),
-            Ev::Established { conn, data } => CmEventOps::Established { conn, private_data: data },
-            Ev::Rejected { conn, reason, data } => CmEventOps::Rejected { conn, reason, private_data: data },
-            Ev::Unreachable { conn, detail } => CmEventOps::Unreachable { conn, detail },
-            Ev::Disconnected { conn } => CmEventOps::Disconnected { conn },
-        }))
+        Ok(Some(ev.map_request(|IncomingRequest { conn, data }| {
+            Box::new(SoftConnRequest { conn, data, channel: self.inner.clone(), dev: self.dev.clone() })
+                as Box<dyn ConnRequestOps>
+        })))
     }
 }
 
 /// The event a failed TCP connect produces: refused means nobody listens.
-pub(crate) fn connect_failure(conn: ConnId, addr: SocketAddr, e: &std::io::Error) -> Ev {
+pub(crate) fn connect_failure(conn: ConnId, addr: SocketAddr, e: &std::io::Error) -> NicCmEvent {
     if e.kind() == std::io::ErrorKind::ConnectionRefused {
-        Ev::Rejected { conn, reason: RejectReason::NoListener, data: Vec::new() }
+        NicCmEvent::Rejected { conn, reason: RejectReason::NoListener, private_data: Vec::new() }
     } else {
-        Ev::Unreachable { conn, detail: format!("connect to {addr}: {e}") }
+        NicCmEvent::Unreachable { conn, detail: format!("connect to {addr}: {e}") }
     }
 }
 
@@ -313,7 +305,7 @@ impl ConnRequestOps for SoftConnRequest {
     fn peer_addr(&self) -> SocketAddr {
         self.conn.peer
     }
-    fn accept(self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
+    fn accept(self: Box<Self>, init: QpInitAttr, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
         let mut qp = qp_data(&init, &self.dev.shared, "accept")?;
         let qp_num = qp.qp_num;
         {
@@ -337,7 +329,7 @@ impl ConnRequestOps for SoftConnRequest {
             }
             st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
             self.conn.flush_from_user(&mut st);
-            st.event(Ev::Established { conn: self.conn.id, data: Vec::new() });
+            st.event(NicCmEvent::Established { conn: self.conn.id, private_data: Vec::new() });
         }
         Ok(Box::new(SoftQp::new(self.conn.clone(), init, self.dev.clone(), Some(self.channel.clone()))))
     }

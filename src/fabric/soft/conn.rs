@@ -22,7 +22,7 @@ use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, Pool, ShmClient};
 use super::wire::{FrameType, Header, HEADER_LEN};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::memory::{self, IoPart, RegisteredBuffer, MAX_IOV};
-use crate::fabric::provider::{ConnId, QpInitOps, Sge};
+use crate::fabric::provider::{ConnId, QpInitAttr, Sge};
 use crate::fabric::types::*;
 
 /// A range of registered memory an operation reads or writes; holds the memory alive.
@@ -202,7 +202,7 @@ impl QpData {
         pd: u32,
         (send_cq, recv_cq): (Arc<CqInner>, Arc<CqInner>),
         srq: Option<Arc<SrqInner>>,
-        init: &QpInitOps,
+        init: &QpInitAttr,
     ) -> Self {
         QpData {
             qp_num,
@@ -662,7 +662,7 @@ impl ConnState {
     }
 
     /// Sends a CM event to the connection's channel.
-    pub(crate) fn event(&self, ev: super::cm::Ev) {
+    pub(crate) fn event(&self, ev: super::cm::NicCmEvent) {
         if let Some(ch) = &self.channel {
             ch.push(ev);
         }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Poll, Token};
 
-use super::cm::{connect_failure, ChannelInner, Ev};
+use super::cm::{connect_failure, ChannelInner, IncomingRequest, NicCmEvent};
 use super::conn::{Conn, ConnState, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::{Shared, SoftCounters};
 use super::shm::{Offer, Streams};
@@ -838,7 +838,7 @@ impl Nic {
                 let ch = st.channel.clone();
                 drop(st);
                 if let Some(ch) = ch {
-                    ch.push(Ev::Request { conn: c.clone(), data });
+                    ch.push(NicCmEvent::ConnectRequest(IncomingRequest { conn: c.clone(), data }));
                 }
                 Step::Continue
             }
@@ -858,11 +858,12 @@ impl Nic {
                 }
                 st.phase = Phase::Established;
                 self.timers.cancel(c.id, TimerKind::ConnectTimeout);
-                st.event(Ev::Established { conn: c.id, data });
+                st.event(NicCmEvent::Established { conn: c.id, private_data: data });
                 Step::Continue
             }
             (FrameType::Reject, Phase::Connecting) => {
-                self.close_with(c, &mut st, Some(Ev::Rejected { conn: c.id, reason: RejectReason::Consumer, data }));
+                let rejected = NicCmEvent::Rejected { conn: c.id, reason: RejectReason::Consumer, private_data: data };
+                self.close_with(c, &mut st, Some(rejected));
                 Step::Done
             }
             (FrameType::Disconnect, Phase::Established) => {
@@ -871,7 +872,7 @@ impl Nic {
                 let mut st = c.st.lock();
                 st.clear_output();
                 st.fail_qp(WcStatus::WorkRequestFlushed);
-                self.close_with(c, &mut st, Some(Ev::Disconnected { conn: c.id }));
+                self.close_with(c, &mut st, Some(NicCmEvent::Disconnected { conn: c.id }));
                 Step::Done
             }
             (FrameType::Disconnect, _) | (_, Phase::Closed) => {
@@ -906,12 +907,12 @@ impl Nic {
         let ev = match st.phase {
             Phase::Established => {
                 st.fail_qp(WcStatus::TransportRetryExceeded);
-                Some(Ev::Disconnected { conn: c.id })
+                Some(NicCmEvent::Disconnected { conn: c.id })
             }
             Phase::Connecting => {
                 let detail = format!("connection to {} lost before it was accepted: {why}", c.peer);
                 st.fail_qp(WcStatus::WorkRequestFlushed);
-                Some(Ev::Unreachable { conn: c.id, detail })
+                Some(NicCmEvent::Unreachable { conn: c.id, detail })
             }
             Phase::Incoming | Phase::Requested | Phase::Closed => None,
         };
@@ -932,7 +933,7 @@ impl Nic {
 
     /// Removes a connection, then delivers its last event (so that whoever sees the event
     /// finds the connection gone).
-    fn close_with(&mut self, c: &Conn, st: &mut ConnState, ev: Option<Ev>) {
+    fn close_with(&mut self, c: &Conn, st: &mut ConnState, ev: Option<NicCmEvent>) {
         st.phase = Phase::Closed;
         c.end_handshake(st);
         self.shared.conns.lock().remove(&c.id);
@@ -963,7 +964,7 @@ impl Nic {
                     if st.phase == Phase::Connecting {
                         st.fail_qp(WcStatus::WorkRequestFlushed);
                         let detail = format!("no answer from {} within the connect timeout", c.peer);
-                        self.close_with(&c, &mut st, Some(Ev::Unreachable { conn: id, detail }));
+                        self.close_with(&c, &mut st, Some(NicCmEvent::Unreachable { conn: id, detail }));
                     }
                 }
                 TimerKind::HandshakeTimeout => {

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cm::{ChannelInner, Ev, CLOSE_LINGER};
+use super::cm::{ChannelInner, NicCmEvent, CLOSE_LINGER};
 use super::conn::{rdma_header, Conn, InFlight, LocalOp, OutFrame, Phase, RecvWr, Seg, Tail};
 use super::device::Device;
 use super::nic::{Cmd, TimerKind};
@@ -20,13 +20,13 @@ pub(crate) struct SoftQp {
     conn: Arc<Conn>,
     qp_num: u32,
     // Kept alive for as long as the queue pair exists (CQs, PD, SRQ, channel, device).
-    _init: QpInitOps,
+    _init: QpInitAttr,
     _channel: Option<Arc<ChannelInner>>,
     _dev: Arc<Device>,
 }
 
 impl SoftQp {
-    pub(crate) fn new(conn: Arc<Conn>, init: QpInitOps, dev: Arc<Device>, channel: Option<Arc<ChannelInner>>) -> Self {
+    pub(crate) fn new(conn: Arc<Conn>, init: QpInitAttr, dev: Arc<Device>, channel: Option<Arc<ChannelInner>>) -> Self {
         let qp_num = conn.st.lock().qp.as_ref().map_or(0, |q| q.qp_num);
         SoftQp { conn, qp_num, _init: init, _channel: channel, _dev: dev }
     }
@@ -227,7 +227,7 @@ impl QpOps for SoftQp {
                 st.shut_after_flush = true;
                 st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;
-                st.event(Ev::Disconnected { conn: conn.id });
+                st.event(NicCmEvent::Disconnected { conn: conn.id });
                 conn.flush_from_user(&mut st);
                 conn.shared.command(Cmd::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
             }

@@ -9,7 +9,7 @@ use rdma_sys::*;
 
 use super::device::Device;
 use super::events::{unwatch_cq, watch_cq};
-use super::{errno, last_os, poll_fd, set_nonblocking};
+use super::os::{errno, last_os, poll_fd, set_nonblocking};
 use crate::fabric::provider::CqOps;
 use crate::fabric::{Error, Result, WcOpcode, WcStatus, WorkCompletion};
 

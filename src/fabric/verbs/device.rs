@@ -1,4 +1,5 @@
-//! Device discovery and selection, and the opened device ([`VerbsFabric`]).
+//! Device discovery and selection, and the opened device's context ([`Device`]): the bottom of
+//! the provider, which every object holds.
 
 use std::ffi::CStr;
 use std::net::{IpAddr, SocketAddr};
@@ -7,11 +8,11 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-use super::cm::{CmId, IdCtx, RawChannel};
+use super::addr::CSockAddr;
+use super::cm_id::{CmId, IdCtx, RawChannel};
 use super::events::AsyncEvents;
-use super::{addr::CSockAddr, cq::Cq, errno, mr::Pd, ud::UdEndpoint};
-use crate::fabric::provider::*;
-use crate::fabric::{DeviceAttributes, Error, FabricConfig, FabricCounters, FabricKind, Result, UdInit};
+use super::os::errno;
+use crate::fabric::{DeviceAttributes, Error, FabricConfig, Result};
 
 /// The character device RDMA-CM needs.
 const RDMA_CM_DEVICE: &str = "/dev/infiniband/rdma_cm";
@@ -86,7 +87,8 @@ impl Device {
         &self.name
     }
 
-    fn open(config: &FabricConfig) -> Result<Device> {
+    /// Opens the device `config` selects.
+    pub(super) fn open(config: &FabricConfig) -> Result<Device> {
         let no_device = |detail: String| Error::NoDevice { provider: "verbs", detail };
         probe().map_err(no_device)?;
         let mut n: i32 = 0;
@@ -162,7 +164,9 @@ impl Device {
         };
         let events = AsyncEvents::start(ctx, &name)?;
         std::mem::forget(guard);
-        Ok(Device { list, ctx, name, port, bind, attributes, events: Some(events) })
+        let device = Device { list, ctx, name, port, bind, attributes, events: Some(events) };
+        tracing::info!("verbs: opened {} port {} ({:?})", device.name, device.port, device.attributes);
+        Ok(device)
     }
 }
 
@@ -204,49 +208,5 @@ pub(super) fn mtu_bytes(mtu: ibv_mtu::Type) -> usize {
     match mtu {
         1..=5 => 128usize << mtu,
         _ => 256,
-    }
-}
-
-/// An opened verbs device: the provider's [`FabricOps`].
-pub(super) struct VerbsFabric {
-    dev: Arc<Device>,
-}
-
-impl VerbsFabric {
-    /// Opens the device `config` selects.
-    pub(super) fn open(config: &FabricConfig) -> Result<Self> {
-        let dev = Device::open(config)?;
-        tracing::info!("verbs: opened {} port {} ({:?})", dev.name, dev.port, dev.attributes);
-        Ok(VerbsFabric { dev: Arc::new(dev) })
-    }
-}
-
-impl FabricOps for VerbsFabric {
-    fn kind(&self) -> FabricKind {
-        FabricKind::Verbs
-    }
-    fn device_name(&self) -> &str {
-        self.dev.name()
-    }
-    fn attributes(&self) -> &DeviceAttributes {
-        &self.dev.attributes
-    }
-    fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
-        Ok(Arc::new(Pd::new(&self.dev)?))
-    }
-    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CqOps>> {
-        Ok(Arc::new(Cq::new(&self.dev, depth)?))
-    }
-    fn create_event_channel(&self) -> Result<Arc<dyn CmChannelOps>> {
-        Ok(Arc::new(super::cm::Channel::new(&self.dev)?))
-    }
-    fn create_ud(&self, pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>> {
-        Ok(Box::new(UdEndpoint::new(&self.dev, Pd::downcast(pd)?, init)?))
-    }
-    fn counters(&self) -> FabricCounters {
-        FabricCounters { leaked_regions: super::mr::leaked_regions(), ..FabricCounters::default() }
-    }
-    fn faults(&self) -> Option<Arc<dyn FaultOps>> {
-        None
     }
 }

@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use rdma_sys::*;
 
-use super::set_nonblocking;
+use super::os::set_nonblocking;
 use super::stoppable::StoppableThread;
 use crate::fabric::Result;
 

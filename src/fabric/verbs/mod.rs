@@ -21,73 +21,101 @@
 //!   for it; senders resolve it once through SIDR (see `sidr`). A received datagram names its
 //!   sender by that address when the sender resolved the receiver (unicast senders always
 //!   did), otherwise by its IP with port 0.
+//!
+//! Each file imports only files of lower layers (bottom up; no file imports this one):
+//!
+//! | layer | files | what |
+//! |---|---|---|
+//! | 0 | `os`, `addr` | errors from errno, descriptor helpers; C socket addresses |
+//! | 1 | `post`, `stoppable`, `cm_id` | SGEs and post return codes; helper threads; CM channels and ids |
+//! | 2 | `events`, `sidr` | the async event thread (CQ overruns); UD unicast address resolution |
+//! | 3 | `device` | the opened device's context, found through a CM id: what every object holds |
+//! | 4 | `cq`, `mr` | completion queues; protection domains, memory regions, shared receive queues |
+//! | 5 | `qp`, `ud` | reliable-connected queue pairs on CM ids; UD endpoints |
+//! | 6 | `cm` | the provider's event channel: listen, connect, accept, reject, events |
+//! | 7 | `mod` | the provider's device object (`FabricOps`) and [`open`] |
 
 mod addr;
 mod cm;
+mod cm_id;
 mod cq;
 mod device;
 mod events;
 mod mr;
+mod os;
+mod post;
 mod qp;
 mod sidr;
 mod stoppable;
 mod ud;
 
-use super::{Error, Fabric, FabricConfig, Result};
+use std::sync::Arc;
+
+use cq::Cq;
+use device::Device;
+use mr::Pd;
+use ud::UdEndpoint;
+
+use super::provider::{CmChannelOps, CqOps, FabricOps, FaultOps, PdOps, UdOps};
+use super::{DeviceAttributes, Fabric, FabricConfig, FabricCounters, FabricKind, Result, UdInit};
 
 pub use device::probe;
 
 /// Opens the verbs device named by `config.device`, or else the one behind `config.bind`.
 ///
 /// # Errors
-/// [`Error::NoDevice`] when no device matches; [`Error::Os`] when the device cannot be
-/// opened or its helpers started.
+/// [`Error::NoDevice`](super::Error::NoDevice) when no device matches;
+/// [`Error::Os`](super::Error::Os) when the device cannot be opened or its helpers started.
 pub fn open(config: &FabricConfig) -> Result<Fabric> {
-    device::VerbsFabric::open(config).map(|f| Fabric::from_ops(std::sync::Arc::new(f)))
+    VerbsFabric::open(config).map(|f| Fabric::from_ops(Arc::new(f)))
 }
 
-/// An [`Error::Os`] from `errno` (librdmacm and libibverbs calls that return -1 or NULL).
-fn last_os(verb: &'static str) -> Error {
-    Error::os(verb, None, std::io::Error::last_os_error())
+/// An opened verbs device: the provider's [`FabricOps`].
+struct VerbsFabric {
+    dev: Arc<Device>,
 }
 
-/// An [`Error::Os`] from an errno returned by a libibverbs call.
-fn errno(verb: &'static str, code: i32) -> Error {
-    Error::os(verb, None, std::io::Error::from_raw_os_error(code.abs()))
-}
-
-/// Makes `fd` non-blocking (waits on it use poll(2)).
-fn set_nonblocking(fd: i32, verb: &'static str) -> Result<()> {
-    // SAFETY: fcntl on a descriptor the caller owns; no memory is passed.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(last_os(verb));
+impl VerbsFabric {
+    /// Opens the device `config` selects.
+    fn open(config: &FabricConfig) -> Result<Self> {
+        Ok(VerbsFabric { dev: Arc::new(Device::open(config)?) })
     }
-    Ok(())
 }
 
-/// Waits up to `timeout` for `fd` to become readable; returns whether it did.
-fn poll_fd(fd: i32, timeout: std::time::Duration, verb: &'static str) -> Result<bool> {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // Round up so that a short remaining time still waits instead of spinning.
-    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd for the duration of the call.
-    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if rc < 0 {
-        let err = std::io::Error::last_os_error();
-        if err.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(false);
-        }
-        return Err(Error::os(verb, None, err));
+impl FabricOps for VerbsFabric {
+    fn kind(&self) -> FabricKind {
+        FabricKind::Verbs
     }
-    Ok(rc > 0)
+    fn device_name(&self) -> &str {
+        self.dev.name()
+    }
+    fn attributes(&self) -> &DeviceAttributes {
+        &self.dev.attributes
+    }
+    fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
+        Ok(Arc::new(Pd::new(&self.dev)?))
+    }
+    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CqOps>> {
+        Ok(Arc::new(Cq::new(&self.dev, depth)?))
+    }
+    fn create_event_channel(&self) -> Result<Arc<dyn CmChannelOps>> {
+        Ok(Arc::new(cm::Channel::new(&self.dev)?))
+    }
+    fn create_ud(&self, pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>> {
+        Ok(Box::new(UdEndpoint::new(&self.dev, Pd::downcast(pd)?, init)?))
+    }
+    fn counters(&self) -> FabricCounters {
+        FabricCounters { leaked_regions: mr::leaked_regions(), ..FabricCounters::default() }
+    }
+    fn faults(&self) -> Option<Arc<dyn FaultOps>> {
+        None
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::FabricKind;
+    use crate::fabric::Error;
     use std::net::{IpAddr, Ipv4Addr};
 
     fn config() -> FabricConfig {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use super::device::Device;
-use super::qp::{post_error, with_sges};
-use super::{errno, last_os};
+use super::os::{errno, last_os};
+use super::post::{post_error, with_sges};
 use crate::fabric::provider::{MrOps, PdOps, Sge, SrqOps};
 use crate::fabric::{Access, Error, RegisteredBuffer, Result};
 

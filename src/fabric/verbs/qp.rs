@@ -6,45 +6,14 @@ use std::sync::Arc;
 
 use rdma_sys::*;
 
-use super::cm::{CmId, ConnState};
+use super::cm_id::{CmId, ConnState};
 use super::cq::Cq;
 use super::device::Device;
-use super::errno;
 use super::mr::{Pd, Srq};
+use super::os::errno;
+use super::post::{post_error, with_sges};
 use crate::fabric::provider::*;
 use crate::fabric::{Error, QpCaps, Result, SendOp};
-
-/// SGEs converted on the stack; more go through a heap vector.
-const INLINE_SGES: usize = 8;
-
-/// Calls `f` with the verbs form of `sges` (address = region address + offset, lkey).
-pub(super) fn with_sges(sges: &[Sge<'_>], f: impl FnOnce(*mut ibv_sge, i32) -> i32) -> Result<i32> {
-    let convert = |s: &Sge<'_>| -> Result<ibv_sge> {
-        let length = u32::try_from(s.len)
-            .map_err(|_| Error::invalid("post", format!("SGE of {} bytes exceeds 4 GiB", s.len)))?;
-        Ok(ibv_sge { addr: s.mr.addr() + s.offset as u64, length, lkey: s.mr.lkey() })
-    };
-    if sges.len() <= INLINE_SGES {
-        let mut arr = [ibv_sge { addr: 0, length: 0, lkey: 0 }; INLINE_SGES];
-        for (dst, src) in arr.iter_mut().zip(sges) {
-            *dst = convert(src)?;
-        }
-        let ptr = if sges.is_empty() { std::ptr::null_mut() } else { arr.as_mut_ptr() };
-        Ok(f(ptr, sges.len() as i32))
-    } else {
-        let mut v = sges.iter().map(convert).collect::<Result<Vec<_>>>()?;
-        Ok(f(v.as_mut_ptr(), v.len().min(i32::MAX as usize) as i32))
-    }
-}
-
-/// Maps the return code of a post: ENOMEM means the queue is full.
-pub(super) fn post_error(rc: Result<i32>, verb: &'static str, queue: &'static str, depth: u32) -> Result<()> {
-    match rc? {
-        0 => Ok(()),
-        libc::ENOMEM => Err(Error::QueueFull { queue, depth }),
-        other => Err(errno(verb, other)),
-    }
-}
 
 /// Sets `min_rnr_timer` (IB encoding) on a queue pair in RTR or RTS.
 pub(super) fn set_min_rnr_timer(qp: *mut ibv_qp, code: u8) -> Result<()> {
@@ -97,7 +66,7 @@ unsafe impl Sync for RcQp {}
 
 impl RcQp {
     /// Creates the RC queue pair of `id` (bound to `dev`) with `init`.
-    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &QpInitOps) -> Result<RcQp> {
+    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &QpInitAttr) -> Result<RcQp> {
         let pd = Pd::downcast(&init.pd)?;
         if !Arc::ptr_eq(pd.dev(), dev) {
             return Err(Error::invalid("create queue pair", "the protection domain belongs to another device"));
@@ -128,7 +97,7 @@ impl RcQp {
         };
         // SAFETY: the id is live and bound to the PD's context; attr is valid for the call.
         if unsafe { rdma_create_qp(id.raw(), pd.raw(), &mut attr) } != 0 {
-            return Err(super::last_os("rdma_create_qp"));
+            return Err(super::os::last_os("rdma_create_qp"));
         }
         // SAFETY: rdma_create_qp succeeded, so the id's qp is live.
         let (qp, qp_num) = unsafe { ((*id.raw()).qp, (*(*id.raw()).qp).qp_num) };

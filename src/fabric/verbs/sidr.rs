@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rdma_sys::*;
 
-use super::cm::{CmId, IdCtx, RawChannel};
+use super::cm_id::{CmId, IdCtx, RawChannel};
+use super::os::{last_os, poll_fd};
 use super::stoppable::StoppableThread;
-use super::{last_os, poll_fd};
 use crate::fabric::{Error, Result};
 
 /// First bytes of our SIDR private data (requests and replies), to ignore anybody else's.
@@ -126,7 +126,7 @@ fn answer(ev: &rdma_cm_event, qpn: u32, qkey: u32, senders: &Senders) -> Option<
         senders.lock().insert((*peer.ip(), sender_qpn), port);
     }
     let reply = encode_reply(qkey);
-    let mut param: rdma_conn_param = super::cm::conn_param(&reply, 0, 0, 0, false);
+    let mut param: rdma_conn_param = super::cm_id::conn_param(&reply, 0, 0, 0, false);
     param.qp_num = qpn;
     // SAFETY: the id is live; param and its private data outlive the call.
     if unsafe { rdma_accept(ev.id, &mut param) } != 0 {
@@ -216,7 +216,7 @@ pub(super) fn resolve(
     }
     expect(&channel, deadline, rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED).map_err(fail)?;
     let request = encode_request(own_port, own_qpn);
-    let mut param = super::cm::conn_param(&request, 0, 0, 0, false);
+    let mut param = super::cm_id::conn_param(&request, 0, 0, 0, false);
     // SAFETY: the id is live with its route resolved; param and its data outlive the call.
     if unsafe { rdma_connect(id.raw(), &mut param) } != 0 {
         return Err(last_os("rdma_connect(SIDR)"));
@@ -229,7 +229,7 @@ pub(super) fn resolve(
         poll_fd(channel.fd(), left, "poll SIDR channel")?;
         let got = channel.next_event(Instant::now(), |ev| {
             if ev.event != rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED {
-                return Err(super::cm::describe(ev));
+                return Err(super::cm_id::describe(ev));
             }
             // SAFETY: for ESTABLISHED on a UD id the ud member is valid until the ack.
             let ud = unsafe { ev.param.ud };
@@ -247,7 +247,7 @@ pub(super) fn resolve(
 
 /// Waits for `want` on `channel`; anything else is the failure it describes.
 fn expect(channel: &RawChannel, deadline: Instant, want: rdma_cm_event_type::Type) -> Result<(), String> {
-    match channel.next_event(deadline, |ev| (ev.event, super::cm::describe(ev))) {
+    match channel.next_event(deadline, |ev| (ev.event, super::cm_id::describe(ev))) {
         Ok(Some((got, _))) if got == want => Ok(()),
         Ok(Some((_, what))) => Err(what),
         Ok(None) => Err("timed out".into()),

@@ -3,7 +3,7 @@
 
 use std::thread::JoinHandle;
 
-use super::last_os;
+use super::os::last_os;
 use crate::fabric::{Error, Result};
 
 /// A running helper thread; dropping it stops and joins the thread.

@@ -19,13 +19,13 @@ use parking_lot::Mutex;
 use rdma_sys::*;
 
 use super::addr::{source_of_grh, CSockAddr};
-use super::cm::{CmId, IdCtx, RawChannel};
+use super::cm_id::{CmId, IdCtx, RawChannel};
 use super::cq::{convert, Cq};
 use super::device::{mtu_bytes, Device};
 use super::mr::{Mr, PdInner};
-use super::qp::post_error;
+use super::os::{errno, last_os};
+use super::post::post_error;
 use super::sidr::{resolve, SidrListener};
-use super::{errno, last_os};
 use crate::fabric::provider::{CqOps, MrOps, UdOps};
 use crate::fabric::{Access, Datagram, Error, RegisteredBuffer, Result, UdInit, WorkCompletion};
 

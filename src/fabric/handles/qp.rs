@@ -1,0 +1,170 @@
+//! Reliable-connected queue pairs: how to create one ([`QpInit`], checked against the device)
+//! and posting to it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::cq::CompletionQueue;
+use super::device::ProtectionDomain;
+use super::srq::SharedReceiveQueue;
+use crate::fabric::error::{Error, Result};
+use crate::fabric::provider::{QpInitAttr, QpOps};
+use crate::fabric::region::{check_sges, Sge};
+use crate::fabric::types::{ConnId, DataPath, QpCaps, DEFAULT_RD_ATOMIC, RNR_RETRY_INFINITE};
+use crate::fabric::work_request::SendRequest;
+
+/// How to create a queue pair.
+#[derive(Clone)]
+pub struct QpInit<'a> {
+    /// Protection domain of the memory it uses.
+    pub pd: &'a ProtectionDomain,
+    /// CQ of send-queue completions.
+    pub send_cq: &'a CompletionQueue,
+    /// CQ of receive completions.
+    pub recv_cq: &'a CompletionQueue,
+    /// A shared receive queue instead of its own.
+    pub srq: Option<&'a SharedReceiveQueue>,
+    /// Queue capacities.
+    pub caps: QpCaps,
+    /// RNR retries before a SEND fails (7 = infinite).
+    pub rnr_retry: u8,
+    /// Wait between RNR retries.
+    pub min_rnr_timer: Duration,
+    /// RDMA READs the queue pair may have outstanding (`max_rd_atomic`), 1 to the device's
+    /// `max_qp_init_rd_atom`. The connect lowers it to the peer's responder resources; READs
+    /// posted beyond it wait in the send queue, in order, with everything posted after them.
+    pub initiator_depth: u8,
+    /// RDMA READs of the peer the queue pair serves at once (`max_dest_rd_atomic`), 1 to the
+    /// device's `max_qp_rd_atom`. A peer that has more outstanding breaks the protocol: the
+    /// soft provider then fails the queue pair and cuts the connection.
+    pub responder_resources: u8,
+}
+
+impl<'a> QpInit<'a> {
+    /// Defaults: one CQ for both queues, default capacities, 6 RNR retries 640 µs apart,
+    /// [`DEFAULT_RD_ATOMIC`] READs outstanding each way.
+    pub fn new(pd: &'a ProtectionDomain, cq: &'a CompletionQueue) -> Self {
+        let attrs = pd.fabric().attributes();
+        QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            caps: QpCaps::default(),
+            rnr_retry: 6,
+            min_rnr_timer: Duration::from_micros(640),
+            initiator_depth: DEFAULT_RD_ATOMIC.min(attrs.max_qp_init_rd_atom),
+            responder_resources: DEFAULT_RD_ATOMIC.min(attrs.max_qp_rd_atom),
+        }
+    }
+
+    /// What the provider gets: these settings, checked against the device's limits.
+    pub(super) fn checked_attr(&self, verb: &'static str) -> Result<QpInitAttr> {
+        let attrs = self.pd.fabric().attributes();
+        let c = &self.caps;
+        if c.max_send_wr == 0 || c.max_send_wr > attrs.max_qp_wr || c.max_recv_wr > attrs.max_qp_wr {
+            return Err(Error::invalid(
+                verb,
+                format!("queue depths {}/{} exceed the device limit {}", c.max_send_wr, c.max_recv_wr, attrs.max_qp_wr),
+            ));
+        }
+        if c.max_send_sge == 0 || c.max_send_sge > attrs.max_sge || c.max_recv_sge > attrs.max_sge {
+            return Err(Error::invalid(
+                verb,
+                format!("SGE counts {}/{} exceed the device limit {}", c.max_send_sge, c.max_recv_sge, attrs.max_sge),
+            ));
+        }
+        if self.rnr_retry > RNR_RETRY_INFINITE {
+            return Err(Error::invalid(verb, format!("rnr_retry {} is not in 0..=7", self.rnr_retry)));
+        }
+        check_rd_atomic(verb, "initiator_depth", self.initiator_depth, attrs.max_qp_init_rd_atom)?;
+        check_rd_atomic(verb, "responder_resources", self.responder_resources, attrs.max_qp_rd_atom)?;
+        Ok(QpInitAttr {
+            pd: self.pd.ops().clone(),
+            send_cq: self.send_cq.ops().clone(),
+            recv_cq: self.recv_cq.ops().clone(),
+            srq: self.srq.map(|s| s.ops.clone()),
+            caps: self.caps,
+            rnr_retry: self.rnr_retry,
+            min_rnr_timer: self.min_rnr_timer,
+            initiator_depth: self.initiator_depth,
+            responder_resources: self.responder_resources,
+        })
+    }
+}
+
+/// Checks a READ depth of a queue pair against the device's limit (and that READs can flow).
+fn check_rd_atomic(verb: &'static str, what: &str, value: u8, max: u8) -> Result<()> {
+    if value == 0 || value > max {
+        return Err(Error::invalid(verb, format!("{what} {value} is not in 1..={max} (the device's limit)")));
+    }
+    Ok(())
+}
+
+/// A reliable-connected queue pair. Dropping it disconnects and destroys it.
+pub struct QueuePair {
+    pub(super) ops: Box<dyn QpOps>,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair").field("qp_num", &self.qp_num()).field("peer", &self.peer_addr()).finish()
+    }
+}
+
+impl QueuePair {
+    /// The queue pair number (completions carry it).
+    pub fn qp_num(&self) -> u32 {
+        self.ops.qp_num()
+    }
+    /// The id CM events about this connection carry.
+    pub fn conn_id(&self) -> ConnId {
+        self.ops.conn_id()
+    }
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.ops.peer_addr()
+    }
+    /// The local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.ops.local_addr()
+    }
+    /// How this end's READs and WRITEs reach the peer: the network, or (soft provider, both ends
+    /// on this host) shared memory. Known once the connection is established.
+    pub fn data_path(&self) -> DataPath {
+        self.ops.data_path()
+    }
+    /// Posts a receive into `sges`.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::InvalidArgument`]
+    /// for more SGEs than `max_recv_sge`, a region not writable locally or of another protection
+    /// domain, or a queue pair that uses a shared receive queue; [`Error::QueueFull`] when
+    /// `max_recv_wr` receives are posted already; [`Error::NotConnected`] once the queue pair is
+    /// in error or disconnected.
+    pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        check_sges(sges)?;
+        self.ops.post_recv(wr_id, sges)
+    }
+    /// Posts a send-queue work request.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::InvalidArgument`]
+    /// for more SGEs than `max_send_sge`, a message above the device's limit, a region of another
+    /// protection domain, or an operation the queue pair cannot post; [`Error::QueueFull`] when
+    /// `max_send_wr` requests are outstanding (unsignaled ones included); [`Error::NotConnected`]
+    /// before the connection is established and once it is in error or disconnected. Failures of
+    /// the operation itself arrive as completions ([`WcStatus`](crate::fabric::WcStatus)), not errors.
+    pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
+        check_sges(wr.sges)?;
+        self.ops.post_send(wr)
+    }
+    /// Disconnects; outstanding work requests are flushed. Idempotent.
+    ///
+    /// # Errors
+    /// [`Error::Os`] when the provider cannot send the disconnect (verbs: `rdma_disconnect`);
+    /// the queue pair is in error and flushed all the same.
+    pub fn disconnect(&self) -> Result<()> {
+        self.ops.disconnect()
+    }
+}
