@@ -43,16 +43,53 @@ pub enum CmEventOf<R> {
     },
 }
 
+/// An event about an existing connection: a [`CmEventOf`] that cannot be a connect request.
+pub type ConnectionEvent = CmEventOf<std::convert::Infallible>;
+
 impl<R> CmEventOf<R> {
     /// The same event with its connect request turned into an `S` by `f`; every other event
     /// is moved over unchanged.
     pub fn map_request<S>(self, f: impl FnOnce(R) -> S) -> CmEventOf<S> {
-        match self {
-            CmEventOf::ConnectRequest(request) => CmEventOf::ConnectRequest(f(request)),
+        match self.try_map_request(|request| Ok::<S, std::convert::Infallible>(f(request))) {
+            Ok(event) => event,
+            Err(never) => match never {},
+        }
+    }
+
+    /// As [`map_request`](Self::map_request), with an `f` that may fail: its error is returned
+    /// instead of the event.
+    ///
+    /// # Errors
+    /// The error of `f`, when the event is a connect request and `f` fails.
+    pub fn try_map_request<S, E>(self, f: impl FnOnce(R) -> Result<S, E>) -> Result<CmEventOf<S>, E> {
+        Ok(match self {
+            CmEventOf::ConnectRequest(request) => CmEventOf::ConnectRequest(f(request)?),
             CmEventOf::Established { conn, private_data } => CmEventOf::Established { conn, private_data },
             CmEventOf::Rejected { conn, reason, private_data } => CmEventOf::Rejected { conn, reason, private_data },
             CmEventOf::Unreachable { conn, detail } => CmEventOf::Unreachable { conn, detail },
             CmEventOf::Disconnected { conn } => CmEventOf::Disconnected { conn },
+        })
+    }
+}
+
+impl<R> CmEventOf<R> {
+    /// This event as one about an existing connection (a [`ConnectionEvent`]).
+    ///
+    /// # Errors
+    /// The request, when the event is a connect request.
+    pub fn into_connection_event(self) -> Result<ConnectionEvent, R> {
+        self.try_map_request(Err)
+    }
+
+    /// The connection the event is about (`None` for a connect request, whose connection the
+    /// request itself names).
+    pub fn conn(&self) -> Option<ConnId> {
+        match self {
+            CmEventOf::ConnectRequest(_) => None,
+            CmEventOf::Established { conn, .. }
+            | CmEventOf::Rejected { conn, .. }
+            | CmEventOf::Unreachable { conn, .. }
+            | CmEventOf::Disconnected { conn } => Some(*conn),
         }
     }
 }
@@ -78,5 +115,15 @@ mod tests {
             one_of_each(41u32).into_iter().map(|e| e.map_request(|r| format!("request {}", r + 1))).collect();
         let expected = one_of_each("request 42".to_string());
         assert_eq!(format!("{mapped:?}"), format!("{expected:?}"));
+    }
+
+    #[test]
+    fn a_connection_event_is_every_event_but_a_request_and_names_its_connection() {
+        let mut events = one_of_each("request").into_iter();
+        assert!(matches!(events.next().map(CmEventOf::into_connection_event), Some(Err("request"))));
+        let rest: Vec<ConnectionEvent> = events.map(|e| e.into_connection_event().expect("not a request")).collect();
+        assert_eq!(rest.iter().map(|e| e.conn()).collect::<Vec<_>>(), [Some(1), Some(2), Some(3), Some(4)]);
+        assert_eq!(format!("{rest:?}"), format!("{:?}", &one_of_each("request")[1..]));
+        assert_eq!(CmEventOf::ConnectRequest(()).conn(), None);
     }
 }

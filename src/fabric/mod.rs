@@ -31,7 +31,7 @@ mod work_request;
 
 #[cfg(feature = "async")]
 pub use async_cq::AsyncNotifier;
-pub use cm_event::CmEventOf;
+pub use cm_event::{CmEventOf, ConnectionEvent};
 pub use config::{FabricConfig, SoftOptions};
 pub use error::{Error, Result};
 pub use handles::*;

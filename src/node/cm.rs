@@ -7,23 +7,17 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crate::fabric::{CmEvent, ConnId, Error as FabricError, Listener, RejectReason as CmRejectReason};
+use crate::fabric::{CmEvent, ConnId, ConnectionEvent, Error as FabricError, Listener};
 
 use super::discovery::watch::Lost;
 use super::subscription::OpenedFeed;
 use super::{publisher, NodeShared, Route, SLICE};
 
-/// A connection event delivered to a subscription.
+/// An event delivered to a subscription.
 #[derive(Debug)]
 pub(crate) enum FeedEvent {
-    /// The publisher accepted; carries the accept's private data.
-    Established { conn: ConnId, private_data: Vec<u8> },
-    /// The publisher (or its host) refused.
-    Rejected { conn: ConnId, reason: CmRejectReason, private_data: Vec<u8> },
-    /// The publisher's node could not be reached.
-    Unreachable { conn: ConnId, detail: String },
-    /// The connection is gone.
-    Disconnected { conn: ConnId },
+    /// An event of one of its connections (established, rejected, unreachable, gone).
+    Connection(ConnectionEvent),
     /// A connection opened for the subscription by its connector (ahead of its CM events).
     Opened(Box<OpenedFeed>),
     /// Discovery says a publisher of the topic is gone.
@@ -75,39 +69,27 @@ fn route(node: &NodeShared, conn: ConnId, remove: bool) -> Option<Route> {
 }
 
 fn dispatch(node: &Arc<NodeShared>, event: CmEvent) {
-    match event {
-        CmEvent::ConnectRequest(req) => publisher::handle_connect_request(node, req),
-        CmEvent::Established { conn, private_data } => match route(node, conn, false) {
-            Some(Route::Feed(tx)) => {
-                let _ = tx.send(FeedEvent::Established { conn, private_data });
-            }
-            Some(Route::Subscriber(p)) => {
-                if let Some(p) = p.upgrade() {
-                    p.on_established(conn);
-                }
-            }
-            None => tracing::debug!(conn, "established event for an unknown connection"),
-        },
-        CmEvent::Rejected { conn, reason, private_data } => {
-            if let Some(Route::Feed(tx)) = route(node, conn, true) {
-                let _ = tx.send(FeedEvent::Rejected { conn, reason, private_data });
+    let event = match event.into_connection_event() {
+        Ok(event) => event,
+        Err(request) => return publisher::handle_connect_request(node, request),
+    };
+    let Some(conn) = event.conn() else { return };
+    // Only an established connection keeps its route; every other event ends it.
+    let established = matches!(event, ConnectionEvent::Established { .. });
+    match route(node, conn, !established) {
+        Some(Route::Feed(tx)) => {
+            let _ = tx.send(FeedEvent::Connection(event));
+        }
+        Some(Route::Subscriber(p)) => {
+            let Some(p) = p.upgrade() else { return };
+            match event {
+                ConnectionEvent::Established { .. } => p.on_established(conn),
+                ConnectionEvent::Disconnected { .. } => p.on_disconnected(conn),
+                // A publisher's side of a connection is never refused or unreachable.
+                _ => {}
             }
         }
-        CmEvent::Unreachable { conn, detail } => {
-            if let Some(Route::Feed(tx)) = route(node, conn, true) {
-                let _ = tx.send(FeedEvent::Unreachable { conn, detail });
-            }
-        }
-        CmEvent::Disconnected { conn } => match route(node, conn, true) {
-            Some(Route::Feed(tx)) => {
-                let _ = tx.send(FeedEvent::Disconnected { conn });
-            }
-            Some(Route::Subscriber(p)) => {
-                if let Some(p) = p.upgrade() {
-                    p.on_disconnected(conn);
-                }
-            }
-            None => {}
-        },
+        None if established => tracing::debug!(conn, "established event for an unknown connection"),
+        None => {}
     }
 }

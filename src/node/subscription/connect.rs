@@ -6,7 +6,7 @@ use super::{
     RECV_SLOTS, SLOT,
 };
 use crate::error::{Error, Result};
-use crate::fabric::{DataPath, ReadBuffer, RejectReason as CmReject};
+use crate::fabric::{ConnectionEvent, DataPath, ReadBuffer, RejectReason as CmReject};
 use crate::node::cm::FeedEvent;
 use crate::node::discovery::watch::Lost;
 use crate::node::discovery::LostReason;
@@ -166,7 +166,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     pub(super) fn on_feed_event(&mut self, ev: FeedEvent) {
         match ev {
-            FeedEvent::Established { conn, private_data } => {
+            FeedEvent::Connection(ConnectionEvent::ConnectRequest(never)) => match never {},
+            FeedEvent::Connection(ConnectionEvent::Established { conn, private_data }) => {
                 let Some(&key) = self.by_conn.get(&conn) else { return };
                 match self.activate(key, &private_data) {
                     Ok(info) => {
@@ -194,7 +195,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                     }
                 }
             }
-            FeedEvent::Rejected { conn, reason, private_data } => {
+            FeedEvent::Connection(ConnectionEvent::Rejected { conn, reason, private_data }) => {
                 let Some(&key) = self.by_conn.get(&conn) else { return };
                 let addr = self.feeds[key].addr;
                 let event = match (reason, RejectData::decode(&private_data)) {
@@ -218,13 +219,13 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 }
                 self.remove_feed(key);
             }
-            FeedEvent::Unreachable { conn, detail } => {
+            FeedEvent::Connection(ConnectionEvent::Unreachable { conn, detail }) => {
                 let Some(&key) = self.by_conn.get(&conn) else { return };
                 let addr = self.feeds[key].addr;
                 self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail });
                 self.remove_feed(key);
             }
-            FeedEvent::Disconnected { conn } => {
+            FeedEvent::Connection(ConnectionEvent::Disconnected { conn }) => {
                 let Some(&key) = self.by_conn.get(&conn) else { return };
                 // What arrived before the disconnect (an end of stream, a drop notice) is in the
                 // CQ already: handle it first, so an orderly end is not reported as a failure.

@@ -86,7 +86,7 @@ mod tests {
         let sender = FeedSender::new(tx, event_waker.clone());
         let count = Arc::new(Counting(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
-        let event = || FeedEvent::Disconnected { conn: 1 };
+        let event = || FeedEvent::Connection(crate::fabric::ConnectionEvent::Disconnected { conn: 1 });
 
         sender.send(event()).unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 0, "nothing registered");
