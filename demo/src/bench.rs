@@ -31,7 +31,7 @@ use hdrhistogram::Histogram;
 use rdma_pubsub::{Checksum, DiscoveryOptions, Node, Start};
 
 use crate::cli::{checksum_name, BenchArgs, PolicyArg};
-use crate::{payload, placement, procinfo, Fail};
+use crate::{cli, payload, placement, procinfo, Fail};
 
 /// Latency messages per point even when its time is up.
 const MIN_LATENCY_SAMPLES: u64 = 200;
@@ -366,8 +366,7 @@ fn measure(
     }
     let topic = format!("bench-{size}-{subs}");
     let size = size as usize;
-    let ring_capacity = (size * 16).next_power_of_two().clamp(1 << 20, 64 << 20);
-    let builder = pub_node.publisher(&topic).policy(args.policy.policy()).ring_capacity(ring_capacity);
+    let builder = pub_node.publisher(&topic).policy(args.policy.policy()).ring_capacity(cli::ring_capacity_for(size));
     let publisher = args.checksum.apply(builder).create()?;
     let stream = payload::stream_of(&topic);
     // Started from this thread while it is on the other CPUs: threads and processes alike

@@ -200,6 +200,12 @@ impl ChecksumArg {
     }
 }
 
+/// The ring capacity of a publisher of `size`-byte messages, for `pub` and `bench` alike: room
+/// for 16 messages, at least 1 MiB and at most 64 MiB (a power of two, as rings are).
+pub fn ring_capacity_for(size: usize) -> usize {
+    size.saturating_mul(16).min(64 << 20).next_power_of_two().clamp(1 << 20, 64 << 20)
+}
+
 /// The name of a checksum function, as the command line spells it.
 pub fn checksum_name(c: Checksum) -> &'static str {
     match c {
@@ -463,6 +469,14 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<DiscoveryArgs, clap::Error> {
         Discovery::try_parse_from(std::iter::once("test").chain(args.iter().copied())).map(|d| d.discovery)
+    }
+
+    #[test]
+    fn the_ring_holds_sixteen_messages_within_1_to_64_mib() {
+        assert_eq!(ring_capacity_for(64), 1 << 20);
+        assert_eq!(ring_capacity_for(100_000), 2 << 20);
+        assert_eq!(ring_capacity_for(1 << 20), 16 << 20);
+        assert_eq!(ring_capacity_for(usize::MAX), 64 << 20);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rdma_pubsub::{DiscoveryOptions, PolicyKind, PublisherInfo, Start, Subscription, SubscriptionEvent};
 
 use crate::cli::{checksum_name, PubArgs, SubArgs};
-use crate::{payload, Fail};
+use crate::{cli, payload, Fail};
 
 /// How a node discovers, for people.
 fn describe(options: &DiscoveryOptions, endpoint: Option<SocketAddr>) -> String {
@@ -38,8 +38,7 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
     let discovery = args.discovery.options();
     let node = args.fabric.node(args.bind, discovery.clone())?;
     let size = args.size as usize;
-    let ring_capacity = (size * 8).next_power_of_two().clamp(1 << 20, 64 << 20);
-    let builder = node.publisher(&args.topic).policy(args.policy.policy()).ring_capacity(ring_capacity);
+    let builder = node.publisher(&args.topic).policy(args.policy.policy()).ring_capacity(cli::ring_capacity_for(size));
     let publisher = args.checksum.apply(builder).create()?;
     println!(
         "publishing {:?} at {} on the {} fabric ({}): {} B messages, policy {}, checksum {}",
