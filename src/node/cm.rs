@@ -11,7 +11,7 @@ use crate::fabric::{CmEvent, ConnId, ConnectionEvent, Error as FabricError, List
 
 use super::discovery::watch::Lost;
 use super::subscription::OpenedFeed;
-use super::{publisher, NodeShared, Route, SLICE};
+use super::{publisher, NodeShared, Route, RECHECK_INTERVAL};
 
 /// An event delivered to a subscription.
 #[derive(Debug)]
@@ -35,14 +35,14 @@ pub(crate) fn run(node: Arc<NodeShared>, listener: Listener) {
             service_publishers(&node);
             next_service = now + publisher::SERVICE_INTERVAL;
         }
-        let wait = next_service.saturating_duration_since(now).min(SLICE);
+        let wait = next_service.saturating_duration_since(now).min(RECHECK_INTERVAL);
         match node.channel.get_event(wait) {
             Ok(Some(event)) => dispatch(&node, event),
             Ok(None) => {}
             Err(FabricError::Closed) => break,
             Err(e) => {
                 tracing::warn!(node = node.id, "CM event channel: {e}");
-                std::thread::sleep(SLICE);
+                std::thread::sleep(RECHECK_INTERVAL);
             }
         }
     }

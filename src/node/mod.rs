@@ -424,8 +424,9 @@ fn epoch_now() -> u64 {
 /// The default bind address of a node: loopback.
 pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-/// How long blocking internals wait per slice before they re-check for shutdown.
-pub(crate) const SLICE: Duration = Duration::from_millis(20);
+/// The longest a node thread or a blocking call waits before it checks again what it waits
+/// for and whether the node is stopping (also the period of the CM and connector threads' work).
+pub(crate) const RECHECK_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Adds `n` to a counter that only one thread at a time writes (under a lock, or through
 /// `&mut`): a load and a store instead of a locked read-modify-write on the per-message

@@ -3,7 +3,7 @@
 //! Loop, until the node stops: announce if the local topics changed (`Hello`), if a newcomer
 //! said hello (rate-limited to one answer per quarter interval) or if the heartbeat is due
 //! (`Heartbeat`, every interval ±10 %); expire peers silent for `heartbeat × missed`; wait for
-//! a datagram at most until the next of these deadlines and never longer than [`SLICE`]; then
+//! a datagram at most until the next of these deadlines and never longer than [`RECHECK_INTERVAL`]; then
 //! take up to [`RECV_BATCH`] datagrams that are already there before the next round, so a flood
 //! is read as fast as the thread can (per datagram: the gate, then the directory) while the
 //! announcing and expiring still run between batches. Each datagram passes the gate first
@@ -31,7 +31,7 @@ use rand::RngExt;
 use super::auth::{Gate, Refusal, Sealer};
 use super::{announcement_parts, DiscoveryOptions};
 use crate::fabric::{Datagram, Error as FabricError, UdEndpoint};
-use crate::node::{NodeShared, SLICE};
+use crate::node::{NodeShared, RECHECK_INTERVAL};
 use crate::protocol::wall_clock_ms;
 use crate::protocol::{AnnounceKind, Announcement, SEAL_OVERHEAD};
 
@@ -104,7 +104,7 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
             gate.forget_silent(now);
             next_forget = now + FORGET_INTERVAL;
         }
-        let mut until = next_heartbeat.min(now + SLICE);
+        let mut until = next_heartbeat.min(now + RECHECK_INTERVAL);
         if let Some(t) = next_expiry.into_iter().chain(answer_due).min() {
             until = until.min(t);
         }
@@ -131,7 +131,7 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
             Err(FabricError::Closed) => break,
             Err(e) => {
                 tracing::warn!(node = node.id, "discovery receive: {e}");
-                std::thread::sleep(SLICE);
+                std::thread::sleep(RECHECK_INTERVAL);
             }
         }
     }

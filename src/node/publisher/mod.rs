@@ -186,7 +186,7 @@ const SLOT: usize = 64;
 const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often the CM thread services each publisher ([`PublisherShared::service`]): receives
 /// reposted and idle subscribers found while the application publishes nothing.
-pub(crate) const SERVICE_INTERVAL: Duration = super::SLICE;
+pub(crate) const SERVICE_INTERVAL: Duration = super::RECHECK_INTERVAL;
 /// On a fabric whose NIC copies on this host's CPUs (soft), a publisher that has just
 /// committed this many payload bytes or more yields the CPU once, so that the NIC thread that
 /// must copy them (and the subscribers it feeds) get a turn on a machine with fewer CPUs than

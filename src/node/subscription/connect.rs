@@ -13,7 +13,7 @@ use crate::node::discovery::LostReason;
 use crate::node::pacing::ReadPacer;
 use crate::node::wr_id::{WrId, WrKind};
 use crate::node::MessageType;
-use crate::node::SLICE;
+use crate::node::RECHECK_INTERVAL;
 use crate::protocol::{AcceptData, RejectCode, RejectData};
 use crate::ring::{RingError, RingReader, CONTROL_READ_LEN, PROBE_LEN};
 use std::collections::VecDeque;
@@ -111,7 +111,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             if left.is_zero() {
                 return Err(Error::Timeout { what: "connect", millis: crate::time::millis(timeout) });
             }
-            if let Ok(ev) = self.events_rx.recv_timeout(left.min(SLICE)) {
+            if let Ok(ev) = self.events_rx.recv_timeout(left.min(RECHECK_INTERVAL)) {
                 self.on_feed_event(ev);
             }
         }

@@ -1,6 +1,6 @@
 //! Opening connections to publishers, in the background: a subscription's [`Connector`] turns
 //! discovery's sightings of its topic into connections without any call of the application,
-//! and the node's connector thread runs every connector each [`SLICE`].
+//! and the node's connector thread runs every connector each [`RECHECK_INTERVAL`].
 //!
 //! The connector owns what deciding and opening need: the discovery [`Watch`] (with its retry
 //! backoff), the addresses with an open connection, and the publishers connected before (a
@@ -29,7 +29,7 @@ use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QpCaps, QpIni
 use crate::node::cm::FeedEvent;
 use crate::node::discovery::watch::{Lost, Watch};
 use crate::node::discovery::{LostReason, Sighting};
-use crate::node::{NodeShared, Route, SLICE};
+use crate::node::{NodeShared, Route, RECHECK_INTERVAL};
 use crate::protocol::{wall_clock_ms, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
 
 /// Most connections of one subscription open at once (its feed keys have 24 bits; far fewer
@@ -278,7 +278,7 @@ impl ConnectorState {
     }
 }
 
-/// The node's connector thread: runs every live connector each [`SLICE`] until the node stops.
+/// The node's connector thread: runs every live connector each [`RECHECK_INTERVAL`] until the node stops.
 pub(crate) fn run_all(node: Arc<NodeShared>) {
     while !node.stop.load(Ordering::Acquire) {
         let live: Vec<Arc<Connector>> = {
@@ -289,6 +289,6 @@ pub(crate) fn run_all(node: Arc<NodeShared>) {
         for connector in live {
             connector.run(&node, false);
         }
-        std::thread::sleep(SLICE);
+        std::thread::sleep(RECHECK_INTERVAL);
     }
 }

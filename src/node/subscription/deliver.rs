@@ -6,7 +6,7 @@ use super::{Message, MessageRef, Payload, Subscription, SubscriptionEvent, PARK_
 use crate::error::{Error, Result};
 use crate::fabric::WorkCompletion;
 use crate::node::MessageType;
-use crate::node::SLICE;
+use crate::node::RECHECK_INTERVAL;
 use crossbeam::channel;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -222,7 +222,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             if now >= deadline {
                 return Ok(None);
             }
-            let wait = deadline.saturating_duration_since(now).min(SLICE);
+            let wait = deadline.saturating_duration_since(now).min(RECHECK_INTERVAL);
             let any_active = self.feeds.iter().any(|(_, f)| f.active.is_some() && !f.closed);
             if !any_active {
                 self.permit.release();

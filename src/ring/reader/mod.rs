@@ -141,8 +141,10 @@ enum State {
 }
 
 /// What to do with a record after validation.
-enum Step {
+enum RecordVerdict {
+    /// Take it and go on to the next record.
     Consume,
+    /// Stop the parse here, for this reason.
     Stop(Stop),
 }
 

@@ -44,11 +44,11 @@ impl RingReader {
                     return Err(self.corrupt(&h, "padding with other flags"));
                 }
                 match self.expect_seq(&h)? {
-                    Step::Stop(s) => {
+                    RecordVerdict::Stop(s) => {
                         out.stop = s;
                         break;
                     }
-                    Step::Consume => {}
+                    RecordVerdict::Consume => {}
                 }
                 // The lap ends here.
                 self.advance(room);
@@ -81,7 +81,7 @@ impl RingReader {
                 out.stop = Stop::Torn;
                 break;
             }
-            if let Step::Stop(s) = self.accept(&h, payload, &mut out, &mut deliver)? {
+            if let RecordVerdict::Stop(s) = self.accept(&h, payload, &mut out, &mut deliver)? {
                 out.stop = s;
                 break;
             }
@@ -163,20 +163,20 @@ impl RingReader {
     }
 
     /// Checks the sequence of a padding record (it carries the sequence of the record after it).
-    fn expect_seq(&mut self, h: &RecordHeader) -> Result<Step, RingError> {
+    fn expect_seq(&mut self, h: &RecordHeader) -> Result<RecordVerdict, RingError> {
         let want = match self.state {
             State::Anchor { seq } => {
                 if h.seq != seq {
                     self.anchor_invalid = true;
-                    return Ok(Step::Stop(Stop::NeedControl));
+                    return Ok(RecordVerdict::Stop(Stop::NeedControl));
                 }
-                return Ok(Step::Consume);
+                return Ok(RecordVerdict::Consume);
             }
             State::Boundary | State::Assembling { .. } => self.next_seq,
             State::Skipping { seq } => seq,
         };
         if h.seq == want {
-            Ok(Step::Consume)
+            Ok(RecordVerdict::Consume)
         } else {
             Err(self.corrupt(h, "padding with a sequence that does not continue the stream"))
         }
@@ -189,7 +189,7 @@ impl RingReader {
         payload: &[u8],
         out: &mut Parsed,
         deliver: &mut F,
-    ) -> Result<Step, RingError>
+    ) -> Result<RecordVerdict, RingError>
     where
         F: FnMut(u64, &[u8]),
     {
@@ -201,7 +201,7 @@ impl RingReader {
             let target = seq + !h.is_first() as u64;
             if h.seq != seq || target < self.next_seq {
                 self.anchor_invalid = true;
-                return Ok(Step::Stop(Stop::NeedControl));
+                return Ok(RecordVerdict::Stop(Stop::NeedControl));
             }
             let lost = target - self.next_seq;
             out.lost += lost;
@@ -258,7 +258,7 @@ impl RingReader {
                 }
             }
         }
-        Ok(Step::Consume)
+        Ok(RecordVerdict::Consume)
     }
 
     fn deliver<F: FnMut(u64, &[u8])>(&mut self, payload: &[u8], out: &mut Parsed, deliver: &mut F) {
