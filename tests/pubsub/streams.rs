@@ -1,0 +1,294 @@
+//! Streams of messages: starts, checksums, several publishers, the end of a stream, large messages, many subscribers, READ buffers and the data path.
+
+use super::*;
+
+#[test]
+fn late_join_from_latest_and_from_earliest() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher("late").create().unwrap();
+    let size = |seq: u64| seq as usize * 10;
+    for seq in 1..=10 {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    let mut earliest = subscribe(&sub_node, "late", Start::Earliest, pub_node.local_addr());
+    let mut latest = subscribe(&sub_node, "late", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 2);
+    for seq in 11..=20 {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    for expected in 1..=20 {
+        let m = recv_until(&mut earliest, deadline);
+        assert_eq!(m.seq, expected);
+        check(&m, size);
+    }
+    for expected in 11..=20 {
+        let m = recv_until(&mut latest, deadline);
+        assert_eq!(m.seq, expected, "latest starts after what was published before it joined");
+        check(&m, size);
+    }
+}
+
+/// The publisher picks the record checksum function and each subscriber learns it from the
+/// accept private data: a subscriber checking with another function would take every record
+/// for torn and deliver nothing.
+#[test]
+fn each_checksum_function_carries_messages_end_to_end() {
+    let pub_node = node();
+    let sub_node = node();
+    let size = |seq: u64| (mix(seq) % 300_000) as usize + 1;
+    for (i, checksum) in Checksum::ALL.into_iter().enumerate() {
+        let topic = format!("checksum-{i}");
+        let publisher = pub_node.publisher(&topic).checksum(checksum).create().unwrap();
+        assert_eq!(publisher.checksum(), checksum);
+        let mut sub = subscribe(&sub_node, &topic, Start::Earliest, pub_node.local_addr());
+        wait_subscribers(&publisher, 1);
+        let deadline = Instant::now() + WAIT;
+        for seq in 1..=50 {
+            publisher.publish(&payload(seq, size(seq))).unwrap();
+            let m = recv_until(&mut sub, deadline);
+            assert_eq!(m.seq, seq, "{checksum:?}");
+            check(&m, size);
+        }
+        assert_eq!(sub.counters().torn.load(Ordering::Relaxed), 0, "{checksum:?}: no record failed its check");
+    }
+    let default = pub_node.publisher("checksum-default").create().unwrap();
+    assert_eq!(default.checksum(), Checksum::fastest_here(), "by default, the faster function here");
+}
+
+#[test]
+fn two_publishers_on_one_topic_are_merged_in_order_per_publisher() {
+    let a = node();
+    let b = node();
+    let sub_node = node();
+    let pa = a.publisher("shared").create().unwrap();
+    let pb = b.publisher("shared").create().unwrap();
+    let mut sub = sub_node.subscriber("shared").create().unwrap();
+    let ia = sub.connect_wait(a.local_addr(), WAIT).unwrap();
+    let ib = sub.connect_wait(b.local_addr(), WAIT).unwrap();
+    assert_ne!(ia.id, ib.id);
+    wait_subscribers(&pa, 1);
+    wait_subscribers(&pb, 1);
+    for seq in 1..=500u64 {
+        pa.publish(&payload(seq, 64)).unwrap();
+        pb.publish(&payload(seq, 32)).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    let (mut next_a, mut next_b) = (1, 1);
+    while next_a <= 500 || next_b <= 500 {
+        let m = recv_until(&mut sub, deadline);
+        if m.publisher.id == ia.id {
+            assert_eq!(m.seq, next_a);
+            check(&m, |_| 64);
+            next_a += 1;
+        } else {
+            assert_eq!(m.publisher.id, ib.id);
+            assert_eq!(m.seq, next_b);
+            check(&m, |_| 32);
+            next_b += 1;
+        }
+    }
+}
+
+#[test]
+fn a_dropped_publisher_ends_the_stream_after_its_last_message() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher("ending").create().unwrap();
+    let mut sub = subscribe(&sub_node, "ending", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let reader = thread::spawn(move || {
+        let deadline = Instant::now() + WAIT;
+        let mut got = Vec::new();
+        loop {
+            assert!(Instant::now() < deadline, "the stream did not end");
+            match sub.recv_timeout(Duration::from_millis(100)) {
+                Ok(Some(m)) => got.push(m.seq),
+                Ok(None) => {}
+                Err(Error::Closed(_)) => break,
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        stop2.store(true, Ordering::Release);
+        let events: Vec<_> = std::iter::from_fn(|| sub.try_event()).collect();
+        (got, events)
+    });
+    for seq in 1..=100 {
+        publisher.publish(&payload(seq, 256)).unwrap();
+    }
+    drop(publisher);
+    let (got, events) = reader.join().unwrap();
+    assert!(stop.load(Ordering::Acquire));
+    assert_eq!(got, (1..=100).collect::<Vec<_>>());
+    assert!(
+        events.iter().any(|e| matches!(e, SubscriptionEvent::Ended { final_seq: 100, complete: true, .. })),
+        "events: {events:?}"
+    );
+}
+
+#[test]
+fn a_sixteen_mib_message_passes_through_a_one_mib_ring() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher("huge").ring_capacity(1 << 20).create().unwrap();
+    let mut sub = subscribe(&sub_node, "huge", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let size = |seq: u64| if seq == 2 { 16 << 20 } else { 1000 };
+    let reader = thread::spawn(move || {
+        let deadline = Instant::now() + WAIT;
+        for expected in 1..=3 {
+            let m = recv_until(&mut sub, deadline);
+            assert_eq!(m.seq, expected);
+            check(&m, size);
+        }
+    });
+    for seq in 1..=3 {
+        publisher.publish(&payload(seq, size(seq))).unwrap();
+    }
+    reader.join().unwrap();
+}
+
+#[test]
+fn read_buffers_grow_with_the_records_read_not_with_the_ring() {
+    let pub_node = node();
+    let sub_node = node();
+    // A 16 MiB ring allows records of 4 MiB; the subscription's two READ buffers start at the
+    // batch size (256 KiB) and grow only when a record needs more.
+    let publisher = pub_node.publisher("grow").ring_capacity(16 << 20).create().unwrap();
+    let mut sub = subscribe(&sub_node, "grow", Start::Latest, pub_node.local_addr());
+    wait_subscribers(&publisher, 1);
+    let held = |sub: &rdma_pubsub::Subscription| sub.counters().read_buffer_bytes.load(Ordering::Relaxed);
+    let batch: u64 = 256 << 10; // the subscription's default batch (SubscriberBuilder::batch)
+    assert_eq!(held(&sub), 2 * batch, "two READ buffers of the batch size to start with");
+    let big = 3 << 20;
+    let size = move |seq: u64| if seq == 101 { big } else { 1000 };
+    let deadline = Instant::now() + WAIT;
+    let exchange = |seqs: std::ops::RangeInclusive<u64>, sub: &mut rdma_pubsub::Subscription| {
+        for seq in seqs.clone() {
+            publisher.publish(&payload(seq, size(seq))).unwrap();
+        }
+        for expected in seqs {
+            let m = recv_until(sub, deadline);
+            assert_eq!(m.seq, expected);
+            check(&m, size);
+        }
+    };
+    exchange(1..=100, &mut sub);
+    assert_eq!(held(&sub), 2 * batch, "small messages need no larger buffer");
+    exchange(101..=102, &mut sub);
+    let grown = held(&sub);
+    assert!(grown > 2 * batch && grown >= big as u64, "a buffer grew to hold the 3 MiB record: {grown}");
+    assert!(grown <= 2 * ((4 << 20) + 64), "never past what the ring's largest record needs: {grown}");
+    drop(sub);
+}
+
+#[test]
+fn sixty_four_subscribers_on_one_publisher() {
+    let pub_node = node();
+    let sub_node = node();
+    let publisher = pub_node.publisher("wide").create().unwrap();
+    let mut subs: Vec<_> =
+        (0..64).map(|_| subscribe(&sub_node, "wide", Start::Latest, pub_node.local_addr())).collect();
+    wait_subscribers(&publisher, 64);
+    for seq in 1..=200 {
+        publisher.publish(&payload(seq, 128)).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    for sub in &mut subs {
+        for expected in 1..=200 {
+            let m = recv_until(sub, deadline);
+            assert_eq!(m.seq, expected);
+            check(&m, |_| 128);
+        }
+    }
+}
+
+#[test]
+fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
+    let pub_node = node();
+    let sub_node = node();
+    for round in 0..40 {
+        let topic = format!("orderly-{round}");
+        let publisher = pub_node.publisher(&topic).create().unwrap();
+        let mut sub = sub_node.subscriber(&topic).busy_poll(true).auto_connect(false).create().unwrap();
+        sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
+        wait_subscribers(&publisher, 1);
+        let reader = thread::spawn(move || {
+            let deadline = Instant::now() + WAIT;
+            let mut events = Vec::new();
+            let mut got = 0;
+            loop {
+                assert!(Instant::now() < deadline, "the stream did not end");
+                match sub.recv_timeout(Duration::from_millis(20)) {
+                    Ok(Some(m)) => {
+                        got += 1;
+                        assert_eq!(m.seq, got);
+                    }
+                    Ok(None) => {}
+                    Err(Error::Closed(_)) => break,
+                    Err(e) => panic!("unexpected error {e}"),
+                }
+                events.extend(std::iter::from_fn(|| sub.try_event()));
+            }
+            events.extend(std::iter::from_fn(|| sub.try_event()));
+            (got, events)
+        });
+        for seq in 1..=100 {
+            publisher.publish(&payload(seq, 64)).unwrap();
+        }
+        // A busy-polling subscriber that caught up acknowledges everything (it does not park).
+        publisher.flush(Duration::from_secs(5)).expect("every subscriber acknowledged the tail");
+        drop(publisher);
+        let (got, events) = reader.join().unwrap();
+        assert_eq!(got, 100);
+        let ended = events.iter().filter(|e| matches!(e, SubscriptionEvent::Ended { complete: true, .. })).count();
+        let failed = events.iter().filter(|e| matches!(e, SubscriptionEvent::Disconnected { .. })).count();
+        assert_eq!((ended, failed), (1, 0), "round {round}: {events:?}");
+    }
+}
+
+/// A READ whose headers show more written data after it is followed by the next READ before
+/// its records are validated and its messages handed out, so the next batch travels while the
+/// subscriber checks this one and the caller works on it.
+#[test]
+fn the_next_read_is_in_flight_while_a_message_is_delivered() {
+    let (pub_node, sub_node) = (node(), node());
+    let publisher = pub_node.publisher("pipelined").create().expect("publisher");
+    // Two messages that one minimum-size READ (4 KiB) cannot hold together.
+    for seq in 1..=2 {
+        publisher.publish(&payload(seq, 3000)).expect("publish");
+    }
+    let mut sub = sub_node.subscriber("pipelined").start(Start::Earliest).batch(4096).create().expect("subscribe");
+    sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    let first = recv_until(&mut sub, Instant::now() + WAIT);
+    assert_eq!(first.seq, 1);
+    check(&first, |_| 3000);
+    assert_eq!(sub.counters().reads.load(Ordering::Relaxed), 2, "the second READ was posted before delivery");
+    // It went out as soon as the headers showed the second record, before the first was validated.
+    assert_eq!(sub.counters().reads_ahead.load(Ordering::Relaxed), 1);
+    let second = recv_until(&mut sub, Instant::now() + WAIT);
+    check(&second, |_| 3000);
+}
+
+#[test]
+fn a_subscriber_reads_through_the_path_its_node_chose_and_counts_it() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node.publisher("path").create().unwrap();
+    let mut sub = sub_node.subscriber("path").create().unwrap();
+    let info = sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    assert_eq!(info.data_path, expected_data_path());
+    let (shared, network) = match expected_data_path() {
+        DataPath::SharedMemory => (1, 0),
+        DataPath::Network => (0, 1),
+    };
+    assert_eq!(sub.counters().shared_memory_connects.load(Ordering::Relaxed), shared);
+    assert_eq!(sub.counters().network_connects.load(Ordering::Relaxed), network);
+    publisher.publish(&payload(1, 100)).unwrap();
+    let m = sub.recv_timeout(WAIT).unwrap().expect("a message");
+    assert_eq!(m.data, payload(1, 100));
+    assert_eq!(m.publisher.data_path, info.data_path);
+}
