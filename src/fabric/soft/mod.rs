@@ -13,11 +13,21 @@
 
 mod cm;
 mod conn;
+mod connections;
 mod cq;
 mod device;
+mod events;
+mod handshakes;
+mod mr;
 mod nic;
+mod open;
+mod pd;
 mod qp;
+mod recv;
+mod regions;
+mod seg;
 mod shm;
+mod srq;
 mod timers;
 mod ud;
 internal! { pub mod wire; }
@@ -27,11 +37,9 @@ mod tests;
 
 // The NIC's limits, for the hostile tests (with the feature `internals`).
 #[cfg(feature = "internals")]
-pub use cm::{MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
-#[cfg(feature = "internals")]
 pub use conn::{OUT_CAP, OUT_RESUME};
 #[cfg(feature = "internals")]
-pub use device::HANDSHAKE_TIMEOUT;
+pub use handshakes::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
 #[cfg(feature = "internals")]
 pub use nic::OUTPUT_STALL_TIMEOUT;
 
@@ -45,5 +53,5 @@ use super::{Fabric, FabricConfig, Result};
 /// `soft0`; [`Os`](super::Error::Os) when the NIC thread, its epoll instance or the same-host
 /// endpoint cannot be created.
 pub fn open(config: &FabricConfig) -> Result<Fabric> {
-    device::open(config)
+    open::open(config)
 }

@@ -5,11 +5,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cm::{ChannelInner, Ev, CLOSE_LINGER};
-use super::conn::{rdma_header, Conn, InFlight, LocalOp, OutFrame, Phase, RecvWr, Seg, Tail};
-use super::device::Device;
-use super::nic::{Cmd, TimerKind};
+use super::conn::{rdma_header, Conn, Ev, InFlight, LocalOp, OutFrame, Phase, Tail, CLOSE_LINGER};
+use super::device::{Cmd, Device};
+use super::events::EventQueue;
+use super::mr::sge_segment;
+use super::recv::RecvWr;
+use super::seg::Seg;
 use super::shm::MAX_INLINE;
+use super::timers::TimerKind;
 use super::wire::{FrameType, Header, AUX_SOLICITED};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::*;
@@ -21,12 +24,17 @@ pub(crate) struct SoftQp {
     qp_num: u32,
     // Kept alive for as long as the queue pair exists (CQs, PD, SRQ, channel, device).
     _init: QpInitOps,
-    _channel: Option<Arc<ChannelInner>>,
+    _channel: Option<Arc<EventQueue<Ev>>>,
     _dev: Arc<Device>,
 }
 
 impl SoftQp {
-    pub(crate) fn new(conn: Arc<Conn>, init: QpInitOps, dev: Arc<Device>, channel: Option<Arc<ChannelInner>>) -> Self {
+    pub(crate) fn new(
+        conn: Arc<Conn>,
+        init: QpInitOps,
+        dev: Arc<Device>,
+        channel: Option<Arc<EventQueue<Ev>>>,
+    ) -> Self {
         let qp_num = conn.st.lock().qp.as_ref().map_or(0, |q| q.qp_num);
         SoftQp { conn, qp_num, _init: init, _channel: channel, _dev: dev }
     }
@@ -142,7 +150,7 @@ impl QpOps for SoftQp {
         if qp.sq_used >= qp.caps.max_send_wr {
             return Err(Error::QueueFull { queue: "send queue", depth: qp.caps.max_send_wr });
         }
-        let segs: Option<Vec<Seg>> = wr.sges.iter().map(|s| Seg::from_sge(s, qp.pd, need)).collect();
+        let segs: Option<Vec<Seg>> = wr.sges.iter().map(|s| sge_segment(s, qp.pd, need)).collect();
         let Some(segs) = segs else {
             // Like hardware: the request fails with a completion and the queue pair errors.
             qp.sq_used += 1;

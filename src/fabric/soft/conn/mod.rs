@@ -1,534 +1,87 @@
-//! One RC connection (a TCP stream) and the queue-pair state it carries: the output queue with
-//! its partial-write state, the in-flight send work requests, the receive list and, on the
-//! same-host path, the inbox the peer writes its SENDs into.
+//! One RC connection (a TCP stream) shared by the NIC thread and the user's queue pair: its
+//! lock-guarded state (phase, output queue, queue pair, same-host inbox), writing its output
+//! queue to the socket, the CM events it produces and, on the same-host path, the copies and
+//! inbox SENDs it executes.
 
-use std::collections::VecDeque;
+mod out_queue;
+mod phase;
+mod qp_state;
+mod receive;
+
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::OnceLock;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use parking_lot::Mutex;
 
-use super::cm::ChannelInner;
-use super::cq::{CqInner, Drain, InboxSource, SrqInner};
-use super::device::{Shared, SoftMr};
-use super::nic::{Cmd, Rx};
-use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, Pool, ShmClient};
-use super::wire::{FrameType, Header, HEADER_LEN};
-use crate::fabric::error::{Error, Result};
-use crate::fabric::memory::{self, IoPart, RegisteredBuffer, MAX_IOV};
-use crate::fabric::provider::{ConnId, QpInitOps, Sge};
+pub(crate) use out_queue::{OutFrame, Tail};
+#[cfg(feature = "internals")]
+pub use out_queue::{OUT_CAP, OUT_RESUME};
+pub(crate) use phase::Phase;
+pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpData};
+pub(crate) use receive::{Rx, Sink, Stage, Then};
+
+use super::cq::{Drain, InboxSource};
+use super::device::{Cmd, Shared};
+use super::events::{ChannelEvent, EventQueue};
+use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, ShmClient};
+use super::timers::TimerKind;
+use super::wire::{FrameType, Header};
+use crate::fabric::provider::ConnId;
 use crate::fabric::types::*;
+use out_queue::OutQueue;
 
-/// A range of registered memory an operation reads or writes; holds the memory alive.
-#[derive(Clone)]
-pub(crate) struct Seg {
-    pub(crate) buf: Arc<RegisteredBuffer>,
-    pub(crate) off: usize,
-    pub(crate) len: usize,
+/// How long a closing connection waits for the peer to close before it is dropped.
+pub(crate) const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+/// An event as the NIC produces it; the channel turns requests into handles. It lives with the
+/// connection: a request carries the connection, whose state holds its channel's queue.
+pub(crate) enum Ev {
+    Request { conn: Arc<Conn>, data: Vec<u8> },
+    Established { conn: ConnId, data: Vec<u8> },
+    Rejected { conn: ConnId, reason: RejectReason, data: Vec<u8> },
+    Unreachable { conn: ConnId, detail: String },
+    Disconnected { conn: ConnId },
 }
 
-impl Seg {
-    /// A bounds-checked segment.
-    pub(crate) fn new(buf: Arc<RegisteredBuffer>, off: usize, len: usize) -> Result<Seg> {
-        buf.check_range(off, len)?;
-        Ok(Seg { buf, off, len })
-    }
-
-    /// The segment of an SGE if its region is a soft region of protection domain `pd` that
-    /// grants `need`; `None` is a local protection error.
-    pub(crate) fn from_sge(sge: &Sge<'_>, pd: u32, need: Access) -> Option<Seg> {
-        let mr = sge.mr.ops().as_any().downcast_ref::<SoftMr>()?;
-        if mr.pd != pd || !mr.access.contains(need) {
-            return None;
+impl ChannelEvent for Ev {
+    /// A request nobody will take is rejected with no private data.
+    fn reject_request(self) {
+        if let Ev::Request { conn, .. } = self {
+            reject_conn(&conn, &[]);
         }
-        Seg::new(sge.mr.buffer_arc().clone(), sge.offset, sge.len).ok()
     }
 }
 
-/// Posted receives in order and, once a same-host sender asked for them, their credits: the
-/// receive list of a queue pair or of a shared receive queue.
-#[derive(Default)]
-pub(crate) struct RecvList {
-    wrs: VecDeque<RecvWr>,
-    pool: Option<Arc<Pool>>,
-}
-
-impl RecvList {
-    /// Receives posted and not taken.
-    pub(crate) fn len(&self) -> usize {
-        self.wrs.len()
-    }
-
-    /// Adds a posted receive (and its credit).
-    pub(crate) fn push(&mut self, wr: RecvWr) {
-        if let Some(pool) = &self.pool {
-            pool.posted(wr.cap);
-        }
-        self.wrs.push_back(wr);
-    }
-
-    /// Takes the oldest receive, for a SEND that claimed it from the pool (`claimed`, from an
-    /// inbox) or one that came over a stream (never a receive promised to an inbox SEND).
-    pub(crate) fn take(&mut self, claimed: bool) -> Option<RecvWr> {
-        if self.wrs.is_empty() {
-            return None;
-        }
-        if let (false, Some(pool)) = (claimed, &self.pool) {
-            if !pool.claim_for_stream() {
-                return None;
-            }
-        }
-        self.wrs.pop_front()
-    }
-
-    /// Takes the oldest receive whatever was claimed (to flush it).
-    fn take_any(&mut self) -> Option<RecvWr> {
-        self.wrs.pop_front()
-    }
-
-    /// The credits a same-host sender claims from, made on first use.
-    pub(crate) fn pool(&mut self) -> Option<Arc<Pool>> {
-        if self.pool.is_none() {
-            self.pool = Some(Arc::new(Pool::new(self.wrs.iter().map(|w| w.cap)).ok()?));
-        }
-        self.pool.clone()
-    }
-}
-
-/// A posted receive.
-pub(crate) struct RecvWr {
-    pub(crate) wr_id: u64,
-    pub(crate) segs: Vec<Seg>,
-    pub(crate) cap: usize,
-}
-
-impl RecvWr {
-    /// Checks the SGEs (soft regions of `pd` with LOCAL_WRITE) and builds the receive.
-    pub(crate) fn new(wr_id: u64, sges: &[Sge<'_>], pd: u32, verb: &'static str) -> Result<RecvWr> {
-        let mut segs = Vec::with_capacity(sges.len());
-        for sge in sges {
-            let seg = Seg::from_sge(sge, pd, Access::LOCAL_WRITE).ok_or_else(|| {
-                Error::invalid(verb, "receive buffer is not a LOCAL_WRITE region of this protection domain")
-            })?;
-            segs.push(seg);
-        }
-        let cap = segs.iter().map(|s| s.len).sum();
-        Ok(RecvWr { wr_id, segs, cap })
-    }
-}
-
-/// A send-queue work request the peer has not answered yet.
-pub(crate) struct InFlight {
-    pub(crate) psn: u32,
-    pub(crate) wr_id: u64,
-    pub(crate) op: WcOpcode,
-    pub(crate) signaled: bool,
-    pub(crate) len: u32,
-    /// READ destination.
-    pub(crate) dest: Vec<Seg>,
-    /// The NIC is writing the READ response into `dest`: only the NIC may complete it.
-    pub(crate) busy: bool,
-    /// A same-host READ or WRITE waiting for the requests before it: it is executed (as a copy,
-    /// `dest` being its local segments) once they have completed, as RC executes a request at
-    /// the responder only after the ones before it.
-    pub(crate) local: Option<LocalOp>,
-}
-
-/// A READ or WRITE of the same-host path.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LocalOp {
-    /// READ (else WRITE).
-    pub(crate) read: bool,
-    /// The peer's region.
-    pub(crate) rkey: u32,
-    /// The peer's address.
-    pub(crate) addr: u64,
-}
-
-/// The header of an RDMA READ (`read`) or WRITE request of `len` bytes at `remote`.
-pub(crate) fn rdma_header(read: bool, remote: RemoteAddr, psn: u32, len: u32) -> Header {
-    let mut h = Header::new(if read { FrameType::ReadReq } else { FrameType::Write });
-    h.addr = remote.addr;
-    h.rkey = remote.rkey;
-    h.psn = psn;
-    if read {
-        h.aux = len;
+/// The event a failed TCP connect produces: refused means nobody listens.
+pub(crate) fn connect_failure(conn: ConnId, addr: SocketAddr, e: &std::io::Error) -> Ev {
+    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        Ev::Rejected { conn, reason: RejectReason::NoListener, data: Vec::new() }
     } else {
-        h.len = len;
-    }
-    h
-}
-
-/// The queue-pair half of a connection.
-pub(crate) struct QpData {
-    pub(crate) qp_num: u32,
-    pub(crate) pd: u32,
-    pub(crate) send_cq: Arc<CqInner>,
-    pub(crate) recv_cq: Arc<CqInner>,
-    pub(crate) srq: Option<Arc<SrqInner>>,
-    pub(crate) caps: QpCaps,
-    pub(crate) min_rnr_timer: Duration,
-    /// Send-queue slots in use: in flight, plus unsignaled ones completed since the last
-    /// signaled completion (the verbs rule).
-    pub(crate) sq_used: u32,
-    unreaped: u32,
-    pub(crate) inflight: VecDeque<InFlight>,
-    pub(crate) next_psn: u32,
-    pub(crate) rq: RecvList,
-    /// The queue pair is in the error state.
-    pub(crate) error: bool,
-    /// RDMA READs this end may have on the wire unanswered: its own initiator depth, lowered
-    /// to the peer's responder resources when the connection is established.
-    pub(crate) initiator_depth: u32,
-    /// RDMA READs of the peer this end serves at once; a peer with more outstanding breaks
-    /// the protocol.
-    pub(crate) responder_resources: u32,
-    /// This end's READ requests queued or on the wire, not yet answered.
-    reads_out: u32,
-    /// Requests waiting in the send queue behind a READ beyond the initiator depth, in order.
-    held: VecDeque<OutFrame>,
-}
-
-impl QpData {
-    /// The queue-pair state of a new connection, with `init`'s settings.
-    pub(crate) fn new(
-        qp_num: u32,
-        pd: u32,
-        (send_cq, recv_cq): (Arc<CqInner>, Arc<CqInner>),
-        srq: Option<Arc<SrqInner>>,
-        init: &QpInitOps,
-    ) -> Self {
-        QpData {
-            qp_num,
-            pd,
-            send_cq,
-            recv_cq,
-            srq,
-            caps: init.caps,
-            min_rnr_timer: init.min_rnr_timer,
-            initiator_depth: init.initiator_depth.into(),
-            responder_resources: init.responder_resources.into(),
-            reads_out: 0,
-            held: VecDeque::new(),
-            sq_used: 0,
-            unreaped: 0,
-            inflight: VecDeque::new(),
-            next_psn: 0,
-            rq: RecvList::default(),
-            error: false,
-        }
-    }
-
-    /// Takes the receive the next SEND is placed into, from the shared receive queue or the
-    /// queue pair's own list: for a SEND that claimed it (`claimed`, from the inbox) or one
-    /// that came over the stream.
-    pub(crate) fn take_recv(&mut self, claimed: bool) -> Option<RecvWr> {
-        match &self.srq {
-            Some(srq) => srq.take(claimed),
-            None => self.rq.take(claimed),
-        }
-    }
-
-    /// The receive credits a same-host sender claims from (made on first use).
-    fn pool(&mut self) -> Option<Arc<Pool>> {
-        match &self.srq {
-            Some(srq) => srq.pool(),
-            None => self.rq.pool(),
-        }
-    }
-
-    /// Completes `f` with `status`: a signaled or failed request produces a completion and
-    /// frees its slot and those of the unsignaled requests before it.
-    pub(crate) fn retire(&mut self, f: InFlight, status: WcStatus) {
-        if status.is_success() && !f.signaled {
-            self.unreaped += 1;
-            return;
-        }
-        self.sq_used = self.sq_used.saturating_sub(1 + self.unreaped);
-        self.unreaped = 0;
-        let byte_len = if status.is_success() { f.len } else { 0 };
-        self.send_cq.push(WorkCompletion {
-            wr_id: f.wr_id,
-            status,
-            opcode: f.op,
-            byte_len,
-            imm: None,
-            qp_num: self.qp_num,
-        });
-    }
-
-    /// A receive completion on this queue pair.
-    pub(crate) fn complete_recv(&self, wr_id: u64, status: WcStatus, byte_len: u32, imm: Option<u32>) {
-        self.complete_recv_solicited(wr_id, status, byte_len, imm, false);
-    }
-
-    /// Completes a receive of a SEND that was posted `solicited` (or not).
-    pub(crate) fn complete_recv_solicited(
-        &self,
-        wr_id: u64,
-        status: WcStatus,
-        byte_len: u32,
-        imm: Option<u32>,
-        solicited: bool,
-    ) {
-        let wc = WorkCompletion { wr_id, status, opcode: WcOpcode::Recv, byte_len, imm, qp_num: self.qp_num };
-        self.recv_cq.push_solicited(wc, solicited);
-    }
-
-    /// Turns the same-host READ or WRITE `f` (taken from the front of the send queue) into a
-    /// request of the network path: returns its frame; `f` goes back to the front.
-    fn network_request(&mut self, f: &mut InFlight, op: LocalOp) -> OutFrame {
-        let psn = self.next_psn;
-        self.next_psn = psn.wrapping_add(1);
-        f.psn = psn;
-        f.local = None;
-        let h = rdma_header(op.read, RemoteAddr { addr: op.addr, rkey: op.rkey }, psn, f.len);
-        let tail = if op.read { Tail::None } else { Tail::Segs(std::mem::take(&mut f.dest)) };
-        OutFrame::new(&h, tail)
-    }
-
-    /// Lowers the initiator depth to the peer's responder resources (at establishment).
-    pub(crate) fn limit_initiator_depth(&mut self, peer_responder_resources: u8) {
-        self.initiator_depth = self.initiator_depth.min(peer_responder_resources.into());
-    }
-
-    /// Completes every send work request the NIC is not busy with using `send_status` and
-    /// flushes the receive list.
-    pub(crate) fn flush(&mut self, send_status: WcStatus) {
-        self.held.clear();
-        let all = std::mem::take(&mut self.inflight);
-        for f in all {
-            if f.busy {
-                self.inflight.push_back(f);
-            } else {
-                self.retire(f, send_status);
-            }
-        }
-        self.sq_used = self.inflight.len() as u32;
-        self.unreaped = 0;
-        while let Some(r) = self.rq.take_any() {
-            self.complete_recv(r.wr_id, WcStatus::WorkRequestFlushed, 0, None);
-        }
+        Ev::Unreachable { conn, detail: format!("connect to {addr}: {e}") }
     }
 }
 
-/// Where a connection is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
-    /// Active side: TCP connecting or waiting for ACCEPT.
-    Connecting,
-    /// Passive side: waiting for CONNECT_REQ.
-    Incoming,
-    /// Passive side: the request was delivered, waiting for accept or reject.
-    Requested,
-    /// Connected.
-    Established,
-    /// Disconnected, rejected, failed or broken.
-    Closed,
-}
-
-impl Phase {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Phase::Connecting => "connecting",
-            Phase::Incoming | Phase::Requested => "awaiting accept",
-            Phase::Established => "established",
-            Phase::Closed => "disconnected",
-        }
+/// Rejects a requested connection with `data` (nothing happens if it is not waiting).
+pub(crate) fn reject_conn(conn: &Conn, data: &[u8]) {
+    let mut st = conn.st.lock();
+    if st.phase != Phase::Requested {
+        return;
     }
-}
-
-/// The payload following a queued header.
-pub(crate) enum Tail {
-    None,
-    Bytes(Vec<u8>),
-    Segs(Vec<Seg>),
-}
-
-/// What a queued frame is, for the READ depths and the limits of the output queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FrameKind {
-    /// A request of our send queue (`read`: an RDMA READ request).
-    Request { read: bool },
-    /// The answer to a request of the peer: an acknowledgement, or a READ response (`read`).
-    Response { read: bool },
-    /// A CM frame.
-    Control,
-}
-
-/// A queued frame.
-pub(crate) struct OutFrame {
-    hdr: [u8; HEADER_LEN],
-    tail: Tail,
-    kind: FrameKind,
-}
-
-impl OutFrame {
-    pub(crate) fn new(hdr: &Header, tail: Tail) -> Self {
-        let kind = match hdr.ty {
-            FrameType::Send | FrameType::SendImm | FrameType::Write => FrameKind::Request { read: false },
-            FrameType::ReadReq => FrameKind::Request { read: true },
-            FrameType::Ack => FrameKind::Response { read: false },
-            FrameType::ReadResp => FrameKind::Response { read: true },
-            FrameType::ConnectReq | FrameType::Accept | FrameType::Reject | FrameType::Disconnect => FrameKind::Control,
-        };
-        OutFrame { hdr: hdr.encode(), tail, kind }
-    }
-
-    /// Bytes on the wire.
-    fn len(&self) -> usize {
-        HEADER_LEN
-            + match &self.tail {
-                Tail::None => 0,
-                Tail::Bytes(b) => b.len(),
-                Tail::Segs(s) => s.iter().map(|s| s.len).sum(),
-            }
-    }
-
-    /// Memory the queue holds for the frame: the frame and its heap parts, not the registered
-    /// memory a READ response or a SEND is written from.
-    fn memory(&self) -> usize {
-        std::mem::size_of::<OutFrame>()
-            + match &self.tail {
-                Tail::None => 0,
-                Tail::Bytes(b) => b.capacity(),
-                Tail::Segs(s) => s.capacity() * std::mem::size_of::<Seg>(),
-            }
-    }
-
-    /// An RDMA READ request.
-    fn is_read_request(&self) -> bool {
-        self.kind == FrameKind::Request { read: true }
-    }
-}
-
-/// Memory of queued responses above which the NIC stops reading the peer's requests until the
-/// peer has read enough of them (back to [`OUT_RESUME`]): 1 MiB, about 14,000 acknowledgements.
-/// Only the peer's requests fill it, and only while the peer does not read: READ responses are
-/// bounded by the responder resources and cost a frame each (their data is written from
-/// registered memory), so the figure does not depend on message sizes.
-/// Our own requests are not counted: the send queue's depth bounds them, and counting them
-/// could stop two ends that both wait to write from ever reading each other.
-pub const OUT_CAP: usize = 1 << 20;
-/// Memory of queued responses below which a paused connection is read again.
-pub const OUT_RESUME: usize = 256 << 10;
-
-/// The frames waiting to be written to the socket, with the partial-write state and what the
-/// limits on the output queue need to know.
-#[derive(Default)]
-pub(crate) struct OutQueue {
-    frames: VecDeque<OutFrame>,
-    /// Bytes of the front frame already written.
-    pos: usize,
-    write_armed: bool,
-    /// Memory held by queued responses (what a peer that does not read makes this end keep).
-    response_memory: usize,
-    /// READ responses queued, the front one possibly partly written.
-    read_responses: u32,
-    /// Bytes written to the socket so far.
-    written: u64,
-    /// The NIC stopped reading the peer's requests: the responses went over [`OUT_CAP`].
-    paused: bool,
-    /// `written` when the pause began or was last found making progress.
-    stall_mark: u64,
-}
-
-impl OutQueue {
-    /// Queues a frame; returns whether the queue was empty before (the caller then writes).
-    fn push(&mut self, frame: OutFrame) -> bool {
-        let was_empty = self.frames.is_empty();
-        self.count(&frame, true);
-        self.frames.push_back(frame);
-        was_empty
-    }
-
-    /// Counts a frame in (`add`) or out of the response totals.
-    fn count(&mut self, frame: &OutFrame, add: bool) {
-        let FrameKind::Response { read } = frame.kind else { return };
-        let (memory, reads) = (frame.memory(), u32::from(read));
-        if add {
-            self.response_memory += memory;
-            self.read_responses += reads;
-        } else {
-            self.response_memory -= memory;
-            self.read_responses -= reads;
-        }
-    }
-
-    /// Keeps only the frames `keep` accepts, and a partly written frame (to keep the stream
-    /// framed).
-    fn retain(&mut self, mut keep: impl FnMut(&OutFrame) -> bool) {
-        let partial = self.pos > 0;
-        let mut kept = VecDeque::with_capacity(self.frames.len());
-        for (i, f) in std::mem::take(&mut self.frames).into_iter().enumerate() {
-            if (i == 0 && partial) || keep(&f) {
-                kept.push_back(f);
-            } else {
-                self.count(&f, false);
-            }
-        }
-        self.frames = kept;
-    }
-
-    /// Records `n` more bytes written: frames written whole leave the queue.
-    fn advance(&mut self, n: usize) {
-        self.written += n as u64;
-        let mut n = self.pos + n;
-        while let Some(f) = self.frames.front() {
-            let l = f.len();
-            if n < l {
-                break;
-            }
-            n -= l;
-            let f = self.frames.pop_front().expect("front checked");
-            self.count(&f, false);
-        }
-        self.pos = n;
-    }
-
-    /// READ responses queued and not yet written whole.
-    pub(crate) fn read_responses(&self) -> u32 {
-        self.read_responses
-    }
-
-    /// Whether reading the peer's requests must pause now (responses over [`OUT_CAP`]); marks
-    /// the pause.
-    pub(crate) fn pause_if_full(&mut self) -> bool {
-        if self.paused || self.response_memory <= OUT_CAP {
-            return false;
-        }
-        self.paused = true;
-        self.stall_mark = self.written;
-        true
-    }
-
-    /// Whether reading is paused.
-    pub(crate) fn paused(&self) -> bool {
-        self.paused
-    }
-
-    /// Whether a paused connection wrote nothing since the pause began or since the last
-    /// check; else the check starts over.
-    pub(crate) fn stalled(&mut self) -> bool {
-        let stalled = self.written == self.stall_mark;
-        self.stall_mark = self.written;
-        stalled
-    }
-
-    /// Ends a pause once the responses fell to [`OUT_RESUME`]; returns whether it ended.
-    fn resume_if_drained(&mut self) -> bool {
-        if !self.paused || self.response_memory > OUT_RESUME {
-            return false;
-        }
-        self.paused = false;
-        true
-    }
+    let mut h = Header::new(FrameType::Reject);
+    h.len = data.len() as u32;
+    st.push_out(OutFrame::new(&h, Tail::Bytes(data.to_vec())));
+    conn.end_handshake(&mut st);
+    st.phase = Phase::Closed;
+    st.shut_after_flush = true;
+    st.channel = None;
+    conn.flush_from_user(&mut st);
+    conn.shared.command(Cmd::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
 }
 
 /// Connection state guarded by the connection's lock.
@@ -541,7 +94,7 @@ pub(crate) struct ConnState {
     pub(crate) shut_after_flush: bool,
     pub(crate) qp: Option<QpData>,
     /// Where CM events of this connection go.
-    pub(crate) channel: Option<Arc<ChannelInner>>,
+    pub(crate) channel: Option<Arc<EventQueue<Ev>>>,
     pub(crate) peer_rnr_retry: u8,
     /// Passive side: RDMA READs of ours the peer serves at once (from its connect request).
     pub(crate) peer_responder_resources: u8,
@@ -599,13 +152,13 @@ impl ConnState {
 
     /// Whether frames wait to be written.
     pub(crate) fn has_output(&self) -> bool {
-        !self.out.frames.is_empty()
+        !self.out.is_empty()
     }
 
     /// Drops queued requests not yet started (a failed or disconnected queue pair must not
     /// execute them at the peer); a partly written frame stays to keep the stream framed.
     pub(crate) fn drop_unsent_requests(&mut self) {
-        self.out.retain(|f| !matches!(f.kind, FrameKind::Request { .. }));
+        self.out.retain(|f| !f.is_request());
     }
 
     /// Drops all queued output but a partly written frame.
@@ -662,7 +215,7 @@ impl ConnState {
     }
 
     /// Sends a CM event to the connection's channel.
-    pub(crate) fn event(&self, ev: super::cm::Ev) {
+    pub(crate) fn event(&self, ev: Ev) {
         if let Some(ch) = &self.channel {
             ch.push(ev);
         }
@@ -706,7 +259,7 @@ impl Conn {
         peer: SocketAddr,
         phase: Phase,
         qp: Option<QpData>,
-        channel: Option<Arc<ChannelInner>>,
+        channel: Option<Arc<EventQueue<Ev>>>,
     ) -> Arc<Conn> {
         let local = sock.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let id = shared.next_id();
@@ -875,57 +428,8 @@ impl Conn {
             return Ok(false);
         }
         let out = &mut st.out;
-        while !out.frames.is_empty() {
-            let sent = {
-                let mut parts: Vec<IoPart<'_>> = Vec::with_capacity(16);
-                let mut skip = out.pos;
-                'frames: for f in &out.frames {
-                    // Header.
-                    if skip >= HEADER_LEN {
-                        skip -= HEADER_LEN;
-                    } else {
-                        parts.push(IoPart::Bytes(&f.hdr[skip..]));
-                        skip = 0;
-                    }
-                    match &f.tail {
-                        Tail::None => {}
-                        Tail::Bytes(b) => {
-                            if skip >= b.len() {
-                                skip -= b.len();
-                            } else {
-                                parts.push(IoPart::Bytes(&b[skip..]));
-                                skip = 0;
-                            }
-                        }
-                        Tail::Segs(segs) => {
-                            for s in segs {
-                                if skip >= s.len {
-                                    skip -= s.len;
-                                    continue;
-                                }
-                                let r = s.buf.range(s.off + skip, s.len - skip).map_err(io::Error::other)?;
-                                parts.push(IoPart::Region(r));
-                                skip = 0;
-                                if parts.len() >= MAX_IOV {
-                                    break 'frames;
-                                }
-                            }
-                        }
-                    }
-                    if parts.len() >= MAX_IOV - 4 {
-                        break;
-                    }
-                }
-                match memory::send_vectored(self.sock.as_fd(), &parts) {
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                }
-            };
-            out.advance(sent);
-        }
-        let want = !out.frames.is_empty();
+        out.write_to(self.sock.as_fd())?;
+        let want = !out.is_empty();
         if want != out.write_armed {
             out.write_armed = want;
             let interest = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
