@@ -8,10 +8,10 @@ use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::conn::{connect_failure, reject_conn, Conn, ConnState, Ev, OutFrame, Phase, QpData, Tail};
+use super::conn::{connect_failure, reject_conn, Conn, ConnState, Ev, FramePayload, OutFrame, Phase, QpState};
 use super::connections::{Connections, ListenerEntry};
 use super::cq::SoftCq;
-use super::device::{Cmd, Device, Shared, LISTENER_BIT};
+use super::device::{Device, DeviceState, NicCommand, LISTENER_BIT};
 use super::events::EventQueue;
 use super::pd::SoftPd;
 use super::qp::SoftQp;
@@ -51,7 +51,7 @@ impl Drop for SoftChannel {
 }
 
 /// The provider objects a queue pair is made of, checked to be soft ones.
-fn qp_data(init: &QpInitOps, shared: &Shared, verb: &'static str) -> Result<QpData> {
+fn new_qp_state(init: &QpInitOps, device: &DeviceState, verb: &'static str) -> Result<QpState> {
     let foreign = || Error::invalid(verb, "queue pair objects come from another provider");
     let pd = (*init.pd).as_any().downcast_ref::<SoftPd>().ok_or_else(foreign)?;
     let send_cq = (*init.send_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
@@ -60,12 +60,12 @@ fn qp_data(init: &QpInitOps, shared: &Shared, verb: &'static str) -> Result<QpDa
         Some(s) => Some((**s).as_any().downcast_ref::<SoftSrq>().ok_or_else(foreign)?.inner.clone()),
         None => None,
     };
-    Ok(QpData::new(shared.next_qpn(), pd.id, (send_cq.inner.clone(), recv_cq.inner.clone()), srq, init))
+    Ok(QpState::new(device.next_qpn(), pd.id, (send_cq.inner.clone(), recv_cq.inner.clone()), srq, init))
 }
 
 impl CmChannelOps for SoftChannel {
     fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<Box<dyn ListenerOps>> {
-        let shared = &self.dev.shared;
+        let device = &self.dev.state;
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(|e| Error::os("listen: socket", None, e))?;
         sock.set_reuse_address(true).map_err(|e| Error::os("listen: SO_REUSEADDR", None, e))?;
@@ -77,12 +77,12 @@ impl CmChannelOps for SoftChannel {
         sock.set_nonblocking(true).map_err(|e| Error::os("listen: O_NONBLOCK", None, e))?;
         let listener: std::net::TcpListener = sock.into();
         let local = listener.local_addr().map_err(|e| Error::os("listen: getsockname", None, e))?;
-        let id = shared.next_id();
+        let id = device.next_id();
         let entry = Arc::new(ListenerEntry { sock: listener, channel: self.inner.clone() });
         self.conns.listeners.lock().insert(id, entry.clone());
         let fd = std::os::fd::AsRawFd::as_raw_fd(&entry.sock);
         if let Err(e) =
-            shared.registry.register(&mut SourceFd(&fd), Token(LISTENER_BIT | id as usize), Interest::READABLE)
+            device.registry.register(&mut SourceFd(&fd), Token(LISTENER_BIT | id as usize), Interest::READABLE)
         {
             self.conns.listeners.lock().remove(&id);
             return Err(Error::os("listen: epoll_ctl", None, e));
@@ -97,8 +97,8 @@ impl CmChannelOps for SoftChannel {
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>> {
-        let shared = &self.dev.shared;
-        let qp = qp_data(&init, shared, "connect")?;
+        let device = &self.dev.state;
+        let qp = new_qp_state(&init, device, "connect")?;
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(|e| Error::os("connect: socket", Some(addr), e))?;
         sock.set_nonblocking(true).map_err(|e| Error::os("connect: O_NONBLOCK", Some(addr), e))?;
@@ -109,7 +109,7 @@ impl CmChannelOps for SoftChannel {
             Err(e) => Some(e),
         };
         let stream: TcpStream = sock.into();
-        let conn = Conn::new(shared.clone(), stream, addr, Phase::Connecting, Some(qp), Some(self.inner.clone()));
+        let conn = Conn::new(device.clone(), stream, addr, Phase::Connecting, Some(qp), Some(self.inner.clone()));
         {
             let mut st = conn.st.lock();
             if let Some(e) = failed {
@@ -119,17 +119,21 @@ impl CmChannelOps for SoftChannel {
                 let mut h = Header::new(FrameType::ConnectReq);
                 h.len = private_data.len() as u32;
                 h.aux = cm_params(&init).to_aux();
-                offer_same_host(shared, conn.id, &mut st, &mut h);
-                st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
+                offer_same_host(device, conn.id, &mut st, &mut h);
+                st.push_out(OutFrame::new(&h, FramePayload::Bytes(private_data.to_vec())));
                 self.conns.open.lock().insert(conn.id, conn.clone());
                 if let Err(e) = conn.register(&mut st, true) {
                     self.conns.open.lock().remove(&conn.id);
-                    if let Some(ep) = &shared.shm {
+                    if let Some(ep) = &device.shm {
                         ep.withdraw(st.shm_nonce);
                     }
                     return Err(Error::os("connect: epoll_ctl", Some(addr), e));
                 }
-                shared.command(Cmd::Timer(crate::time::deadline_after(timeout), conn.id, TimerKind::ConnectTimeout));
+                device.command(NicCommand::Timer(
+                    crate::time::deadline_after(timeout),
+                    conn.id,
+                    TimerKind::ConnectTimeout,
+                ));
             }
         }
         Ok(Box::new(SoftQp::new(conn, init, self.dev.clone(), Some(self.inner.clone()))))
@@ -168,10 +172,10 @@ impl ListenerOps for SoftListener {
 
 impl Drop for SoftListener {
     fn drop(&mut self) {
-        let shared = &self.dev.shared;
+        let device = &self.dev.state;
         if let Some(entry) = self.conns.listeners.lock().remove(&self.id) {
             let fd = std::os::fd::AsRawFd::as_raw_fd(&entry.sock);
-            let _ = shared.registry.deregister(&mut SourceFd(&fd));
+            let _ = device.registry.deregister(&mut SourceFd(&fd));
         }
     }
 }
@@ -195,7 +199,7 @@ impl ConnRequestOps for SoftConnRequest {
         self.conn.peer
     }
     fn accept(self: Box<Self>, init: QpInitOps, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
-        let mut qp = qp_data(&init, &self.dev.shared, "accept")?;
+        let mut qp = new_qp_state(&init, &self.dev.state, "accept")?;
         let qp_num = qp.qp_num;
         {
             let mut st = self.conn.st.lock();
@@ -212,11 +216,11 @@ impl ConnRequestOps for SoftConnRequest {
             // Same-host path: the requester offered; this end opens its stream to the
             // requester's device and offers its own in the accept.
             let peer = st.peer_offer.take();
-            if let Some((ep, peer)) = self.dev.shared.shm.as_ref().zip(peer).filter(|(ep, p)| ep.same_boot(p)) {
+            if let Some((ep, peer)) = self.dev.state.shm.as_ref().zip(peer).filter(|(ep, p)| ep.same_boot(p)) {
                 self.conn.set_same_host(ep.connect(&peer));
-                offer_same_host(&self.dev.shared, self.conn.id, &mut st, &mut h);
+                offer_same_host(&self.dev.state, self.conn.id, &mut st, &mut h);
             }
-            st.push_out(OutFrame::new(&h, Tail::Bytes(private_data.to_vec())));
+            st.push_out(OutFrame::new(&h, FramePayload::Bytes(private_data.to_vec())));
             self.conn.flush_from_user(&mut st);
             st.event(Ev::Established { conn: self.conn.id, data: Vec::new() });
         }
@@ -230,8 +234,8 @@ impl ConnRequestOps for SoftConnRequest {
 
 /// Offers this device's same-host path in the CM frame `h` (its token and boot identity, and a
 /// fresh nonce that `st` remembers), unless the path is off or too many offers are outstanding.
-fn offer_same_host(shared: &Shared, conn: ConnId, st: &mut ConnState, h: &mut Header) {
-    if let Some(offer) = shared.shm.as_ref().and_then(|ep| ep.offer(conn)) {
+fn offer_same_host(device: &DeviceState, conn: ConnId, st: &mut ConnState, h: &mut Header) {
+    if let Some(offer) = device.shm.as_ref().and_then(|ep| ep.offer(conn)) {
         st.shm_nonce = offer.nonce;
         offer.stamp(h);
     }

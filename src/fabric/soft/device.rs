@@ -30,7 +30,7 @@ pub(crate) const WAKER: Token = Token(0);
 pub(crate) const LISTENER_BIT: usize = 1 << 62;
 
 /// A request from a user thread to the NIC thread.
-pub(crate) enum Cmd {
+pub(crate) enum NicCommand {
     /// Stop the thread (the device is closing).
     Stop,
     /// Run a timer of a connection.
@@ -43,14 +43,14 @@ pub(crate) enum Cmd {
 
 /// What the NIC thread and the objects of a device share. It never owns the NIC thread, so
 /// the thread holding it does not keep the device open.
-pub(crate) struct Shared {
+pub(crate) struct DeviceState {
     pub(crate) attrs: DeviceAttributes,
     pub(crate) nic_spin: Duration,
     /// How long an incoming connection may take to send its CONNECT_REQ before it is closed.
     pub(crate) handshake_timeout: Duration,
     pub(crate) registry: mio::Registry,
     pub(crate) waker: mio::Waker,
-    pub(crate) cmds: Mutex<Vec<Cmd>>,
+    pub(crate) commands: Mutex<Vec<NicCommand>>,
     /// The registered regions, by key.
     pub(crate) regions: RegionTable,
     next_id: AtomicU64,
@@ -102,7 +102,7 @@ pub(crate) struct FaultGen {
     pub(crate) rng: StdRng,
 }
 
-impl Shared {
+impl DeviceState {
     /// A fresh connection or listener id (never 0, the waker's token).
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
@@ -114,8 +114,8 @@ impl Shared {
     }
 
     /// Hands a command to the NIC thread and wakes it.
-    pub(crate) fn command(&self, cmd: Cmd) {
-        self.cmds.lock().push(cmd);
+    pub(crate) fn command(&self, cmd: NicCommand) {
+        self.commands.lock().push(cmd);
         if let Err(e) = self.waker.wake() {
             tracing::warn!("soft NIC: waking the NIC thread failed: {e}");
         }
@@ -124,7 +124,7 @@ impl Shared {
 
 /// An opened soft device. Dropping the last handle stops and joins its NIC thread.
 pub(crate) struct Device {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) state: Arc<DeviceState>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -135,7 +135,7 @@ impl Device {
     pub(crate) fn open(
         config: &FabricConfig,
         handshake_timeout: Duration,
-        nic: impl FnOnce(Arc<Shared>, mio::Poll) + Send + 'static,
+        nic: impl FnOnce(Arc<DeviceState>, mio::Poll) + Send + 'static,
     ) -> Result<Arc<Device>> {
         if let Some(name) = config.device.as_deref().filter(|&n| n != DEVICE_NAME) {
             return Err(Error::NoDevice {
@@ -175,13 +175,13 @@ impl Device {
                 }
             },
         };
-        let shared = Arc::new(Shared {
+        let state = Arc::new(DeviceState {
             attrs,
             nic_spin: o.nic_spin,
             handshake_timeout,
             registry,
             waker,
-            cmds: Mutex::new(Vec::new()),
+            commands: Mutex::new(Vec::new()),
             regions: RegionTable::default(),
             next_id: AtomicU64::new(1),
             next_qpn: AtomicU32::new(rand::rng().random_range(0x100..0x10000)),
@@ -191,18 +191,18 @@ impl Device {
             handshakes: Mutex::new(Handshakes::default()),
             counters: SoftCounters::default(),
         });
-        let nic_shared = shared.clone();
+        let nic_state = state.clone();
         let thread = std::thread::Builder::new()
             .name("soft0-nic".into())
-            .spawn(move || nic(nic_shared, poll))
+            .spawn(move || nic(nic_state, poll))
             .map_err(|e| Error::os("soft open: spawn NIC thread", None, e))?;
-        Ok(Arc::new(Device { shared, thread: Mutex::new(Some(thread)) }))
+        Ok(Arc::new(Device { state, thread: Mutex::new(Some(thread)) }))
     }
 }
 
 impl Drop for Device {
     fn drop(&mut self) {
-        self.shared.command(Cmd::Stop);
+        self.state.command(NicCommand::Stop);
         if let Some(t) = self.thread.lock().take() {
             if t.join().is_err() {
                 tracing::error!("soft NIC thread panicked");

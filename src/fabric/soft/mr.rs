@@ -21,7 +21,7 @@ pub(crate) struct SoftMr {
 impl SoftMr {
     /// Registers `buffer` with `access` in protection domain `pd`, under a fresh random key.
     pub(crate) fn register(dev: Arc<Device>, buffer: Arc<RegisteredBuffer>, access: Access, pd: u32) -> Result<SoftMr> {
-        let key = dev.shared.regions.add(buffer, access, pd, dev.shared.shm.as_ref())?;
+        let key = dev.state.regions.add(buffer, access, pd, dev.state.shm.as_ref())?;
         Ok(SoftMr { key, pd, access, dev })
     }
 }
@@ -37,7 +37,7 @@ impl MrOps for SoftMr {
 
 impl Drop for SoftMr {
     fn drop(&mut self) {
-        self.dev.shared.regions.remove(self.key);
+        self.dev.state.regions.remove(self.key);
     }
 }
 

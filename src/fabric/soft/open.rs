@@ -9,7 +9,7 @@ use rand::{rngs::StdRng, SeedableRng};
 use super::cm::SoftChannel;
 use super::connections::Connections;
 use super::cq::SoftCq;
-use super::device::{Cmd, Device, FaultGen, DEVICE_NAME};
+use super::device::{Device, FaultGen, NicCommand, DEVICE_NAME};
 use super::handshakes::HANDSHAKE_TIMEOUT;
 use super::nic;
 use super::pd::SoftPd;
@@ -36,17 +36,17 @@ pub(crate) fn open_with(config: &FabricConfig, handshake_timeout: Duration) -> R
 pub(crate) fn open_inspected(
     config: &FabricConfig,
     handshake_timeout: Duration,
-) -> Result<(Fabric, Arc<super::device::Shared>, Arc<Connections>)> {
+) -> Result<(Fabric, Arc<super::device::DeviceState>, Arc<Connections>)> {
     let soft = start(config, handshake_timeout)?;
-    let (shared, conns) = (soft.dev.shared.clone(), soft.conns.clone());
-    Ok((Fabric::from_ops(Arc::new(soft)), shared, conns))
+    let (device, conns) = (soft.dev.state.clone(), soft.conns.clone());
+    Ok((Fabric::from_ops(Arc::new(soft)), device, conns))
 }
 
 /// Opens the device, starts its NIC thread over its connections, and makes its handle.
 fn start(config: &FabricConfig, handshake_timeout: Duration) -> Result<SoftFabric> {
     let conns = Arc::new(Connections::default());
     let nic_conns = conns.clone();
-    let dev = Device::open(config, handshake_timeout, move |shared, poll| nic::run(shared, nic_conns, poll))?;
+    let dev = Device::open(config, handshake_timeout, move |device, poll| nic::run(device, nic_conns, poll))?;
     let faults = Arc::new(SoftFaults { dev: dev.clone(), conns: conns.clone() });
     Ok(SoftFabric { dev, conns, faults })
 }
@@ -67,7 +67,7 @@ impl FabricOps for SoftFabric {
         DEVICE_NAME
     }
     fn attributes(&self) -> &DeviceAttributes {
-        &self.dev.shared.attrs
+        &self.dev.state.attrs
     }
     fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
         Ok(Arc::new(SoftPd::new(self.dev.clone())))
@@ -85,7 +85,7 @@ impl FabricOps for SoftFabric {
         Some(self.faults.clone())
     }
     fn counters(&self) -> FabricCounters {
-        self.dev.shared.counters.snapshot()
+        self.dev.state.counters.snapshot()
     }
 }
 
@@ -98,15 +98,15 @@ struct SoftFaults {
 impl FaultOps for SoftFaults {
     fn set_ud_faults(&self, faults: UdFaults) {
         let gen = (faults != UdFaults::default()).then(|| FaultGen { faults, rng: StdRng::seed_from_u64(faults.seed) });
-        *self.dev.shared.ud_faults.lock() = gen;
+        *self.dev.state.ud_faults.lock() = gen;
     }
     fn cut(&self, conn: ConnId) -> Result<()> {
-        let shared = &self.dev.shared;
+        let device = &self.dev.state;
         let c = self.conns.open.lock().get(&conn).cloned();
         let c = c.ok_or_else(|| Error::invalid("cut", format!("connection {conn} is not open on {DEVICE_NAME}")))?;
         // An abrupt end of the transport: no DISCONNECT frame, the peer sees the stream end.
         let _ = c.sock.shutdown(std::net::Shutdown::Both);
-        shared.command(Cmd::Broken(conn, "cut by the fault injector".into()));
+        device.command(NicCommand::Broken(conn, "cut by the fault injector".into()));
         Ok(())
     }
 }

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::conn::{rdma_header, Conn, Ev, InFlight, LocalOp, OutFrame, Phase, Tail, CLOSE_LINGER};
-use super::device::{Cmd, Device};
+use super::conn::{rdma_header, Conn, Ev, FramePayload, InFlight, LocalOp, OutFrame, Phase, CLOSE_LINGER};
+use super::device::{Device, NicCommand};
 use super::events::EventQueue;
 use super::mr::sge_segment;
 use super::recv::RecvWr;
@@ -94,7 +94,7 @@ impl QpOps for SoftQp {
     }
 
     fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
-        let max_msg = self.conn.shared.attrs.max_msg_size;
+        let max_msg = self.conn.device.attrs.max_msg_size;
         let total: u64 = wr.sges.iter().map(|s| s.len as u64).sum();
         if total > max_msg {
             return Err(Error::invalid("post_send", format!("{total} bytes exceed the message limit of {max_msg}")));
@@ -188,28 +188,28 @@ impl QpOps for SoftQp {
         let psn = qp.next_psn;
         qp.next_psn = psn.wrapping_add(1);
         let mut h;
-        let tail;
+        let payload;
         let mut dest = Vec::new();
         match wr.op {
             SendOp::Send => {
                 h = Header::new(FrameType::Send);
                 h.aux = if wr.solicited { AUX_SOLICITED } else { 0 };
-                tail = Tail::Segs(segs);
+                payload = FramePayload::Segs(segs);
             }
             SendOp::SendWithImm(imm) => {
                 h = Header::new(FrameType::SendImm);
                 h.imm = imm;
                 h.aux = if wr.solicited { AUX_SOLICITED } else { 0 };
-                tail = Tail::Segs(segs);
+                payload = FramePayload::Segs(segs);
             }
             SendOp::RdmaWrite(r) => {
                 h = rdma_header(false, r, psn, total as u32);
-                tail = Tail::Segs(segs);
+                payload = FramePayload::Segs(segs);
             }
             SendOp::RdmaRead(r) => {
                 h = rdma_header(true, r, psn, total as u32);
                 dest = segs;
-                tail = Tail::None;
+                payload = FramePayload::None;
             }
         }
         h.psn = psn;
@@ -218,7 +218,7 @@ impl QpOps for SoftQp {
         }
         qp.sq_used += 1;
         qp.inflight.push_back(entry(psn, dest));
-        if st.push_request(OutFrame::new(&h, tail)) {
+        if st.push_request(OutFrame::new(&h, payload)) {
             self.conn.flush_from_user(&mut st);
         }
         Ok(())
@@ -231,19 +231,19 @@ impl QpOps for SoftQp {
             Phase::Closed => return Ok(()),
             Phase::Established => {
                 st.drop_unsent_requests();
-                st.push_out(OutFrame::new(&Header::new(FrameType::Disconnect), Tail::None));
+                st.push_out(OutFrame::new(&Header::new(FrameType::Disconnect), FramePayload::None));
                 st.shut_after_flush = true;
                 st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;
                 st.event(Ev::Disconnected { conn: conn.id });
                 conn.flush_from_user(&mut st);
-                conn.shared.command(Cmd::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
+                conn.device.command(NicCommand::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
             }
             Phase::Connecting | Phase::Incoming | Phase::Requested => {
                 st.clear_output();
                 st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;
-                conn.shared.command(Cmd::Timer(Instant::now(), conn.id, TimerKind::Close));
+                conn.device.command(NicCommand::Timer(Instant::now(), conn.id, TimerKind::Close));
             }
         }
         Ok(())

@@ -375,7 +375,7 @@ fn connections_made_and_closed_leave_no_timer_behind() {
     // once they no longer matter, so the NIC holds nothing for connections that are gone:
     // memory does not grow with the connection rate.
     let config = FabricConfig::new(FabricKind::Soft);
-    let (fab, shared, conns) = super::open::open_inspected(&config, Duration::from_secs(30)).unwrap();
+    let (fab, device, conns) = super::open::open_inspected(&config, Duration::from_secs(30)).unwrap();
     for i in 0..20 {
         let p = pair(&fab);
         let (closing, other, other_ch) = if i % 2 == 0 { (&p.a, &p.b, &p.ch_b) } else { (&p.b, &p.a, &p.ch_a) };
@@ -384,7 +384,7 @@ fn connections_made_and_closed_leave_no_timer_behind() {
     }
     // Well within the close linger, and far within the timeouts.
     let deadline = Instant::now() + Duration::from_millis(1500);
-    let pending = || shared.timers_pending.load(std::sync::atomic::Ordering::Relaxed);
+    let pending = || device.timers_pending.load(std::sync::atomic::Ordering::Relaxed);
     while (pending() > 0 || !conns.open.lock().is_empty()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -19,15 +19,15 @@ use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use parking_lot::Mutex;
 
-pub(crate) use out_queue::{OutFrame, Tail};
+pub(crate) use out_queue::{FramePayload, OutFrame};
 #[cfg(feature = "internals")]
 pub use out_queue::{OUT_CAP, OUT_RESUME};
 pub(crate) use phase::Phase;
-pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpData};
-pub(crate) use receive::{Rx, Sink, Stage, Then};
+pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpState};
+pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState};
 
 use super::cq::{Drain, InboxSource};
-use super::device::{Cmd, Shared};
+use super::device::{DeviceState, NicCommand};
 use super::events::{ChannelEvent, EventQueue};
 use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, ShmClient};
 use super::timers::TimerKind;
@@ -75,13 +75,13 @@ pub(crate) fn reject_conn(conn: &Conn, data: &[u8]) {
     }
     let mut h = Header::new(FrameType::Reject);
     h.len = data.len() as u32;
-    st.push_out(OutFrame::new(&h, Tail::Bytes(data.to_vec())));
+    st.push_out(OutFrame::new(&h, FramePayload::Bytes(data.to_vec())));
     conn.end_handshake(&mut st);
     st.phase = Phase::Closed;
     st.shut_after_flush = true;
     st.channel = None;
     conn.flush_from_user(&mut st);
-    conn.shared.command(Cmd::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
+    conn.device.command(NicCommand::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
 }
 
 /// Connection state guarded by the connection's lock.
@@ -92,7 +92,7 @@ pub(crate) struct ConnState {
     pub(crate) out: OutQueue,
     /// Shut the write side once the output queue drains (after DISCONNECT or REJECT).
     pub(crate) shut_after_flush: bool,
-    pub(crate) qp: Option<QpData>,
+    pub(crate) qp: Option<QpState>,
     /// Where CM events of this connection go.
     pub(crate) channel: Option<Arc<EventQueue<Ev>>>,
     pub(crate) peer_rnr_retry: u8,
@@ -240,12 +240,12 @@ impl InboxSource for Conn {
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
     pub(crate) sock: TcpStream,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) device: Arc<DeviceState>,
     pub(crate) peer: SocketAddr,
     pub(crate) local: SocketAddr,
     pub(crate) st: Mutex<ConnState>,
     /// Receive state: used by the NIC thread only (lock order: `rx` before `st`).
-    pub(crate) rx: Mutex<Rx>,
+    pub(crate) rx: Mutex<ReceiveState>,
     /// Same-host path: this end's stream to the peer's device and what it mapped of the peer,
     /// when both ends share a host (set once, before the connection is established; the client
     /// locks inside, never while it waits for the peer).
@@ -254,19 +254,19 @@ pub(crate) struct Conn {
 
 impl Conn {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        device: Arc<DeviceState>,
         sock: TcpStream,
         peer: SocketAddr,
         phase: Phase,
-        qp: Option<QpData>,
+        qp: Option<QpState>,
         channel: Option<Arc<EventQueue<Ev>>>,
     ) -> Arc<Conn> {
         let local = sock.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let id = shared.next_id();
+        let id = device.next_id();
         Arc::new(Conn {
             id,
             sock,
-            shared,
+            device,
             peer,
             local,
             st: Mutex::new(ConnState {
@@ -285,7 +285,7 @@ impl Conn {
                 inbox_sends: 0,
                 live: None,
             }),
-            rx: Mutex::new(Rx::new()),
+            rx: Mutex::new(ReceiveState::new()),
             shm: OnceLock::new(),
         })
     }
@@ -348,7 +348,7 @@ impl Conn {
         // this end's NIC thread has read the frame that establishes it.
         let qp = st.qp.as_ref().filter(|q| !q.error && st.phase != Phase::Closed)?;
         if st.live.is_none() {
-            let ep = self.shared.shm.as_ref()?;
+            let ep = self.device.shm.as_ref()?;
             st.live = Some(HeldSlot::publish(&ep.keys, qp.qp_num)?);
         }
         st.live.as_ref().map(HeldSlot::slot)
@@ -399,7 +399,7 @@ impl Conn {
     /// holds one (it was accepted, rejected or closed).
     pub(crate) fn end_handshake(&self, st: &mut ConnState) {
         if std::mem::take(&mut st.handshake_slot) {
-            self.shared.handshakes.lock().release(self.peer.ip());
+            self.device.handshakes.lock().release(self.peer.ip());
         }
     }
 
@@ -412,12 +412,12 @@ impl Conn {
     pub(crate) fn register(&self, st: &mut ConnState, writable: bool) -> io::Result<()> {
         st.out.write_armed = writable;
         let interest = if writable { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-        self.shared.registry.register(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)
+        self.device.registry.register(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)
     }
 
     /// Removes the socket from the NIC's poll.
     pub(crate) fn deregister(&self) {
-        let _ = self.shared.registry.deregister(&mut SourceFd(&self.sock.as_raw_fd()));
+        let _ = self.device.registry.deregister(&mut SourceFd(&self.sock.as_raw_fd()));
     }
 
     /// Writes queued frames until the socket is full or the queue is empty (non-blocking),
@@ -433,7 +433,7 @@ impl Conn {
         if want != out.write_armed {
             out.write_armed = want;
             let interest = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-            self.shared.registry.reregister(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)?;
+            self.device.registry.reregister(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)?;
         }
         let resumed = out.resume_if_drained();
         if !want && st.shut_after_flush {
@@ -448,8 +448,8 @@ impl Conn {
     pub(crate) fn flush_from_user(&self, st: &mut ConnState) {
         match self.flush_out(st) {
             Ok(false) => {}
-            Ok(true) => self.shared.command(Cmd::Resume(self.id)),
-            Err(e) => self.shared.command(Cmd::Broken(self.id, format!("write to {}: {e}", self.peer))),
+            Ok(true) => self.device.command(NicCommand::Resume(self.id)),
+            Err(e) => self.device.command(NicCommand::Broken(self.id, format!("write to {}: {e}", self.peer))),
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::fabric::soft::seg::Seg;
 use crate::fabric::soft::wire::{FrameType, Header, HEADER_LEN};
 
 /// The payload following a queued header.
-pub(crate) enum Tail {
+pub(crate) enum FramePayload {
     None,
     Bytes(Vec<u8>),
     Segs(Vec<Seg>),
@@ -30,12 +30,12 @@ enum FrameKind {
 /// A queued frame.
 pub(crate) struct OutFrame {
     hdr: [u8; HEADER_LEN],
-    tail: Tail,
+    payload: FramePayload,
     kind: FrameKind,
 }
 
 impl OutFrame {
-    pub(crate) fn new(hdr: &Header, tail: Tail) -> Self {
+    pub(crate) fn new(hdr: &Header, payload: FramePayload) -> Self {
         let kind = match hdr.ty {
             FrameType::Send | FrameType::SendImm | FrameType::Write => FrameKind::Request { read: false },
             FrameType::ReadReq => FrameKind::Request { read: true },
@@ -43,16 +43,16 @@ impl OutFrame {
             FrameType::ReadResp => FrameKind::Response { read: true },
             FrameType::ConnectReq | FrameType::Accept | FrameType::Reject | FrameType::Disconnect => FrameKind::Control,
         };
-        OutFrame { hdr: hdr.encode(), tail, kind }
+        OutFrame { hdr: hdr.encode(), payload, kind }
     }
 
     /// Bytes on the wire.
     fn len(&self) -> usize {
         HEADER_LEN
-            + match &self.tail {
-                Tail::None => 0,
-                Tail::Bytes(b) => b.len(),
-                Tail::Segs(s) => s.iter().map(|s| s.len).sum(),
+            + match &self.payload {
+                FramePayload::None => 0,
+                FramePayload::Bytes(b) => b.len(),
+                FramePayload::Segs(s) => s.iter().map(|s| s.len).sum(),
             }
     }
 
@@ -60,10 +60,10 @@ impl OutFrame {
     /// memory a READ response or a SEND is written from.
     fn memory(&self) -> usize {
         std::mem::size_of::<OutFrame>()
-            + match &self.tail {
-                Tail::None => 0,
-                Tail::Bytes(b) => b.capacity(),
-                Tail::Segs(s) => s.capacity() * std::mem::size_of::<Seg>(),
+            + match &self.payload {
+                FramePayload::None => 0,
+                FramePayload::Bytes(b) => b.capacity(),
+                FramePayload::Segs(s) => s.capacity() * std::mem::size_of::<Seg>(),
             }
     }
 
@@ -221,9 +221,9 @@ impl OutQueue {
                         parts.push(IoPart::Bytes(&f.hdr[skip..]));
                         skip = 0;
                     }
-                    match &f.tail {
-                        Tail::None => {}
-                        Tail::Bytes(b) => {
+                    match &f.payload {
+                        FramePayload::None => {}
+                        FramePayload::Bytes(b) => {
                             if skip >= b.len() {
                                 skip -= b.len();
                             } else {
@@ -231,7 +231,7 @@ impl OutQueue {
                                 skip = 0;
                             }
                         }
-                        Tail::Segs(segs) => {
+                        FramePayload::Segs(segs) => {
                             for s in segs {
                                 if skip >= s.len {
                                     skip -= s.len;

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::out_queue::{OutFrame, Tail};
+use super::out_queue::{FramePayload, OutFrame};
 use crate::fabric::provider::QpInitOps;
 use crate::fabric::soft::cq::CqInner;
 use crate::fabric::soft::recv::{RecvList, RecvWr};
@@ -58,7 +58,7 @@ pub(crate) fn rdma_header(read: bool, remote: RemoteAddr, psn: u32, len: u32) ->
 }
 
 /// The queue-pair half of a connection.
-pub(crate) struct QpData {
+pub(crate) struct QpState {
     pub(crate) qp_num: u32,
     pub(crate) pd: u32,
     pub(crate) send_cq: Arc<CqInner>,
@@ -87,7 +87,7 @@ pub(crate) struct QpData {
     pub(super) held: VecDeque<OutFrame>,
 }
 
-impl QpData {
+impl QpState {
     /// The queue-pair state of a new connection, with `init`'s settings.
     pub(crate) fn new(
         qp_num: u32,
@@ -96,7 +96,7 @@ impl QpData {
         srq: Option<Arc<SrqInner>>,
         init: &QpInitOps,
     ) -> Self {
-        QpData {
+        QpState {
             qp_num,
             pd,
             send_cq,
@@ -181,8 +181,8 @@ impl QpData {
         f.psn = psn;
         f.local = None;
         let h = rdma_header(op.read, RemoteAddr { addr: op.addr, rkey: op.rkey }, psn, f.len);
-        let tail = if op.read { Tail::None } else { Tail::Segs(std::mem::take(&mut f.dest)) };
-        OutFrame::new(&h, tail)
+        let payload = if op.read { FramePayload::None } else { FramePayload::Segs(std::mem::take(&mut f.dest)) };
+        OutFrame::new(&h, payload)
     }
 
     /// Lowers the initiator depth to the peer's responder resources (at establishment).

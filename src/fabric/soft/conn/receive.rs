@@ -8,16 +8,16 @@ use crate::fabric::soft::seg::Seg;
 use crate::fabric::soft::wire::{Header, Status};
 
 /// Where incoming bytes go.
-pub(crate) struct Sink {
+pub(crate) struct Destination {
     segs: Vec<Seg>,
     idx: usize,
     pos: usize,
 }
 
-impl Sink {
+impl Destination {
     /// Bytes go into `segs`, in order (none: they are discarded).
     pub(crate) fn new(segs: Vec<Seg>) -> Self {
-        Sink { segs, idx: 0, pos: 0 }
+        Destination { segs, idx: 0, pos: 0 }
     }
 
     /// Whether the bytes are discarded.
@@ -76,7 +76,7 @@ impl Sink {
 }
 
 /// What to do once a payload is in.
-pub(crate) enum Then {
+pub(crate) enum AfterPayload {
     /// Complete the READ at the front of the send queue.
     ReadResp,
     /// Complete the receive and acknowledge the SEND.
@@ -88,13 +88,13 @@ pub(crate) enum Then {
 }
 
 /// What the next bytes of the stream are.
-pub(crate) enum Stage {
+pub(crate) enum Expecting {
     Header,
     Payload {
-        sink: Sink,
+        destination: Destination,
         remaining: usize,
         len: u32,
-        then: Then,
+        after: AfterPayload,
         psn: u32,
     },
     /// A SEND waits for a receive; reading this connection stops (RC ordering).
@@ -105,11 +105,11 @@ pub(crate) enum Stage {
 }
 
 /// The receive state of a connection (NIC thread only).
-pub(crate) struct Rx {
+pub(crate) struct ReceiveState {
     pub(crate) buf: Vec<u8>,
     pub(crate) start: usize,
     pub(crate) end: usize,
-    pub(crate) stage: Stage,
+    pub(crate) expecting: Expecting,
     /// The peer closed its side: SENDs without a receive are dropped rather than waited for.
     pub(crate) peer_closed: bool,
     /// The last read returned less than it asked for: the socket is empty, so the next read
@@ -120,10 +120,17 @@ pub(crate) struct Rx {
     pub(crate) drained: bool,
 }
 
-impl Rx {
+impl ReceiveState {
     /// The state of a fresh connection: a header comes next.
     pub(crate) fn new() -> Self {
-        Rx { buf: Vec::new(), start: 0, end: 0, stage: Stage::Header, peer_closed: false, drained: false }
+        ReceiveState {
+            buf: Vec::new(),
+            start: 0,
+            end: 0,
+            expecting: Expecting::Header,
+            peer_closed: false,
+            drained: false,
+        }
     }
     /// Bytes read ahead and not yet parsed.
     pub(crate) fn avail(&self) -> usize {

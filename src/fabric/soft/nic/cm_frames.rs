@@ -6,8 +6,8 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::state::{Nic, Step};
-use crate::fabric::soft::conn::{connect_failure, Conn, ConnState, Ev, Phase, Rx};
+use super::state::{Nic, ReadOutcome};
+use crate::fabric::soft::conn::{connect_failure, Conn, ConnState, Ev, Phase, ReceiveState};
 use crate::fabric::soft::device::SoftCounters;
 use crate::fabric::soft::shm::Offer;
 use crate::fabric::soft::timers::TimerKind;
@@ -21,14 +21,14 @@ impl Nic {
         loop {
             match entry.sock.accept() {
                 Ok((s, peer)) => {
-                    if !self.shared.handshakes.lock().admit(peer.ip()) {
+                    if !self.device.handshakes.lock().admit(peer.ip()) {
                         tracing::debug!("soft NIC: too many connect handshakes in progress, closing one from {peer}");
                         drop(s);
-                        SoftCounters::bump(&self.shared.counters.refused_handshakes);
+                        SoftCounters::bump(&self.device.counters.refused_handshakes);
                         continue;
                     }
                     let conn =
-                        Conn::new(self.shared.clone(), s, peer, Phase::Incoming, None, Some(entry.channel.clone()));
+                        Conn::new(self.device.clone(), s, peer, Phase::Incoming, None, Some(entry.channel.clone()));
                     let mut st = conn.st.lock();
                     st.handshake_slot = true;
                     let set_up = conn.sock.set_nonblocking(true).and_then(|_| conn.sock.set_nodelay(true));
@@ -38,7 +38,7 @@ impl Nic {
                         continue;
                     }
                     self.conns.open.lock().insert(conn.id, conn.clone());
-                    let at = Instant::now() + self.shared.handshake_timeout;
+                    let at = Instant::now() + self.device.handshake_timeout;
                     self.timers.schedule(at, conn.id, TimerKind::HandshakeTimeout);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -79,12 +79,18 @@ impl Nic {
     }
 
     /// Handles a CM frame (CONNECT_REQ, ACCEPT, REJECT, DISCONNECT).
-    pub(super) fn on_control(&mut self, c: &Arc<Conn>, rx: &mut Rx, hdr: Header, data: Vec<u8>) -> Step {
+    pub(super) fn on_control(
+        &mut self,
+        c: &Arc<Conn>,
+        rx: &mut ReceiveState,
+        hdr: Header,
+        data: Vec<u8>,
+    ) -> ReadOutcome {
         let mut st = c.st.lock();
         match (hdr.ty, st.phase) {
             (FrameType::ConnectReq, Phase::Incoming) => {
                 let Some(params) = CmParams::from_aux(hdr.aux) else {
-                    return Step::Broken("invalid CM parameters".into());
+                    return ReadOutcome::Broken("invalid CM parameters".into());
                 };
                 st.peer_rnr_retry = params.rnr_retry;
                 st.peer_responder_resources = params.responder_resources;
@@ -96,11 +102,11 @@ impl Nic {
                 if let Some(ch) = ch {
                     ch.push(Ev::Request { conn: c.clone(), data });
                 }
-                Step::Continue
+                ReadOutcome::Continue
             }
             (FrameType::Accept, Phase::Connecting) => {
                 let Some(params) = CmParams::from_aux(hdr.aux) else {
-                    return Step::Broken("invalid CM parameters".into());
+                    return ReadOutcome::Broken("invalid CM parameters".into());
                 };
                 st.peer_rnr_retry = params.rnr_retry;
                 if let Some(qp) = st.qp.as_mut() {
@@ -109,17 +115,17 @@ impl Nic {
                 // Same-host path: both ends offered, and this end's stream opens (or not)
                 // before the connection is reported established.
                 let offer = Offer::from_header(&hdr);
-                if let Some((ep, offer)) = self.shared.shm.as_ref().zip(offer).filter(|_| st.shm_nonce != 0) {
+                if let Some((ep, offer)) = self.device.shm.as_ref().zip(offer).filter(|_| st.shm_nonce != 0) {
                     c.set_same_host(ep.connect(&offer));
                 }
                 st.phase = Phase::Established;
                 self.timers.cancel(c.id, TimerKind::ConnectTimeout);
                 st.event(Ev::Established { conn: c.id, data });
-                Step::Continue
+                ReadOutcome::Continue
             }
             (FrameType::Reject, Phase::Connecting) => {
                 self.close_with(c, &mut st, Some(Ev::Rejected { conn: c.id, reason: RejectReason::Consumer, data }));
-                Step::Done
+                ReadOutcome::Done
             }
             (FrameType::Disconnect, Phase::Established) => {
                 drop(st);
@@ -128,14 +134,14 @@ impl Nic {
                 st.clear_output();
                 st.fail_qp(WcStatus::WorkRequestFlushed);
                 self.close_with(c, &mut st, Some(Ev::Disconnected { conn: c.id }));
-                Step::Done
+                ReadOutcome::Done
             }
             (FrameType::Disconnect, _) | (_, Phase::Closed) => {
                 drop(st);
                 self.close_disconnected(c, rx);
-                Step::Done
+                ReadOutcome::Done
             }
-            (ty, phase) => Step::Broken(format!("{ty:?} frame from {} while {}", c.peer, phase.name())),
+            (ty, phase) => ReadOutcome::Broken(format!("{ty:?} frame from {} while {}", c.peer, phase.name())),
         }
     }
 }

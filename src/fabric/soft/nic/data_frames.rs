@@ -6,8 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::state::{Nic, Step};
-use crate::fabric::soft::conn::{Conn, ConnState, OutFrame, Phase, Rx, Sink, Stage, Tail, Then};
+use super::state::{Nic, ReadOutcome};
+use crate::fabric::soft::conn::{
+    AfterPayload, Conn, ConnState, Destination, Expecting, FramePayload, OutFrame, Phase, ReceiveState,
+};
 use crate::fabric::soft::device::SoftCounters;
 use crate::fabric::soft::timers::TimerKind;
 use crate::fabric::soft::wire::{FrameType, Header, Status, AUX_SOLICITED};
@@ -15,24 +17,33 @@ use crate::fabric::types::*;
 
 impl Nic {
     /// Handles the header of a data frame (the connection must be established).
-    pub(super) fn on_header(&mut self, c: &Arc<Conn>, rx: &mut Rx, hdr: Header) -> Step {
+    pub(super) fn on_header(&mut self, c: &Arc<Conn>, rx: &mut ReceiveState, hdr: Header) -> ReadOutcome {
         let mut st = c.st.lock();
         if matches!(st.phase, Phase::Incoming | Phase::Requested | Phase::Connecting) {
-            return Step::Broken(format!("{:?} frame from {} before the connection is established", hdr.ty, c.peer));
+            return ReadOutcome::Broken(format!(
+                "{:?} frame from {} before the connection is established",
+                hdr.ty, c.peer
+            ));
         }
         let step = self.on_data_header(c, &mut st, rx, hdr);
         self.pause_if_full(c, &mut st, step)
     }
 
     /// Handles the header of a data frame on an established (or closing) connection.
-    pub(super) fn on_data_header(&mut self, c: &Arc<Conn>, st: &mut ConnState, rx: &mut Rx, hdr: Header) -> Step {
+    pub(super) fn on_data_header(
+        &mut self,
+        c: &Arc<Conn>,
+        st: &mut ConnState,
+        rx: &mut ReceiveState,
+        hdr: Header,
+    ) -> ReadOutcome {
         let live = st.phase == Phase::Established && st.qp.is_some();
         match hdr.ty {
             FrameType::Ack => {
-                let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else { return Step::Continue };
+                let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else { return ReadOutcome::Continue };
                 match qp.inflight.front() {
                     Some(f) if f.psn == hdr.psn && matches!(f.op, WcOpcode::Send | WcOpcode::RdmaWrite) => {}
-                    _ => return Step::Broken(format!("unexpected acknowledgement {} from {}", hdr.psn, c.peer)),
+                    _ => return ReadOutcome::Broken(format!("unexpected acknowledgement {} from {}", hdr.psn, c.peer)),
                 }
                 let f = qp.inflight.pop_front().expect("front checked");
                 qp.retire(f, hdr.status.wc_status());
@@ -41,51 +52,54 @@ impl Nic {
                 } else {
                     st.qp_error();
                 }
-                Step::Continue
+                ReadOutcome::Continue
             }
             FrameType::ReadResp => {
                 let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else {
-                    return Self::discard(rx, &hdr, Then::Nothing);
+                    return Self::discard(rx, &hdr, AfterPayload::Nothing);
                 };
                 let front_ok = matches!(qp.inflight.front(), Some(f) if f.psn == hdr.psn && f.op == WcOpcode::RdmaRead);
                 if !front_ok {
-                    return Step::Broken(format!("unexpected READ response {} from {}", hdr.psn, c.peer));
+                    return ReadOutcome::Broken(format!("unexpected READ response {} from {}", hdr.psn, c.peer));
                 }
                 if hdr.status != Status::Ok {
                     let f = qp.inflight.pop_front().expect("front checked");
                     qp.retire(f, hdr.status.wc_status());
                     st.qp_error();
-                    return Step::Continue;
+                    return ReadOutcome::Continue;
                 }
                 let f = qp.inflight.front_mut().expect("front checked");
                 if f.len != hdr.len {
-                    return Step::Broken(format!("READ response of {} bytes for {} from {}", hdr.len, f.len, c.peer));
+                    return ReadOutcome::Broken(format!(
+                        "READ response of {} bytes for {} from {}",
+                        hdr.len, f.len, c.peer
+                    ));
                 }
                 f.busy = true;
                 let segs = f.dest.clone();
-                rx.stage = Stage::Payload {
-                    sink: Sink::new(segs),
+                rx.expecting = Expecting::Payload {
+                    destination: Destination::new(segs),
                     remaining: hdr.len as usize,
                     len: hdr.len,
-                    then: Then::ReadResp,
+                    after: AfterPayload::ReadResp,
                     psn: hdr.psn,
                 };
-                Step::Continue
+                ReadOutcome::Continue
             }
             FrameType::ReadReq => {
-                let Some(qp) = st.qp.as_ref().filter(|_| live) else { return Step::Continue };
+                let Some(qp) = st.qp.as_ref().filter(|_| live) else { return ReadOutcome::Continue };
                 let allowed = qp.responder_resources;
                 if st.out.read_responses() >= allowed {
-                    SoftCounters::bump(&self.shared.counters.read_depth_violations);
-                    return Step::Broken(format!("{} has more than {allowed} RDMA READs outstanding", c.peer));
+                    SoftCounters::bump(&self.device.counters.read_depth_violations);
+                    return ReadOutcome::Broken(format!("{} has more than {allowed} RDMA READs outstanding", c.peer));
                 }
                 let mut h = Header::new(FrameType::ReadResp);
                 h.psn = hdr.psn;
-                let mut tail = Tail::None;
+                let mut payload = FramePayload::None;
                 if qp.error {
                     h.status = Status::OperationError;
                 } else {
-                    match self.shared.regions.remote_range(
+                    match self.device.regions.remote_range(
                         hdr.rkey,
                         qp.pd,
                         hdr.addr,
@@ -94,60 +108,64 @@ impl Nic {
                     ) {
                         Some(seg) => {
                             h.len = hdr.aux;
-                            tail = Tail::Segs(vec![seg]);
+                            payload = FramePayload::Segs(vec![seg]);
                         }
                         None => h.status = Status::RemoteAccess,
                     }
                 }
-                st.push_out(OutFrame::new(&h, tail));
+                st.push_out(OutFrame::new(&h, payload));
                 if h.status == Status::RemoteAccess {
                     self.remote_access_error(st);
                 }
-                Step::Continue
+                ReadOutcome::Continue
             }
             FrameType::Write => {
                 let Some(qp) = st.qp.as_ref().filter(|_| live) else {
-                    return Self::discard(rx, &hdr, Then::Nothing);
+                    return Self::discard(rx, &hdr, AfterPayload::Nothing);
                 };
                 if qp.error {
-                    return Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::OperationError });
+                    return Self::discard(
+                        rx,
+                        &hdr,
+                        AfterPayload::Reply { psn: hdr.psn, status: Status::OperationError },
+                    );
                 }
-                match self.shared.regions.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.len.into(), Access::REMOTE_WRITE)
+                match self.device.regions.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.len.into(), Access::REMOTE_WRITE)
                 {
                     Some(seg) => {
-                        rx.stage = Stage::Payload {
-                            sink: Sink::new(vec![seg]),
+                        rx.expecting = Expecting::Payload {
+                            destination: Destination::new(vec![seg]),
                             remaining: hdr.len as usize,
                             len: hdr.len,
-                            then: Then::Reply { psn: hdr.psn, status: Status::Ok },
+                            after: AfterPayload::Reply { psn: hdr.psn, status: Status::Ok },
                             psn: hdr.psn,
                         };
-                        Step::Continue
+                        ReadOutcome::Continue
                     }
                     None => {
                         self.remote_access_error(st);
-                        Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RemoteAccess })
+                        Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::RemoteAccess })
                     }
                 }
             }
             FrameType::Send | FrameType::SendImm => {
                 if !live {
-                    return Self::discard(rx, &hdr, Then::Nothing);
+                    return Self::discard(rx, &hdr, AfterPayload::Nothing);
                 }
                 let retries = st.peer_rnr_retry;
                 if self.place_send(st, rx, hdr) {
-                    return Step::Continue;
+                    return ReadOutcome::Continue;
                 }
                 if retries == 0 {
-                    Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RnrExceeded })
+                    Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::RnrExceeded })
                 } else {
                     let timer = st.qp.as_ref().map_or(Duration::from_micros(640), |q| q.min_rnr_timer);
                     self.timers.schedule(Instant::now() + timer, c.id, TimerKind::Rnr);
-                    rx.stage = Stage::Rnr { hdr, left: retries };
-                    Step::Blocked
+                    rx.expecting = Expecting::Rnr { hdr, left: retries };
+                    ReadOutcome::Blocked
                 }
             }
-            _ => Step::Broken(format!("unexpected {:?} frame from {}", hdr.ty, c.peer)),
+            _ => ReadOutcome::Broken(format!("unexpected {:?} frame from {}", hdr.ty, c.peer)),
         }
     }
 
@@ -155,26 +173,26 @@ impl Nic {
     /// hardware responder's, the queue pair goes to the error state, and later requests of the
     /// peer are refused.
     pub(super) fn remote_access_error(&self, st: &mut ConnState) {
-        SoftCounters::bump(&self.shared.counters.remote_access_errors);
+        SoftCounters::bump(&self.device.counters.remote_access_errors);
         st.qp_error();
     }
 
     /// Tries to place a SEND: takes a receive and sets the payload stage (or an error
     /// answer). False when no receive is posted (RNR).
-    pub(super) fn place_send(&mut self, st: &mut ConnState, rx: &mut Rx, hdr: Header) -> bool {
+    pub(super) fn place_send(&mut self, st: &mut ConnState, rx: &mut ReceiveState, hdr: Header) -> bool {
         // SENDs the peer wrote into the inbox before this one go first.
         st.drain_inbox();
         let Some(qp) = st.qp.as_mut() else {
-            Self::discard(rx, &hdr, Then::Nothing);
+            Self::discard(rx, &hdr, AfterPayload::Nothing);
             return true;
         };
         if qp.error {
-            Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::OperationError });
+            Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::OperationError });
             return true;
         }
         let Some(recv) = qp.take_recv(false) else {
             if rx.peer_closed {
-                Self::discard(rx, &hdr, Then::Nothing);
+                Self::discard(rx, &hdr, AfterPayload::Nothing);
                 return true;
             }
             return false;
@@ -182,32 +200,39 @@ impl Nic {
         if recv.cap < hdr.len as usize {
             qp.complete_recv(recv.wr_id, WcStatus::LocalLengthError, 0, None);
             st.qp_error();
-            Self::discard(rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::InvalidRequest });
+            Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::InvalidRequest });
             return true;
         }
         let imm = (hdr.ty == FrameType::SendImm).then_some(hdr.imm);
         let solicited = hdr.aux & AUX_SOLICITED != 0;
-        rx.stage = Stage::Payload {
-            sink: Sink::new(recv.segs.clone()),
+        rx.expecting = Expecting::Payload {
+            destination: Destination::new(recv.segs.clone()),
             remaining: hdr.len as usize,
             len: hdr.len,
-            then: Then::Recv { recv, imm, solicited },
+            after: AfterPayload::Recv { recv, imm, solicited },
             psn: hdr.psn,
         };
         true
     }
 
     /// Completes what a payload fully received was for.
-    pub(super) fn finish_payload(&mut self, c: &Arc<Conn>, st: &mut ConnState, then: Then, len: u32, psn: u32) {
+    pub(super) fn finish_payload(
+        &mut self,
+        c: &Arc<Conn>,
+        st: &mut ConnState,
+        after: AfterPayload,
+        len: u32,
+        psn: u32,
+    ) {
         let live = st.phase == Phase::Established;
-        match then {
-            Then::Nothing => {}
-            Then::Reply { psn, status } => {
+        match after {
+            AfterPayload::Nothing => {}
+            AfterPayload::Reply { psn, status } => {
                 if live {
                     Self::reply(st, psn, status);
                 }
             }
-            Then::ReadResp => {
+            AfterPayload::ReadResp => {
                 let Some(qp) = st.qp.as_mut() else { return };
                 match qp.inflight.front() {
                     Some(f) if f.busy && f.psn == psn => {}
@@ -221,7 +246,7 @@ impl Nic {
                     c.run_local_front(st);
                 }
             }
-            Then::Recv { recv, imm, solicited } => {
+            AfterPayload::Recv { recv, imm, solicited } => {
                 let Some(qp) = st.qp.as_mut() else { return };
                 if live && !qp.error {
                     qp.complete_recv_solicited(recv.wr_id, WcStatus::Success, len, imm, solicited);

@@ -13,7 +13,7 @@ use super::state::Nic;
 use crate::fabric::provider::ConnId;
 use crate::fabric::soft::conn::{Conn, Phase};
 use crate::fabric::soft::connections::Connections;
-use crate::fabric::soft::device::{Cmd, Shared, LISTENER_BIT, WAKER};
+use crate::fabric::soft::device::{DeviceState, NicCommand, LISTENER_BIT, WAKER};
 use crate::fabric::soft::shm::Streams;
 use crate::fabric::soft::timers::{TimerKind, Timers};
 
@@ -21,30 +21,31 @@ use crate::fabric::soft::timers::{TimerKind, Timers};
 const SPIN_PAUSES: u32 = 64;
 
 /// The NIC thread's main loop.
-pub(crate) fn run(shared: Arc<Shared>, conns: Arc<Connections>, mut poll: Poll) {
-    let spin = shared.nic_spin;
-    let mut nic = Nic { shared, conns, timers: Timers::default(), ready: Vec::new(), streams: Streams::default() };
+pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: Poll) {
+    let spin = device.nic_spin;
+    let mut nic = Nic { device, conns, timers: Timers::default(), ready: Vec::new(), streams: Streams::default() };
     let mut events = Events::with_capacity(256);
     let mut last_busy = Instant::now();
     // Commands come with a wake-up: the queue is looked at only after the waker fired.
     let mut woken = true;
     loop {
-        let cmds = if std::mem::take(&mut woken) { std::mem::take(&mut *nic.shared.cmds.lock()) } else { Vec::new() };
-        let mut busy = !cmds.is_empty();
-        for cmd in cmds {
+        let commands =
+            if std::mem::take(&mut woken) { std::mem::take(&mut *nic.device.commands.lock()) } else { Vec::new() };
+        let mut busy = !commands.is_empty();
+        for cmd in commands {
             match cmd {
-                Cmd::Stop => {
+                NicCommand::Stop => {
                     nic.stop();
                     return;
                 }
-                Cmd::Timer(at, id, kind) => nic.schedule(at, id, kind),
-                Cmd::Broken(id, why) => {
+                NicCommand::Timer(at, id, kind) => nic.schedule(at, id, kind),
+                NicCommand::Broken(id, why) => {
                     if let Some(c) = nic.conn(id) {
                         let mut rx = c.rx.lock();
                         nic.broken(&c, &mut rx, &why);
                     }
                 }
-                Cmd::Resume(id) => nic.ready.push(id),
+                NicCommand::Resume(id) => nic.ready.push(id),
             }
         }
         let ready = std::mem::take(&mut nic.ready);
@@ -55,7 +56,7 @@ pub(crate) fn run(shared: Arc<Shared>, conns: Arc<Connections>, mut poll: Poll) 
             }
         }
         busy |= nic.fire_timers();
-        nic.shared.timers_pending.store(nic.timers.len(), std::sync::atomic::Ordering::Relaxed);
+        nic.device.timers_pending.store(nic.timers.len(), std::sync::atomic::Ordering::Relaxed);
         let now = Instant::now();
         if busy {
             last_busy = now;
@@ -90,9 +91,9 @@ pub(crate) fn run(shared: Arc<Shared>, conns: Arc<Connections>, mut poll: Poll) 
                 continue;
             }
             if Streams::owns(ev.token()) {
-                if nic.shared.shm.is_some() {
-                    let owner = StreamOwner { shared: &nic.shared, conns: &nic.conns };
-                    nic.streams.on_event(ev.token(), &owner, &nic.shared.registry);
+                if nic.device.shm.is_some() {
+                    let owner = StreamOwner { device: &nic.device, conns: &nic.conns };
+                    nic.streams.on_event(ev.token(), &owner, &nic.device.registry);
                 }
                 continue;
             }

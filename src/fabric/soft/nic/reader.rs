@@ -6,9 +6,9 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use super::state::{io_step, Nic, Step, READ_BUDGET, RX_BUF};
+use super::state::{io_step, Nic, ReadOutcome, READ_BUDGET, RX_BUF};
 use crate::fabric::memory;
-use crate::fabric::soft::conn::{Conn, Phase, Rx, Stage, Then};
+use crate::fabric::soft::conn::{AfterPayload, Conn, Expecting, Phase, ReceiveState};
 use crate::fabric::soft::wire::{Header, HEADER_LEN};
 
 impl Nic {
@@ -26,14 +26,14 @@ impl Nic {
         let mut budget = READ_BUDGET;
         loop {
             match self.step(c, &mut rx, &mut budget) {
-                Step::Continue => continue,
-                Step::Idle | Step::Blocked | Step::Paused => break,
-                Step::Done => return,
-                Step::Yield => {
+                ReadOutcome::Continue => continue,
+                ReadOutcome::Idle | ReadOutcome::Blocked | ReadOutcome::Paused => break,
+                ReadOutcome::Done => return,
+                ReadOutcome::Yield => {
                     self.ready.push(c.id);
                     break;
                 }
-                Step::Eof => {
+                ReadOutcome::Eof => {
                     let closed = c.st.lock().phase == Phase::Closed;
                     if closed {
                         self.close_disconnected(c, &mut rx);
@@ -42,7 +42,7 @@ impl Nic {
                     }
                     return;
                 }
-                Step::Broken(why) => {
+                ReadOutcome::Broken(why) => {
                     self.broken(c, &mut rx, &why);
                     return;
                 }
@@ -62,7 +62,7 @@ impl Nic {
     }
 
     /// Reads more of the stream into the receive buffer.
-    pub(super) fn fill(&mut self, c: &Conn, rx: &mut Rx, budget: &mut usize) -> Step {
+    pub(super) fn fill(&mut self, c: &Conn, rx: &mut ReceiveState, budget: &mut usize) -> ReadOutcome {
         if rx.buf.is_empty() {
             rx.buf = vec![0; RX_BUF];
         }
@@ -72,11 +72,11 @@ impl Nic {
             rx.start = 0;
         }
         if std::mem::take(&mut rx.drained) && !rx.peer_closed {
-            return Step::Idle;
+            return ReadOutcome::Idle;
         }
         let end = rx.end;
         match (&c.sock).read(&mut rx.buf[end..]) {
-            Ok(0) => Step::Eof,
+            Ok(0) => ReadOutcome::Eof,
             Ok(n) => {
                 rx.drained = n < rx.buf.len() - end;
                 rx.end += n;
@@ -87,20 +87,20 @@ impl Nic {
     }
 
     /// Takes the next step of reading the stream: a header, a CM frame, or payload bytes.
-    pub(super) fn step(&mut self, c: &Arc<Conn>, rx: &mut Rx, budget: &mut usize) -> Step {
-        match rx.stage {
-            Stage::Rnr { hdr, .. } if rx.peer_closed => Self::discard(rx, &hdr, Then::Nothing),
-            Stage::Rnr { .. } => Step::Blocked,
-            Stage::Payload { .. } => self.payload(c, rx, budget),
-            Stage::Header => {
+    pub(super) fn step(&mut self, c: &Arc<Conn>, rx: &mut ReceiveState, budget: &mut usize) -> ReadOutcome {
+        match rx.expecting {
+            Expecting::Rnr { hdr, .. } if rx.peer_closed => Self::discard(rx, &hdr, AfterPayload::Nothing),
+            Expecting::Rnr { .. } => ReadOutcome::Blocked,
+            Expecting::Payload { .. } => self.payload(c, rx, budget),
+            Expecting::Header => {
                 if rx.avail() < HEADER_LEN {
                     return self.fill(c, rx, budget);
                 }
                 let mut raw = [0u8; HEADER_LEN];
                 raw.copy_from_slice(&rx.buf[rx.start..rx.start + HEADER_LEN]);
-                let hdr = match Header::decode(&raw, self.shared.attrs.max_msg_size) {
+                let hdr = match Header::decode(&raw, self.device.attrs.max_msg_size) {
                     Ok(h) => h,
-                    Err(e) => return Step::Broken(format!("protocol error from {}: {e}", c.peer)),
+                    Err(e) => return ReadOutcome::Broken(format!("protocol error from {}: {e}", c.peer)),
                 };
                 if hdr.is_control() {
                     let total = HEADER_LEN + hdr.len as usize;
@@ -118,23 +118,23 @@ impl Nic {
     }
 
     /// Receives payload bytes into their destination (or discards them).
-    pub(super) fn payload(&mut self, c: &Arc<Conn>, rx: &mut Rx, budget: &mut usize) -> Step {
-        let Stage::Payload { sink, remaining, .. } = &mut rx.stage else { return Step::Continue };
+    pub(super) fn payload(&mut self, c: &Arc<Conn>, rx: &mut ReceiveState, budget: &mut usize) -> ReadOutcome {
+        let Expecting::Payload { destination, remaining, .. } = &mut rx.expecting else { return ReadOutcome::Continue };
         // Bytes already buffered first.
         let n = (rx.end - rx.start).min(*remaining);
         if n > 0 {
-            if !sink.is_discard() && !sink.write(&rx.buf[rx.start..rx.start + n]) {
-                return Step::Broken("payload larger than its destination".into());
+            if !destination.is_discard() && !destination.write(&rx.buf[rx.start..rx.start + n]) {
+                return ReadOutcome::Broken("payload larger than its destination".into());
             }
             rx.start += n;
             *remaining -= n;
         }
         if *remaining > 0 {
             if std::mem::take(&mut rx.drained) && !rx.peer_closed {
-                return Step::Idle;
+                return ReadOutcome::Idle;
             }
             let asked;
-            let got = if sink.is_discard() {
+            let got = if destination.is_discard() {
                 if rx.buf.is_empty() {
                     rx.buf = vec![0; RX_BUF];
                 }
@@ -144,19 +144,19 @@ impl Nic {
                 asked = k;
                 (&c.sock).read(&mut rx.buf[..k])
             } else {
-                let ranges = sink.ranges(*remaining);
+                let ranges = destination.ranges(*remaining);
                 if ranges.is_empty() {
-                    return Step::Broken("payload larger than its destination".into());
+                    return ReadOutcome::Broken("payload larger than its destination".into());
                 }
                 asked = ranges.iter().map(|r| r.len()).sum();
                 memory::recv_vectored(c.sock.as_fd(), &ranges)
             };
             match got {
-                Ok(0) => return Step::Eof,
+                Ok(0) => return ReadOutcome::Eof,
                 Ok(k) => {
                     rx.drained = k < asked;
-                    if !sink.is_discard() {
-                        sink.advance(k);
+                    if !destination.is_discard() {
+                        destination.advance(k);
                     }
                     *remaining -= k;
                     if *remaining > 0 {
@@ -168,18 +168,18 @@ impl Nic {
             }
         }
         if *remaining > 0 {
-            return Step::Continue;
+            return ReadOutcome::Continue;
         }
-        let Stage::Payload { then, len, psn, .. } = std::mem::replace(&mut rx.stage, Stage::Header) else {
-            return Step::Continue;
+        let Expecting::Payload { after, len, psn, .. } = std::mem::replace(&mut rx.expecting, Expecting::Header) else {
+            return ReadOutcome::Continue;
         };
-        self.finish(c, then, len, psn)
+        self.finish(c, after, len, psn)
     }
 
     /// Completes what a payload was for, once it is in.
-    pub(super) fn finish(&mut self, c: &Arc<Conn>, then: Then, len: u32, psn: u32) -> Step {
+    pub(super) fn finish(&mut self, c: &Arc<Conn>, after: AfterPayload, len: u32, psn: u32) -> ReadOutcome {
         let mut st = c.st.lock();
-        self.finish_payload(c, &mut st, then, len, psn);
-        self.pause_if_full(c, &mut st, Step::Continue)
+        self.finish_payload(c, &mut st, after, len, psn);
+        self.pause_if_full(c, &mut st, ReadOutcome::Continue)
     }
 }

@@ -5,18 +5,18 @@ use std::os::fd::OwnedFd;
 
 use crate::fabric::provider::ConnId;
 use crate::fabric::soft::connections::Connections;
-use crate::fabric::soft::device::Shared;
+use crate::fabric::soft::device::DeviceState;
 use crate::fabric::soft::shm::{self, Endpoint, Owner};
 
 /// The device's state and connections, as the same-host streams see them.
 pub(super) struct StreamOwner<'a> {
-    pub(super) shared: &'a Shared,
+    pub(super) device: &'a DeviceState,
     pub(super) conns: &'a Connections,
 }
 
 impl Owner for StreamOwner<'_> {
     fn endpoint(&self) -> &Endpoint {
-        self.shared.shm.as_ref().expect("same-host events come only from a device with an endpoint")
+        self.device.shm.as_ref().expect("same-host events come only from a device with an endpoint")
     }
     fn conn_open(&self, conn: ConnId) -> bool {
         self.conns.open.lock().contains_key(&conn)
@@ -31,7 +31,7 @@ impl Owner for StreamOwner<'_> {
             let pd = st.qp.as_ref()?.pd;
             (pd, c.responder_slot(&mut st)?)
         };
-        self.shared.regions.grant(rkey, pd, live)
+        self.device.regions.grant(rkey, pd, live)
     }
     fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], shm::Answer)> {
         let c = self.conns.open.lock().get(&conn).cloned()?;

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::fabric::provider::ConnId;
-use crate::fabric::soft::conn::{Conn, ConnState, OutFrame, Rx, Sink, Stage, Tail, Then};
+use crate::fabric::soft::conn::{
+    AfterPayload, Conn, ConnState, Destination, Expecting, FramePayload, OutFrame, ReceiveState,
+};
 use crate::fabric::soft::connections::Connections;
-use crate::fabric::soft::device::Shared;
+use crate::fabric::soft::device::DeviceState;
 use crate::fabric::soft::shm::Streams;
 use crate::fabric::soft::timers::{TimerKind, Timers};
 use crate::fabric::soft::wire::{FrameType, Header, Status};
@@ -23,7 +25,7 @@ pub(super) const READ_BUDGET: usize = 4 << 20;
 pub const OUTPUT_STALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What reading a connection came to.
-pub(super) enum Step {
+pub(super) enum ReadOutcome {
     /// Go on reading.
     Continue,
     /// Nothing more to read now.
@@ -44,7 +46,7 @@ pub(super) enum Step {
 
 /// The NIC thread's state.
 pub(super) struct Nic {
-    pub(super) shared: Arc<Shared>,
+    pub(super) device: Arc<DeviceState>,
     /// The device's connections and listeners.
     pub(super) conns: Arc<Connections>,
     pub(super) timers: Timers,
@@ -61,25 +63,25 @@ impl Nic {
     }
 
     /// Counts `n` bytes read against the turn's budget: `Yield` once it is used up.
-    pub(super) fn charge(&self, budget: &mut usize, n: usize) -> Step {
+    pub(super) fn charge(&self, budget: &mut usize, n: usize) -> ReadOutcome {
         *budget = budget.saturating_sub(n);
         if *budget == 0 {
-            Step::Yield
+            ReadOutcome::Yield
         } else {
-            Step::Continue
+            ReadOutcome::Continue
         }
     }
 
     /// Reads the payload of `hdr` into nothing, then does `then`.
-    pub(super) fn discard(rx: &mut Rx, hdr: &Header, then: Then) -> Step {
-        rx.stage = Stage::Payload {
-            sink: Sink::new(Vec::new()),
+    pub(super) fn discard(rx: &mut ReceiveState, hdr: &Header, after: AfterPayload) -> ReadOutcome {
+        rx.expecting = Expecting::Payload {
+            destination: Destination::new(Vec::new()),
             remaining: hdr.len as usize,
             len: hdr.len,
-            then,
+            after,
             psn: hdr.psn,
         };
-        Step::Continue
+        ReadOutcome::Continue
     }
 
     /// Queues the acknowledgement (or NAK) of request `psn`.
@@ -87,13 +89,13 @@ impl Nic {
         let mut h = Header::new(FrameType::Ack);
         h.psn = psn;
         h.status = status;
-        st.push_out(OutFrame::new(&h, Tail::None));
+        st.push_out(OutFrame::new(&h, FramePayload::None));
     }
 
     /// Pauses reading when the answers queued for the peer went over `OUT_CAP` (it does not
     /// read them), and starts the timer that cuts the connection if it writes nothing more.
-    pub(super) fn pause_if_full(&mut self, c: &Conn, st: &mut ConnState, step: Step) -> Step {
-        if !matches!(step, Step::Continue) || !st.out.pause_if_full() {
+    pub(super) fn pause_if_full(&mut self, c: &Conn, st: &mut ConnState, step: ReadOutcome) -> ReadOutcome {
+        if !matches!(step, ReadOutcome::Continue) || !st.out.pause_if_full() {
             return step;
         }
         tracing::debug!("soft NIC: {} leaves its answers unread, reading paused", c.peer);
@@ -101,15 +103,15 @@ impl Nic {
         // this one too early.
         self.timers.cancel(c.id, TimerKind::OutputStall);
         self.timers.schedule(Instant::now() + OUTPUT_STALL_TIMEOUT, c.id, TimerKind::OutputStall);
-        Step::Paused
+        ReadOutcome::Paused
     }
 }
 
 /// What a failed read means for reading the connection.
-pub(super) fn io_step(e: io::Error) -> Step {
+pub(super) fn io_step(e: io::Error) -> ReadOutcome {
     match e.kind() {
-        io::ErrorKind::WouldBlock => Step::Idle,
-        io::ErrorKind::Interrupted => Step::Continue,
-        _ => Step::Broken(format!("read: {e}")),
+        io::ErrorKind::WouldBlock => ReadOutcome::Idle,
+        io::ErrorKind::Interrupted => ReadOutcome::Continue,
+        _ => ReadOutcome::Broken(format!("read: {e}")),
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use mio::unix::SourceFd;
 
 use super::state::Nic;
-use crate::fabric::soft::conn::{Conn, ConnState, Ev, Phase, Rx, Stage, Then};
+use crate::fabric::soft::conn::{AfterPayload, Conn, ConnState, Ev, Expecting, Phase, ReceiveState};
 use crate::fabric::types::*;
 
 impl Nic {
@@ -24,30 +24,30 @@ impl Nic {
             st.qp = None;
             c.drop_same_host(&mut st);
         }
-        self.streams.clear(&self.shared.registry);
+        self.streams.clear(&self.device.registry);
         let listeners: Vec<_> = self.conns.listeners.lock().drain().map(|(_, l)| l).collect();
         for l in listeners {
-            let _ = self.shared.registry.deregister(&mut SourceFd(&l.sock.as_raw_fd()));
+            let _ = self.device.registry.deregister(&mut SourceFd(&l.sock.as_raw_fd()));
         }
     }
 
     /// Abandons the payload being received: a receive taken for it is flushed and a READ
     /// being filled is handed back to the flush.
-    pub(super) fn abort_rx(&mut self, c: &Conn, rx: &mut Rx) {
-        let stage = std::mem::replace(&mut rx.stage, Stage::Header);
+    pub(super) fn abort_rx(&mut self, c: &Conn, rx: &mut ReceiveState) {
+        let expecting = std::mem::replace(&mut rx.expecting, Expecting::Header);
         let mut st = c.st.lock();
         let Some(qp) = st.qp.as_mut() else { return };
         for f in qp.inflight.iter_mut() {
             f.busy = false;
         }
-        if let Stage::Payload { then: Then::Recv { recv, .. }, .. } = stage {
+        if let Expecting::Payload { after: AfterPayload::Recv { recv, .. }, .. } = expecting {
             qp.complete_recv(recv.wr_id, WcStatus::WorkRequestFlushed, 0, None);
         }
     }
 
     /// The transport failed (or was cut): outstanding sends fail with
     /// `TransportRetryExceeded`, receives are flushed, the owner gets `Disconnected`.
-    pub(super) fn broken(&mut self, c: &Arc<Conn>, rx: &mut Rx, why: &str) {
+    pub(super) fn broken(&mut self, c: &Arc<Conn>, rx: &mut ReceiveState, why: &str) {
         tracing::debug!("soft NIC: connection {} to {} broken: {why}", c.id, c.peer);
         self.abort_rx(c, rx);
         let mut st = c.st.lock();
@@ -69,7 +69,7 @@ impl Nic {
 
     /// Removes a connection whose queue pair was already disconnected: a READ response or
     /// SEND being received when the stream ends is completed as flushed.
-    pub(super) fn close_disconnected(&mut self, c: &Conn, rx: &mut Rx) {
+    pub(super) fn close_disconnected(&mut self, c: &Conn, rx: &mut ReceiveState) {
         self.abort_rx(c, rx);
         let mut st = c.st.lock();
         if let Some(qp) = st.qp.as_mut() {
@@ -85,9 +85,9 @@ impl Nic {
         c.end_handshake(st);
         self.conns.open.lock().remove(&c.id);
         self.timers.cancel_conn(c.id);
-        self.streams.close_conn(c.id, &self.shared.registry);
+        self.streams.close_conn(c.id, &self.device.registry);
         c.drop_same_host(st);
-        if let Some(ep) = &self.shared.shm {
+        if let Some(ep) = &self.device.shm {
             ep.withdraw(std::mem::take(&mut st.shm_nonce));
         }
         c.deregister();

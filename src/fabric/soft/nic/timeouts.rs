@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::state::{Nic, OUTPUT_STALL_TIMEOUT};
-use crate::fabric::soft::conn::{Conn, Ev, Phase, Stage, Then};
+use crate::fabric::soft::conn::{AfterPayload, Conn, Ev, Expecting, Phase};
 use crate::fabric::soft::device::SoftCounters;
 use crate::fabric::soft::timers::TimerKind;
 use crate::fabric::soft::wire::Status;
@@ -33,7 +33,7 @@ impl Nic {
                     let mut rx = c.rx.lock();
                     if c.st.lock().phase == Phase::Incoming {
                         tracing::debug!("soft NIC: no connect request from {} in time, closing", c.peer);
-                        SoftCounters::bump(&self.shared.counters.handshake_timeouts);
+                        SoftCounters::bump(&self.device.counters.handshake_timeouts);
                         self.close_disconnected(&c, &mut rx);
                     }
                 }
@@ -63,7 +63,7 @@ impl Nic {
             return;
         }
         drop(st);
-        SoftCounters::bump(&self.shared.counters.output_stalls);
+        SoftCounters::bump(&self.device.counters.output_stalls);
         let why = format!("{} read none of its answers for {OUTPUT_STALL_TIMEOUT:?}", c.peer);
         self.broken(c, &mut rx, &why);
     }
@@ -77,18 +77,18 @@ impl Nic {
             cq.drain_inboxes();
         }
         let mut rx = c.rx.lock();
-        let Stage::Rnr { hdr, left } = rx.stage else { return };
+        let Expecting::Rnr { hdr, left } = rx.expecting else { return };
         let mut st = c.st.lock();
         if st.phase != Phase::Established {
-            Self::discard(&mut rx, &hdr, Then::Nothing);
+            Self::discard(&mut rx, &hdr, AfterPayload::Nothing);
         } else if !self.place_send(&mut st, &mut rx, hdr) {
             let left = if left == RNR_RETRY_INFINITE { left } else { left - 1 };
             if left == 0 {
-                Self::discard(&mut rx, &hdr, Then::Reply { psn: hdr.psn, status: Status::RnrExceeded });
+                Self::discard(&mut rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::RnrExceeded });
             } else {
                 let timer = st.qp.as_ref().map_or(Duration::from_micros(640), |q| q.min_rnr_timer);
                 self.timers.schedule(Instant::now() + timer, c.id, TimerKind::Rnr);
-                rx.stage = Stage::Rnr { hdr, left };
+                rx.expecting = Expecting::Rnr { hdr, left };
                 return;
             }
         }

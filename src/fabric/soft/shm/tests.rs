@@ -83,8 +83,8 @@ impl Ends {
 
 #[test]
 fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_serving() {
-    let (fab, shared, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
-    let ep = shared.shm.as_ref().expect("same-host path on by default");
+    let (fab, device, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let ep = device.shm.as_ref().expect("same-host path on by default");
 
     let mut garbage = attach(ep);
     garbage.write_all(&[0xFF; proto::MSG_LEN]).unwrap();
