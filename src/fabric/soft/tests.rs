@@ -204,6 +204,27 @@ fn a_refused_tcp_connect_is_rejected_with_no_listener() {
     );
 }
 
+#[test]
+fn a_request_to_a_listener_whose_channel_was_dropped_is_rejected() {
+    // The listener outlives its channel: the request it brings in has nobody to answer it, and
+    // is rejected (no private data) rather than left waiting.
+    let fab = fabric();
+    let pd = fab.alloc_pd().unwrap();
+    let cq = fab.create_cq(8).unwrap();
+    let ch = fab.create_event_channel().unwrap();
+    let server = fab.create_event_channel().unwrap();
+    let listener = server.listen(loopback(), 4).unwrap();
+    drop(server);
+    let qp = ch.connect(listener.local_addr(), &QpInit::new(&pd, &cq), b"anyone?", T).unwrap();
+    match event(&ch) {
+        CmEvent::Rejected { conn, reason: RejectReason::Consumer, private_data } => {
+            assert_eq!(conn, qp.conn_id());
+            assert!(private_data.is_empty(), "{private_data:?}");
+        }
+        other => panic!("expected Rejected by the consumer, got {other:?}"),
+    }
+}
+
 fn thread_count() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap()
