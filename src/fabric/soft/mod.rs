@@ -10,14 +10,42 @@
 //! (`shm`): this end's threads copy between its buffers and a mapping of the peer's region
 //! (read-only unless the region grants remote write), with the same checks, and write SENDs
 //! into the peer's inbox.
+//!
+//! # Layers
+//!
+//! Bottom first: a file imports only from its own row (in the order listed) and the rows above
+//! it, so no two files import each other, directly or not. The files of `nic/` share the NIC
+//! thread's state (`nic/state.rs`) and call down in their listed order.
+//!
+//! | layer | modules | job |
+//! |---|---|---|
+//! | leaves | `wire`, `timers`, `seg`, `events`, `handshakes` | the frame codec; the NIC's timers; a range of registered memory; a CM channel's event queue; the handshake limits |
+//! | same host | `shm/` | the same-host path: endpoint, streams, key table, mappings, inboxes, receive pools, bells |
+//! | device | `regions`, `device` | the region table and its remote checks; what the NIC thread and the objects share (`DeviceState`, `NicCommand`, counters) and the `Device` that owns the NIC thread |
+//! | objects | `mr`, `cq`, `ud`, `recv`, `srq`, `pd` | memory regions and the local SGE check, completion queues, UD endpoints, posted receives, shared receive queues, protection domains |
+//! | connection | `conn/` (`phase`, `out_queue`, `receive`, `qp_state`, `mod`) | one RC connection: its output queue, the NIC's receive state of it, its queue-pair state; `Conn`, `ConnState` and the CM event `NicCmEvent` it produces |
+//! | connection table | `connections` | the open connections and listening sockets of a device, by id |
+//! | handles | `qp`, `cm` | posting on a queue pair; event channels, listeners, connect, accept, reject |
+//! | NIC thread | `nic/` (`state`, `teardown`, `cm_frames`, `data_frames`, `reader`, `timeouts`, `same_host`, `event_loop`) | the `mio` loop, the frame parser, the READ responder, SENDs and RNR, timers, teardown |
+//! | top | `open` | opening a device: its handle (`FabricOps`) and fault injector |
 
 mod cm;
 mod conn;
+mod connections;
 mod cq;
 mod device;
+mod events;
+mod handshakes;
+mod mr;
 mod nic;
+mod open;
+mod pd;
 mod qp;
+mod recv;
+mod regions;
+mod seg;
 mod shm;
+mod srq;
 mod timers;
 mod ud;
 internal! { pub mod wire; }
@@ -27,11 +55,9 @@ mod tests;
 
 // The NIC's limits, for the hostile tests (with the feature `internals`).
 #[cfg(feature = "internals")]
-pub use cm::{MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
-#[cfg(feature = "internals")]
 pub use conn::{OUT_CAP, OUT_RESUME};
 #[cfg(feature = "internals")]
-pub use device::HANDSHAKE_TIMEOUT;
+pub use handshakes::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
 #[cfg(feature = "internals")]
 pub use nic::OUTPUT_STALL_TIMEOUT;
 
@@ -45,5 +71,5 @@ use super::{Fabric, FabricConfig, Result};
 /// `soft0`; [`Os`](super::Error::Os) when the NIC thread, its epoll instance or the same-host
 /// endpoint cannot be created.
 pub fn open(config: &FabricConfig) -> Result<Fabric> {
-    device::open(config)
+    open::open(config)
 }

@@ -5,11 +5,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::cm::{ChannelInner, NicCmEvent, CLOSE_LINGER};
-use super::conn::{rdma_header, Conn, InFlight, LocalOp, OutFrame, Phase, RecvWr, Seg, Tail};
-use super::device::Device;
-use super::nic::{Cmd, TimerKind};
+use super::conn::{rdma_header, Conn, FramePayload, InFlight, LocalOp, NicCmEvent, OutFrame, Phase, CLOSE_LINGER};
+use super::device::{Device, NicCommand};
+use super::events::EventQueue;
+use super::mr::sge_segment;
+use super::recv::RecvWr;
+use super::seg::Seg;
 use super::shm::MAX_INLINE;
+use super::timers::TimerKind;
 use super::wire::{FrameType, Header, AUX_SOLICITED};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::*;
@@ -21,12 +24,17 @@ pub(crate) struct SoftQp {
     qp_num: u32,
     // Kept alive for as long as the queue pair exists (CQs, PD, SRQ, channel, device).
     _init: QpInitAttr,
-    _channel: Option<Arc<ChannelInner>>,
+    _channel: Option<Arc<EventQueue<NicCmEvent>>>,
     _dev: Arc<Device>,
 }
 
 impl SoftQp {
-    pub(crate) fn new(conn: Arc<Conn>, init: QpInitAttr, dev: Arc<Device>, channel: Option<Arc<ChannelInner>>) -> Self {
+    pub(crate) fn new(
+        conn: Arc<Conn>,
+        init: QpInitAttr,
+        dev: Arc<Device>,
+        channel: Option<Arc<EventQueue<NicCmEvent>>>,
+    ) -> Self {
         let qp_num = conn.st.lock().qp.as_ref().map_or(0, |q| q.qp_num);
         SoftQp { conn, qp_num, _init: init, _channel: channel, _dev: dev }
     }
@@ -86,7 +94,7 @@ impl QpOps for SoftQp {
     }
 
     fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
-        let max_msg = self.conn.shared.attrs.max_msg_size;
+        let max_msg = self.conn.device.attrs.max_msg_size;
         let total: u64 = wr.sges.iter().map(|s| s.len as u64).sum();
         if total > max_msg {
             return Err(Error::invalid("post_send", format!("{total} bytes exceed the message limit of {max_msg}")));
@@ -142,7 +150,7 @@ impl QpOps for SoftQp {
         if qp.sq_used >= qp.caps.max_send_wr {
             return Err(Error::QueueFull { queue: "send queue", depth: qp.caps.max_send_wr });
         }
-        let segs: Option<Vec<Seg>> = wr.sges.iter().map(|s| Seg::from_sge(s, qp.pd, need)).collect();
+        let segs: Option<Vec<Seg>> = wr.sges.iter().map(|s| sge_segment(s, qp.pd, need)).collect();
         let Some(segs) = segs else {
             // Like hardware: the request fails with a completion and the queue pair errors.
             qp.sq_used += 1;
@@ -180,28 +188,28 @@ impl QpOps for SoftQp {
         let psn = qp.next_psn;
         qp.next_psn = psn.wrapping_add(1);
         let mut h;
-        let tail;
+        let payload;
         let mut dest = Vec::new();
         match wr.op {
             SendOp::Send => {
                 h = Header::new(FrameType::Send);
                 h.aux = if wr.solicited { AUX_SOLICITED } else { 0 };
-                tail = Tail::Segs(segs);
+                payload = FramePayload::Segs(segs);
             }
             SendOp::SendWithImm(imm) => {
                 h = Header::new(FrameType::SendImm);
                 h.imm = imm;
                 h.aux = if wr.solicited { AUX_SOLICITED } else { 0 };
-                tail = Tail::Segs(segs);
+                payload = FramePayload::Segs(segs);
             }
             SendOp::RdmaWrite(r) => {
                 h = rdma_header(false, r, psn, total as u32);
-                tail = Tail::Segs(segs);
+                payload = FramePayload::Segs(segs);
             }
             SendOp::RdmaRead(r) => {
                 h = rdma_header(true, r, psn, total as u32);
                 dest = segs;
-                tail = Tail::None;
+                payload = FramePayload::None;
             }
         }
         h.psn = psn;
@@ -210,7 +218,7 @@ impl QpOps for SoftQp {
         }
         qp.sq_used += 1;
         qp.inflight.push_back(entry(psn, dest));
-        if st.push_request(OutFrame::new(&h, tail)) {
+        if st.push_request(OutFrame::new(&h, payload)) {
             self.conn.flush_from_user(&mut st);
         }
         Ok(())
@@ -223,19 +231,19 @@ impl QpOps for SoftQp {
             Phase::Closed => return Ok(()),
             Phase::Established => {
                 st.drop_unsent_requests();
-                st.push_out(OutFrame::new(&Header::new(FrameType::Disconnect), Tail::None));
+                st.push_out(OutFrame::new(&Header::new(FrameType::Disconnect), FramePayload::None));
                 st.shut_after_flush = true;
                 st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;
                 st.event(NicCmEvent::Disconnected { conn: conn.id });
                 conn.flush_from_user(&mut st);
-                conn.shared.command(Cmd::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
+                conn.device.command(NicCommand::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
             }
             Phase::Connecting | Phase::Incoming | Phase::Requested => {
                 st.clear_output();
                 st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;
-                conn.shared.command(Cmd::Timer(Instant::now(), conn.id, TimerKind::Close));
+                conn.device.command(NicCommand::Timer(Instant::now(), conn.id, TimerKind::Close));
             }
         }
         Ok(())

@@ -142,7 +142,7 @@ const GROUP: Token = Token(1);
 
 impl SoftUd {
     pub(crate) fn new(dev: Arc<Device>, init: &UdInit) -> Result<Self> {
-        let mtu = dev.shared.attrs.ud_mtu;
+        let mtu = dev.state.attrs.ud_mtu;
         let depth = init.recv_depth as usize;
         let buffer = depth.saturating_mul(mtu + 256);
         let unicast = unicast_socket(init.interface, init.unicast_port, buffer)?;
@@ -185,7 +185,7 @@ impl SoftUd {
     /// Applies the device's UD faults to a received datagram and queues the result.
     fn admit(&self, rx: &mut UdRx, d: Datagram) {
         let now = Instant::now();
-        let mut faults = self.dev.shared.ud_faults.lock();
+        let mut faults = self.dev.state.ud_faults.lock();
         let Some(gen) = faults.as_mut() else {
             self.queue(rx, now, d);
             return;

@@ -18,7 +18,7 @@ use super::map::PeerMapping;
 use super::pool::PeerPool;
 use super::proto::{Answer, Request, ANSWER_LEN, WANT_KEYS};
 use crate::fabric::memory::{send_vectored, IoPart};
-use crate::fabric::soft::conn::Seg;
+use crate::fabric::soft::seg::Seg;
 use crate::fabric::types::{Access, WcStatus};
 
 /// Regions of one peer kept mapped; past this, the mappings are dropped and fetched again.

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::map::{racy_copy, PeerMapping};
 use crate::fabric::error::Result;
 use crate::fabric::memory::RegisteredBuffer;
-use crate::fabric::soft::conn::Seg;
+use crate::fabric::soft::seg::Seg;
 
 /// Offset of the sender's tail.
 const TAIL: usize = 0;

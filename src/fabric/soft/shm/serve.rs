@@ -11,9 +11,9 @@ use std::os::unix::net::UnixStream;
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 
+use super::endpoint::Endpoint;
 use super::fds::send_with_fds;
 use super::proto::{self, Answer, Request, MSG_LEN, WANT_KEYS};
-use super::Endpoint;
 use crate::fabric::provider::ConnId;
 
 /// Poll token of the device's same-host socket.

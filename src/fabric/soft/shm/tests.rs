@@ -7,11 +7,14 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::time::Duration;
 
+use super::endpoint::{Endpoint, Offer};
 use super::keys::{KeyTable, PeerKeys};
 use super::map::{reopen_read_only, PeerMapping};
-use super::{proto, Endpoint, Offer};
+use super::proto;
 use crate::fabric::memory::sealed_memfd;
-use crate::fabric::soft::device::{open_inspected, HANDSHAKE_TIMEOUT};
+use crate::fabric::soft::connections::Connections;
+use crate::fabric::soft::handshakes::HANDSHAKE_TIMEOUT;
+use crate::fabric::soft::open::open_inspected;
 use crate::fabric::*;
 
 const T: Duration = Duration::from_secs(5);
@@ -80,8 +83,8 @@ impl Ends {
 
 #[test]
 fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_serving() {
-    let (fab, shared) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
-    let ep = shared.shm.as_ref().expect("same-host path on by default");
+    let (fab, device, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let ep = device.shm.as_ref().expect("same-host path on by default");
 
     let mut garbage = attach(ep);
     garbage.write_all(&[0xFF; proto::MSG_LEN]).unwrap();
@@ -167,14 +170,14 @@ fn a_revoked_slot_is_seen_at_once_and_a_reused_slot_has_a_new_word() {
     assert!(!peer.live(first) && peer.live(second));
 }
 
-/// SENDs this end of a connection of `shared` wrote into the peer's inbox.
-fn inbox_sends(shared: &crate::fabric::soft::device::Shared) -> u64 {
-    shared.conns.lock().values().map(|c| c.st.lock().inbox_sends).sum()
+/// SENDs this end of the connections `conns` wrote into the peer's inbox.
+fn inbox_sends(conns: &Connections) -> u64 {
+    conns.open.lock().values().map(|c| c.st.lock().inbox_sends).sum()
 }
 
 #[test]
 fn small_sends_with_a_claimed_receive_go_through_the_inbox_and_all_sends_keep_post_order() {
-    let (fab_a, shared_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let (fab_a, _, conns_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
     let fab_b = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
     let ends = Ends::new(&fab_a, &fab_b);
     let Ends { pd_a, pd_b, cq_a, cq_b, .. } = &ends;
@@ -198,7 +201,7 @@ fn small_sends_with_a_claimed_receive_go_through_the_inbox_and_all_sends_keep_po
     // behind 2 unless 2 was acknowledged already. 4: small, no receive left to claim: the
     // stream, waiting (RNR) until one is posted.
     send(1, 8);
-    assert_eq!(inbox_sends(&shared_a), 1, "a small SEND with a receive to claim went through the inbox");
+    assert_eq!(inbox_sends(&conns_a), 1, "a small SEND with a receive to claim went through the inbox");
     send(2, BIG);
     send(3, 8);
     let mut wcs = [WorkCompletion::default(); 4];
@@ -210,9 +213,9 @@ fn small_sends_with_a_claimed_receive_go_through_the_inbox_and_all_sends_keep_po
     }
     let expect = |imm: u32, len: usize| (WcStatus::Success, Some(imm), len as u32);
     assert_eq!(got, [expect(1, 8), expect(2, BIG), expect(3, 8)], "receives in post order");
-    let before = inbox_sends(&shared_a);
+    let before = inbox_sends(&conns_a);
     send(4, 8);
-    assert_eq!(inbox_sends(&shared_a), before, "no receive to claim: not through the inbox");
+    assert_eq!(inbox_sends(&conns_a), before, "no receive to claim: not through the inbox");
     assert_eq!(cq_b.poll(&mut wcs).unwrap(), 0, "no receive posted yet");
     b.post_recv(3, &[rbuf.sge(3 * BIG, BIG)]).unwrap();
     assert_eq!(cq_b.poll_wait(&mut wcs, Duration::ZERO, T).unwrap(), 1);
@@ -228,7 +231,7 @@ fn small_sends_with_a_claimed_receive_go_through_the_inbox_and_all_sends_keep_po
 
 #[test]
 fn copies_and_sends_stop_the_moment_the_responders_queue_pair_fails() {
-    let (fab_a, shared_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let (fab_a, _, conns_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
     let fab_b = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
     let ends = Ends::new(&fab_a, &fab_b);
     let Ends { pd_a, pd_b, cq_a, .. } = &ends;
@@ -248,11 +251,11 @@ fn copies_and_sends_stop_the_moment_the_responders_queue_pair_fails() {
     a.post_send(&SendRequest::new(2, SendOp::Send, &sge)).unwrap();
     assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::Success));
-    assert_eq!(inbox_sends(&shared_a), 1);
+    assert_eq!(inbox_sends(&conns_a), 1);
 
     // A's NIC thread cannot hear of the disconnect while the test holds its receive state, so
     // only the responder's key slot can stop A: its queue pair fails at once.
-    let conn = shared_a.conns.lock().values().next().expect("A's connection").clone();
+    let conn = conns_a.open.lock().values().next().expect("A's connection").clone();
     let held = conn.rx.lock();
     b.disconnect().unwrap();
     a.post_send(&SendRequest::new(3, SendOp::RdmaRead(remote.remote()), &sge)).unwrap();
@@ -268,7 +271,7 @@ fn copies_and_sends_stop_the_moment_the_responders_queue_pair_fails() {
     a2.post_send(&SendRequest::new(20, SendOp::Send, &sge)).unwrap();
     assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (20, WcStatus::Success));
-    let conn2 = shared_a.conns.lock().get(&a2.conn_id()).expect("A's second connection").clone();
+    let conn2 = conns_a.open.lock().get(&a2.conn_id()).expect("A's second connection").clone();
     assert_eq!(conn2.st.lock().inbox_sends, 1, "the second connection's first SEND used the inbox");
     let held = conn2.rx.lock();
     b2.disconnect().unwrap();
