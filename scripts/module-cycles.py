@@ -69,6 +69,7 @@ def paths_in(text):
 
 
 def expand(tree, at, text):
+    tree = re.sub(r"\s+as\s+\w+", "", tree)  # `x as y` names x
     tree = re.sub(r"\s+", "", tree)
     line_start = text.rfind("\n", 0, at) + 1
     prefix = text[line_start:at]
@@ -92,7 +93,7 @@ def expand(tree, at, text):
                 if p:
                     walk(prefix + head, p)
         else:
-            results.append((re.sub(r"as\w+$", "", prefix + t), reexport))
+            results.append((prefix + t, reexport))
 
     walk("", tree)
     return results
@@ -117,13 +118,34 @@ def resolve(path, here, modules, reexports=None):
         if target + (p,) in modules:
             target = target + (p,)
             continue
-        # An item: follow the module's re-export of it to where it is defined.
-        seen = set()
-        while reexports and p in reexports.get(target, {}) and (target, p) not in seen:
-            seen.add((target, p))
-            target = reexports[target][p]
+        # An item: follow the module's re-exports of it to where it is defined.
+        if reexports:
+            target = defining_module(p, target, reexports, set())
         break
     return target
+
+
+def defining_module(name, module, reexports, seen):
+    """Where `name`, named through `module`, is defined: followed through named and glob
+    re-exports (`pub use x::Name`, `pub use x::*`)."""
+    if (module, name) in seen:
+        return module
+    seen.add((module, name))
+    named = reexports.get(module, {})
+    if name != "*" and name in named:
+        return defining_module(name, named[name], reexports, seen)
+    for glob in named.get("*", []):
+        if defines(glob, name) or name in reexports.get(glob, {}):
+            return defining_module(name, glob, reexports, seen)
+    return module
+
+
+DEFINITIONS = {}
+
+
+def defines(module, name):
+    text = DEFINITIONS.get(module, "")
+    return re.search(r"\b(?:struct|enum|fn|type|const|static|trait|union|macro_rules!)\s+" + re.escape(name) + r"\b", text) is not None
 
 
 def reexports_of(modules):
@@ -132,11 +154,17 @@ def reexports_of(modules):
     out = {}
     for m, path in modules.items():
         text = strip_comments(strip_tests(open(path).read()))
-        names = {}
+        DEFINITIONS[m] = text
+        names = {"*": []}
         for u in re.finditer(r"\bpub(?:\([\w:]+\))?\s+use\s+([^;]+);", text):
             for p, _ in expand(u.group(1).replace("\n", " "), u.start(), text):
                 last = p.split("::")[-1]
-                if last in ("*", "self"):
+                if last == "*":
+                    t = resolve("::".join(p.split("::")[:-1]), m, modules)
+                    if t is not None and t != m:
+                        names["*"].append(t)
+                    continue
+                if last == "self":
                     continue
                 t = resolve("::".join(p.split("::")[:-1]) or "self", m, modules)
                 if t is not None and t != m:
