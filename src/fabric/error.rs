@@ -69,6 +69,15 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// A queue pair state change `ibv_modify_qp` refuses (`EINVAL`): not the next state of the
+    /// RESET → INIT → RTR → RTS sequence (ERROR is reachable from any state).
+    #[error("modify_qp: {from} → {to} is not a legal transition")]
+    InvalidTransition {
+        /// The queue pair's state.
+        from: crate::fabric::bootstrap::QpState,
+        /// The state asked for.
+        to: crate::fabric::bootstrap::QpState,
+    },
     /// The queue pair is not connected (not yet established, or already disconnected or in error).
     #[error("{verb}: queue pair {qp_num} is not connected ({state})")]
     NotConnected {

@@ -15,6 +15,7 @@
 mod as_any;
 #[cfg(feature = "async")]
 mod async_cq;
+mod bootstrap;
 mod cm_event;
 mod config;
 pub mod error;
@@ -31,6 +32,7 @@ mod work_request;
 
 #[cfg(feature = "async")]
 pub use async_cq::AsyncNotifier;
+pub use bootstrap::{InitAttr, PathMtu, QpEndpoint, QpState, QpTransition, RtrAttr, RtsAttr, MAX_MIN_RNR_TIMER};
 pub use cm_event::{CmEventOf, ConnectionEvent};
 pub use config::{FabricConfig, SoftOptions};
 pub use error::{Error, Result};

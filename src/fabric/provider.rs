@@ -10,7 +10,8 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error::Result;
+use super::bootstrap::{QpEndpoint, QpState, QpTransition};
+use super::error::{Error, Result};
 use super::memory::RegisteredBuffer;
 use super::types::*;
 
@@ -40,6 +41,12 @@ pub trait FabricOps: AsAny {
     fn create_ud(&self, pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>>;
     /// Fault injection, where the provider supports it (soft only).
     fn faults(&self) -> Option<Arc<dyn FaultOps>>;
+    /// Creates an RC queue pair without the connection manager, in RESET: the caller moves it
+    /// through INIT, RTR and RTS with [`QpOps::modify`] (see `fabric::bootstrap`).
+    fn create_qp(&self, init: QpInitAttr) -> Result<Box<dyn QpOps>> {
+        let _ = init;
+        Err(Error::invalid("create_qp", format!("the {} provider cannot create queue pairs by hand yet", self.kind())))
+    }
     /// What the device counted so far.
     fn counters(&self) -> FabricCounters {
         FabricCounters::default()
@@ -104,6 +111,20 @@ pub trait QpOps: AsAny {
     /// established).
     fn data_path(&self) -> DataPath {
         DataPath::Network
+    }
+    /// The queue pair's state. One the connection manager made is RTS while connected.
+    fn state(&self) -> QpState {
+        QpState::ReadyToSend
+    }
+    /// What a peer needs to connect to this queue pair by hand.
+    fn local_endpoint(&self) -> Result<QpEndpoint> {
+        Err(Error::invalid("local_endpoint", "this queue pair was connected by the connection manager"))
+    }
+    /// Moves the queue pair (`ibv_modify_qp`); the handle has checked that the move is legal
+    /// from [`state`](Self::state) and its attributes in range.
+    fn modify(&self, transition: &QpTransition) -> Result<()> {
+        let _ = transition;
+        Err(Error::invalid("modify_qp", "this queue pair was connected by the connection manager"))
     }
 }
 

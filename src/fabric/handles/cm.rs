@@ -61,8 +61,9 @@ impl EventChannel {
                 max: MAX_CONNECT_PRIVATE_DATA,
             });
         }
+        let attributes = init.pd.fabric().attributes().clone();
         let init = init.checked_attr("connect")?;
-        Ok(QueuePair { ops: self.ops.connect(addr, init, private_data, timeout)? })
+        Ok(QueuePair::new(self.ops.connect(addr, init, private_data, timeout)?, attributes))
     }
     /// Waits up to `timeout` for the next event.
     ///
@@ -131,9 +132,10 @@ impl ConnectRequest {
                 max: MAX_ACCEPT_PRIVATE_DATA,
             });
         }
+        let attributes = init.pd.fabric().attributes().clone();
         let init = init.checked_attr("accept")?;
         let ops = self.ops.take().expect("unanswered");
-        Ok(QueuePair { ops: ops.accept(init, private_data)? })
+        Ok(QueuePair::new(ops.accept(init, private_data)?, attributes))
     }
     /// Rejects with `private_data` (at most 148 bytes).
     ///

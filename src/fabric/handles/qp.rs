@@ -5,12 +5,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::cq::CompletionQueue;
+use super::device::Fabric;
 use super::device::ProtectionDomain;
 use super::srq::SharedReceiveQueue;
+use crate::fabric::bootstrap::{InitAttr, QpEndpoint, QpState, QpTransition, RtrAttr, RtsAttr};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::{QpInitAttr, QpOps};
 use crate::fabric::region::{check_sges, Sge};
-use crate::fabric::types::{ConnId, DataPath, QpCaps, DEFAULT_RD_ATOMIC, RNR_RETRY_INFINITE};
+use crate::fabric::types::{ConnId, DataPath, DeviceAttributes, QpCaps, DEFAULT_RD_ATOMIC, RNR_RETRY_INFINITE};
 use crate::fabric::work_request::SendRequest;
 
 /// How to create a queue pair.
@@ -104,6 +106,8 @@ fn check_rd_atomic(verb: &'static str, what: &str, value: u8, max: u8) -> Result
 /// A reliable-connected queue pair. Dropping it disconnects and destroys it.
 pub struct QueuePair {
     pub(super) ops: Box<dyn QpOps>,
+    /// The device's limits, for checking state changes.
+    attributes: DeviceAttributes,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -113,6 +117,10 @@ impl std::fmt::Debug for QueuePair {
 }
 
 impl QueuePair {
+    /// Wraps a provider's queue pair of a device with limits `attributes`.
+    pub(super) fn new(ops: Box<dyn QpOps>, attributes: DeviceAttributes) -> QueuePair {
+        QueuePair { ops, attributes }
+    }
     /// The queue pair number (completions carry it).
     pub fn qp_num(&self) -> u32 {
         self.ops.qp_num()
@@ -166,5 +174,71 @@ impl QueuePair {
     /// the queue pair is in error and flushed all the same.
     pub fn disconnect(&self) -> Result<()> {
         self.ops.disconnect()
+    }
+
+    /// The queue pair's state: RESET, INIT, RTR, RTS or ERROR. One the connection manager
+    /// connected is RTS while connected.
+    pub fn state(&self) -> QpState {
+        self.ops.state()
+    }
+    /// What a peer needs to connect its queue pair to this one by hand (a queue pair made by
+    /// [`Fabric::create_qp`]): send it over the side channel.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a queue pair the connection manager connected;
+    /// [`Error::Os`] when the provider cannot query the port (verbs).
+    pub fn local_endpoint(&self) -> Result<QpEndpoint> {
+        self.ops.local_endpoint()
+    }
+    /// RESET → INIT: binds the queue pair to a port, with the remote access it allows
+    /// (`modify_qp_to_init` of the seed programs).
+    ///
+    /// # Errors
+    /// As [`modify`](Self::modify).
+    pub fn modify_to_init(&self, attr: InitAttr) -> Result<()> {
+        self.modify(&QpTransition::Init(attr))
+    }
+    /// INIT → RTR: binds the queue pair to the peer's endpoint; incoming messages are handled
+    /// from now on (`modify_qp_to_rtr`).
+    ///
+    /// # Errors
+    /// As [`modify`](Self::modify).
+    pub fn modify_to_rtr(&self, attr: RtrAttr) -> Result<()> {
+        self.modify(&QpTransition::ReadyToReceive(attr))
+    }
+    /// RTR → RTS: sends, READs and WRITEs may be posted (`modify_qp_to_rts`).
+    ///
+    /// # Errors
+    /// As [`modify`](Self::modify).
+    pub fn modify_to_rts(&self, attr: RtsAttr) -> Result<()> {
+        self.modify(&QpTransition::ReadyToSend(attr))
+    }
+    /// Makes one move of the queue pair's state machine (`ibv_modify_qp`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidTransition`] when the move does not start from the queue pair's state;
+    /// [`Error::InvalidArgument`] for an attribute out of range or beyond the device's limits,
+    /// a port the device does not have, or a queue pair the connection manager connected;
+    /// [`Error::Os`] when the provider fails (verbs: `ibv_modify_qp`).
+    pub fn modify(&self, transition: &QpTransition) -> Result<()> {
+        transition.check(self.ops.state(), &self.attributes)?;
+        self.ops.modify(transition)
+    }
+}
+
+impl Fabric {
+    /// Creates a reliable-connected queue pair without the connection manager, in RESET, to be
+    /// connected by hand: exchange [`QueuePair::local_endpoint`]s over a side channel, then
+    /// [`modify_to_init`](QueuePair::modify_to_init), [`modify_to_rtr`](QueuePair::modify_to_rtr)
+    /// and [`modify_to_rts`](QueuePair::modify_to_rts) (see [`crate::fabric::QpEndpoint`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for settings beyond the device's limits (as
+    /// [`CmChannel::connect`](crate::fabric::CmChannel::connect)) or a provider that cannot
+    /// yet; [`Error::Os`] when the provider fails (verbs: `ibv_create_qp`).
+    pub fn create_qp(&self, init: QpInit<'_>) -> Result<QueuePair> {
+        let attr = init.checked_attr("create_qp")?;
+        let ops = self.ops.create_qp(attr)?;
+        Ok(QueuePair::new(ops, self.attributes().clone()))
     }
 }
