@@ -12,35 +12,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::error::{Error, Result};
+pub use super::types::QpState;
 use super::types::{Access, DeviceAttributes, RNR_RETRY_INFINITE};
-
-/// The state of a queue pair (`ibv_qp_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum QpState {
-    /// Created, not configured: nothing can be posted.
-    Reset,
-    /// Configured with a port and access rights: receives may be posted.
-    Init,
-    /// Ready to receive (RTR): bound to the remote queue pair; incoming messages are handled.
-    ReadyToReceive,
-    /// Ready to send (RTS): sends, READs and WRITEs may be posted.
-    ReadyToSend,
-    /// Failed or moved to error: outstanding work requests are flushed.
-    Error,
-}
-
-impl std::fmt::Display for QpState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            QpState::Reset => "RESET",
-            QpState::Init => "INIT",
-            QpState::ReadyToReceive => "RTR",
-            QpState::ReadyToSend => "RTS",
-            QpState::Error => "ERROR",
-        })
-    }
-}
 
 /// A path MTU (`ibv_mtu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

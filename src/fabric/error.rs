@@ -74,9 +74,9 @@ pub enum Error {
     #[error("modify_qp: {from} → {to} is not a legal transition")]
     InvalidTransition {
         /// The queue pair's state.
-        from: crate::fabric::bootstrap::QpState,
+        from: crate::fabric::types::QpState,
         /// The state asked for.
-        to: crate::fabric::bootstrap::QpState,
+        to: crate::fabric::types::QpState,
     },
     /// The queue pair is not connected (not yet established, or already disconnected or in error).
     #[error("{verb}: queue pair {qp_num} is not connected ({state})")]
