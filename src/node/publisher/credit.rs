@@ -6,14 +6,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
-use super::{PubState, PublisherShared};
+use super::options::Policy;
+use super::state::{PubState, PublisherShared};
 use crate::error::{Error, Result};
 use crate::fabric::WorkCompletion;
+use crate::node::ack_clock;
+use crate::node::shared::RECHECK_INTERVAL;
 use crate::protocol::{Control, DropReason};
 use crate::ring::Append;
-
-use super::super::ack_clock;
-use super::Policy;
 
 /// The publishing turn, held by the one call that may release the state lock in the middle
 /// of a message (to wait for credit). Given back on drop; drop it only after the state lock.
@@ -204,7 +204,7 @@ impl PublisherShared {
         let solicited = st.subs.len() >= 2 && self.ask_for_credit(&mut st, needed_limit.saturating_sub(capacity));
         drop(st);
         let mut wcs = [WorkCompletion::default(); 32];
-        let timeout = wait_until.saturating_duration_since(Instant::now()).min(super::super::RECHECK_INTERVAL);
+        let timeout = wait_until.saturating_duration_since(Instant::now()).min(RECHECK_INTERVAL);
         // No spinning while waiting for credit: the subscribers that will grant it need the CPU
         // (measured on 2 vCPUs: spinning here cost the publisher up to 7x CPU per message).
         let n = if solicited {
@@ -268,10 +268,7 @@ impl PublisherShared {
             if left.is_zero() {
                 return false;
             }
-            let n = self
-                .cq
-                .poll_wait(&mut wcs, Duration::from_micros(50), left.min(super::super::RECHECK_INTERVAL))
-                .unwrap_or(0);
+            let n = self.cq.poll_wait(&mut wcs, Duration::from_micros(50), left.min(RECHECK_INTERVAL)).unwrap_or(0);
             let mut st = self.state.lock();
             self.handle_completions(&mut st, &wcs[..n]);
         }
