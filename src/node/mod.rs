@@ -8,6 +8,23 @@
 //! publishers discovery announces, without any call of the application). Data
 //! never passes through them: a publisher's thread writes its ring and handles acks inline; a
 //! subscription's thread posts READs and polls its own CQ.
+//!
+//! Files, bottom up: each imports only files of the rows above it or listed before it in its
+//! own row (no two import each other; `scripts/module-cycles.py src --under node`). Shared
+//! state lives in leaves: `NodeShared` names no publisher or subscription
+//! type, and the threads reach those through trait objects (`route.rs`, `shared.rs`).
+//!
+//! | row | files | what |
+//! |---|---|---|
+//! | 1 | `identity`, `topic`, `route`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids, the topic check, the threads' traits, small rules |
+//! | 2 | `discovery/{options, counters, limits, sighting, auth, watcher}`, `publisher/{options, counters, liveness}`, `subscription/{options, counters, message, feed}` | each part's options, counters, plain state |
+//! | 3 | `discovery/directory`, `stats_registry`, `subscription/events` | peers and watchers; exported counters; events |
+//! | 4 | `discovery/watch`, `shared` | a subscription's view of its topic; `NodeShared` |
+//! | 5 | `publisher/state`, `subscription/feed_channel`, `stats_export`, `discovery/thread` | what a publisher's parts share; a subscription's event channel; the stats snapshot; the discovery thread |
+//! | 6 | `publisher/{credit, control, accept}`, `subscription/connector` | flow control, control traffic, accepting; the connector thread |
+//! | 7 | `publisher/mod`, `subscription/mod` | the handles `Publisher`, `Subscription` |
+//! | 8 | `publisher/{publish, loan, builder}`, `subscription/{connect, pull, deliver, stream, builder}`, `cm` | the per-message paths, the builders; the CM thread |
+//! | 9 | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
 
 mod ack_clock;
 mod cm;
@@ -179,8 +196,8 @@ impl NodeBuilder {
     /// Opens the fabric, starts listening, and starts the CM and discovery threads.
     ///
     /// # Errors
-    /// [`Error::Fabric`] when the fabric cannot be opened (no such device or provider, the
-    /// address is in use or not local); [`Error::InvalidOption`] for discovery options out of
+    /// [`Error::Fabric`](crate::Error::Fabric) when the fabric cannot be opened (no such device or provider, the
+    /// address is in use or not local); [`Error::InvalidOption`](crate::Error::InvalidOption) for discovery options out of
     /// range, or a domain secret file (`RDMA_PUBSUB_DOMAIN_SECRET_FILE`) that cannot be read or
     /// holds no valid secret.
     pub fn build(mut self) -> Result<Node> {

@@ -121,7 +121,7 @@ impl DiscoveryOptions {
     /// The discovery domain (default 0): nodes find only nodes of their own domain, so that
     /// unrelated applications on one network using the same topic names stay apart (as ROS 2's
     /// domain id does). It is carried in every announcement (others are counted in
-    /// [`DiscoveryCounters::other_domain`] and dropped) and moves the UD port to `port + domain`.
+    /// [`DiscoveryCounters::other_domain`](super::DiscoveryCounters::other_domain) and dropped) and moves the UD port to `port + domain`.
     pub fn domain(mut self, domain: u16) -> Self {
         self.domain = domain;
         self
@@ -159,8 +159,8 @@ impl DiscoveryOptions {
     /// named by [`SECRET_FILE_ENV`]). With it every announcement is sealed: it carries a
     /// sequence number, the sender's clock and an HMAC-SHA256 tag, and a node accepts only
     /// datagrams whose tag verifies, whose clock is within 60 s of its own and that it has not
-    /// seen before (counted in [`DiscoveryCounters::unauthenticated`],
-    /// [`stale`](DiscoveryCounters::stale) and [`replayed`](DiscoveryCounters::replayed)).
+    /// seen before (counted in [`DiscoveryCounters::unauthenticated`](super::DiscoveryCounters::unauthenticated),
+    /// [`stale`](super::DiscoveryCounters::stale) and [`replayed`](super::DiscoveryCounters::replayed)).
     /// Every node of a domain must have the same secret: nodes without it are not heard, and
     /// do not hear this node.
     pub fn secret(mut self, secret: impl Into<Option<Secret>>) -> Self {

@@ -46,9 +46,9 @@ pub enum SubscriptionEvent {
         reason: DropReason,
     },
     /// The publisher sent a message longer than this subscription accepts
-    /// ([`SubscriberBuilder::max_message_len`]): the subscription stops reading that
+    /// ([`SubscriberBuilder::max_message_len`](super::SubscriberBuilder::max_message_len)): the subscription stops reading that
     /// publisher (a `Disconnected` follows), since the stream cannot continue without it. The
-    /// next receive returns [`Error::MessageTooLarge`].
+    /// next receive returns [`Error::MessageTooLarge`](crate::Error::MessageTooLarge).
     MessageTooLarge {
         /// The publisher.
         publisher: PublisherInfo,
@@ -58,7 +58,7 @@ pub enum SubscriptionEvent {
         limit: u64,
     },
     /// A publisher's records are larger than this subscription READs
-    /// ([`SubscriberBuilder::max_record_payload`]): its accept data advertised larger ones
+    /// ([`SubscriberBuilder::max_record_payload`](super::SubscriberBuilder::max_record_payload)): its accept data advertised larger ones
     /// (then the subscription never READs its ring), or a record header claimed more than the
     /// publisher advertised (the same header twice: no torn READ; a `Disconnected` follows).
     /// The subscription stops reading that publisher; with discovery it tries again later, with
