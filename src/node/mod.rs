@@ -17,7 +17,7 @@
 //! | row | files | what |
 //! |---|---|---|
 //! | 1 | `identity`, `topic`, `route`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids, the topic check, the threads' traits, small rules |
-//! | 2 | `discovery/{options, counters, limits, sighting, auth, watcher}`, `publisher/{options, counters, liveness}`, `subscription/{options, counters, message, feed}` | each part's options, counters, plain state |
+//! | 2 | `discovery/{options, counters, limits, sighting, auth, watcher}`, `publisher/{options, counters, liveness, flow_control}`, `subscription/{options, counters, message, feed}` | each part's options, counters, plain state |
 //! | 3 | `discovery/directory`, `stats_registry`, `subscription/events` | peers and watchers; exported counters; events |
 //! | 4 | `discovery/watch`, `shared` | a subscription's view of its topic; `NodeShared` |
 //! | 5 | `publisher/state`, `subscription/feed_channel`, `stats_export`, `discovery/thread` | what a publisher's parts share; a subscription's event channel; the stats snapshot; the discovery thread |

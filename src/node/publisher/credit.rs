@@ -1,11 +1,13 @@
-//! Flow control off the hot path: the publishing turn, waiting for credit under each policy,
-//! asking the laggard for a solicited ack, and waiting until everything is consumed.
+//! Flow control off the hot path: the publishing turn, waiting for credit under each policy
+//! (its rules: `flow_control.rs`), asking the laggard for a solicited ack, and waiting until
+//! everything is consumed.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
+use super::flow_control::{credit_wanted, judge_slow, SlowVerdict};
 use super::options::Policy;
 use super::state::{PubState, PublisherShared};
 use crate::error::{Error, Result};
@@ -178,15 +180,10 @@ impl PublisherShared {
         if let Policy::DropSlow { grace } = self.options.policy {
             let mut to_drop = Vec::new();
             for (key, sub) in st.subs.iter_mut() {
-                if sub.acked + capacity < needed_limit {
-                    let since = *sub.slow_since.get_or_insert(now);
-                    if now.duration_since(since) >= grace {
-                        to_drop.push(key);
-                    } else {
-                        wait_until = wait_until.min(since + grace);
-                    }
-                } else {
-                    sub.slow_since = None;
+                match judge_slow(sub.acked, capacity, needed_limit, &mut sub.slow_since, grace, now) {
+                    SlowVerdict::Drop => to_drop.push(key),
+                    SlowVerdict::Waiting { until } => wait_until = wait_until.min(until),
+                    SlowVerdict::NotHoldingBack => {}
                 }
             }
             if !to_drop.is_empty() {
@@ -229,10 +226,8 @@ impl PublisherShared {
     fn ask_for_credit(&self, st: &mut PubState, floor: u64) -> bool {
         let laggards = st.subs.iter().filter(|(_, s)| s.acked < floor).map(|(k, s)| (k, &s.clock, s.acked));
         let Some(key) = ack_clock::last_to_ack(laggards) else { return false };
-        let tail = st.producer.tail();
-        let quarter = st.producer.capacity() as u64 / 4;
         let sub = &st.subs[key];
-        let want = (sub.acked + quarter).max(floor).min(tail);
+        let want = credit_wanted(sub.acked, floor, st.producer.capacity() as u64, st.producer.tail());
         if sub.asked_for >= want {
             return true;
         }

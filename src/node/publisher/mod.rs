@@ -15,6 +15,7 @@ mod builder;
 mod control;
 pub(super) mod counters;
 mod credit;
+mod flow_control;
 mod liveness;
 mod loan;
 mod options;
