@@ -2,38 +2,25 @@
 //! routes every other connection event to the publisher or subscription that owns it, and
 //! services the local publishers every `SERVICE_INTERVAL`.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crate::fabric::{CmEvent, ConnId, ConnectionEvent, Error as FabricError, Listener};
+use crate::fabric::{CmEvent, ConnId, ConnectRequest, ConnectionEvent, Error as FabricError, Listener};
+use crate::protocol::{ConnectData, ProtocolError, RejectCode};
 
-use super::discovery::watch::Lost;
-use super::subscription::OpenedFeed;
-use super::{publisher, NodeShared, Route, RECHECK_INTERVAL};
-
-/// An event delivered to a subscription.
-#[derive(Debug)]
-pub(crate) enum FeedEvent {
-    /// An event of one of its connections (established, rejected, unreachable, gone).
-    Connection(ConnectionEvent),
-    /// A connection opened for the subscription by its connector (ahead of its CM events).
-    Opened(Box<OpenedFeed>),
-    /// Discovery says a publisher of the topic is gone.
-    PublisherLost(Lost),
-    /// The connector could not open a connection discovery made due.
-    ConnectFailed { addr: SocketAddr, detail: String },
-}
+use super::publisher::SERVICE_INTERVAL;
+use super::route::{LocalPublisher, Route};
+use super::shared::{NodeShared, RECHECK_INTERVAL};
 
 /// The thread body: runs until the node stops, then closes the listener.
 pub(crate) fn run(node: Arc<NodeShared>, listener: Listener) {
-    let mut next_service = Instant::now() + publisher::SERVICE_INTERVAL;
+    let mut next_service = Instant::now() + SERVICE_INTERVAL;
     while !node.stop.load(Ordering::Acquire) {
         let now = Instant::now();
         if now >= next_service {
             service_publishers(&node);
-            next_service = now + publisher::SERVICE_INTERVAL;
+            next_service = now + SERVICE_INTERVAL;
         }
         let wait = next_service.saturating_duration_since(now).min(RECHECK_INTERVAL);
         match node.channel.get_event(wait) {
@@ -49,11 +36,10 @@ pub(crate) fn run(node: Arc<NodeShared>, listener: Listener) {
     drop(listener);
 }
 
-/// Services every live local publisher (see `PublisherShared::service`), without holding
+/// Services every live local publisher (see [`LocalPublisher::service`]), without holding
 /// the publisher table while doing so.
 fn service_publishers(node: &NodeShared) {
-    let live: Vec<Arc<publisher::PublisherShared>> =
-        node.publishers.lock().values().filter_map(Weak::upgrade).collect();
+    let live: Vec<Arc<dyn LocalPublisher>> = node.publishers.lock().values().filter_map(Weak::upgrade).collect();
     for p in live {
         p.service();
     }
@@ -71,15 +57,13 @@ fn route(node: &NodeShared, conn: ConnId, remove: bool) -> Option<Route> {
 fn dispatch(node: &Arc<NodeShared>, event: CmEvent) {
     let event = match event.into_connection_event() {
         Ok(event) => event,
-        Err(request) => return publisher::handle_connect_request(node, request),
+        Err(request) => return handle_connect_request(node, request),
     };
     let Some(conn) = event.conn() else { return };
     // Only an established connection keeps its route; every other event ends it.
     let established = matches!(event, ConnectionEvent::Established { .. });
     match route(node, conn, !established) {
-        Some(Route::Feed(tx)) => {
-            let _ = tx.send(FeedEvent::Connection(event));
-        }
+        Some(Route::Feed(sink)) => sink.deliver(event),
         Some(Route::Subscriber(p)) => {
             let Some(p) = p.upgrade() else { return };
             match event {
@@ -91,5 +75,26 @@ fn dispatch(node: &Arc<NodeShared>, event: CmEvent) {
         }
         None if established => tracing::debug!(conn, "established event for an unknown connection"),
         None => {}
+    }
+}
+
+/// Routes a connect request to the local publisher of its topic.
+fn handle_connect_request(node: &NodeShared, req: ConnectRequest) {
+    let data = match ConnectData::decode(req.private_data()) {
+        Ok(d) => d,
+        Err(e) => {
+            let reason = if matches!(e, ProtocolError::VersionMismatch { .. }) {
+                RejectCode::VersionMismatch
+            } else {
+                RejectCode::Malformed
+            };
+            node.reject_connect(req, reason, &e.to_string());
+            return;
+        }
+    };
+    let publisher = node.publishers.lock().get(&data.topic).and_then(Weak::upgrade);
+    match publisher {
+        Some(p) => p.answer_connect(req, &data),
+        None => node.reject_connect(req, RejectCode::UnknownTopic, "no publisher of that topic on this node"),
     }
 }

@@ -8,47 +8,70 @@
 //! publishers discovery announces, without any call of the application). Data
 //! never passes through them: a publisher's thread writes its ring and handles acks inline; a
 //! subscription's thread posts READs and polls its own CQ.
+//!
+//! Files, bottom up: each imports only files of the rows above it or listed before it in its
+//! own row (no two import each other; `scripts/module-cycles.py src --under node`). Shared
+//! state lives in leaves: `NodeShared` names no publisher or subscription
+//! type, and the threads reach those through trait objects (`route.rs`, `shared.rs`).
+//!
+//! | row | files | what |
+//! |---|---|---|
+//! | 1 | `identity`, `topic`, `route`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids, the topic check, the threads' traits, small rules |
+//! | 2 | `discovery/{options, counters, limits, sighting, auth, watcher}`, `publisher/{options, counters, liveness, flow_control}`, `subscription/{options, counters, message, feed}` | each part's options, counters, plain state |
+//! | 3 | `discovery/directory`, `stats_registry`, `subscription/events` | peers and watchers; exported counters; events |
+//! | 4 | `discovery/watch`, `shared` | a subscription's view of its topic; `NodeShared` |
+//! | 5 | `publisher/state`, `subscription/feed_channel`, `stats_export`, `discovery/thread` | what a publisher's parts share; a subscription's event channel; the stats snapshot; the discovery thread |
+//! | 6 | `publisher/{credit, control, accept}`, `subscription/connector` | flow control, control traffic, accepting; the connector thread |
+//! | 7 | `publisher/mod`, `subscription/mod` | the handles `Publisher`, `Subscription` |
+//! | 8 | `publisher/{publish, loan, builder}`, `subscription/{connect, pull, deliver, stream, builder}`, `cm` | the per-message paths, the builders; the CM thread |
+//! | 9 | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
 
 mod ack_clock;
 mod cm;
 pub mod discovery;
+mod identity;
 mod message_type;
 mod pacing;
 mod publisher;
+mod route;
+mod shared;
+mod single_writer;
 mod spin_permit;
 mod stats_export;
+mod stats_registry;
 mod subscription;
+mod topic;
 mod wr_id;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::error::{Error, Result};
-use crate::fabric::{
-    self, ConnId, EventChannel, Fabric, FabricConfig, FabricKind, ProtectionDomain, SameHost, SoftOptions,
-};
-use crate::protocol::{ReplayGuard, Secret, TopicId};
+use crate::error::Result;
+use crate::fabric::{self, Fabric, FabricConfig, FabricKind, SameHost, SoftOptions};
+use crate::protocol::{ReplayGuard, Secret};
 use crate::stats;
 
+use identity::epoch_now;
+use shared::NodeShared;
+
 pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
+pub use identity::NodeId;
 pub use message_type::MessageType;
 pub use publisher::{Loan, Policy, Publisher, PublisherBuilder, PublisherCounters};
+pub use shared::NodeCounters;
 #[cfg(feature = "async")]
 pub use subscription::MessageStream;
 pub use subscription::{
     Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
     SubscriptionEvent, MAX_EVENTS,
 };
-
-/// Identifies a node (random at start).
-pub type NodeId = u64;
 
 /// Builds a [`Node`].
 ///
@@ -173,8 +196,8 @@ impl NodeBuilder {
     /// Opens the fabric, starts listening, and starts the CM and discovery threads.
     ///
     /// # Errors
-    /// [`Error::Fabric`] when the fabric cannot be opened (no such device or provider, the
-    /// address is in use or not local); [`Error::InvalidOption`] for discovery options out of
+    /// [`Error::Fabric`](crate::Error::Fabric) when the fabric cannot be opened (no such device or provider, the
+    /// address is in use or not local); [`Error::InvalidOption`](crate::Error::InvalidOption) for discovery options out of
     /// range, or a domain secret file (`RDMA_PUBSUB_DOMAIN_SECRET_FILE`) that cannot be read or
     /// holds no valid secret.
     pub fn build(mut self) -> Result<Node> {
@@ -209,7 +232,7 @@ impl NodeBuilder {
             connectors: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             counters: NodeCounters::default(),
-            stats: stats_export::Registry::default(),
+            stats: stats_registry::Registry::default(),
             replay: Mutex::new(ReplayGuard::default()),
         });
         let disc_setup =
@@ -347,48 +370,6 @@ impl Drop for Node {
     }
 }
 
-/// What the node's parts share.
-pub(crate) struct NodeShared {
-    pub(crate) id: NodeId,
-    pub(crate) epoch: u64,
-    pub(crate) addr: SocketAddr,
-    pub(crate) fabric: Fabric,
-    pub(crate) pd: ProtectionDomain,
-    pub(crate) channel: EventChannel,
-    /// Local publishers by topic, for incoming connect requests.
-    pub(crate) publishers: Mutex<HashMap<TopicId, Weak<publisher::PublisherShared>>>,
-    /// Where events of each connection go.
-    pub(crate) routes: Mutex<HashMap<ConnId, Route>>,
-    /// The connectors of the subscriptions that connect by themselves (discovery), run by the
-    /// connector thread.
-    pub(crate) connectors: Mutex<Vec<Weak<subscription::Connector>>>,
-    pub(crate) stop: AtomicBool,
-    pub(crate) counters: NodeCounters,
-    /// Publishers and subscriptions whose counters are exported.
-    pub(crate) stats: stats_export::Registry,
-    /// Local and discovered publishers, and the subscriptions watching them.
-    pub(crate) discovery: discovery::Directory,
-    /// The nonces of the credential proofs accepted lately (by the CM thread).
-    pub(crate) replay: Mutex<ReplayGuard>,
-}
-
-crate::counters::counter_set! {
-    /// Counters of a node, readable while it runs.
-    pub struct NodeCounters {
-        /// Connect requests refused (bad private data, unknown topic, limits).
-        rejected_connects: Total, Connections;
-    }
-}
-
-/// The owner of a connection, for routing its CM events.
-#[derive(Clone)]
-pub(crate) enum Route {
-    /// A subscriber connected to a local publisher.
-    Subscriber(Weak<publisher::PublisherShared>),
-    /// A local subscription's connection to a publisher.
-    Feed(subscription::FeedSender),
-}
-
 /// Starts the stats exporter; a node without one still works (the failure is logged).
 fn start_exporter(shared: &Arc<NodeShared>, dir: &Path, interval: Duration) -> Option<stats::Exporter> {
     let name = format!("{}-{:016x}.stats", std::process::id(), shared.id);
@@ -403,35 +384,5 @@ fn start_exporter(shared: &Arc<NodeShared>, dir: &Path, interval: Duration) -> O
     }
 }
 
-/// Validates a topic name.
-pub(crate) fn check_topic(topic: &str) -> Result<()> {
-    let detail = if topic.is_empty() {
-        "it is empty"
-    } else if topic.len() > 200 {
-        "it is longer than 200 bytes"
-    } else if topic.chars().any(|c| c.is_control()) {
-        "it contains control characters"
-    } else {
-        return Ok(());
-    };
-    Err(Error::InvalidTopic { topic: topic.chars().take(64).collect(), detail })
-}
-
-fn epoch_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(1).max(1)
-}
-
 /// The default bind address of a node: loopback.
 pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-/// The longest a node thread or a blocking call waits before it checks again what it waits
-/// for and whether the node is stopping (also the period of the CM and connector threads' work).
-pub(crate) const RECHECK_INTERVAL: Duration = Duration::from_millis(20);
-
-/// Adds `n` to a counter that only one thread at a time writes (under a lock, or through
-/// `&mut`): a load and a store instead of a locked read-modify-write on the per-message
-/// paths; readers still see whole values.
-pub(crate) fn add_single_writer(counter: &std::sync::atomic::AtomicU64, n: u64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    counter.store(counter.load(Relaxed).wrapping_add(n), Relaxed);
-}

@@ -15,8 +15,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::MAX_PEERS;
-use crate::node::NodeId;
+use super::limits::MAX_PEERS;
+use crate::node::identity::NodeId;
 use crate::protocol::{Announcement, OpenError, ProtocolError, Secret, TopicId};
 
 /// How far a sealed announcement's sender clock may be from the receiver's, either way: older

@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 use rand::RngExt;
 
 use super::auth::{Gate, Refusal, Sealer};
-use super::{announcement_parts, DiscoveryOptions};
+use super::directory::announcement_parts;
+use super::options::DiscoveryOptions;
 use crate::fabric::{Datagram, Error as FabricError, UdEndpoint};
-use crate::node::{NodeShared, RECHECK_INTERVAL};
+use crate::node::shared::{NodeShared, RECHECK_INTERVAL};
 use crate::protocol::wall_clock_ms;
 use crate::protocol::{AnnounceKind, Announcement, SEAL_OVERHEAD};
 

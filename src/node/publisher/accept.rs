@@ -6,23 +6,21 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use super::{Liveness, PublisherShared, SubConn, RECVS_PER_SUBSCRIBER, SLOT};
+use super::liveness::Liveness;
+use super::state::{PublisherShared, SubConn, RECVS_PER_SUBSCRIBER, SLOT};
 use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
+use crate::node::ack_clock::AckClock;
+use crate::node::route::{LocalPublisher, Route};
 use crate::node::wr_id::{WrId, WrKind};
-use crate::protocol::{
-    wall_clock_ms, AcceptData, ConnectData, CredentialError, ProtocolError, RejectCode, RejectData, StartAt, TopicId,
-};
-
-use super::super::ack_clock::AckClock;
-use super::super::{NodeShared, Route};
+use crate::protocol::{wall_clock_ms, AcceptData, ConnectData, CredentialError, RejectCode, StartAt};
 
 impl PublisherShared {
     /// CM thread: a subscriber asks to connect. Its credential is checked first: nothing of
     /// the ring (the accept data carries its address and rkey) leaves before it passed.
-    pub(super) fn accept(self: &Arc<Self>, req: ConnectRequest, data: &ConnectData) {
+    fn accept(self: &Arc<Self>, req: ConnectRequest, data: &ConnectData) {
         if let Err(e) = self.check_credential(data) {
             self.counters.rejected_unauthorized.fetch_add(1, Ordering::Relaxed);
-            reject(&self.node, req, RejectCode::Unauthorized, &e.to_string());
+            self.node.reject_connect(req, RejectCode::Unauthorized, &e.to_string());
             return;
         }
         let mut st = self.state.lock();
@@ -37,7 +35,7 @@ impl PublisherShared {
         };
         if let Some((reason, detail)) = refuse {
             drop(st);
-            reject(&self.node, req, reason, &detail);
+            self.node.reject_connect(req, reason, &detail);
             return;
         }
         let start = match data.start {
@@ -80,7 +78,8 @@ impl PublisherShared {
         };
         let conn = req.conn_id();
         let peer = req.peer_addr();
-        self.node.routes.lock().insert(conn, Route::Subscriber(Arc::downgrade(self)));
+        let route: Weak<Self> = Arc::downgrade(self);
+        self.node.routes.lock().insert(conn, Route::Subscriber(route));
         let qp = match req.accept(&init, &encoded) {
             Ok(qp) => qp,
             Err(e) => {
@@ -124,54 +123,25 @@ impl PublisherShared {
         let Some(secret) = &self.options.credential else { return Ok(()) };
         data.check_credential(secret, &mut self.node.replay.lock(), wall_clock_ms())
     }
+}
 
-    /// CM thread: a subscriber's connection is up.
-    pub(crate) fn on_established(&self, conn: ConnId) {
+impl LocalPublisher for PublisherShared {
+    fn service(&self) {
+        PublisherShared::service(self);
+    }
+
+    fn answer_connect(self: Arc<Self>, req: ConnectRequest, data: &ConnectData) {
+        self.accept(req, data);
+    }
+
+    fn on_established(&self, conn: ConnId) {
         tracing::trace!(topic = %self.topic, conn, "subscriber established");
     }
 
-    /// CM thread: a subscriber's connection is gone.
-    pub(crate) fn on_disconnected(&self, conn: ConnId) {
+    fn on_disconnected(&self, conn: ConnId) {
         let mut st = self.state.lock();
         if let Some(&key) = st.by_conn.get(&conn) {
             self.remove_subscriber(&mut st, key);
         }
-    }
-}
-
-/// The id of the publisher of `topic` on node `node` (stable across restarts of a node with a
-/// fixed id).
-pub(crate) fn publisher_id(node: super::super::NodeId, topic: TopicId) -> u64 {
-    node ^ topic.0.rotate_left(29)
-}
-
-/// Rejects a connect request with a reason, counting it.
-fn reject(node: &NodeShared, req: ConnectRequest, reason: RejectCode, detail: &str) {
-    tracing::debug!(peer = %req.peer_addr(), ?reason, detail, "rejecting a subscriber");
-    node.counters.rejected_connects.fetch_add(1, Ordering::Relaxed);
-    let data = RejectData::new(reason, detail).encode().unwrap_or_default();
-    if let Err(e) = req.reject(&data) {
-        tracing::debug!("reject failed: {e}");
-    }
-}
-
-/// CM thread: routes a connect request to the local publisher of its topic.
-pub(crate) fn handle_connect_request(node: &Arc<NodeShared>, req: ConnectRequest) {
-    let data = match ConnectData::decode(req.private_data()) {
-        Ok(d) => d,
-        Err(e) => {
-            let reason = if matches!(e, ProtocolError::VersionMismatch { .. }) {
-                RejectCode::VersionMismatch
-            } else {
-                RejectCode::Malformed
-            };
-            reject(node, req, reason, &e.to_string());
-            return;
-        }
-    };
-    let publisher = node.publishers.lock().get(&data.topic).and_then(Weak::upgrade);
-    match publisher {
-        Some(p) => p.accept(req, &data),
-        None => reject(node, req, RejectCode::UnknownTopic, "no publisher of that topic on this node"),
     }
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::{Policy, Publisher, PublisherOptions};
 use crate::error::Result;
-use crate::node::{MessageType, NodeShared};
+use crate::node::message_type::MessageType;
+use crate::node::shared::NodeShared;
 use crate::protocol::Secret;
 use crate::ring::Checksum;
 

@@ -6,7 +6,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{PubState, PublisherShared, RECVS_PER_SUBSCRIBER, SENDS_PER_SUBSCRIBER, SLOT};
+use super::liveness::SENDS_PER_SUBSCRIBER;
+use super::state::{PubState, PublisherShared, RECVS_PER_SUBSCRIBER, SLOT};
 use crate::error::{Error, Result};
 use crate::fabric::{SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion};
 use crate::node::wr_id::{WrId, WrKind};
@@ -235,7 +236,7 @@ impl PublisherShared {
     /// idle subscribers.
     ///
     /// [`SERVICE_INTERVAL`]: super::SERVICE_INTERVAL
-    pub(crate) fn service(&self) {
+    pub(super) fn service(&self) {
         let Some(mut st) = self.state.try_lock() else { return };
         if st.publishing {
             return;

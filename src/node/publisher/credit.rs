@@ -1,19 +1,21 @@
-//! Flow control off the hot path: the publishing turn, waiting for credit under each policy,
-//! asking the laggard for a solicited ack, and waiting until everything is consumed.
+//! Flow control off the hot path: the publishing turn, waiting for credit under each policy
+//! (its rules: `flow_control.rs`), asking the laggard for a solicited ack, and waiting until
+//! everything is consumed.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
-use super::{PubState, PublisherShared};
+use super::flow_control::{credit_wanted, judge_slow, SlowVerdict};
+use super::options::Policy;
+use super::state::{PubState, PublisherShared};
 use crate::error::{Error, Result};
 use crate::fabric::WorkCompletion;
+use crate::node::ack_clock;
+use crate::node::shared::RECHECK_INTERVAL;
 use crate::protocol::{Control, DropReason};
 use crate::ring::Append;
-
-use super::super::ack_clock;
-use super::Policy;
 
 /// The publishing turn, held by the one call that may release the state lock in the middle
 /// of a message (to wait for credit). Given back on drop; drop it only after the state lock.
@@ -178,15 +180,10 @@ impl PublisherShared {
         if let Policy::DropSlow { grace } = self.options.policy {
             let mut to_drop = Vec::new();
             for (key, sub) in st.subs.iter_mut() {
-                if sub.acked + capacity < needed_limit {
-                    let since = *sub.slow_since.get_or_insert(now);
-                    if now.duration_since(since) >= grace {
-                        to_drop.push(key);
-                    } else {
-                        wait_until = wait_until.min(since + grace);
-                    }
-                } else {
-                    sub.slow_since = None;
+                match judge_slow(sub.acked, capacity, needed_limit, &mut sub.slow_since, grace, now) {
+                    SlowVerdict::Drop => to_drop.push(key),
+                    SlowVerdict::Waiting { until } => wait_until = wait_until.min(until),
+                    SlowVerdict::NotHoldingBack => {}
                 }
             }
             if !to_drop.is_empty() {
@@ -204,7 +201,7 @@ impl PublisherShared {
         let solicited = st.subs.len() >= 2 && self.ask_for_credit(&mut st, needed_limit.saturating_sub(capacity));
         drop(st);
         let mut wcs = [WorkCompletion::default(); 32];
-        let timeout = wait_until.saturating_duration_since(Instant::now()).min(super::super::RECHECK_INTERVAL);
+        let timeout = wait_until.saturating_duration_since(Instant::now()).min(RECHECK_INTERVAL);
         // No spinning while waiting for credit: the subscribers that will grant it need the CPU
         // (measured on 2 vCPUs: spinning here cost the publisher up to 7x CPU per message).
         let n = if solicited {
@@ -229,10 +226,8 @@ impl PublisherShared {
     fn ask_for_credit(&self, st: &mut PubState, floor: u64) -> bool {
         let laggards = st.subs.iter().filter(|(_, s)| s.acked < floor).map(|(k, s)| (k, &s.clock, s.acked));
         let Some(key) = ack_clock::last_to_ack(laggards) else { return false };
-        let tail = st.producer.tail();
-        let quarter = st.producer.capacity() as u64 / 4;
         let sub = &st.subs[key];
-        let want = (sub.acked + quarter).max(floor).min(tail);
+        let want = credit_wanted(sub.acked, floor, st.producer.capacity() as u64, st.producer.tail());
         if sub.asked_for >= want {
             return true;
         }
@@ -268,10 +263,7 @@ impl PublisherShared {
             if left.is_zero() {
                 return false;
             }
-            let n = self
-                .cq
-                .poll_wait(&mut wcs, Duration::from_micros(50), left.min(super::super::RECHECK_INTERVAL))
-                .unwrap_or(0);
+            let n = self.cq.poll_wait(&mut wcs, Duration::from_micros(50), left.min(RECHECK_INTERVAL)).unwrap_or(0);
             let mut st = self.state.lock();
             self.handle_completions(&mut st, &wcs[..n]);
         }

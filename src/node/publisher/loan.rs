@@ -10,9 +10,10 @@ use std::ops::{Deref, DerefMut};
 use parking_lot::MutexGuard;
 
 use super::credit::{Deadline, Turn};
-use super::{PubState, Publisher, PublisherShared};
+use super::state::{PubState, PublisherShared};
+use super::Publisher;
 use crate::error::{Error, Result};
-use crate::node::MessageType;
+use crate::node::message_type::MessageType;
 use crate::ring::Claim;
 
 /// A message being written in place in the publisher's ring: `len` bytes, zeroed when the loan

@@ -13,14 +13,17 @@
 mod accept;
 mod builder;
 mod control;
+pub(super) mod counters;
 mod credit;
+mod flow_control;
 mod liveness;
 mod loan;
+mod options;
 mod publish;
+mod state;
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -28,260 +31,28 @@ use parking_lot::{Condvar, Mutex};
 use slab::Slab;
 
 use crate::error::{Error, Result};
-use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QueuePair, RemoteAddr, SharedReceiveQueue};
-use crate::protocol::{Control, PolicyKind, Secret, TopicId};
+use crate::fabric::Access;
+use crate::protocol::{Control, TopicId};
 use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
 
-use super::ack_clock::AckClock;
+use super::identity::publisher_id;
+use super::message_type::MessageType;
+use super::shared::NodeShared;
+use super::topic::check_topic;
 use super::wr_id::{WrId, WrKind};
-use super::{check_topic, MessageType, NodeShared};
 use credit::Deadline;
-use liveness::{Liveness, SENDS_PER_SUBSCRIBER};
+use liveness::SENDS_PER_SUBSCRIBER;
+use state::{
+    PubState, PublisherShared, MAX_SUBSCRIBERS, MIN_IDLE_TIMEOUT, NOTICE_TIMEOUT, RECVS_PER_SUBSCRIBER, SLOT,
+    YIELD_AFTER_BYTES,
+};
 
-pub(crate) use accept::{handle_connect_request, publisher_id};
 pub use builder::PublisherBuilder;
+pub use counters::PublisherCounters;
 pub use loan::Loan;
-
-/// What a publisher does when a subscriber falls behind by a whole ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    /// Lossless: `publish` waits for the slowest subscriber up to `timeout`, then returns
-    /// [`Error::Timeout`].
-    Block {
-        /// Longest wait of one publish call.
-        timeout: Duration,
-    },
-    /// A subscriber that keeps the publisher waiting longer than `grace` is disconnected and
-    /// told why; the others are not slowed further.
-    DropSlow {
-        /// How long a slow subscriber may hold the publisher up.
-        grace: Duration,
-    },
-    /// The publisher never waits; a subscriber that was overrun learns exactly how many
-    /// messages it lost and continues from the oldest retained one.
-    Overwrite,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Policy::Block { timeout: Duration::from_secs(5) }
-    }
-}
-
-impl Policy {
-    /// Which policy this is, without its settings (what subscribers see in
-    /// [`PublisherInfo::policy`](crate::PublisherInfo::policy)).
-    pub fn kind(self) -> PolicyKind {
-        match self {
-            Policy::Block { .. } => PolicyKind::Block,
-            Policy::DropSlow { .. } => PolicyKind::DropSlow,
-            Policy::Overwrite => PolicyKind::Overwrite,
-        }
-    }
-}
-
-/// Options of a publisher: what a [`PublisherBuilder`] sets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PublisherOptions {
-    /// Slow-subscriber policy.
-    pub policy: Policy,
-    /// Ring data bytes: a power of two, at least 64 KiB (default 1 MiB).
-    pub ring_capacity: usize,
-    /// Largest payload of one ring record; larger messages are fragmented (default: a
-    /// quarter of the ring).
-    pub max_record_payload: Option<usize>,
-    /// Most subscribers connected at once (default 256).
-    pub max_subscribers: usize,
-    /// On drop, how long to wait for subscribers to consume what was published (default 2 s).
-    pub linger: Duration,
-    /// The function that checksums the ring's records, which subscribers learn from the
-    /// accept private data (default `None`: whichever is faster on this CPU, timed once per
-    /// process by [`Checksum::fastest_here`]).
-    pub checksum: Option<Checksum>,
-    /// How long a subscriber may be idle before it is dropped with [`DropReason::Idle`]
-    /// (default 30 s, at least 500 ms; `Duration::MAX`: never). Idle means holding the publisher back (its
-    /// acks are behind the tail under `Block` or `DropSlow`) without sending anything, or
-    /// taking none of the publisher's control messages (a peer that posts no receives). A
-    /// subscriber's acks come from its `recv` calls, so under `Block` an application that
-    /// stops calling `recv` on a subscription that is behind is dropped after this long; it
-    /// is told why and may reconnect.
-    ///
-    /// [`DropReason::Idle`]: crate::protocol::DropReason::Idle
-    pub idle_timeout: Duration,
-    /// The topic's credential: when set, only subscribers that prove they hold the same secret
-    /// ([`SubscriberBuilder::credential`](crate::SubscriberBuilder::credential)) are
-    /// accepted; the others are rejected with [`RejectCode::Unauthorized`](crate::protocol::RejectCode::Unauthorized)
-    /// before they learn anything of the ring, and counted
-    /// ([`PublisherCounters::rejected_unauthorized`]). Default `None`: anyone who can reach the
-    /// node may subscribe.
-    pub credential: Option<Secret>,
-}
-
-impl Default for PublisherOptions {
-    fn default() -> Self {
-        PublisherOptions {
-            policy: Policy::default(),
-            ring_capacity: 1 << 20,
-            max_record_payload: None,
-            max_subscribers: 256,
-            linger: Duration::from_secs(2),
-            checksum: None,
-            idle_timeout: Duration::from_secs(30),
-            credential: None,
-        }
-    }
-}
-
-crate::counters::counter_set! {
-    /// Counters of a publisher, readable while it runs.
-    pub struct PublisherCounters {
-        /// Messages published.
-        published: Total, Messages;
-        /// Payload bytes published.
-        bytes: Total, Bytes;
-        /// Acks received.
-        acks: Total, Events;
-        /// Acks refused (position not yet published, or unknown sender).
-        bad_acks: Total, Events;
-        /// Doorbells sent.
-        doorbells: Total, Events;
-        /// Subscribers accepted.
-        accepted: Total, Connections;
-        /// Subscribers dropped: by the DropSlow policy, or idle (see
-        /// [`PublisherBuilder::idle_timeout`]).
-        dropped: Total, Connections;
-        /// Subscribers rejected because they did not prove the topic's credential (no proof, a
-        /// wrong one, a stale time or a replayed nonce).
-        rejected_unauthorized: Total, Connections;
-        /// Times `publish` waited for credit.
-        waits: Total, Events;
-        /// Of those, the waits woken only by the solicited ack of the subscriber asked for credit
-        /// (several subscribers held the publisher back), not by every ack.
-        solicited_waits: Total, Events;
-        /// `CreditWanted` requests sent: a blocked publisher asking the subscriber that will
-        /// probably ack last for a solicited ack.
-        credit_requests: Total, Events;
-        /// Subscribers connected now (a gauge).
-        subscribers: Gauge, Connections;
-        /// Ring position after the last message published (a gauge, bytes).
-        position: Gauge, Position;
-        /// Position acknowledged by the slowest connected subscriber (a gauge, bytes): the lag is
-        /// `position - slowest_ack`.
-        slowest_ack: Gauge, Position;
-    }
-}
-
-/// Receive slots kept posted per subscriber (acks are coalesced; a few suffice).
-const RECVS_PER_SUBSCRIBER: u32 = 4;
-/// Most subscribers a publisher serves ([`PublisherBuilder::max_subscribers`]).
-const MAX_SUBSCRIBERS: usize = 4096;
-/// Longest wait for the end-of-stream notices to leave before disconnecting: a bound
-/// for a dead peer; on a live one the send completes in microseconds (milliseconds in an
-/// emulated guest).
-const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Bytes of one control slot.
-const SLOT: usize = 64;
-/// Shortest [`PublisherBuilder::idle_timeout`]: longer than the probe of a silent subscriber
-/// ([`liveness::PROBE_AFTER`]) and than a busy host's scheduling hiccups.
-const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(500);
-/// How often the CM thread services each publisher ([`PublisherShared::service`]): receives
-/// reposted and idle subscribers found while the application publishes nothing.
-pub(crate) const SERVICE_INTERVAL: Duration = super::RECHECK_INTERVAL;
-/// On a fabric whose NIC copies on this host's CPUs (soft), a publisher that has just
-/// committed this many payload bytes or more yields the CPU once, so that the NIC thread that
-/// must copy them (and the subscribers it feeds) get a turn on a machine with fewer CPUs than
-/// busy threads. Measured on 2 vCPUs, 64 KiB messages in one process, 14 rounds: 2.28 GB/s
-/// mean without the yield against 2.75 with it (a yield per message of any size, as a
-/// yielding CQ poll did, gave the same 64 KiB figure but cut 64 B messages from 8.7 to
-/// 3.2 M/s). At 16 KiB the system call is a few percent of the copy and checksum.
-const YIELD_AFTER_BYTES: usize = 16 * 1024;
-
-// Every receive and send slot fits a work-request id.
-const _: () = assert!((MAX_SUBSCRIBERS as u32 * RECVS_PER_SUBSCRIBER) as usize <= super::wr_id::MAX_SLOT + 1);
-const _: () = assert!((MAX_SUBSCRIBERS as u32 * liveness::SENDS_PER_SUBSCRIBER) as usize <= super::wr_id::MAX_SLOT + 1);
-
-/// A subscriber connected to this publisher.
-struct SubConn {
-    qp: QueuePair,
-    conn: ConnId,
-    /// Consumed position from its acks (credit).
-    acked: u64,
-    /// Armed doorbell: ring when the tail passes this position.
-    doorbell_at: Option<u64>,
-    /// Since when it has been holding the publisher up (DropSlow).
-    slow_since: Option<Instant>,
-    /// The rhythm of its acks: which subscriber a blocked publisher asks for credit.
-    clock: AckClock,
-    /// The position it was last asked to ack by a `CreditWanted` (0: never).
-    asked_for: u64,
-    /// Its activity, and its own control send slots (so that one subscriber that takes no
-    /// SENDs cannot hold up the others' doorbells or end of stream).
-    liveness: Liveness,
-}
-
-/// What the `state` lock guards.
-struct PubState {
-    producer: RingProducer,
-    subs: Slab<SubConn>,
-    by_conn: HashMap<ConnId, usize>,
-    by_qp: HashMap<u32, usize>,
-    /// The publisher limit: the position the producer may not write past, from the slowest
-    /// subscriber's credit ([`NO_LIMIT`] under Overwrite or with no subscriber). Refreshed
-    /// whenever an ack arrives or a subscriber comes or goes, never per message.
-    limit: u64,
-    /// The policy never limits the producer.
-    overwrite: bool,
-    /// The lowest armed doorbell position ([`u64::MAX`] when none is armed): a commit that does
-    /// not pass it has no doorbell to ring.
-    doorbell_floor: u64,
-    /// A publishing call holds the turn (it may have released the lock to wait for credit):
-    /// other publishing calls wait for the `turn` condition.
-    publishing: bool,
-    /// A message partly written when a Block timeout hit; finished by the next call.
-    unfinished: Option<Vec<u8>>,
-    closing: bool,
-}
-
-impl PubState {
-    /// Recomputes the publisher limit and the credit gauges from the subscribers' acks.
-    fn refresh_credit(&mut self, counters: &PublisherCounters) {
-        let slowest = self.subs.iter().map(|(_, s)| s.acked).min();
-        self.limit = match slowest {
-            Some(min) if !self.overwrite => self.producer.limit_for(min),
-            _ => NO_LIMIT,
-        };
-        counters.subscribers.store(self.subs.len() as u64, Ordering::Relaxed);
-        counters.slowest_ack.store(slowest.unwrap_or(self.producer.tail()), Ordering::Relaxed);
-    }
-}
-
-/// What the publisher's parts share with the CM thread.
-pub(crate) struct PublisherShared {
-    node: Arc<NodeShared>,
-    topic: String,
-    topic_id: TopicId,
-    id: u64,
-    options: PublisherOptions,
-    max_record_payload: usize,
-    /// A commit of at least this many payload bytes gives the CPU up once (see
-    /// [`YIELD_AFTER_BYTES`]); `usize::MAX` where the NIC does not copy on this host's CPUs.
-    yield_after: usize,
-    remote: RemoteAddr,
-    region_len: usize,
-    cq: CompletionQueue,
-    srq: Option<SharedReceiveQueue>,
-    ctrl: MemoryRegion,
-    recv_slots: u32,
-    state: Mutex<PubState>,
-    /// Signalled when the publishing turn is given back.
-    turn: Condvar,
-    /// Signalled when a subscriber is accepted or removed.
-    subscribers_changed: Condvar,
-    counters: Arc<PublisherCounters>,
-    // Declared last: deregistered after every queue pair that could READ it is gone. Only
-    // held: the producer writes through its buffer.
-    _ring: MemoryRegion,
-}
+pub use options::Policy;
+pub(crate) use options::PublisherOptions;
+pub(crate) use state::SERVICE_INTERVAL;
 
 /// Publishes messages of type `T` on one topic: raw bytes (`Publisher`, that is
 /// `Publisher<[u8]>`) or a serde type (`Publisher<Quote>`, from
@@ -380,7 +151,8 @@ impl<T: ?Sized + MessageType> Publisher<T> {
             if publishers.get(&topic_id).and_then(Weak::upgrade).is_some() {
                 return Err(Error::AlreadyPublishing { topic: topic.to_owned() });
             }
-            publishers.insert(topic_id, Arc::downgrade(&shared));
+            let local: Weak<PublisherShared> = Arc::downgrade(&shared);
+            publishers.insert(topic_id, local);
         }
         node.stats.add_publisher(topic, shared.id, &shared.counters);
         node.discovery.publisher_added(topic, topic_id);
@@ -452,7 +224,7 @@ impl PublisherShared {
         drop(st);
         {
             let mut publishers = self.node.publishers.lock();
-            if publishers.get(&self.topic_id).is_some_and(|w| std::ptr::eq(w.as_ptr(), self)) {
+            if publishers.get(&self.topic_id).is_some_and(|w| std::ptr::addr_eq(w.as_ptr(), self)) {
                 publishers.remove(&self.topic_id);
                 self.node.discovery.publisher_removed(self.topic_id);
             }

@@ -8,10 +8,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::credit::Deadline;
-use super::{PubState, Publisher, PublisherShared};
+use super::state::{PubState, PublisherShared};
+use super::Publisher;
 use crate::error::{Error, Result};
-use crate::node::add_single_writer;
-use crate::node::MessageType;
+use crate::node::message_type::MessageType;
+use crate::node::single_writer::add_single_writer;
 use crate::ring::Append;
 
 impl<T: ?Sized + MessageType> Publisher<T> {

@@ -5,9 +5,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Start, Subscription, SubscriptionOptions};
+use super::options::{Start, SubscriptionOptions};
+use super::Subscription;
 use crate::error::Result;
-use crate::node::{MessageType, NodeShared};
+use crate::node::message_type::MessageType;
+use crate::node::shared::NodeShared;
 use crate::protocol::Secret;
 
 /// Configures and creates a [`Subscription`] to one topic; from

@@ -1,19 +1,18 @@
 //! Connecting to publishers and following their connections: explicit and discovery-driven
 //! connects, CM events, activating a feed from the accept private data, closing feeds.
 
-use super::{
-    ActiveFeed, Feed, Idle, OpenedFeed, PublisherInfo, Subscription, SubscriptionEvent, FLUSH_GRACE, MAX_UNDELIVERABLE,
-    RECV_SLOTS, SLOT,
-};
+use super::events::{SubscriptionEvent, MAX_UNDELIVERABLE};
+use super::feed::{ActiveFeed, Feed, Idle, FLUSH_GRACE, RECV_SLOTS, SLOT};
+use super::feed_channel::{FeedEvent, OpenedFeed};
+use super::message::PublisherInfo;
+use super::Subscription;
 use crate::error::{Error, Result};
 use crate::fabric::{ConnectionEvent, DataPath, ReadBuffer, RejectReason as CmReject};
-use crate::node::cm::FeedEvent;
-use crate::node::discovery::watch::Lost;
-use crate::node::discovery::LostReason;
+use crate::node::discovery::{Lost, LostReason};
+use crate::node::message_type::MessageType;
 use crate::node::pacing::ReadPacer;
+use crate::node::shared::RECHECK_INTERVAL;
 use crate::node::wr_id::{WrId, WrKind};
-use crate::node::MessageType;
-use crate::node::RECHECK_INTERVAL;
 use crate::protocol::{AcceptData, RejectCode, RejectData};
 use crate::ring::{RingError, RingReader, CONTROL_READ_LEN, PROBE_LEN};
 use std::collections::VecDeque;

@@ -23,13 +23,15 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::Receiver;
 use parking_lot::Mutex;
 
-use super::{FeedSender, Start, SubscriptionOptions, CTRL_LEN, RECV_SLOTS};
+use super::feed::{CTRL_LEN, RECV_SLOTS};
+use super::feed_channel::{FeedEvent, FeedSender, OpenedFeed};
+use super::options::{Start, SubscriptionOptions};
 use crate::error::{Error, Result};
-use crate::fabric::{Access, CompletionQueue, ConnId, MemoryRegion, QpCaps, QpInit, QueuePair, RNR_RETRY_INFINITE};
-use crate::node::cm::FeedEvent;
-use crate::node::discovery::watch::{Lost, Watch};
-use crate::node::discovery::{LostReason, Sighting};
-use crate::node::{NodeShared, Route, RECHECK_INTERVAL};
+use crate::fabric::{Access, CompletionQueue, ConnId, QpCaps, QpInit, RNR_RETRY_INFINITE};
+use crate::node::discovery::{Lost, LostReason, Sighting, Watch};
+use crate::node::identity::publisher_id;
+use crate::node::route::Route;
+use crate::node::shared::{BackgroundConnector, NodeShared, RECHECK_INTERVAL};
 use crate::protocol::{wall_clock_ms, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
 
 /// Most connections of one subscription open at once (its feed keys have 24 bits; far fewer
@@ -37,16 +39,6 @@ use crate::protocol::{wall_clock_ms, ConnectData, ConnectFlags, PolicySet, Start
 pub(super) const MAX_FEEDS: usize = 1 << 16;
 /// How long opening one connection may take (address and route resolution on verbs).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A connection opened for a subscription, handed over on its event channel.
-#[derive(Debug)]
-pub(crate) struct OpenedFeed {
-    pub(super) qp: QueuePair,
-    pub(super) conn: ConnId,
-    pub(super) addr: SocketAddr,
-    /// The feed's control slots: acks and doorbell requests sent, notices received.
-    pub(super) ctrl: MemoryRegion,
-}
 
 /// What a subscription's connections are opened with, and the state of its discovery.
 pub(crate) struct Connector {
@@ -102,7 +94,8 @@ impl Connector {
             }),
         });
         if connector.state.lock().watch.is_some() {
-            node.connectors.lock().push(Arc::downgrade(&connector));
+            let background: Weak<Connector> = Arc::downgrade(&connector);
+            node.connectors.lock().push(background);
         }
         connector
     }
@@ -187,6 +180,12 @@ impl Connector {
     }
 }
 
+impl BackgroundConnector for Connector {
+    fn run_in_background(&self, node: &NodeShared) {
+        self.run(node, false);
+    }
+}
+
 impl ConnectorState {
     /// Applies the sightings queued; a lost publisher is told to the subscription, and its
     /// address may be connected again at once (the subscription closes the old connection).
@@ -211,7 +210,7 @@ impl ConnectorState {
         for (publisher_node, addr) in due {
             // A publisher read before is resumed from its earliest retained message (duplicates
             // of the same epoch are skipped); a new one starts where the options say.
-            let id = crate::node::publisher::publisher_id(publisher_node, self.topic_id);
+            let id = publisher_id(publisher_node, self.topic_id);
             let start = if self.seen.contains(&id) { StartAt::Earliest } else { self.start_for_new() };
             if let Err(e) = self.open_feed(node, addr, start) {
                 tracing::debug!(topic = %self.topic, %addr, "auto-connect: {e}");
@@ -253,7 +252,7 @@ impl ConnectorState {
         if self.events.send(FeedEvent::Opened(opened)).is_err() {
             return Ok(()); // the subscription is gone; dropping the queue pair disconnects it
         }
-        routes.insert(conn, Route::Feed(self.events.clone()));
+        routes.insert(conn, Route::Feed(Arc::new(self.events.clone())));
         drop(routes);
         self.open.insert(addr, conn);
         Ok(())
@@ -281,13 +280,13 @@ impl ConnectorState {
 /// The node's connector thread: runs every live connector each [`RECHECK_INTERVAL`] until the node stops.
 pub(crate) fn run_all(node: Arc<NodeShared>) {
     while !node.stop.load(Ordering::Acquire) {
-        let live: Vec<Arc<Connector>> = {
+        let live: Vec<Arc<dyn BackgroundConnector>> = {
             let mut connectors = node.connectors.lock();
             connectors.retain(|c| c.strong_count() > 0);
             connectors.iter().filter_map(Weak::upgrade).collect()
         };
         for connector in live {
-            connector.run(&node, false);
+            connector.run_in_background(&node);
         }
         std::thread::sleep(RECHECK_INTERVAL);
     }

@@ -2,11 +2,14 @@
 //! A message already parsed is handed out at once (the hot path: no clock read, no
 //! housekeeping); only when none is ready does the subscription run its feeds and wait.
 
-use super::{Message, MessageRef, Payload, Subscription, SubscriptionEvent, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
+use super::events::SubscriptionEvent;
+use super::feed::{Payload, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
+use super::message::{Message, MessageRef};
+use super::Subscription;
 use crate::error::{Error, Result};
 use crate::fabric::WorkCompletion;
-use crate::node::MessageType;
-use crate::node::RECHECK_INTERVAL;
+use crate::node::message_type::MessageType;
+use crate::node::shared::RECHECK_INTERVAL;
 use crossbeam::channel;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

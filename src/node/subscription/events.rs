@@ -1,12 +1,114 @@
-//! The events a subscription holds for its application until `try_event` takes them: at most
-//! [`MAX_EVENTS`]; past that the oldest is dropped and counted (`events_dropped`), so an
-//! application that never looks at events does not let peers grow its memory.
+//! What happens to a subscription's connections ([`SubscriptionEvent`]), and the events it
+//! holds for its application until `try_event` takes them: at most [`MAX_EVENTS`]; past that
+//! the oldest is dropped and counted (`events_dropped`), so an application that never looks
+//! at events does not let peers grow its memory.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{SubscriptionCounters, SubscriptionEvent};
+use super::counters::SubscriptionCounters;
+use super::message::PublisherInfo;
+use crate::node::discovery::LostReason;
+use crate::node::identity::NodeId;
+use crate::protocol::{DropReason, RejectCode};
+
+/// Something that happened to a subscription's connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SubscriptionEvent {
+    /// Connected to a publisher.
+    Connected(PublisherInfo),
+    /// The publisher overran this subscription (Overwrite policy): `count` messages were lost
+    /// just before the next one delivered from it.
+    Lost {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// How many messages.
+        count: u64,
+    },
+    /// The publisher closed its stream; `complete` tells whether everything up to `final_seq`
+    /// was delivered.
+    Ended {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// Its last sequence number.
+        final_seq: u64,
+        /// Whether nothing was missed.
+        complete: bool,
+    },
+    /// The publisher dropped this subscription (DropSlow policy), saying why.
+    Dropped {
+        /// Which publisher.
+        publisher: PublisherInfo,
+        /// Its reason.
+        reason: DropReason,
+    },
+    /// The publisher sent a message longer than this subscription accepts
+    /// ([`SubscriberBuilder::max_message_len`](super::SubscriberBuilder::max_message_len)): the subscription stops reading that
+    /// publisher (a `Disconnected` follows), since the stream cannot continue without it. The
+    /// next receive returns [`Error::MessageTooLarge`](crate::Error::MessageTooLarge).
+    MessageTooLarge {
+        /// The publisher.
+        publisher: PublisherInfo,
+        /// The message's length in bytes.
+        len: u64,
+        /// This subscription's limit in bytes.
+        limit: u64,
+    },
+    /// A publisher's records are larger than this subscription READs
+    /// ([`SubscriberBuilder::max_record_payload`](super::SubscriberBuilder::max_record_payload)): its accept data advertised larger ones
+    /// (then the subscription never READs its ring), or a record header claimed more than the
+    /// publisher advertised (the same header twice: no torn READ; a `Disconnected` follows).
+    /// The subscription stops reading that publisher; with discovery it tries again later, with
+    /// back-off, as after a refusal.
+    RecordTooLarge {
+        /// The publisher's node.
+        addr: SocketAddr,
+        /// The record payload advertised or claimed, in bytes.
+        len: u64,
+        /// The largest this feed READs, in bytes: the subscription's limit, or the publisher's
+        /// advertised one when a header claimed more than that.
+        limit: u64,
+    },
+    /// The connection broke (the publisher's node died or the network failed).
+    Disconnected {
+        /// The publisher's node.
+        addr: SocketAddr,
+        /// The publisher, when the connection had been established.
+        publisher: Option<PublisherInfo>,
+    },
+    /// A publisher's node refused the subscription.
+    Rejected {
+        /// The node.
+        addr: SocketAddr,
+        /// Why.
+        reason: RejectCode,
+        /// Its explanation.
+        detail: String,
+    },
+    /// A publisher's node could not be reached.
+    Unreachable {
+        /// The node.
+        addr: SocketAddr,
+        /// What failed.
+        detail: String,
+    },
+    /// Discovery says a publisher of the topic is gone. After [`LostReason::Silent`] and
+    /// [`LostReason::Restarted`] the connection to it is closed; the subscription reconnects
+    /// by itself when the node is announced again.
+    PublisherLost {
+        /// The publisher's node.
+        node: NodeId,
+        /// The epoch that is gone.
+        epoch: u64,
+        /// Its address.
+        addr: SocketAddr,
+        /// How discovery knows.
+        reason: LostReason,
+    },
+}
 
 /// Most events a subscription holds for its application.
 pub const MAX_EVENTS: usize = 1024;

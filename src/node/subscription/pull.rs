@@ -2,16 +2,17 @@
 //! bring, acks (the publisher's credits), doorbell requests, and the publisher's control
 //! messages.
 
-use super::{
-    ActiveFeed, Feed, Idle, Payload, Ready, Subscription, SubscriptionCounters, SubscriptionEvent, PARK_RECHECK, SLOT,
-};
+use super::counters::SubscriptionCounters;
+use super::events::SubscriptionEvent;
+use super::feed::{ActiveFeed, Feed, Idle, Payload, Ready, PARK_RECHECK, SLOT};
+use super::Subscription;
 use crate::error::{Error, Result};
 use crate::fabric::{
     MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus,
     WorkCompletion,
 };
+use crate::node::message_type::MessageType;
 use crate::node::wr_id::{WrId, WrKind};
-use crate::node::MessageType;
 use crate::protocol::{Control, Policy as WirePolicy};
 use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop};
 use std::sync::atomic::Ordering;

@@ -30,10 +30,11 @@ use std::time::Instant;
 
 use futures_core::Stream;
 
-use super::{Message, Subscription};
+use super::message::Message;
+use super::Subscription;
 use crate::error::{Error, Result};
 use crate::fabric::AsyncNotifier;
-use crate::node::MessageType;
+use crate::node::message_type::MessageType;
 
 /// The messages of a [`Subscription`] as an async [`Stream`] (feature `async`): see
 /// [`Subscription::stream`].

@@ -1,15 +1,42 @@
-//! Waking a subscription's async task ([`Subscription::stream`](super::Subscription), feature
-//! `async`) for its connection events: they come from other threads (the CM thread, the
-//! connector) on a channel, and whoever sends one also wakes the task waiting for it, if any.
-//! Without a waiting task a send costs one uncontended lock more.
+//! The channel of a subscription's feed events: what other threads (the CM thread, the
+//! connector) tell it ([`FeedEvent`]), and waking its async task
+//! ([`Subscription::stream`](super::Subscription), feature `async`) for them: whoever sends
+//! one also wakes the task waiting for it, if any. Without a waiting task a send costs one
+//! uncontended lock more.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Waker;
 
 use crossbeam::channel::{SendError, Sender};
 use parking_lot::Mutex;
 
-use crate::node::cm::FeedEvent;
+use crate::fabric::{ConnId, ConnectionEvent, MemoryRegion, QueuePair};
+use crate::node::discovery::Lost;
+use crate::node::route::ConnectionEventSink;
+
+/// An event delivered to a subscription.
+#[derive(Debug)]
+pub(crate) enum FeedEvent {
+    /// An event of one of its connections (established, rejected, unreachable, gone).
+    Connection(ConnectionEvent),
+    /// A connection opened for the subscription by its connector (ahead of its CM events).
+    Opened(Box<OpenedFeed>),
+    /// Discovery says a publisher of the topic is gone.
+    PublisherLost(Lost),
+    /// The connector could not open a connection discovery made due.
+    ConnectFailed { addr: SocketAddr, detail: String },
+}
+
+/// A connection opened for a subscription, handed over on its event channel.
+#[derive(Debug)]
+pub(crate) struct OpenedFeed {
+    pub(super) qp: QueuePair,
+    pub(super) conn: ConnId,
+    pub(super) addr: SocketAddr,
+    /// The feed's control slots: acks and doorbell requests sent, notices received.
+    pub(super) ctrl: MemoryRegion,
+}
 
 /// The task waiting for a subscription's connection events, if one is.
 #[derive(Debug, Default)]
@@ -62,6 +89,12 @@ impl FeedSender {
         self.tx.send(event)?;
         self.waker.wake();
         Ok(())
+    }
+}
+
+impl ConnectionEventSink for FeedSender {
+    fn deliver(&self, event: ConnectionEvent) {
+        let _ = self.send(FeedEvent::Connection(event));
     }
 }
 

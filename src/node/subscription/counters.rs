@@ -1,0 +1,61 @@
+//! What a subscription counts, readable while it runs.
+
+use crate::node::single_writer::add_single_writer;
+
+crate::counters::counter_set! {
+    /// Counters of a subscription.
+    pub struct SubscriptionCounters {
+        /// Messages delivered.
+        delivered: Total, Messages;
+        /// Payload bytes delivered.
+        bytes: Total, Bytes;
+        /// READs issued.
+        reads: Total, Events;
+        /// READs that brought nothing new.
+        empty_reads: Total, Events;
+        /// READs posted ahead: before the READ that showed more written data was validated.
+        reads_ahead: Total, Events;
+        /// Records re-read because a READ raced a write.
+        torn: Total, Events;
+        /// Messages lost to overruns.
+        lost: Total, Messages;
+        /// Acks sent.
+        acks: Total, Events;
+        /// Doorbells requested.
+        doorbell_requests: Total, Events;
+        /// Doorbells received.
+        doorbells: Total, Events;
+        /// Connections established to a publisher this subscription had been connected to before.
+        reconnects: Total, Connections;
+        /// Messages skipped because they had been delivered already (reconnection to the same epoch).
+        duplicates: Total, Messages;
+        /// Waits that blocked at once instead of polling first, because as many subscriptions of
+        /// the process as it has CPUs but one were polling already.
+        unpolled_waits: Total, Events;
+        /// `CreditWanted` requests received from publishers waiting for credit.
+        credit_requests: Total, Events;
+        /// Acks sent as solicited SENDs, answering those requests.
+        solicited_acks: Total, Events;
+        /// Connections to publishers whose ring this subscription reads through shared memory
+        /// (same host, soft fabric).
+        shared_memory_connects: Total, Connections;
+        /// Connections to publishers whose ring this subscription reads over the network.
+        network_connects: Total, Connections;
+        /// Bytes of READ buffers the subscription holds now (a gauge). A feed's two buffers start
+        /// at the batch size and grow to the largest READ its records need, never past what the
+        /// ring's largest record needs.
+        read_buffer_bytes: Gauge, Bytes;
+        /// Events dropped, oldest first, because the application left more than
+        /// [`MAX_EVENTS`](super::MAX_EVENTS) untaken.
+        events_dropped: Total, Events;
+    }
+}
+
+impl SubscriptionCounters {
+    /// Counts a delivered message. Only the subscription's owner (`&mut`) delivers: a load and
+    /// a store, not a locked read-modify-write, per message.
+    pub(super) fn count_delivery(&self, len: usize) {
+        add_single_writer(&self.delivered, 1);
+        add_single_writer(&self.bytes, len as u64);
+    }
+}

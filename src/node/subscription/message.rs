@@ -1,0 +1,47 @@
+//! What a subscription delivers: a [`Message`] (or a borrowed [`MessageRef`]) and the
+//! [`PublisherInfo`] of who published it.
+
+use std::net::SocketAddr;
+
+use crate::fabric::DataPath;
+use crate::protocol::PolicyKind;
+
+/// Who published a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PublisherInfo {
+    /// The publisher's id (stable for a node and topic).
+    pub id: u64,
+    /// Its node's epoch: a restarted node has a larger one.
+    pub epoch: u64,
+    /// Its node's address.
+    pub addr: SocketAddr,
+    /// Its slow-subscriber policy.
+    pub policy: PolicyKind,
+    /// How this subscription's READs reach the publisher's ring: shared memory when both run
+    /// on this host (soft fabric, [`crate::fabric::SameHost::Auto`]), else the network.
+    pub data_path: DataPath,
+}
+
+/// A delivered message: its payload `data` (raw bytes, `Vec<u8>`, by default; the decoded
+/// value on a typed subscription) and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message<D = Vec<u8>> {
+    /// Who published it.
+    pub publisher: PublisherInfo,
+    /// Its sequence number in that publisher's stream (1, 2, ...).
+    pub seq: u64,
+    /// The payload.
+    pub data: D,
+}
+
+/// A delivered message borrowed from the subscription's READ buffer (zero copy). Valid until
+/// the next call on the subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    /// Who published it.
+    pub publisher: PublisherInfo,
+    /// Its sequence number in that publisher's stream.
+    pub seq: u64,
+    /// The payload.
+    pub data: &'a [u8],
+}
