@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 /// What "no deadline" means: a century from now.
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The instant `timeout` from now, saturating far in the future for durations too large to
 /// add (such as `Duration::MAX`), where `Instant::now() + timeout` would panic.

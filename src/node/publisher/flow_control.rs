@@ -36,7 +36,8 @@ pub(super) fn judge_slow(
     if now.duration_since(since) >= grace {
         SlowVerdict::Drop
     } else {
-        SlowVerdict::Waiting { until: since + grace }
+        // Any grace is accepted: one past the clock's range waits as long as the clock goes.
+        SlowVerdict::Waiting { until: since.checked_add(grace).unwrap_or(since + crate::time::FAR_FUTURE) }
     }
 }
 
@@ -59,6 +60,14 @@ mod tests {
         let mut since = Some(now);
         let verdict = judge_slow(1000, RING, 1000 + RING, &mut since, Duration::from_millis(5), now);
         assert_eq!((verdict, since), (SlowVerdict::NotHoldingBack, None));
+    }
+
+    #[test]
+    fn any_grace_is_accepted_even_past_the_clocks_range() {
+        let start = Instant::now();
+        let mut since = None;
+        let verdict = judge_slow(0, RING, RING + 1, &mut since, Duration::MAX, start);
+        assert!(matches!(verdict, SlowVerdict::Waiting { until } if until > start), "{verdict:?}");
     }
 
     #[test]
