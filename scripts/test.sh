@@ -26,6 +26,10 @@ cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 echo "== cargo clippy"
 cargo clippy --all-targets --all-features -- -D warnings
 cargo clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets -- -D warnings
+echo "== layers: no import cycle between source files, no source file over 600 lines"
+python3 scripts/module-cycles.py src
+long=$(find src tests demo/src demo/tests benches examples fuzz/src -name '*.rs' -exec awk 'END { if (NR > 600) print FILENAME ": " NR " lines" }' {} \;)
+if [ -n "$long" ]; then echo "$long" >&2; exit 1; fi
 echo "== cargo test (soft fabric: unit, integration, examples, doc tests)"
 # Plain `cargo test` also builds the example programs that tests/examples.rs runs.
 cargo test --release --no-fail-fast
