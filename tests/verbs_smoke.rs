@@ -373,11 +373,18 @@ fn a_full_receive_queue_is_queue_full() {
     assert!(matches!(err, Error::QueueFull { queue: "receive queue", .. }), "{err:?}");
 }
 
+/// Retransmission settings of queue pairs connected by hand: about 67 ms, 7 times.
+const PATIENT: RtsAttr = RtsAttr { timeout: 14, retry_count: 7, rnr_retry: RNR_RETRY_INFINITE, max_rd_atomic: 4 };
+/// Retransmission settings that give up quickly: about 4 ms, once.
+const HASTY: RtsAttr = RtsAttr { timeout: 10, retry_count: 1, rnr_retry: RNR_RETRY_INFINITE, max_rd_atomic: 4 };
+
 /// Moves `qp` (whose endpoint is `local`) to RTS towards `remote`, as the seed programs'
-/// `modify_qp_to_init`, `modify_qp_to_rtr` and `modify_qp_to_rts` do.
-fn connect_by_hand(qp: &QueuePair, local: QpEndpoint, remote: QpEndpoint) {
+/// `modify_qp_to_init`, `modify_qp_to_rtr` and `modify_qp_to_rts` do; `in_init` runs in INIT
+/// (where receives may be posted first).
+fn connect_by_hand(qp: &QueuePair, local: QpEndpoint, remote: QpEndpoint, rts: RtsAttr, in_init: impl FnOnce()) {
     qp.modify_to_init(InitAttr { port: local.port, access: Access::REMOTE_READ | Access::REMOTE_WRITE }).unwrap();
     assert_eq!(qp.state(), QpState::Init);
+    in_init();
     let rtr = RtrAttr {
         remote,
         path_mtu: local.mtu.min(remote.mtu),
@@ -386,13 +393,22 @@ fn connect_by_hand(qp: &QueuePair, local: QpEndpoint, remote: QpEndpoint) {
     };
     qp.modify_to_rtr(rtr).unwrap();
     assert_eq!(qp.state(), QpState::ReadyToReceive);
-    qp.modify_to_rts(RtsAttr { timeout: 14, retry_count: 7, rnr_retry: RNR_RETRY_INFINITE, max_rd_atomic: 4 }).unwrap();
+    qp.modify_to_rts(rts).unwrap();
     assert_eq!(qp.state(), QpState::ReadyToSend);
 }
 
-#[test]
-#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
-fn bootstrap_connects_two_queue_pairs_by_hand_then_send_read_write() {
+/// Two queue pairs of one device created by hand (in RESET), with a CQ and a 4 KiB region each.
+struct HandPair {
+    fabric: Fabric,
+    a: QueuePair,
+    b: QueuePair,
+    a_cq: CompletionQueue,
+    b_cq: CompletionQueue,
+    a_mr: MemoryRegion,
+    b_mr: MemoryRegion,
+}
+
+fn hand_pair() -> HandPair {
     let fabric = fabric();
     let pd = fabric.alloc_pd().unwrap();
     let (a_cq, b_cq) = (fabric.create_cq(16).unwrap(), fabric.create_cq(16).unwrap());
@@ -400,6 +416,13 @@ fn bootstrap_connects_two_queue_pairs_by_hand_then_send_read_write() {
     let (a_mr, b_mr) = (pd.register(4096, rw).unwrap(), pd.register(4096, rw).unwrap());
     let a = fabric.create_qp(QpInit::new(&pd, &a_cq)).unwrap();
     let b = fabric.create_qp(QpInit::new(&pd, &b_cq)).unwrap();
+    HandPair { fabric, a, b, a_cq, b_cq, a_mr, b_mr }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn bootstrap_connects_two_queue_pairs_by_hand_then_send_read_write() {
+    let HandPair { fabric, a, b, a_cq, b_cq, a_mr, b_mr } = hand_pair();
     assert_eq!((a.state(), b.state()), (QpState::Reset, QpState::Reset));
 
     // The endpoints as the side channel would carry them: the RoCE v2 GID of the device's
@@ -416,13 +439,13 @@ fn bootstrap_connects_two_queue_pairs_by_hand_then_send_read_write() {
     let early = RtrAttr { remote: eb, path_mtu: ea.mtu, max_dest_rd_atomic: 4, min_rnr_timer: Duration::ZERO };
     assert!(matches!(a.modify_to_rtr(early), Err(Error::InvalidTransition { .. })));
 
-    b.post_recv(1, &[b_mr.sge(0, 64)]).unwrap();
-    connect_by_hand(&a, ea, eb);
+    // A queue pair in RESET takes no receive (the device refuses it).
+    assert!(b.post_recv(1, &[b_mr.sge(0, 64)]).is_err());
+    connect_by_hand(&a, ea, eb, PATIENT, || {});
     // Until b is in RTS it sends nothing.
     assert!(matches!(b.post_send(&SendRequest::new(9, SendOp::Send, &[])), Err(Error::NotConnected { .. })));
-    connect_by_hand(&b, eb, ea);
+    connect_by_hand(&b, eb, ea, PATIENT, || b.post_recv(1, &[b_mr.sge(0, 64)]).unwrap());
     assert_eq!(b.peer_addr().ip(), IpAddr::V4(ip));
-
     // SEND with immediate data.
     a_mr.buffer().write(0, b"by hand").unwrap();
     let send_sges = [a_mr.sge(0, 7)];
@@ -474,4 +497,35 @@ fn bootstrap_connects_two_queue_pairs_by_hand_then_send_read_write() {
     assert_eq!((wc.wr_id, wc.status), (5, WcStatus::WorkRequestFlushed));
     assert_eq!(a.state(), QpState::Error);
     assert!(matches!(a.post_send(&SendRequest::new(6, SendOp::Send, &[])), Err(Error::NotConnected { .. })));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn bootstrap_to_a_wrong_qp_number_fails_with_retry_exceeded() {
+    let p = hand_pair();
+    let (ea, eb) = (p.a.local_endpoint().unwrap(), p.b.local_endpoint().unwrap());
+    // b's number plus one: no queue pair of this device answers to it.
+    let wrong = QpEndpoint { qp_num: (eb.qp_num + 1) & 0xff_ffff, ..eb };
+    connect_by_hand(&p.a, ea, wrong, HASTY, || {});
+    let send_sges = [p.a_mr.sge(0, 8)];
+    p.a.post_send(&SendRequest::new(1, SendOp::Send, &send_sges)).unwrap();
+    let wc = one_completion(&p.a_cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::TransportRetryExceeded));
+    assert_eq!(p.a.state(), QpState::Error);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn bootstrap_a_destroyed_peer_fails_the_next_send_and_flushes_the_rest() {
+    let HandPair { a, b, a_cq, a_mr, .. } = hand_pair();
+    let (ea, eb) = (a.local_endpoint().unwrap(), b.local_endpoint().unwrap());
+    connect_by_hand(&a, ea, eb, HASTY, || a.post_recv(7, &[a_mr.sge(0, 64)]).unwrap());
+    connect_by_hand(&b, eb, ea, HASTY, || {});
+    drop(b);
+    // Nothing tells a: its next send finds no peer, fails, and the queue pair flushes the rest.
+    let send_sges = [a_mr.sge(64, 8)];
+    a.post_send(&SendRequest::new(8, SendOp::Send, &send_sges)).unwrap();
+    let mut seen = [one_completion(&a_cq), one_completion(&a_cq)].map(|wc| (wc.wr_id, wc.status));
+    seen.sort_by_key(|&(wr_id, _)| wr_id);
+    assert_eq!(seen, [(7, WcStatus::WorkRequestFlushed), (8, WcStatus::TransportRetryExceeded)]);
 }

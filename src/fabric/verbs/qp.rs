@@ -71,8 +71,8 @@ pub(super) struct RcQp {
     caps: QpCaps,
     peer: SocketAddr,
     local: SocketAddr,
-    // Dropped in this order after the QP is destroyed in `Drop::drop`: the id, then what the
-    // QP used.
+    // Dropped in this order after the QP is destroyed in `Drop::drop`: the binding (a CM id),
+    // then what the QP used.
     binding: Binding,
     _srq: Option<Arc<dyn SrqOps>>,
     _send_cq: Arc<dyn CqOps>,
