@@ -11,22 +11,29 @@
 //! 5. server READ  <- client region (the client's pattern)
 //! 6. server WRITE -> client region (a third pattern), then SEND "done": the client checks
 //!
+//! With `--bootstrap cm` (the default) RDMA-CM connects the queue pairs and the regions travel
+//! in its private data. With `--bootstrap tcp` the two connect them by hand as the seed programs
+//! do: a TCP socket between them carries each side's queue pair endpoint and region, each side
+//! moves its own queue pair through INIT, RTR and RTS, and the two sync over the socket before
+//! and after the operations (see `common/bootstrap.rs`).
+//!
 //! ```text
-//! rc_ops --server [--port 7474]
-//! rc_ops --client 127.0.0.1[:7474]
-//! rc_ops --both --fabric soft
+//! rc_ops --server [--port 7474] [--bootstrap tcp]
+//! rc_ops --client 127.0.0.1[:7474] [--bootstrap tcp]
+//! rc_ops --both --fabric soft [--bootstrap tcp]
 //! ```
 
 mod common;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use common::*;
 use rdma_pubsub::fabric::{
-    Access, CompletionQueue, MemoryRegion, QpInit, QueuePair, RemoteAddr, SendOp, SendRequest, WcOpcode,
-    RNR_RETRY_INFINITE,
+    Access, CompletionQueue, Fabric, MemoryRegion, ProtectionDomain, QpInit, QueuePair, RemoteAddr, SendOp,
+    SendRequest, WcOpcode, RNR_RETRY_INFINITE,
 };
 
 const DEFAULT_PORT: u16 = 7474;
@@ -39,6 +46,8 @@ const SERVER_WRITE_SEED: u32 = 0x3717;
 struct Args {
     #[command(flatten)]
     net: NetArgs,
+    #[command(flatten)]
+    boot: BootstrapArgs,
     /// Bytes moved by READ and WRITE (the region size).
     #[arg(short = 'z', long, default_value_t = 65536)]
     size: u32,
@@ -55,12 +64,12 @@ fn run(args: Args) -> Res<()> {
     }
     let role = args.net.role(DEFAULT_PORT)?;
     let (net_s, net_c) = (args.net.clone(), args.net.clone());
-    let size = args.size;
+    let (size, boot) = (args.size, args.boot.bootstrap);
     run_roles(
         role,
         args.net.timeout(),
-        Box::new(move |addr, ready| server(&net_s, size, addr, ready)),
-        Box::new(move |addr| client(&net_c, size, addr)),
+        Box::new(move |addr, ready| server(&net_s, boot, size, addr, ready)),
+        Box::new(move |addr| client(&net_c, boot, size, addr)),
     )
 }
 
@@ -83,7 +92,7 @@ struct Side {
 impl Side {
     fn new(
         name: &'static str,
-        pd: &rdma_pubsub::fabric::ProtectionDomain,
+        pd: &ProtectionDomain,
         send_cq: &CompletionQueue,
         recv_cq: &CompletionQueue,
         size: u32,
@@ -178,33 +187,50 @@ impl Side {
     }
 }
 
-fn server(net: &NetArgs, size: u32, addr: SocketAddr, mut ready: Ready) -> Res<()> {
+/// The remote access each side's queue pair allows: the peer READs and WRITEs its region.
+fn qp_access() -> Access {
+    Access::REMOTE_READ | Access::REMOTE_WRITE
+}
+
+/// How each side creates its queue pair: separate CQs, SENDs retried until a receive is there.
+fn qp_init<'a>(pd: &'a ProtectionDomain, send_cq: &'a CompletionQueue, recv_cq: &'a CompletionQueue) -> QpInit<'a> {
+    let mut init = QpInit::new(pd, send_cq);
+    init.recv_cq = recv_cq;
+    init.rnr_retry = RNR_RETRY_INFINITE;
+    init
+}
+
+/// Refuses a peer whose region differs from this side's.
+fn check_peer_region(peer: &RegionInfo, side: &Side, who: &str) -> Res<()> {
+    if peer.len as usize != side.size {
+        return Err(err(format!("the {who}'s region is {} bytes, this side's {}", peer.len, side.size)));
+    }
+    Ok(())
+}
+
+fn server(net: &NetArgs, boot: Bootstrap, size: u32, addr: SocketAddr, mut ready: Ready) -> Res<()> {
     let timeout = net.timeout();
     let fabric = net.open()?;
     let pd = fabric.alloc_pd()?;
     let (send_cq, recv_cq) = (fabric.create_cq(32)?, fabric.create_cq(32)?);
     let mut side = Side::new("server", &pd, &send_cq, &recv_cq, size, net)?;
     side.region.buffer().write(0, &pattern(SERVER_SEED, side.size))?;
-    let channel = fabric.create_event_channel()?;
-    let listener = channel.listen(addr, 8)?;
-    ready.announce(listener.local_addr());
-
-    let request = wait_connect_request(&channel, timeout)?;
-    let peer = RegionInfo::decode(request.private_data())?;
-    if peer.len != size {
-        request.reject(b"region sizes differ")?;
-        return Err(err(format!("the client's region is {} bytes, this side's {size}", peer.len)));
-    }
-    let mut init = QpInit::new(&pd, &send_cq);
-    init.recv_cq = &recv_cq;
-    init.rnr_retry = RNR_RETRY_INFINITE;
-    let qp = request.accept(&init, &side.info().encode())?;
-    side.post_recv(&qp)?;
-    wait_established(&channel, qp.conn_id(), timeout)?;
+    let init = qp_init(&pd, &send_cq, &recv_cq);
+    let (qp, peer, mut link) = match boot {
+        Bootstrap::Cm => accept_cm(&fabric, &init, &mut side, addr, &mut ready, timeout)?,
+        Bootstrap::Tcp => {
+            let mut channel = accept_side_channel(addr, &mut ready, timeout)?;
+            let (qp, peer) =
+                connect_by_hand(&mut channel, &fabric, &init, side.info(), qp_access(), |qp| side.post_recv(qp))?;
+            (qp, peer, Link::Tcp(channel))
+        }
+    };
+    check_peer_region(&peer, &side, "client")?;
     println!(
         "server: connected; client region {:#x} rkey {:#x} ({} bytes)",
         peer.remote.addr, peer.remote.rkey, peer.len
     );
+    link.before_operations()?;
 
     side.send(&qp, "hello from the server")?;
     println!("server: SEND  \"hello from the server\"");
@@ -214,31 +240,64 @@ fn server(net: &NetArgs, size: u32, addr: SocketAddr, mut ready: Ready) -> Res<(
     side.check_own_region(CLIENT_SEED, "client's RDMA WRITE")?;
     side.read_and_check(&qp, peer.remote, CLIENT_SEED)?;
     side.write_then_notify(&qp, peer.remote, SERVER_WRITE_SEED)?;
-    wait_disconnected(&channel, qp.conn_id(), timeout)?;
+    link.await_close(&qp, timeout)?;
     println!("server: all operations verified");
     Ok(())
 }
 
-fn client(net: &NetArgs, size: u32, addr: SocketAddr) -> Res<()> {
+/// The server's RDMA-CM connection: listens, accepts the client's request (its region in the
+/// private data, this side's in the accept's) and waits until it is established.
+fn accept_cm(
+    fabric: &Fabric,
+    init: &QpInit<'_>,
+    side: &mut Side,
+    addr: SocketAddr,
+    ready: &mut Ready,
+    timeout: Duration,
+) -> Res<(QueuePair, RegionInfo, Link)> {
+    let channel = fabric.create_event_channel()?;
+    let listener = channel.listen(addr, 8)?;
+    ready.announce(listener.local_addr());
+    let request = wait_connect_request(&channel, timeout)?;
+    let peer = RegionInfo::decode(request.private_data())?;
+    if let Err(e) = check_peer_region(&peer, side, "client") {
+        request.reject(b"region sizes differ")?;
+        return Err(e);
+    }
+    let qp = request.accept(init, &side.info().encode())?;
+    side.post_recv(&qp)?;
+    wait_established(&channel, qp.conn_id(), timeout)?;
+    Ok((qp, peer, Link::Cm { channel, listener: Some(listener) }))
+}
+
+fn client(net: &NetArgs, boot: Bootstrap, size: u32, addr: SocketAddr) -> Res<()> {
     let timeout = net.timeout();
     let fabric = net.open()?;
     let pd = fabric.alloc_pd()?;
     let (send_cq, recv_cq) = (fabric.create_cq(32)?, fabric.create_cq(32)?);
     let mut side = Side::new("client", &pd, &send_cq, &recv_cq, size, net)?;
-    let channel = fabric.create_event_channel()?;
-    let mut init = QpInit::new(&pd, &send_cq);
-    init.recv_cq = &recv_cq;
-    init.rnr_retry = RNR_RETRY_INFINITE;
-    let qp = channel.connect(addr, &init, &side.info().encode(), timeout)?;
-    side.post_recv(&qp)?;
-    let peer = RegionInfo::decode(&wait_established(&channel, qp.conn_id(), timeout)?)?;
-    if peer.len != size {
-        return Err(err(format!("the server's region is {} bytes, this side's {size}", peer.len)));
-    }
+    let init = qp_init(&pd, &send_cq, &recv_cq);
+    let (qp, peer, mut link) = match boot {
+        Bootstrap::Cm => {
+            let channel = fabric.create_event_channel()?;
+            let qp = channel.connect(addr, &init, &side.info().encode(), timeout)?;
+            side.post_recv(&qp)?;
+            let peer = RegionInfo::decode(&wait_established(&channel, qp.conn_id(), timeout)?)?;
+            (qp, peer, Link::Cm { channel, listener: None })
+        }
+        Bootstrap::Tcp => {
+            let mut channel = SideChannel::connect(addr, timeout)?;
+            let (qp, peer) =
+                connect_by_hand(&mut channel, &fabric, &init, side.info(), qp_access(), |qp| side.post_recv(qp))?;
+            (qp, peer, Link::Tcp(channel))
+        }
+    };
+    check_peer_region(&peer, &side, "server")?;
     println!(
         "client: connected; server region {:#x} rkey {:#x} ({} bytes)",
         peer.remote.addr, peer.remote.rkey, peer.len
     );
+    link.before_operations()?;
 
     side.expect_msg(&qp, "hello from the server")?;
     side.send(&qp, "hello from the client")?;
@@ -249,7 +308,7 @@ fn client(net: &NetArgs, size: u32, addr: SocketAddr) -> Res<()> {
     side.write_then_notify(&qp, peer.remote, CLIENT_SEED)?;
     side.expect_msg(&qp, "write done")?;
     side.check_own_region(SERVER_WRITE_SEED, "server's RDMA WRITE")?;
-    qp.disconnect()?;
+    link.close(&qp)?;
     println!("client: all operations verified (SEND, RECV, RDMA READ, RDMA WRITE)");
     Ok(())
 }

@@ -9,9 +9,12 @@
 #   RDMA_PUBSUB_TEST_FABRIC=verbs, RXE_IP from the guest and RDMA_PUBSUB_TEST_SCALE (bulk
 #   message counts divided by it: the guest is emulated, about 100x slower).
 # - the library's own verbs unit tests (LIB_FILTER), their "device present" branches included.
+# - the connected examples rc_ops and rdma_write (EXAMPLES), by RDMA-CM and by hand over TCP, in
+#   one process and as two (scripts/verbs-vm-examples.sh).
 #
 #   scripts/verbs-vm-tests.sh                        # everything below
 #   scripts/verbs-vm-tests.sh verbs_smoke pubsub     # only these integration-test targets
+#   scripts/verbs-vm-tests.sh verbs_smoke examples   # ... and the examples
 #
 # Env: RXE_VM_SH (path of rxe-vm.sh), RXE_VM_TIMEOUT (seconds for the whole guest, default
 # 300), VERBS_PUBSUB_SCALE (default 100), CARGO_TARGET_DIR (honoured; the target dir is
@@ -28,13 +31,21 @@ DISCOVERY_SKIP="--skip junk_datagrams --skip a_silent_publisher --skip unicast_p
 SCALE=${VERBS_PUBSUB_SCALE:-100}
 # The library's own verbs unit tests run too (the "device present" branches), filtered to:
 LIB_FILTER=fabric::verbs::
+# The examples run in the guest (by scripts/verbs-vm-examples.sh); empty when not selected.
+EXAMPLES=(rc_ops rdma_write)
 
 if [ $# -gt 0 ]; then
   want=("$@")
   TARGETS=()
   GENERIC_TARGETS=()
+  selected_examples=("${EXAMPLES[@]}")
+  EXAMPLES=()
   for t in "${want[@]}"; do
-    case " pubsub discovery " in *" $t "*) GENERIC_TARGETS+=("$t") ;; *) TARGETS+=("$t") ;; esac
+    case $t in
+      examples) EXAMPLES=("${selected_examples[@]}") ;;
+      pubsub | discovery) GENERIC_TARGETS+=("$t") ;;
+      *) TARGETS+=("$t") ;;
+    esac
   done
 fi
 is_generic() { case " ${GENERIC_TARGETS[*]:-} " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
@@ -50,6 +61,10 @@ done
 all_targets=("${TARGETS[@]}" "${GENERIC_TARGETS[@]}")
 echo "== building verbs test binaries (${all_targets[*]} + lib)"
 json=$(cargo test --release --features verbs "${args[@]}" --no-run --message-format=json)
+if [ ${#EXAMPLES[@]} -gt 0 ]; then
+  echo "== building the examples ${EXAMPLES[*]}"
+  cargo build --release --features verbs $(printf -- '--example %s ' "${EXAMPLES[@]}")
+fi
 
 # One "name executable" line per test binary (compiler-artifact messages with an executable).
 bins=$(printf '%s\n' "$json" | grep '"reason":"compiler-artifact"' | grep -E '"profile":\{[^}]*"test":true' | grep '"executable":"/' |
@@ -86,6 +101,10 @@ exit $failed'
 
 first_exe=$(printf '%s\n' "$bins" | head -1 | cut -d' ' -f2)
 target_dir=${first_exe%/*/deps/*}
+# The checkout is shared with the guest at the same path: the script runs from there.
+if [ ${#EXAMPLES[@]} -gt 0 ]; then
+  plan+=("bash $PWD/scripts/verbs-vm-examples.sh $target_dir/release/examples")
+fi
 export RXE_VM_SHARE="$target_dir${RXE_VM_SHARE:+:$RXE_VM_SHARE}"
 export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-300}
 

@@ -7,10 +7,13 @@
 //! examples`, `--all-targets`) does not build those binaries: run `cargo build --examples` with
 //! the same profile first. A binary older than the sources is refused rather than tested.
 
+/// The examples' shared code, for testing what their TCP bootstrap accepts from a peer.
+#[path = "../examples/common/mod.rs"]
+mod example_common;
 #[path = "common/unused_addr.rs"]
 mod unused_addr;
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -83,8 +86,21 @@ struct Outcome {
     stderr: String,
 }
 
-/// Runs `name` with `args`, killing it after [`TIMEOUT`].
-fn run_example(name: &str, args: &[&str]) -> Outcome {
+/// A started example whose stdout and stderr are read line by line by two threads.
+struct Running {
+    name: String,
+    args: Vec<String>,
+    child: std::process::Child,
+    /// `(0 = stdout / 1 = stderr, a line or None at end of file)`.
+    lines: mpsc::Receiver<(usize, Option<String>)>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    outputs: [String; 2],
+    open_pipes: usize,
+    deadline: std::time::Instant,
+}
+
+/// Starts `name` with `args`; it is killed if it runs longer than [`TIMEOUT`].
+fn start(name: &str, args: &[&str]) -> Running {
     let mut child = Command::new(example_path(name))
         .args(args)
         .env_remove("RUST_LOG")
@@ -93,46 +109,91 @@ fn run_example(name: &str, args: &[&str]) -> Outcome {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start example {name}: {e}"));
-    let (tx, rx) = mpsc::channel();
-    let mut readers = Vec::new();
-    for (idx, mut pipe) in [
-        Box::new(child.stdout.take().expect("piped stdout")) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().expect("piped stderr")),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let tx = tx.clone();
-        readers.push(std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            let _ = tx.send((idx, text));
-        }));
-    }
-    drop(tx);
-    // Both pipes reach end-of-file when the child exits; a hung child never closes them.
-    let mut outputs = [String::new(), String::new()];
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    for _ in 0..2 {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((idx, text)) => outputs[idx] = text,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                for r in readers {
-                    let _ = r.join();
+    let (tx, lines) = mpsc::channel();
+    let pipes: [Box<dyn Read + Send>; 2] =
+        [Box::new(child.stdout.take().expect("piped stdout")), Box::new(child.stderr.take().expect("piped stderr"))];
+    let readers = pipes
+        .into_iter()
+        .enumerate()
+        .map(|(idx, pipe)| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send((idx, Some(line))).is_err() {
+                        return;
+                    }
                 }
-                panic!("example {name} {args:?} did not finish within {TIMEOUT:?}; killed");
+                let _ = tx.send((idx, None));
+            })
+        })
+        .collect();
+    Running {
+        name: name.to_owned(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        child,
+        lines,
+        readers,
+        outputs: [String::new(), String::new()],
+        open_pipes: 2,
+        deadline: std::time::Instant::now() + TIMEOUT,
+    }
+}
+
+impl Running {
+    /// Takes the next line of either pipe (`None` once both are closed); kills the example
+    /// and fails the test at the deadline.
+    fn next_line(&mut self) -> Option<(usize, String)> {
+        while self.open_pipes > 0 {
+            let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok((idx, Some(line))) => {
+                    self.outputs[idx].push_str(&line);
+                    self.outputs[idx].push('\n');
+                    return Some((idx, line));
+                }
+                Ok((_, None)) => self.open_pipes -= 1,
+                Err(_) => self.kill_and_fail(),
             }
         }
+        None
     }
-    let status = child.wait().expect("wait for the example");
-    for r in readers {
-        r.join().expect("pipe reader");
+
+    /// Reads stdout until a line contains `key`; returns that line.
+    fn wait_for_line(&mut self, key: &str) -> String {
+        while let Some((idx, line)) = self.next_line() {
+            if idx == 0 && line.contains(key) {
+                return line;
+            }
+        }
+        panic!("example {} {:?} exited without printing {key:?}\n{}", self.name, self.args, self.output());
     }
-    let [stdout, stderr] = outputs;
-    Outcome { success: status.success(), code: status.code(), stdout, stderr }
+
+    /// Waits for the example to exit (both pipes reach end of file when it does).
+    fn finish(mut self) -> Outcome {
+        while self.next_line().is_some() {}
+        let status = self.child.wait().expect("wait for the example");
+        for r in self.readers.drain(..) {
+            r.join().expect("pipe reader");
+        }
+        let [stdout, stderr] = std::mem::take(&mut self.outputs);
+        Outcome { success: status.success(), code: status.code(), stdout, stderr }
+    }
+
+    fn kill_and_fail(&mut self) -> ! {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!("example {} {:?} did not finish within {TIMEOUT:?}; killed\n{}", self.name, self.args, self.output());
+    }
+
+    fn output(&self) -> String {
+        format!("--- stdout\n{}\n--- stderr\n{}", self.outputs[0], self.outputs[1])
+    }
+}
+
+/// Runs `name` with `args`, killing it after [`TIMEOUT`].
+fn run_example(name: &str, args: &[&str]) -> Outcome {
+    start(name, args).finish()
 }
 
 /// Runs an example that must succeed and print `key`.
@@ -166,6 +227,70 @@ fn rc_ops_verifies_send_recv_read_and_write() {
         "client: all operations verified (SEND, RECV, RDMA READ, RDMA WRITE)",
     );
     assert!(stdout.contains("server: all operations verified"), "{stdout}");
+}
+
+/// Runs `name` as two processes: a server (`--server --port 0`) and a client connecting to
+/// the address the server prints, both on soft with `args`; both must succeed and print their
+/// key.
+fn check_two_processes(name: &str, args: &[&str], server_key: &str, client_key: &str) {
+    let server_args = [&["--fabric", "soft", "--server", "--port", "0"], args].concat();
+    let mut server = start(name, &server_args);
+    let listening = server.wait_for_line("server: listening on ");
+    let addr = listening.rsplit(' ').next().expect("an address").to_owned();
+    let client = run_example(name, &[&["--fabric", "soft", "--client", &addr], args].concat());
+    let server = server.finish();
+    for (who, out, key) in [("server", &server, server_key), ("client", &client, client_key)] {
+        assert!(
+            out.success && out.stdout.contains(key),
+            "{name} {who} exited with {:?} without printing {key:?}\n--- server stdout\n{}\n--- server stderr\n{}\n\
+             --- client stdout\n{}\n--- client stderr\n{}",
+            out.code,
+            server.stdout,
+            server.stderr,
+            client.stdout,
+            client.stderr
+        );
+    }
+}
+
+const RDMA_WRITE_VERIFIED: &str = "client: RDMA WRITE verified";
+const RC_OPS_VERIFIED: &str = "client: all operations verified (SEND, RECV, RDMA READ, RDMA WRITE)";
+
+#[test]
+fn rdma_write_runs_as_server_and_client_processes() {
+    check_two_processes("rdma_write", &[], "server: wrote 44 bytes", RDMA_WRITE_VERIFIED);
+}
+
+#[test]
+fn rc_ops_runs_as_server_and_client_processes() {
+    check_two_processes("rc_ops", &["-z", "8192"], "server: all operations verified", RC_OPS_VERIFIED);
+}
+
+#[test]
+#[ignore = "until the soft provider's create_qp (#18) is merged: soft refuses to create queue pairs by hand"]
+fn rdma_write_over_a_tcp_bootstrap_lands_in_the_clients_buffer() {
+    let stdout = check("rdma_write", &["--fabric", "soft", "--both", "--bootstrap", "tcp"], RDMA_WRITE_VERIFIED);
+    assert!(stdout.contains("server: wrote 44 bytes"), "{stdout}");
+}
+
+#[test]
+#[ignore = "until the soft provider's create_qp (#18) is merged: soft refuses to create queue pairs by hand"]
+fn rc_ops_over_a_tcp_bootstrap_verifies_send_recv_read_and_write() {
+    let stdout = check("rc_ops", &["--fabric", "soft", "--both", "-z", "8192", "--bootstrap", "tcp"], RC_OPS_VERIFIED);
+    assert!(stdout.contains("server: all operations verified"), "{stdout}");
+}
+
+#[test]
+#[ignore = "until the soft provider's create_qp (#18) is merged: soft refuses to create queue pairs by hand"]
+fn rdma_write_over_a_tcp_bootstrap_runs_as_server_and_client_processes() {
+    check_two_processes("rdma_write", &["--bootstrap", "tcp"], "server: wrote 44 bytes", RDMA_WRITE_VERIFIED);
+}
+
+#[test]
+#[ignore = "until the soft provider's create_qp (#18) is merged: soft refuses to create queue pairs by hand"]
+fn rc_ops_over_a_tcp_bootstrap_runs_as_server_and_client_processes() {
+    let args = ["-z", "8192", "--bootstrap", "tcp"];
+    check_two_processes("rc_ops", &args, "server: all operations verified", RC_OPS_VERIFIED);
 }
 
 #[test]
@@ -207,4 +332,41 @@ fn connecting_to_nobody_fails_cleanly() {
     assert_eq!(out.code, Some(1), "stdout: {}\nstderr: {}", out.stdout, out.stderr);
     assert!(out.stderr.starts_with("error: "), "stderr: {}", out.stderr);
     assert!(!out.stderr.contains("panicked"), "stderr: {}", out.stderr);
+}
+
+/// The TCP bootstrap's connection data (a region and a queue pair endpoint) survives the trip,
+/// and what no peer may send is refused: a wrong length, an MTU code verbs does not define, a
+/// QP number or PSN beyond 24 bits.
+#[test]
+fn tcp_bootstrap_connection_data_round_trips_and_refuses_what_no_peer_sends() {
+    use example_common::{ConData, RegionInfo};
+    use rdma_pubsub::fabric::{PathMtu, QpEndpoint, RemoteAddr};
+    let data = ConData {
+        region: RegionInfo { remote: RemoteAddr { addr: 0x7f00_dead_b000, rkey: 0x1234_5678 }, len: 8192, extra: 0 },
+        endpoint: QpEndpoint {
+            qp_num: 0xab_cdef,
+            psn: 0x12_3456,
+            port: 1,
+            lid: 0x0102,
+            gid: std::array::from_fn(|i| i as u8 * 3),
+            mtu: PathMtu::Mtu4096,
+        },
+    };
+    let bytes = data.encode();
+    assert_eq!(bytes.len(), ConData::SIZE);
+    assert_eq!(ConData::decode(&bytes).unwrap(), data);
+    for mtu in [PathMtu::Mtu256, PathMtu::Mtu512, PathMtu::Mtu1024, PathMtu::Mtu2048] {
+        let d = ConData { endpoint: QpEndpoint { mtu, ..data.endpoint }, ..data };
+        assert_eq!(ConData::decode(&d.encode()).unwrap(), d);
+    }
+    assert!(ConData::decode(&bytes[..ConData::SIZE - 1]).is_err());
+    assert!(ConData::decode(&[bytes.as_slice(), &[0]].concat()).is_err());
+    let mut bad_mtu = bytes;
+    for code in [0u8, 6, 255] {
+        bad_mtu[ConData::SIZE - 1] = code;
+        assert!(ConData::decode(&bad_mtu).is_err(), "MTU code {code}");
+    }
+    for endpoint in [QpEndpoint { qp_num: 1 << 24, ..data.endpoint }, QpEndpoint { psn: u32::MAX, ..data.endpoint }] {
+        assert!(ConData::decode(&ConData { endpoint, ..data }.encode()).is_err(), "{endpoint:?}");
+    }
 }

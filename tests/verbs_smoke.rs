@@ -372,3 +372,160 @@ fn a_full_receive_queue_is_queue_full() {
     assert!(posted >= 4, "only {posted} receives fitted");
     assert!(matches!(err, Error::QueueFull { queue: "receive queue", .. }), "{err:?}");
 }
+
+/// Retransmission settings of queue pairs connected by hand: about 67 ms, 7 times.
+const PATIENT: RtsAttr = RtsAttr { timeout: 14, retry_count: 7, rnr_retry: RNR_RETRY_INFINITE, max_rd_atomic: 4 };
+/// Retransmission settings that give up quickly: about 4 ms, once.
+const HASTY: RtsAttr = RtsAttr { timeout: 10, retry_count: 1, rnr_retry: RNR_RETRY_INFINITE, max_rd_atomic: 4 };
+
+/// Moves `qp` (whose endpoint is `local`) to RTS towards `remote`, as the seed programs'
+/// `modify_qp_to_init`, `modify_qp_to_rtr` and `modify_qp_to_rts` do; `in_init` runs in INIT
+/// (where receives may be posted first).
+fn connect_by_hand(qp: &QueuePair, local: QpEndpoint, remote: QpEndpoint, rts: RtsAttr, in_init: impl FnOnce()) {
+    qp.modify_to_init(InitAttr { port: local.port, access: Access::REMOTE_READ | Access::REMOTE_WRITE }).unwrap();
+    assert_eq!(qp.state(), QpState::Init);
+    in_init();
+    let rtr = RtrAttr {
+        remote,
+        path_mtu: local.mtu.min(remote.mtu),
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: Duration::from_micros(640),
+    };
+    qp.modify_to_rtr(rtr).unwrap();
+    assert_eq!(qp.state(), QpState::ReadyToReceive);
+    qp.modify_to_rts(rts).unwrap();
+    assert_eq!(qp.state(), QpState::ReadyToSend);
+}
+
+/// Two queue pairs of one device created by hand (in RESET), with a CQ and a 4 KiB region each.
+struct HandPair {
+    fabric: Fabric,
+    a: QueuePair,
+    b: QueuePair,
+    a_cq: CompletionQueue,
+    b_cq: CompletionQueue,
+    a_mr: MemoryRegion,
+    b_mr: MemoryRegion,
+}
+
+fn hand_pair() -> HandPair {
+    let fabric = fabric();
+    let pd = fabric.alloc_pd().unwrap();
+    let (a_cq, b_cq) = (fabric.create_cq(16).unwrap(), fabric.create_cq(16).unwrap());
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let (a_mr, b_mr) = (pd.register(4096, rw).unwrap(), pd.register(4096, rw).unwrap());
+    let a = fabric.create_qp(QpInit::new(&pd, &a_cq)).unwrap();
+    let b = fabric.create_qp(QpInit::new(&pd, &b_cq)).unwrap();
+    HandPair { fabric, a, b, a_cq, b_cq, a_mr, b_mr }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn bootstrap_connects_two_queue_pairs_by_hand_then_send_read_write() {
+    let HandPair { fabric, a, b, a_cq, b_cq, a_mr, b_mr } = hand_pair();
+    assert_eq!((a.state(), b.state()), (QpState::Reset, QpState::Reset));
+
+    // The endpoints as the side channel would carry them: the RoCE v2 GID of the device's
+    // address, the port's active MTU, 24-bit PSNs.
+    let (ea, eb) = (a.local_endpoint().unwrap(), b.local_endpoint().unwrap());
+    let IpAddr::V4(ip) = bind_ip() else { panic!("RXE_IP must be IPv4") };
+    for (qp, ep) in [(&a, ea), (&b, eb)] {
+        assert_eq!(ep.qp_num, qp.qp_num());
+        assert_eq!(ep.gid, ip.to_ipv6_mapped().octets(), "{ep:?}");
+        assert_eq!(ep.mtu.bytes(), fabric.attributes().ud_mtu, "{ep:?}");
+        assert!(ep.psn <= 0xff_ffff && ep.port >= 1, "{ep:?}");
+    }
+    // RTR before INIT is refused before the device sees it.
+    let early = RtrAttr { remote: eb, path_mtu: ea.mtu, max_dest_rd_atomic: 4, min_rnr_timer: Duration::ZERO };
+    assert!(matches!(a.modify_to_rtr(early), Err(Error::InvalidTransition { .. })));
+
+    // A queue pair in RESET takes no receive (the device refuses it).
+    assert!(b.post_recv(1, &[b_mr.sge(0, 64)]).is_err());
+    connect_by_hand(&a, ea, eb, PATIENT, || {});
+    // Until b is in RTS it sends nothing.
+    assert!(matches!(b.post_send(&SendRequest::new(9, SendOp::Send, &[])), Err(Error::NotConnected { .. })));
+    connect_by_hand(&b, eb, ea, PATIENT, || b.post_recv(1, &[b_mr.sge(0, 64)]).unwrap());
+    assert_eq!(b.peer_addr().ip(), IpAddr::V4(ip));
+    // SEND with immediate data.
+    a_mr.buffer().write(0, b"by hand").unwrap();
+    let send_sges = [a_mr.sge(0, 7)];
+    a.post_send(&SendRequest::new(2, SendOp::SendWithImm(0x5eed), &send_sges)).unwrap();
+    let wc = one_completion(&a_cq);
+    assert_eq!((wc.wr_id, wc.status, wc.opcode), (2, WcStatus::Success, WcOpcode::Send));
+    let wc = one_completion(&b_cq);
+    assert_eq!(
+        (wc.wr_id, wc.status, wc.opcode, wc.byte_len, wc.imm, wc.qp_num),
+        (1, WcStatus::Success, WcOpcode::Recv, 7, Some(0x5eed), b.qp_num())
+    );
+    let mut got = [0u8; 7];
+    b_mr.buffer().read(0, &mut got).unwrap();
+    assert_eq!(&got, b"by hand");
+
+    // RDMA READ of b's region.
+    b_mr.buffer().write(1000, b"read by hand").unwrap();
+    let remote = b_mr.remote();
+    let read_sges = [a_mr.sge(100, 12)];
+    let read =
+        SendRequest::new(3, SendOp::RdmaRead(RemoteAddr { addr: remote.addr + 1000, rkey: remote.rkey }), &read_sges);
+    a.post_send(&read).unwrap();
+    let wc = one_completion(&a_cq);
+    assert_eq!((wc.wr_id, wc.status, wc.opcode, wc.byte_len), (3, WcStatus::Success, WcOpcode::RdmaRead, 12));
+    let mut got = [0u8; 12];
+    a_mr.buffer().read(100, &mut got).unwrap();
+    assert_eq!(&got, b"read by hand");
+
+    // RDMA WRITE the other way: b writes into a's region.
+    b_mr.buffer().write(2000, b"written by hand").unwrap();
+    let a_remote = a_mr.remote();
+    let write_sges = [b_mr.sge(2000, 15)];
+    let write = SendRequest::new(
+        4,
+        SendOp::RdmaWrite(RemoteAddr { addr: a_remote.addr + 3000, rkey: a_remote.rkey }),
+        &write_sges,
+    );
+    b.post_send(&write).unwrap();
+    let wc = one_completion(&b_cq);
+    assert_eq!((wc.wr_id, wc.status, wc.opcode), (4, WcStatus::Success, WcOpcode::RdmaWrite));
+    let mut got = [0u8; 15];
+    a_mr.buffer().read(3000, &mut got).unwrap();
+    assert_eq!(&got, b"written by hand");
+
+    // Moving to ERROR flushes what is posted; the queue pair then refuses more.
+    a.post_recv(5, &[a_mr.sge(0, 64)]).unwrap();
+    a.modify(&QpTransition::Error).unwrap();
+    let wc = one_completion(&a_cq);
+    assert_eq!((wc.wr_id, wc.status), (5, WcStatus::WorkRequestFlushed));
+    assert_eq!(a.state(), QpState::Error);
+    assert!(matches!(a.post_send(&SendRequest::new(6, SendOp::Send, &[])), Err(Error::NotConnected { .. })));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn bootstrap_to_a_wrong_qp_number_fails_with_retry_exceeded() {
+    let p = hand_pair();
+    let (ea, eb) = (p.a.local_endpoint().unwrap(), p.b.local_endpoint().unwrap());
+    // b's number plus one: no queue pair of this device answers to it.
+    let wrong = QpEndpoint { qp_num: (eb.qp_num + 1) & 0xff_ffff, ..eb };
+    connect_by_hand(&p.a, ea, wrong, HASTY, || {});
+    let send_sges = [p.a_mr.sge(0, 8)];
+    p.a.post_send(&SendRequest::new(1, SendOp::Send, &send_sges)).unwrap();
+    let wc = one_completion(&p.a_cq);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::TransportRetryExceeded));
+    assert_eq!(p.a.state(), QpState::Error);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn bootstrap_a_destroyed_peer_fails_the_next_send_and_flushes_the_rest() {
+    let HandPair { a, b, a_cq, a_mr, .. } = hand_pair();
+    let (ea, eb) = (a.local_endpoint().unwrap(), b.local_endpoint().unwrap());
+    connect_by_hand(&a, ea, eb, HASTY, || a.post_recv(7, &[a_mr.sge(0, 64)]).unwrap());
+    connect_by_hand(&b, eb, ea, HASTY, || {});
+    drop(b);
+    // Nothing tells a: its next send finds no peer, fails, and the queue pair flushes the rest.
+    let send_sges = [a_mr.sge(64, 8)];
+    a.post_send(&SendRequest::new(8, SendOp::Send, &send_sges)).unwrap();
+    let mut seen = [one_completion(&a_cq), one_completion(&a_cq)].map(|wc| (wc.wr_id, wc.status));
+    seen.sort_by_key(|&(wr_id, _)| wr_id);
+    assert_eq!(seen, [(7, WcStatus::WorkRequestFlushed), (8, WcStatus::TransportRetryExceeded)]);
+}

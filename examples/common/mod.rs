@@ -1,10 +1,15 @@
 //! Plumbing shared by the examples: the command line common to all of them, running the server
 //! and client as two processes or as two threads of one process (`--both`), waiting for
 //! connection-manager events and completions with a deadline, and the wire format of the
-//! region descriptors the examples exchange in CM private data.
+//! region descriptors the examples exchange in CM private data; `bootstrap`: connecting queue
+//! pairs by hand over a TCP socket instead (`--bootstrap tcp`).
 //!
 //! Not every example uses every helper.
 #![allow(dead_code)]
+
+mod bootstrap;
+#[allow(unused_imports, reason = "the examples that connect by CM only use none of it")]
+pub use bootstrap::*;
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;

@@ -52,7 +52,7 @@ impl PathMtu {
 /// the remote NIC as a GID and a LID do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct QpEndpoint {
-    /// The queue pair number.
+    /// The queue pair number (24 bits).
     pub qp_num: u32,
     /// The first packet sequence number this end sends (24 bits).
     pub psn: u32,
@@ -158,6 +158,13 @@ impl QpTransition {
         match self {
             QpTransition::Init(a) if a.port == 0 => out_of_range("port", 0, "1.."),
             QpTransition::ReadyToReceive(a) => {
+                // The peer's endpoint came over a side channel: its numbers are 24-bit fields.
+                if a.remote.qp_num > MAX_24_BIT {
+                    return out_of_range("remote qp_num", a.remote.qp_num.into(), "0..=0xffffff");
+                }
+                if a.remote.psn > MAX_24_BIT {
+                    return out_of_range("remote psn", a.remote.psn.into(), "0..=0xffffff");
+                }
                 if a.max_dest_rd_atomic == 0 || a.max_dest_rd_atomic > max_qp_rd_atom {
                     return out_of_range(
                         "max_dest_rd_atomic",
@@ -199,6 +206,9 @@ impl QpTransition {
         }
     }
 }
+
+/// The largest queue pair number and packet sequence number (24-bit fields).
+const MAX_24_BIT: u32 = 0xff_ffff;
 
 /// The longest `min_rnr_timer` verbs can express.
 pub const MAX_MIN_RNR_TIMER: Duration = Duration::from_micros(491_520);
@@ -258,6 +268,11 @@ mod tests {
             QpTransition::ReadyToReceive(RtrAttr { max_dest_rd_atomic: 0, ..rtr_attr() }),
             QpTransition::ReadyToReceive(RtrAttr { max_dest_rd_atomic: 17, ..rtr_attr() }),
             QpTransition::ReadyToReceive(RtrAttr { min_rnr_timer: Duration::from_secs(1), ..rtr_attr() }),
+            QpTransition::ReadyToReceive(RtrAttr {
+                remote: QpEndpoint { qp_num: 1 << 24, ..endpoint() },
+                ..rtr_attr()
+            }),
+            QpTransition::ReadyToReceive(RtrAttr { remote: QpEndpoint { psn: 1 << 24, ..endpoint() }, ..rtr_attr() }),
             QpTransition::ReadyToSend(RtsAttr { timeout: 32, ..rts_attr() }),
             QpTransition::ReadyToSend(RtsAttr { retry_count: 8, ..rts_attr() }),
             QpTransition::ReadyToSend(RtsAttr { rnr_retry: 8, ..rts_attr() }),

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,9 +11,10 @@ use parking_lot::Mutex;
 use rdma_sys::*;
 
 use super::addr::{unspecified_like, CSockAddr};
-use super::cm_id::{conn_param, describe, event_name, CmId, ConnState, IdCtx, RawChannel};
+use super::cm_id::{conn_param, describe, event_name, next_conn_id, CmId, ConnState, IdCtx, RawChannel};
 use super::device::Device;
 use super::qp::{DeadQp, RcQp};
+use super::qp_attr::rnr_timer_code;
 use crate::fabric::provider::*;
 use crate::fabric::{DeviceAttributes, Error, RejectReason, Result};
 
@@ -21,12 +22,6 @@ use crate::fabric::{DeviceAttributes, Error, RejectReason, Result};
 const IB_CM_REJ_INVALID_SERVICE_ID: i32 = 8;
 /// IB CM reject reason: consumer-defined (rdma_reject, or rdma_cm finding no matching id).
 const IB_CM_REJ_CONSUMER_DEFINED: i32 = 28;
-
-/// A fresh connection id.
-fn next_conn_id() -> ConnId {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
 
 /// A connection-manager event channel: the provider's [`CmChannelOps`].
 pub(super) struct Channel {
@@ -184,11 +179,13 @@ impl CmChannelOps for Channel {
         }
         id.migrate(&self.raw)?;
         drop(private);
+        let raw_id = id.raw();
         let qp = RcQp::create(id, &self.dev, &init)?;
         let (resp, init_depth) = rd_atomic(&init, &self.dev.attributes);
         let mut param = conn_param(private_data, resp, init_depth, init.rnr_retry, init.srq.is_some());
-        // SAFETY: the id is live with its QP; param and its private data outlive the call.
-        if unsafe { rdma_connect(qp.id().raw(), &mut param) } != 0 {
+        // SAFETY: `raw_id` is the id `qp` owns, live with its QP; param and its private data
+        // outlive the call.
+        if unsafe { rdma_connect(raw_id, &mut param) } != 0 {
             return Err(Error::os("rdma_connect", Some(addr), std::io::Error::last_os_error()));
         }
         Ok(Box::new(qp))
@@ -240,17 +237,6 @@ fn rd_atomic(init: &QpInitAttr, attrs: &DeviceAttributes) -> (u8, u8) {
 /// `(responder resources, initiator depth)` within the device's limits.
 fn clamp_rd_atomic((responder, initiator): (u8, u8), attrs: &DeviceAttributes) -> (u8, u8) {
     (responder.min(attrs.max_qp_rd_atom), initiator.min(attrs.max_qp_init_rd_atom))
-}
-
-/// The IB encoding of an RNR NAK timer: the smallest code whose delay is at least `d`.
-pub(super) fn rnr_timer_code(d: Duration) -> u8 {
-    // Delays in microseconds of codes 1..=31 (code 0 means 655.36 ms, the largest).
-    const US: [u32; 32] = [
-        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840, 5_120, 7_680,
-        10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840, 245_760, 327_680, 491_520,
-    ];
-    let us = d.as_micros();
-    (1..32u8).find(|&c| u128::from(US[usize::from(c)]) >= us).unwrap_or(0)
 }
 
 /// Applies the context's `min_rnr_timer` to the event's QP (active side, on ESTABLISHED).
@@ -327,6 +313,7 @@ impl ConnRequestOps for ConnRequest {
             ));
         }
         id.ctx().min_rnr_timer.store(rnr_timer_code(init.min_rnr_timer), Ordering::Relaxed);
+        let raw_id = id.raw();
         let qp = RcQp::create(id, &self.dev, &init)?;
         let (resp, init_depth) = rd_atomic(&init, &self.dev.attributes);
         let mut param = conn_param(
@@ -336,14 +323,15 @@ impl ConnRequestOps for ConnRequest {
             init.rnr_retry,
             init.srq.is_some(),
         );
-        // SAFETY: the id is live with its QP; param and its private data outlive the call.
-        if unsafe { rdma_accept(qp.id().raw(), &mut param) } != 0 {
+        // SAFETY: `raw_id` is the id `qp` owns, live with its QP; param and its private data
+        // outlive the call.
+        if unsafe { rdma_accept(raw_id, &mut param) } != 0 {
             return Err(Error::os("rdma_accept", Some(self.peer), std::io::Error::last_os_error()));
         }
         // rdma_accept moved the QP to RTS with the CM's min_rnr_timer (0 = 655 ms): fix it.
-        super::qp::set_min_rnr_timer(qp.raw_qp(), qp.id().ctx().min_rnr_timer.load(Ordering::Relaxed))?;
+        super::qp::set_min_rnr_timer(qp.raw_qp(), qp.ctx().min_rnr_timer.load(Ordering::Relaxed))?;
         // In RTS: sends may be posted (they reach the peer once it is in RTR, which it is).
-        let mut state = qp.id().ctx().state.write();
+        let mut state = qp.ctx().state.write();
         if *state == ConnState::Connecting {
             *state = ConnState::Established;
         }
@@ -364,16 +352,6 @@ impl ConnRequestOps for ConnRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rnr_timer_codes_round_up() {
-        assert_eq!(rnr_timer_code(Duration::from_micros(10)), 1);
-        assert_eq!(rnr_timer_code(Duration::from_micros(11)), 2);
-        assert_eq!(rnr_timer_code(Duration::from_micros(640)), 12);
-        assert_eq!(rnr_timer_code(Duration::ZERO), 1);
-        assert_eq!(rnr_timer_code(Duration::from_millis(600)), 0);
-        assert_eq!(rnr_timer_code(Duration::from_secs(5)), 0);
-    }
 
     #[test]
     fn rd_atomic_depths_are_the_queue_pairs_within_the_device_limits() {

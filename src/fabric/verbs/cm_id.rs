@@ -3,7 +3,7 @@
 //! know no device: the device finds itself through a CM id, and every object above uses them.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +17,12 @@ use crate::fabric::{Error, Result};
 
 /// IB CM retries of a request without an answer (the CM's maximum).
 const CM_RETRY_COUNT: u8 = 7;
+
+/// A fresh connection id (of a CM id, or of a queue pair connected by hand: one namespace).
+pub(super) fn next_conn_id() -> ConnId {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// A librdmacm event channel.
 pub(super) struct RawChannel(*mut rdma_event_channel);

@@ -86,6 +86,10 @@ impl Device {
     pub(super) fn name(&self) -> &str {
         &self.name
     }
+    /// The port it was opened on (the one behind the address it was selected by, else 1).
+    pub(super) fn port(&self) -> u8 {
+        self.port
+    }
 
     /// Opens the device `config` selects.
     pub(super) fn open(config: &FabricConfig) -> Result<Device> {

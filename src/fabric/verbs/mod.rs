@@ -17,6 +17,11 @@
 //! - A `Disconnected` event answers the peer's disconnect request (DREP) when it is delivered,
 //!   so the initiating side sees its own `Disconnected` once the peer's channel was read (or
 //!   after the CM's DREQ timeout when nobody reads it).
+//! - A queue pair connected by hand (`Fabric::create_qp`) has no CM id: it is created with
+//!   `ibv_create_qp` in RESET, reports the endpoint of the port the device was opened on (LID,
+//!   the RoCE v2 GID of the device's IPv4 address, the port's active MTU, a random 24-bit PSN)
+//!   and is moved with the manual's `ibv_modify_qp` masks (`qp_attr`); nothing tells its peer
+//!   when it goes: dropping it moves it to ERR and destroys it (`ibv_destroy_qp`).
 //! - Unicast UD: an endpoint's unicast address is the port of an RDMA_PS_UDP CM id listening
 //!   for it; senders resolve it once through SIDR (see `sidr`). A received datagram names its
 //!   sender by that address when the sender resolved the receiver (unicast senders always
@@ -36,15 +41,18 @@
 //! | 7 | `mod` | the provider's device object (`FabricOps`) and [`open`] |
 
 mod addr;
+mod by_hand;
 mod cm;
 mod cm_id;
 mod cq;
 mod device;
 mod events;
+mod gid;
 mod mr;
 mod os;
 mod post;
 mod qp;
+mod qp_attr;
 mod sidr;
 mod stoppable;
 mod ud;
@@ -54,9 +62,10 @@ use std::sync::Arc;
 use cq::Cq;
 use device::Device;
 use mr::Pd;
+use qp::RcQp;
 use ud::UdEndpoint;
 
-use super::provider::{CmChannelOps, CqOps, FabricOps, FaultOps, PdOps, UdOps};
+use super::provider::{CmChannelOps, CqOps, FabricOps, FaultOps, PdOps, QpInitAttr, QpOps, UdOps};
 use super::{DeviceAttributes, Fabric, FabricConfig, FabricCounters, FabricKind, Result, UdInit};
 
 pub use device::probe;
@@ -103,6 +112,9 @@ impl FabricOps for VerbsFabric {
     }
     fn create_ud(&self, pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>> {
         Ok(Box::new(UdEndpoint::new(&self.dev, Pd::downcast(pd)?, init)?))
+    }
+    fn create_qp(&self, init: QpInitAttr) -> Result<Box<dyn QpOps>> {
+        Ok(Box::new(RcQp::create_by_hand(&self.dev, &init)?))
     }
     fn counters(&self) -> FabricCounters {
         FabricCounters { leaked_regions: mr::leaked_regions(), ..FabricCounters::default() }
