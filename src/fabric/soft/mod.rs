@@ -35,7 +35,10 @@ mod connections;
 mod cq;
 mod device;
 mod events;
+mod hand_qp;
 mod handshakes;
+mod hello;
+mod hello_streams;
 mod mr;
 mod nic;
 mod open;
@@ -50,6 +53,8 @@ mod timers;
 mod ud;
 internal! { pub mod wire; }
 
+#[cfg(test)]
+mod hand_tests;
 #[cfg(test)]
 mod tests;
 
