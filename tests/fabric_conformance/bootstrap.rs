@@ -298,21 +298,34 @@ pub fn bootstrap_destroying_one_side_flushes_the_other(spec: &ProviderSpec) {
 
 /// The access INIT grants bounds what the peer may do, whatever its regions grant: with
 /// REMOTE_READ only, the peer's READ succeeds and its WRITE fails (a remote access error, or
-/// Soft-RoCE's invalid request) without changing a byte.
+/// Soft-RoCE's invalid request) without changing a byte; with REMOTE_WRITE only, the other way
+/// round.
 pub fn bootstrap_init_access_limits_what_the_peer_may_do(spec: &ProviderSpec) {
-    let p = HandPair::connect(spec, Settings { access: Access::REMOTE_READ, ..Settings::default() });
-    let remote = p.a.register(4096, Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE);
-    remote.buffer().fill(0, 4096, 0x3C).expect("fill");
-    let local = p.b.register(4096, Access::LOCAL_WRITE);
-    p.qb.post_send(&wr(1, SendOp::RdmaRead(remote.remote()), &[local.sge(0, 256)])).expect("post READ");
-    assert_success(&poll_one(&p.b.cq), 1, WcOpcode::RdmaRead, p.qb.qp_num());
-    assert_eq!(read_mr(&local, 0, 256), vec![0x3C; 256]);
-
-    p.qb.post_send(&wr(2, SendOp::RdmaWrite(remote.remote()), &[local.sge(1024, 256)])).expect("post WRITE");
-    let wc = poll_one(&p.b.cq);
     let refused = [WcStatus::RemoteAccessError, WcStatus::RemoteInvalidRequest];
-    assert!(wc.wr_id == 2 && refused.contains(&wc.status), "a WRITE INIT did not allow: {wc:?}");
-    assert_eq!(read_mr(&remote, 0, 4096), vec![0x3C; 4096], "a refused WRITE changed the memory");
+    for (granted, allowed, denied) in [
+        (
+            Access::REMOTE_READ,
+            SendOp::RdmaRead as fn(RemoteAddr) -> SendOp,
+            SendOp::RdmaWrite as fn(RemoteAddr) -> SendOp,
+        ),
+        (Access::REMOTE_WRITE, SendOp::RdmaWrite, SendOp::RdmaRead),
+    ] {
+        let p = HandPair::connect(spec, Settings { access: granted, ..Settings::default() });
+        let remote = p.a.register(4096, Access::REMOTE_READ | Access::REMOTE_WRITE | Access::LOCAL_WRITE);
+        remote.buffer().fill(0, 4096, 0x3C).expect("fill");
+        let local = p.b.register(4096, Access::LOCAL_WRITE);
+        local.buffer().fill(0, 4096, 0x3C).expect("fill");
+        p.qb.post_send(&wr(1, allowed(remote.remote()), &[local.sge(0, 256)])).expect("post the allowed request");
+        let wc = poll_one(&p.b.cq);
+        assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success), "INIT granted {granted:?}: {wc:?}");
+
+        local.buffer().fill(0, 4096, 0xA5).expect("fill");
+        p.qb.post_send(&wr(2, denied(remote.remote()), &[local.sge(0, 256)])).expect("post the denied request");
+        let wc = poll_one(&p.b.cq);
+        assert!(wc.wr_id == 2 && refused.contains(&wc.status), "INIT granted {granted:?} only: {wc:?}");
+        assert_eq!(read_mr(&remote, 0, 4096), vec![0x3C; 4096], "a refused request changed the peer's memory");
+        assert_eq!(read_mr(&local, 0, 4096), vec![0xA5; 4096], "a refused READ changed the destination");
+    }
 }
 
 /// An endpoint names its queue pair and a 24-bit first PSN, and comes back from the side

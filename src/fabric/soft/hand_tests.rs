@@ -271,3 +271,29 @@ fn an_endpoint_names_the_data_port_on_the_devices_address() {
     assert_eq!((ea.lid, ea.gid, ea.port), (eb.lid, eb.gid, 1), "one data port per device");
     assert!(ea.qp_num != eb.qp_num && ea.psn <= 0xFF_FFFF && eb.psn <= 0xFF_FFFF);
 }
+
+#[test]
+fn init_on_a_port_the_device_lacks_is_refused_and_a_move_to_error_flushes() {
+    let (fab, _) = device(Duration::from_secs(30));
+    let q = hand_qp(&fab);
+    let buf = q.pd.register(64, Access::LOCAL_WRITE).unwrap();
+    let in_reset = q.qp.post_recv(1, &[buf.sge(0, 8)]);
+    assert!(matches!(in_reset, Err(Error::InvalidArgument { verb: "post_recv", .. })), "{in_reset:?}");
+    let r = q.qp.modify_to_init(InitAttr { port: 2, access: Access::NONE });
+    assert!(matches!(r, Err(Error::InvalidArgument { verb: "modify_qp", .. })), "{r:?}");
+    assert_eq!(q.qp.state(), QpState::Reset);
+    q.qp.modify_to_init(InitAttr { port: 1, access: Access::NONE }).unwrap();
+    q.qp.post_recv(2, &[buf.sge(0, 8)]).unwrap();
+    q.qp.modify(&QpTransition::Error).unwrap();
+    assert_eq!(q.qp.state(), QpState::Error);
+    let mut wc = [WorkCompletion::default(); 2];
+    assert_eq!(q.cq.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::WorkRequestFlushed));
+    let r = q.qp.modify_to_rtr(RtrAttr {
+        remote: absent_peer(),
+        path_mtu: PathMtu::Mtu1024,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: Duration::ZERO,
+    });
+    assert!(matches!(r, Err(Error::InvalidTransition { from: QpState::Error, .. })), "{r:?}");
+}
