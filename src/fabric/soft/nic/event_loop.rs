@@ -43,6 +43,7 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
         for cmd in commands {
             match cmd {
                 NicCommand::Stop => {
+                    nic.drop_hello_streams();
                     nic.stop();
                     return;
                 }

@@ -12,7 +12,8 @@ use crate::fabric::soft::conn::{AfterPayload, Conn, ConnState, Expecting, NicCmE
 use crate::fabric::types::*;
 
 impl Nic {
-    /// Closes everything: the device is gone.
+    /// Closes everything: the device is gone (the streams waiting for a hello are closed
+    /// first, by `drop_hello_streams`).
     pub(super) fn stop(&mut self) {
         let conns: Vec<Arc<Conn>> = self.conns.open.lock().drain().map(|(_, c)| c).collect();
         for c in conns {
@@ -25,7 +26,6 @@ impl Nic {
             c.drop_same_host(&mut st);
         }
         self.streams.clear(&self.device.registry);
-        self.drop_hello_streams();
         self.conns.by_hand.lock().clear();
         if let Some(port) = self.conns.data_port.lock().take() {
             let _ = self.device.registry.deregister(&mut SourceFd(&port.sock.as_raw_fd()));
