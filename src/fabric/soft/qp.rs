@@ -83,8 +83,7 @@ impl QpOps for SoftQp {
         if st.hand.as_ref().is_some_and(|h| h.state == IbvState::Reset) {
             return Err(Error::invalid("post_recv", "the queue pair is in RESET: move it to INIT first"));
         }
-        let state = st.state_name();
-        let Some(qp) = st.qp.as_mut() else { return Err(self.not_connected("post_recv", state)) };
+        let Some(qp) = st.qp.as_mut() else { return Err(self.not_connected("post_recv", st.state_name())) };
         if qp.srq.is_some() {
             return Err(Error::invalid("post_recv", "the queue pair uses a shared receive queue"));
         }
@@ -96,7 +95,7 @@ impl QpOps for SoftQp {
         }
         let wr = RecvWr::new(wr_id, sges, qp.pd, "post_recv")?;
         if phase == Phase::Closed {
-            return Err(self.not_connected("post_recv", state));
+            return Err(self.not_connected("post_recv", phase.name()));
         }
         if qp.error {
             qp.complete_recv(wr_id, WcStatus::WorkRequestFlushed, 0, None);
