@@ -17,8 +17,9 @@ use super::rc::reads_and_writes_complete_in_order;
 use crate::common::fabric::*;
 use crate::common::provider::ProviderSpec;
 
-/// A queue pair number no device of the suite hands out (the largest 24-bit numbers; Soft-RoCE
-/// numbers from 17 up to 2^17, soft from 256 up).
+/// A queue pair number no device of the suite hands out: near the top of the 24 bits, where
+/// neither Soft-RoCE's numbers (below 2^17) nor soft's (from below 2^16, one per queue pair)
+/// reach.
 const WRONG_QPN: u32 = 0xFF_FFF0;
 
 /// How each end is moved: the access INIT grants, and RTS's and RTR's retry settings.

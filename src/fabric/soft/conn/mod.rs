@@ -335,6 +335,7 @@ impl Conn {
         Conn::with(device, OnceLock::new(), OnceLock::new(), local, st)
     }
 
+    /// A connection with a fresh id, made of its parts.
     fn with(
         device: Arc<DeviceState>,
         sock: OnceLock<TcpStream>,
