@@ -236,7 +236,7 @@ impl Fabric {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for settings beyond the device's limits (as
-    /// [`CmChannel::connect`](crate::fabric::CmChannel::connect)) or a provider that cannot
+    /// [`EventChannel::connect`](crate::fabric::EventChannel::connect)) or a provider that cannot
     /// yet; [`Error::Os`] when the provider fails (verbs: `ibv_create_qp`).
     pub fn create_qp(&self, init: QpInit<'_>) -> Result<QueuePair> {
         let attr = init.checked_attr("create_qp")?;
