@@ -30,6 +30,7 @@ mod common;
 /// The cases, one module per part of the contract (files under `tests/fabric_conformance/`).
 #[path = "fabric_conformance"]
 mod cases {
+    pub mod bootstrap;
     pub mod cm;
     pub mod cq;
     pub mod cq_notify;
@@ -72,6 +73,15 @@ macro_rules! for_each_case {
             cm::cm_private_data_too_long,
             cm::cm_invalid_queue_pair_settings,
             cm::cm_drop_queue_pair_disconnects,
+            bootstrap::bootstrap_connect_by_hand_then_send_read_write_and_send_with_immediate,
+            bootstrap::bootstrap_reads_beyond_max_rd_atomic_wait_and_complete_in_order,
+            bootstrap::bootstrap_rnr_retries_follow_rts_and_rtr,
+            bootstrap::bootstrap_wrong_remote_qpn_fails_the_send_with_retry_exceeded,
+            bootstrap::bootstrap_transition_out_of_order_is_invalid,
+            bootstrap::bootstrap_rtr_before_init_is_invalid,
+            bootstrap::bootstrap_destroying_one_side_flushes_the_other,
+            bootstrap::bootstrap_init_access_limits_what_the_peer_may_do,
+            bootstrap::bootstrap_endpoint_round_trips_through_serde,
             rc::rc_data_path_is_the_providers,
             rc::rc_send_recv,
             rc::rc_send_with_immediate,

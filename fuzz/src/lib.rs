@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rdma_pubsub::fabric::soft::wire::{CmParams, FrameType, Header, HEADER_LEN as WIRE_HEADER_LEN};
+use rdma_pubsub::fabric::soft::wire::{CmParams, FrameType, Header, HEADER_LEN as WIRE_HEADER_LEN, HELLO_LEN};
 use rdma_pubsub::fabric::{
     RegisteredBuffer, RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
@@ -160,10 +160,14 @@ pub fn soft_wire(data: &[u8]) -> bool {
             FrameType::ConnectReq => MAX_CONNECT_PRIVATE_DATA as u64,
             FrameType::Accept => MAX_ACCEPT_PRIVATE_DATA as u64,
             FrameType::Reject => MAX_REJECT_PRIVATE_DATA as u64,
-            FrameType::Disconnect | FrameType::Ack | FrameType::ReadReq => 0,
+            FrameType::Hello => HELLO_LEN as u64,
+            FrameType::Disconnect | FrameType::Ack | FrameType::ReadReq | FrameType::Ready => 0,
             _ => max_msg,
         };
         assert!(u64::from(h.len) <= limit, "{h:?} exceeds {limit}");
+        if h.ty == FrameType::Hello {
+            assert_eq!(h.len as usize, HELLO_LEN, "a hello has exactly its length");
+        }
         if h.ty == FrameType::ReadReq {
             assert!(u64::from(h.aux) <= max_msg);
         }
@@ -504,6 +508,8 @@ fn seeds_soft_wire() -> Vec<Vec<u8>> {
         (FrameType::ReadReq, 0, 65536),
         (FrameType::ReadResp, 65536, 0),
         (FrameType::Ack, 0, 0),
+        (FrameType::Hello, HELLO_LEN as u32, 0),
+        (FrameType::Ready, 0, cm(7, 16)),
     ] {
         let mut h = Header::new(ty);
         h.len = len;

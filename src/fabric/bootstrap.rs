@@ -95,7 +95,8 @@ pub struct RtrAttr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtsAttr {
     /// How long this end waits for an acknowledgement before it retransmits
-    /// (`4.096 µs × 2^timeout`; 0 waits forever), `timeout` in 0..=31.
+    /// (`4.096 µs × 2^timeout`; 0 waits forever), `timeout` in 0..=31. (Soft: how long requests
+    /// wait for the stream to the peer, `timeout` × (`retry_count` + 1), at most 30 s in all.)
     pub timeout: u8,
     /// Retransmissions after a timeout before the send fails with retry exceeded, 0..=7.
     pub retry_count: u8,

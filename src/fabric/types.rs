@@ -141,6 +141,9 @@ pub struct FabricCounters {
     /// READs and WRITEs of peers refused with a remote access error, each of which moved the
     /// responder's queue pair to the error state (soft).
     pub remote_access_errors: u64,
+    /// Streams to the data port of queue pairs connected by hand closed because their hello was
+    /// malformed, ended early, or named no queue pair waiting for that peer (soft).
+    pub rejected_hellos: u64,
     /// Memory regions whose deregistration failed: their memory is never freed or reused,
     /// since the device may still access it (verbs).
     pub leaked_regions: u64,

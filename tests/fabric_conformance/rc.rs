@@ -194,7 +194,7 @@ pub fn rc_reads_beyond_the_initiator_depth_wait_and_complete_in_order(spec: &Pro
 
 /// Posts many READs (with a WRITE every fourth request) of `to`'s memory on `qp` of `from`, back
 /// to back, and checks that they complete in post order with the right bytes.
-fn reads_and_writes_complete_in_order(qp: &QueuePair, from: &Node, to: &Node) {
+pub(crate) fn reads_and_writes_complete_in_order(qp: &QueuePair, from: &Node, to: &Node) {
     const N: usize = 24;
     const LEN: usize = 256 << 10;
     const WRITE_LEN: usize = 64;

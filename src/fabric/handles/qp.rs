@@ -147,7 +147,8 @@ impl QueuePair {
     /// # Errors
     /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::InvalidArgument`]
     /// for more SGEs than `max_recv_sge`, a region not writable locally or of another protection
-    /// domain, or a queue pair that uses a shared receive queue; [`Error::QueueFull`] when
+    /// domain, a queue pair that uses a shared receive queue, or one still in RESET (made by
+    /// [`Fabric::create_qp`]: receives may be posted from INIT); [`Error::QueueFull`] when
     /// `max_recv_wr` receives are posted already; [`Error::NotConnected`] once the queue pair is
     /// in error or disconnected.
     pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
@@ -161,7 +162,8 @@ impl QueuePair {
     /// for more SGEs than `max_send_sge`, a message above the device's limit, a region of another
     /// protection domain, or an operation the queue pair cannot post; [`Error::QueueFull`] when
     /// `max_send_wr` requests are outstanding (unsignaled ones included); [`Error::NotConnected`]
-    /// before the connection is established and once it is in error or disconnected. Failures of
+    /// before the connection is established (a queue pair made by [`Fabric::create_qp`]: before
+    /// RTS) and once it is in error or disconnected. Failures of
     /// the operation itself arrive as completions ([`WcStatus`](crate::fabric::WcStatus)), not errors.
     pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
         check_sges(wr.sges)?;
@@ -234,7 +236,7 @@ impl Fabric {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for settings beyond the device's limits (as
-    /// [`CmChannel::connect`](crate::fabric::CmChannel::connect)) or a provider that cannot
+    /// [`EventChannel::connect`](crate::fabric::EventChannel::connect)) or a provider that cannot
     /// yet; [`Error::Os`] when the provider fails (verbs: `ibv_create_qp`).
     pub fn create_qp(&self, init: QpInit<'_>) -> Result<QueuePair> {
         let attr = init.checked_attr("create_qp")?;

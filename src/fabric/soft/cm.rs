@@ -9,15 +9,12 @@ use mio::{Interest, Token};
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::conn::{
-    connect_failure, reject_conn, Conn, ConnState, FramePayload, IncomingRequest, NicCmEvent, OutFrame, Phase, QpState,
+    connect_failure, reject_conn, Conn, FramePayload, IncomingRequest, NicCmEvent, OutFrame, Phase, QpState,
 };
 use super::connections::{Connections, ListenerEntry};
-use super::cq::SoftCq;
-use super::device::{Device, DeviceState, NicCommand, LISTENER_BIT};
+use super::device::{Device, NicCommand, LISTENER_BIT};
 use super::events::EventQueue;
-use super::pd::SoftPd;
 use super::qp::SoftQp;
-use super::srq::SoftSrq;
 use super::timers::TimerKind;
 use super::wire::{CmParams, FrameType, Header};
 use crate::fabric::error::{Error, Result};
@@ -50,19 +47,6 @@ impl Drop for SoftChannel {
     fn drop(&mut self) {
         self.inner.close();
     }
-}
-
-/// The provider objects a queue pair is made of, checked to be soft ones.
-fn new_qp_state(init: &QpInitAttr, device: &DeviceState, verb: &'static str) -> Result<QpState> {
-    let foreign = || Error::invalid(verb, "queue pair objects come from another provider");
-    let pd = (*init.pd).as_any().downcast_ref::<SoftPd>().ok_or_else(foreign)?;
-    let send_cq = (*init.send_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
-    let recv_cq = (*init.recv_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
-    let srq = match &init.srq {
-        Some(s) => Some((**s).as_any().downcast_ref::<SoftSrq>().ok_or_else(foreign)?.inner.clone()),
-        None => None,
-    };
-    Ok(QpState::new(device.next_qpn(), pd.id, (send_cq.inner.clone(), recv_cq.inner.clone()), srq, init))
 }
 
 impl CmChannelOps for SoftChannel {
@@ -100,7 +84,7 @@ impl CmChannelOps for SoftChannel {
         timeout: Duration,
     ) -> Result<Box<dyn QpOps>> {
         let device = &self.dev.state;
-        let qp = new_qp_state(&init, device, "connect")?;
+        let qp = QpState::of(&init, device, "connect")?;
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(|e| Error::os("connect: socket", Some(addr), e))?;
         sock.set_nonblocking(true).map_err(|e| Error::os("connect: O_NONBLOCK", Some(addr), e))?;
@@ -121,7 +105,7 @@ impl CmChannelOps for SoftChannel {
                 let mut h = Header::new(FrameType::ConnectReq);
                 h.len = private_data.len() as u32;
                 h.aux = cm_params(&init).to_aux();
-                offer_same_host(device, conn.id, &mut st, &mut h);
+                conn.offer_same_host(&mut st, &mut h);
                 st.push_out(OutFrame::new(&h, FramePayload::Bytes(private_data.to_vec())));
                 self.conns.open.lock().insert(conn.id, conn.clone());
                 if let Err(e) = conn.register(&mut st, true) {
@@ -190,10 +174,10 @@ impl ConnRequestOps for SoftConnRequest {
         &self.data
     }
     fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer
+        self.conn.peer()
     }
     fn accept(self: Box<Self>, init: QpInitAttr, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
-        let mut qp = new_qp_state(&init, &self.dev.state, "accept")?;
+        let mut qp = QpState::of(&init, &self.dev.state, "accept")?;
         let qp_num = qp.qp_num;
         {
             let mut st = self.conn.st.lock();
@@ -212,7 +196,7 @@ impl ConnRequestOps for SoftConnRequest {
             let peer = st.peer_offer.take();
             if let Some((ep, peer)) = self.dev.state.shm.as_ref().zip(peer).filter(|(ep, p)| ep.same_boot(p)) {
                 self.conn.set_same_host(ep.connect(&peer));
-                offer_same_host(&self.dev.state, self.conn.id, &mut st, &mut h);
+                self.conn.offer_same_host(&mut st, &mut h);
             }
             st.push_out(OutFrame::new(&h, FramePayload::Bytes(private_data.to_vec())));
             self.conn.flush_from_user(&mut st);
@@ -223,14 +207,5 @@ impl ConnRequestOps for SoftConnRequest {
     fn reject(self: Box<Self>, private_data: &[u8]) -> Result<()> {
         reject_conn(&self.conn, private_data);
         Ok(())
-    }
-}
-
-/// Offers this device's same-host path in the CM frame `h` (its token and boot identity, and a
-/// fresh nonce that `st` remembers), unless the path is off or too many offers are outstanding.
-fn offer_same_host(device: &DeviceState, conn: ConnId, st: &mut ConnState, h: &mut Header) {
-    if let Some(offer) = device.shm.as_ref().and_then(|ep| ep.offer(conn)) {
-        st.shm_nonce = offer.nonce;
-        offer.stamp(h);
     }
 }

@@ -39,12 +39,17 @@ pub(crate) enum NicCommand {
     Broken(ConnId, String),
     /// A user thread's write ended a pause of reading the connection.
     Resume(ConnId),
+    /// The queue pair connected by hand of this connection reached RTR: a stream of the data
+    /// port waiting for it may be bound now.
+    ReadyToReceive(ConnId),
 }
 
 /// What the NIC thread and the objects of a device share. It never owns the NIC thread, so
 /// the thread holding it does not keep the device open.
 pub(crate) struct DeviceState {
     pub(crate) attrs: DeviceAttributes,
+    /// The address the device is bound to (`FabricConfig::bind`): its data port's.
+    pub(crate) addr: std::net::IpAddr,
     pub(crate) nic_spin: Duration,
     /// How long an incoming connection may take to send its CONNECT_REQ before it is closed.
     pub(crate) handshake_timeout: Duration,
@@ -74,6 +79,7 @@ pub(crate) struct SoftCounters {
     pub(crate) read_depth_violations: AtomicU64,
     pub(crate) output_stalls: AtomicU64,
     pub(crate) remote_access_errors: AtomicU64,
+    pub(crate) rejected_hellos: AtomicU64,
 }
 
 impl SoftCounters {
@@ -91,6 +97,7 @@ impl SoftCounters {
             read_depth_violations: get(&self.read_depth_violations),
             output_stalls: get(&self.output_stalls),
             remote_access_errors: get(&self.remote_access_errors),
+            rejected_hellos: get(&self.rejected_hellos),
             leaked_regions: 0,
         }
     }
@@ -108,9 +115,9 @@ impl DeviceState {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A fresh queue pair number.
+    /// A fresh queue pair number (24 bits, as on InfiniBand).
     pub(crate) fn next_qpn(&self) -> u32 {
-        self.next_qpn.fetch_add(1, Ordering::Relaxed)
+        self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF
     }
 
     /// Hands a command to the NIC thread and wakes it.
@@ -177,6 +184,7 @@ impl Device {
         };
         let state = Arc::new(DeviceState {
             attrs,
+            addr: config.bind,
             nic_spin: o.nic_spin,
             handshake_timeout,
             registry,

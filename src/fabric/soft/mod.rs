@@ -11,6 +11,13 @@
 //! (read-only unless the region grants remote write), with the same checks, and write SENDs
 //! into the peer's inbox.
 //!
+//! A queue pair connected by hand (`hand_qp`, no connection manager) gets its connection when
+//! it is created, without a stream: its endpoint names the device's data port (a TCP listener
+//! made with the first such queue pair). At RTR the end with the larger (GID, LID, queue pair
+//! number) dials the peer's data port and sends a hello; the peer's NIC binds the stream to the
+//! queue pair whose peer endpoint predicts that hello (`nic/hand_streams.rs`), and from then on
+//! it is an RC connection like any other.
+//!
 //! # Layers
 //!
 //! Bottom first: a file imports only from its own row (in the order listed) and the rows above
@@ -19,14 +26,14 @@
 //!
 //! | layer | modules | job |
 //! |---|---|---|
-//! | leaves | `wire`, `timers`, `seg`, `events`, `handshakes` | the frame codec; the NIC's timers; a range of registered memory; a CM channel's event queue; the handshake limits |
+//! | leaves | `wire`, `hello`, `hello_streams`, `timers`, `seg`, `events`, `handshakes` | the frame codec; the hello of a stream of a queue pair connected by hand; the data port's streams waiting for theirs; the NIC's timers; a range of registered memory; a CM channel's event queue; the handshake limits |
 //! | same host | `shm/` | the same-host path: endpoint, streams, key table, mappings, inboxes, receive pools, bells |
 //! | device | `regions`, `device` | the region table and its remote checks; what the NIC thread and the objects share (`DeviceState`, `NicCommand`, counters) and the `Device` that owns the NIC thread |
 //! | objects | `mr`, `cq`, `ud`, `recv`, `srq`, `pd` | memory regions and the local SGE check, completion queues, UD endpoints, posted receives, shared receive queues, protection domains |
-//! | connection | `conn/` (`phase`, `out_queue`, `receive`, `qp_state`, `mod`) | one RC connection: its output queue, the NIC's receive state of it, its queue-pair state; `Conn`, `ConnState` and the CM event `NicCmEvent` it produces |
-//! | connection table | `connections` | the open connections and listening sockets of a device, by id |
-//! | handles | `qp`, `cm` | posting on a queue pair; event channels, listeners, connect, accept, reject |
-//! | NIC thread | `nic/` (`state`, `teardown`, `cm_frames`, `data_frames`, `reader`, `timeouts`, `same_host`, `event_loop`) | the `mio` loop, the frame parser, the READ responder, SENDs and RNR, timers, teardown |
+//! | connection | `conn/` (`phase`, `out_queue`, `receive`, `qp_state`, `by_hand`, `mod`) | one RC connection: its output queue, the NIC's receive state of it, its queue-pair state, what a queue pair connected by hand adds (state machine, endpoints, who dials); `Conn`, `ConnState` and the CM event `NicCmEvent` it produces |
+//! | connection table | `connections` | the open connections and listening sockets of a device, by id; queue pairs connected by hand by number; the data port |
+//! | handles | `hand_qp`, `qp`, `cm` | queue pairs connected by hand: creating, endpoint, INIT/RTR/RTS; posting on a queue pair; event channels, listeners, connect, accept, reject |
+//! | NIC thread | `nic/` (`state`, `teardown`, `hand_streams`, `cm_frames`, `data_frames`, `reader`, `timeouts`, `same_host`, `event_loop`) | the `mio` loop, the frame parser, the READ responder, SENDs and RNR, timers, teardown, binding the streams of queue pairs connected by hand |
 //! | top | `open` | opening a device: its handle (`FabricOps`) and fault injector |
 
 mod cm;
@@ -35,7 +42,10 @@ mod connections;
 mod cq;
 mod device;
 mod events;
+mod hand_qp;
 mod handshakes;
+mod hello;
+mod hello_streams;
 mod mr;
 mod nic;
 mod open;
@@ -50,6 +60,8 @@ mod timers;
 mod ud;
 internal! { pub mod wire; }
 
+#[cfg(test)]
+mod hand_tests;
 #[cfg(test)]
 mod tests;
 

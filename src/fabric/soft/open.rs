@@ -10,9 +10,11 @@ use super::cm::SoftChannel;
 use super::connections::Connections;
 use super::cq::SoftCq;
 use super::device::{Device, FaultGen, NicCommand, DEVICE_NAME};
+use super::hand_qp;
 use super::handshakes::HANDSHAKE_TIMEOUT;
 use super::nic;
 use super::pd::SoftPd;
+use super::qp::SoftQp;
 use super::ud::SoftUd;
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::*;
@@ -84,6 +86,10 @@ impl FabricOps for SoftFabric {
     fn faults(&self) -> Option<Arc<dyn FaultOps>> {
         Some(self.faults.clone())
     }
+    fn create_qp(&self, init: QpInitAttr) -> Result<Box<dyn QpOps>> {
+        let conn = hand_qp::create(&self.dev.state, &self.conns, &init)?;
+        Ok(Box::new(SoftQp::new(conn, init, self.dev.clone(), None)))
+    }
     fn counters(&self) -> FabricCounters {
         self.dev.state.counters.snapshot()
     }
@@ -105,7 +111,7 @@ impl FaultOps for SoftFaults {
         let c = self.conns.open.lock().get(&conn).cloned();
         let c = c.ok_or_else(|| Error::invalid("cut", format!("connection {conn} is not open on {DEVICE_NAME}")))?;
         // An abrupt end of the transport: no DISCONNECT frame, the peer sees the stream end.
-        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+        c.shutdown();
         device.command(NicCommand::Broken(conn, "cut by the fault injector".into()));
         Ok(())
     }

@@ -8,12 +8,14 @@ use std::time::Instant;
 use super::conn::{rdma_header, Conn, FramePayload, InFlight, LocalOp, NicCmEvent, OutFrame, Phase, CLOSE_LINGER};
 use super::device::{Device, NicCommand};
 use super::events::EventQueue;
+use super::hand_qp;
 use super::mr::sge_segment;
 use super::recv::RecvWr;
 use super::seg::Seg;
 use super::shm::MAX_INLINE;
 use super::timers::TimerKind;
 use super::wire::{FrameType, Header, AUX_SOLICITED};
+use crate::fabric::bootstrap::{QpEndpoint, QpState as IbvState, QpTransition};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::*;
 use crate::fabric::types::*;
@@ -39,8 +41,9 @@ impl SoftQp {
         SoftQp { conn, qp_num, _init: init, _channel: channel, _dev: dev }
     }
 
-    fn not_connected(&self, verb: &'static str, phase: Phase) -> Error {
-        Error::NotConnected { verb, qp_num: self.qp_num, state: phase.name() }
+    /// The error of a post the queue pair cannot take in `state` (as errors name it).
+    fn not_connected(&self, verb: &'static str, state: &'static str) -> Error {
+        Error::NotConnected { verb, qp_num: self.qp_num, state }
     }
 }
 
@@ -52,7 +55,7 @@ impl QpOps for SoftQp {
         self.conn.id
     }
     fn peer_addr(&self) -> SocketAddr {
-        self.conn.peer
+        self.conn.peer()
     }
     fn local_addr(&self) -> SocketAddr {
         self.conn.local
@@ -64,11 +67,23 @@ impl QpOps for SoftQp {
             DataPath::Network
         }
     }
+    fn state(&self) -> IbvState {
+        hand_qp::state(&self.conn)
+    }
+    fn local_endpoint(&self) -> Result<QpEndpoint> {
+        hand_qp::local_endpoint(&self.conn)
+    }
+    fn modify(&self, transition: &QpTransition) -> Result<()> {
+        hand_qp::modify(&self.conn, transition)
+    }
 
     fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         let mut st = self.conn.st.lock();
         let phase = st.phase;
-        let Some(qp) = st.qp.as_mut() else { return Err(self.not_connected("post_recv", phase)) };
+        if st.hand.as_ref().is_some_and(|h| h.state == IbvState::Reset) {
+            return Err(Error::invalid("post_recv", "the queue pair is in RESET: move it to INIT first"));
+        }
+        let Some(qp) = st.qp.as_mut() else { return Err(self.not_connected("post_recv", st.state_name())) };
         if qp.srq.is_some() {
             return Err(Error::invalid("post_recv", "the queue pair uses a shared receive queue"));
         }
@@ -80,7 +95,7 @@ impl QpOps for SoftQp {
         }
         let wr = RecvWr::new(wr_id, sges, qp.pd, "post_recv")?;
         if phase == Phase::Closed {
-            return Err(self.not_connected("post_recv", phase));
+            return Err(self.not_connected("post_recv", phase.name()));
         }
         if qp.error {
             qp.complete_recv(wr_id, WcStatus::WorkRequestFlushed, 0, None);
@@ -117,11 +132,10 @@ impl QpOps for SoftQp {
             _ => {}
         }
         let mut st = self.conn.st.lock();
-        let phase = st.phase;
-        if phase != Phase::Established {
-            return Err(self.not_connected("post_send", phase));
+        if !st.can_post_send() {
+            return Err(self.not_connected("post_send", st.state_name()));
         }
-        let Some(qp) = st.qp.as_mut() else { return Err(self.not_connected("post_send", phase)) };
+        let Some(qp) = st.qp.as_mut() else { return Err(self.not_connected("post_send", Phase::Closed.name())) };
         if wr.sges.len() > qp.caps.max_send_sge as usize {
             return Err(Error::invalid(
                 "post_send",
@@ -221,6 +235,7 @@ impl QpOps for SoftQp {
         if st.push_request(OutFrame::new(&h, payload)) {
             self.conn.flush_from_user(&mut st);
         }
+        hand_qp::request_waits(&self.conn, &st);
         Ok(())
     }
 
@@ -239,7 +254,7 @@ impl QpOps for SoftQp {
                 conn.flush_from_user(&mut st);
                 conn.device.command(NicCommand::Timer(Instant::now() + CLOSE_LINGER, conn.id, TimerKind::Close));
             }
-            Phase::Connecting | Phase::Incoming | Phase::Requested => {
+            Phase::Connecting | Phase::Incoming | Phase::Requested | Phase::Unbound => {
                 st.clear_output();
                 st.fail_qp(WcStatus::WorkRequestFlushed);
                 st.phase = Phase::Closed;

@@ -83,20 +83,25 @@ impl RegionTable {
     }
 
     /// What a same-host peer is given of region `rkey` for a connection of protection domain
-    /// `pd` whose key slot is `live`: the region's memory object (read-only unless it grants
-    /// remote write) and where it is, if it exists, is in `pd` and grants remote access.
-    pub(crate) fn grant(&self, rkey: u32, pd: u32, live: KeySlot) -> Option<(OwnedFd, shm::Answer)> {
+    /// `pd` whose queue pair allows the remote access `allowed` and whose key slot is `live`:
+    /// the region's memory object (read-only unless both grant remote write) and where it is,
+    /// with the rights both grant, if it exists, is in `pd` and both grant remote access.
+    pub(crate) fn grant(&self, rkey: u32, pd: u32, allowed: Access, live: KeySlot) -> Option<(OwnedFd, shm::Answer)> {
         let regions = self.regions.read();
         let r = regions.get(&rkey).filter(|r| r.pd == pd)?;
         let slot = r.slot.as_ref()?.slot();
-        let fd = if r.access.contains(Access::REMOTE_WRITE) {
+        let access = Access::from_bits_truncate(r.access.bits() & (allowed | Access::LOCAL_WRITE).bits());
+        if !access.contains(Access::REMOTE_READ) && !access.contains(Access::REMOTE_WRITE) {
+            return None;
+        }
+        let fd = if access.contains(Access::REMOTE_WRITE) {
             r.buf.memfd().try_clone_to_owned().ok()?
         } else {
             shm::reopen_read_only(r.buf.memfd()).ok()?
         };
         let answer = shm::Answer {
             granted: true,
-            access: r.access.bits(),
+            access: access.bits(),
             slot: slot.index,
             word: slot.word,
             base: r.buf.addr(),

@@ -24,16 +24,24 @@ pub(crate) enum TimerKind {
     /// Check that a connection whose reading is paused (its peer leaves its answers unread)
     /// wrote something since the pause began.
     OutputStall,
+    /// A queue pair connected by hand has had requests waiting for its stream to the peer for
+    /// as long as RTS's timeout and retry count allow.
+    TransportTimeout,
+    /// A stream of the data port has sent no hello, or found no queue pair, in time (the id is
+    /// the stream's).
+    HelloTimeout,
 }
 
 impl TimerKind {
     /// Every kind.
-    const ALL: [TimerKind; 5] = [
+    const ALL: [TimerKind; 7] = [
         TimerKind::ConnectTimeout,
         TimerKind::HandshakeTimeout,
         TimerKind::Rnr,
         TimerKind::Close,
         TimerKind::OutputStall,
+        TimerKind::TransportTimeout,
+        TimerKind::HelloTimeout,
     ];
 }
 

@@ -38,6 +38,13 @@ pub enum FrameType {
     ReadResp = 9,
     /// Acknowledgement of a SEND or WRITE (status 0) or its NAK.
     Ack = 10,
+    /// First frame each way on the stream of a queue pair connected by hand: payload = the
+    /// sender's and the addressed queue pair's numbers and PSNs ([`HELLO_LEN`] bytes, see
+    /// `soft::hello`); the header carries the sender's same-host offer as a CONNECT_REQ does.
+    Hello = 11,
+    /// A queue pair connected by hand moved to RTS: aux = its [`CmParams`] (its RNR retries,
+    /// which the peer applies to its SENDs, and its READ depths).
+    Ready = 12,
 }
 
 impl FrameType {
@@ -53,6 +60,8 @@ impl FrameType {
             8 => FrameType::ReadReq,
             9 => FrameType::ReadResp,
             10 => FrameType::Ack,
+            11 => FrameType::Hello,
+            12 => FrameType::Ready,
             _ => return None,
         })
     }
@@ -96,6 +105,9 @@ impl Status {
         }
     }
 }
+
+/// Payload bytes of a `Hello` frame.
+pub const HELLO_LEN: usize = 24;
 
 /// `aux` of a `Send`/`SendImm` frame posted solicited (else 0).
 pub const AUX_SOLICITED: u32 = 1;
@@ -239,15 +251,18 @@ impl Header {
             FrameType::ConnectReq => MAX_CONNECT_PRIVATE_DATA as u64,
             FrameType::Accept => MAX_ACCEPT_PRIVATE_DATA as u64,
             FrameType::Reject => MAX_REJECT_PRIVATE_DATA as u64,
-            FrameType::Disconnect | FrameType::Ack | FrameType::ReadReq => 0,
+            FrameType::Hello => HELLO_LEN as u64,
+            FrameType::Disconnect | FrameType::Ack | FrameType::ReadReq | FrameType::Ready => 0,
             FrameType::ReadResp if status != Status::Ok => 0,
             FrameType::Send | FrameType::SendImm | FrameType::Write | FrameType::ReadResp => max_msg,
         };
-        if u64::from(h.len) > max_len {
+        // A hello has exactly its length: its fields, nothing more or less.
+        if u64::from(h.len) > max_len || (ty == FrameType::Hello && h.len as usize != HELLO_LEN) {
             return Err(WireError::Length { ty, len: h.len.into(), max: max_len });
         }
         let aux_ok = match ty {
-            FrameType::ConnectReq | FrameType::Accept => CmParams::from_aux(h.aux).is_some(),
+            FrameType::ConnectReq | FrameType::Accept | FrameType::Ready => CmParams::from_aux(h.aux).is_some(),
+            FrameType::Hello => h.aux == 0,
             FrameType::ReadReq => u64::from(h.aux) <= max_msg,
             FrameType::Send | FrameType::SendImm => h.aux <= AUX_SOLICITED,
             _ => true,
@@ -258,9 +273,18 @@ impl Header {
         Ok(h)
     }
 
-    /// Whether the payload is small control data delivered whole (CM frames).
+    /// Whether the payload is small control data delivered whole (CM frames, and the hello
+    /// and readiness of queue pairs connected by hand).
     pub fn is_control(&self) -> bool {
-        matches!(self.ty, FrameType::ConnectReq | FrameType::Accept | FrameType::Reject | FrameType::Disconnect)
+        matches!(
+            self.ty,
+            FrameType::ConnectReq
+                | FrameType::Accept
+                | FrameType::Reject
+                | FrameType::Disconnect
+                | FrameType::Hello
+                | FrameType::Ready
+        )
     }
 }
 
@@ -272,7 +296,7 @@ mod tests {
 
     #[test]
     fn every_frame_type_round_trips() {
-        for ty in 1..=10u8 {
+        for ty in 1..=12u8 {
             let ty = FrameType::from_u8(ty).unwrap();
             let mut h = Header::new(ty);
             h.psn = 0xDEAD_BEEF;
@@ -280,10 +304,11 @@ mod tests {
             h.addr = 0x7fff_0000_1000;
             h.imm = 42;
             h.aux = match ty {
-                FrameType::ConnectReq | FrameType::Accept => {
+                FrameType::ConnectReq | FrameType::Accept | FrameType::Ready => {
                     CmParams { rnr_retry: 7, initiator_depth: 16, responder_resources: 255 }.to_aux()
                 }
                 FrameType::ReadReq => 1 << 20,
+                FrameType::Hello => 0,
                 FrameType::Send | FrameType::SendImm => AUX_SOLICITED,
                 _ => 9,
             };
@@ -291,7 +316,8 @@ mod tests {
                 FrameType::ConnectReq => 56,
                 FrameType::Accept => 196,
                 FrameType::Reject => 148,
-                FrameType::Disconnect | FrameType::Ack | FrameType::ReadReq => 0,
+                FrameType::Hello => HELLO_LEN as u32,
+                FrameType::Disconnect | FrameType::Ack | FrameType::ReadReq | FrameType::Ready => 0,
                 _ => 1 << 20,
             };
             if ty == FrameType::Ack {
@@ -322,6 +348,26 @@ mod tests {
         h.status = Status::RemoteAccess;
         h.len = 1;
         assert!(Header::decode(&h.encode(), MAX).is_err());
+    }
+
+    #[test]
+    fn a_hello_has_exactly_its_length_and_no_aux_and_readiness_carries_valid_parameters() {
+        for len in [0, HELLO_LEN as u32 - 1, HELLO_LEN as u32 + 1] {
+            let mut h = Header::new(FrameType::Hello);
+            h.len = len;
+            assert!(matches!(Header::decode(&h.encode(), MAX), Err(WireError::Length { .. })), "hello of {len} bytes");
+        }
+        let mut h = Header::new(FrameType::Hello);
+        h.len = HELLO_LEN as u32;
+        assert!(Header::decode(&h.encode(), MAX).is_ok_and(|h| h.is_control()));
+        h.aux = 1;
+        assert!(matches!(Header::decode(&h.encode(), MAX), Err(WireError::Aux { .. })), "a hello's aux is 0");
+        let mut r = Header::new(FrameType::Ready);
+        assert!(matches!(Header::decode(&r.encode(), MAX), Err(WireError::Aux { .. })), "readiness without parameters");
+        r.aux = CmParams { rnr_retry: 7, initiator_depth: 1, responder_resources: 1 }.to_aux();
+        assert!(Header::decode(&r.encode(), MAX).is_ok_and(|h| h.is_control()));
+        r.len = 1;
+        assert!(matches!(Header::decode(&r.encode(), MAX), Err(WireError::Length { .. })), "readiness has no payload");
     }
 
     #[test]
@@ -365,7 +411,7 @@ mod tests {
             // Make some of them plausible so the deeper checks run too.
             if x % 2 == 0 {
                 b[0] = VERSION;
-                b[1] %= 12;
+                b[1] %= 14;
                 b[2] %= 6;
                 b[3] = 0;
             }

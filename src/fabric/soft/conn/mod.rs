@@ -3,6 +3,7 @@
 //! queue to the socket, the CM events it produces and, on the same-host path, the copies and
 //! inbox SENDs it executes.
 
+mod by_hand;
 mod out_queue;
 mod phase;
 mod qp_state;
@@ -19,6 +20,7 @@ use mio::unix::SourceFd;
 use mio::{Interest, Token};
 use parking_lot::Mutex;
 
+pub(crate) use by_hand::{data_port_of, gid_of, transport_wait, HandState};
 pub(crate) use out_queue::{FramePayload, OutFrame};
 #[cfg(feature = "internals")]
 pub use out_queue::{OUT_CAP, OUT_RESUME};
@@ -32,6 +34,7 @@ use super::events::{ChannelEvent, EventQueue};
 use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, ShmClient};
 use super::timers::TimerKind;
 use super::wire::{FrameType, Header};
+use crate::fabric::bootstrap::QpState as IbvState;
 use crate::fabric::provider::{CmEventOf, ConnId};
 use crate::fabric::types::*;
 use out_queue::OutQueue;
@@ -114,9 +117,58 @@ pub(crate) struct ConnState {
     /// answers the peer's requests (revoked when it fails or closes, so the peer's copies and
     /// SENDs stop as they would at a dead responder).
     live: Option<HeldSlot>,
+    /// A queue pair connected by hand: its state machine and endpoints (`None`: the connection
+    /// manager made this connection).
+    pub(crate) hand: Option<HandState>,
 }
 
 impl ConnState {
+    /// The state of a new connection in `phase` (its stream is up unless it is connecting or
+    /// has none yet).
+    fn new(
+        phase: Phase,
+        qp: Option<QpState>,
+        channel: Option<Arc<EventQueue<NicCmEvent>>>,
+        hand: Option<HandState>,
+    ) -> Self {
+        ConnState {
+            phase,
+            tcp_up: !matches!(phase, Phase::Connecting | Phase::Unbound),
+            out: OutQueue::default(),
+            shut_after_flush: false,
+            qp,
+            channel,
+            peer_rnr_retry: 0,
+            peer_responder_resources: 0,
+            handshake_slot: false,
+            shm_nonce: 0,
+            peer_offer: None,
+            inbox: None,
+            inbox_sends: 0,
+            live: None,
+            hand,
+        }
+    }
+
+    /// Whether the send queue takes requests: an established connection, and a queue pair
+    /// connected by hand once it is in RTS (before its stream is up too: the requests wait).
+    pub(crate) fn can_post_send(&self) -> bool {
+        match (self.phase, &self.hand) {
+            (Phase::Established, None) => true,
+            (Phase::Established | Phase::Unbound, Some(hand)) => hand.state == IbvState::ReadyToSend,
+            _ => false,
+        }
+    }
+
+    /// Where the queue pair is, as errors name it: its phase, or the state of a queue pair
+    /// connected by hand.
+    pub(crate) fn state_name(&self) -> &'static str {
+        match &self.hand {
+            Some(hand) if self.phase != Phase::Closed => hand.name(),
+            _ => self.phase.name(),
+        }
+    }
+
     /// Queues a frame; returns whether the queue was empty before (the caller then writes).
     pub(crate) fn push_out(&mut self, frame: OutFrame) -> bool {
         self.out.push(frame)
@@ -149,6 +201,11 @@ impl ConnState {
             qp.reads_out += u32::from(f.is_read_request());
             out.push(f);
         }
+    }
+
+    /// Queues the frame that opens a stream ahead of everything queued before it was up.
+    pub(crate) fn push_first(&mut self, frame: OutFrame) {
+        self.out.push_first(frame);
     }
 
     /// Whether frames wait to be written.
@@ -240,9 +297,12 @@ impl InboxSource for Conn {
 /// A connection shared by the NIC thread and the user's queue pair.
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
-    pub(crate) sock: TcpStream,
+    /// The stream (set once: at creation, or for a queue pair connected by hand when it dials
+    /// or its peer's stream is bound to it).
+    sock: OnceLock<TcpStream>,
     pub(crate) device: Arc<DeviceState>,
-    pub(crate) peer: SocketAddr,
+    /// The peer's address (a queue pair connected by hand learns it at RTR).
+    peer: OnceLock<SocketAddr>,
     pub(crate) local: SocketAddr,
     pub(crate) st: Mutex<ConnState>,
     /// Receive state: used by the NIC thread only (lock order: `rx` before `st`).
@@ -254,6 +314,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
+    /// A connection of the connection manager over `sock`.
     pub(crate) fn new(
         device: Arc<DeviceState>,
         sock: TcpStream,
@@ -263,32 +324,78 @@ impl Conn {
         channel: Option<Arc<EventQueue<NicCmEvent>>>,
     ) -> Arc<Conn> {
         let local = sock.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let id = device.next_id();
+        let st = ConnState::new(phase, qp, channel, None);
+        Conn::with(device, OnceLock::from(sock), OnceLock::from(peer), local, st)
+    }
+
+    /// The connection of a queue pair connected by hand, made with it in RESET: no stream and
+    /// no peer yet; `local` is its device's data port.
+    pub(crate) fn by_hand(device: Arc<DeviceState>, local: SocketAddr, qp: QpState, hand: HandState) -> Arc<Conn> {
+        let st = ConnState::new(Phase::Unbound, Some(qp), None, Some(hand));
+        Conn::with(device, OnceLock::new(), OnceLock::new(), local, st)
+    }
+
+    /// A connection with a fresh id, made of its parts.
+    fn with(
+        device: Arc<DeviceState>,
+        sock: OnceLock<TcpStream>,
+        peer: OnceLock<SocketAddr>,
+        local: SocketAddr,
+        st: ConnState,
+    ) -> Arc<Conn> {
         Arc::new(Conn {
-            id,
+            id: device.next_id(),
             sock,
             device,
             peer,
             local,
-            st: Mutex::new(ConnState {
-                phase,
-                tcp_up: phase != Phase::Connecting,
-                out: OutQueue::default(),
-                shut_after_flush: false,
-                qp,
-                channel,
-                peer_rnr_retry: 0,
-                peer_responder_resources: 0,
-                handshake_slot: false,
-                shm_nonce: 0,
-                peer_offer: None,
-                inbox: None,
-                inbox_sends: 0,
-                live: None,
-            }),
+            st: Mutex::new(st),
             rx: Mutex::new(ReceiveState::new()),
             shm: OnceLock::new(),
         })
+    }
+
+    /// The stream, once there is one.
+    pub(crate) fn sock(&self) -> Option<&TcpStream> {
+        self.sock.get()
+    }
+
+    /// Gives a queue pair connected by hand its stream; false if it has one already.
+    pub(crate) fn attach_stream(&self, sock: TcpStream) -> bool {
+        self.sock.set(sock).is_ok()
+    }
+
+    /// The peer's address (unspecified until a queue pair connected by hand is in RTR).
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.peer.get().copied().unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
+    }
+
+    /// Sets the peer's address of a queue pair connected by hand (at RTR; once).
+    pub(crate) fn set_peer(&self, peer: SocketAddr) {
+        let _ = self.peer.set(peer);
+    }
+
+    /// Closes the stream of a queue pair connected by hand that was never bound (the peer
+    /// refused it, the connect failed, it broke, or requests waited too long): the queue pair
+    /// stays unbound, and what was queued for the stream is dropped.
+    pub(crate) fn abandon_stream(&self, st: &mut ConnState) {
+        self.deregister();
+        self.shutdown();
+        st.clear_output();
+        st.tcp_up = false;
+        if let Some(ep) = &self.device.shm {
+            ep.withdraw(std::mem::take(&mut st.shm_nonce));
+        }
+    }
+
+    /// Offers this device's same-host path in the frame `h` that opens the connection
+    /// (CONNECT_REQ, ACCEPT, a hello): its token and boot identity, and a fresh nonce that `st`
+    /// remembers; unless the path is off or too many offers are outstanding.
+    pub(crate) fn offer_same_host(&self, st: &mut ConnState, h: &mut Header) {
+        if let Some(offer) = self.device.shm.as_ref().and_then(|ep| ep.offer(self.id)) {
+            st.shm_nonce = offer.nonce;
+            offer.stamp(h);
+        }
     }
 
     /// Whether this end's READs and WRITEs take the same-host path.
@@ -400,7 +507,7 @@ impl Conn {
     /// holds one (it was accepted, rejected or closed).
     pub(crate) fn end_handshake(&self, st: &mut ConnState) {
         if std::mem::take(&mut st.handshake_slot) {
-            self.device.handshakes.lock().release(self.peer.ip());
+            self.device.handshakes.lock().release(self.peer().ip());
         }
     }
 
@@ -411,34 +518,42 @@ impl Conn {
 
     /// Registers the socket with the NIC's poll (readable, and writable when `writable`).
     pub(crate) fn register(&self, st: &mut ConnState, writable: bool) -> io::Result<()> {
+        let sock = self.sock().ok_or_else(|| io::Error::from(io::ErrorKind::NotConnected))?;
         st.out.write_armed = writable;
         let interest = if writable { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-        self.device.registry.register(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)
+        self.device.registry.register(&mut SourceFd(&sock.as_raw_fd()), self.token(), interest)
     }
 
     /// Removes the socket from the NIC's poll.
     pub(crate) fn deregister(&self) {
-        let _ = self.device.registry.deregister(&mut SourceFd(&self.sock.as_raw_fd()));
+        if let Some(sock) = self.sock() {
+            let _ = self.device.registry.deregister(&mut SourceFd(&sock.as_raw_fd()));
+        }
+    }
+
+    /// Shuts the stream down both ways, if there is one (the peer sees it end).
+    pub(crate) fn shutdown(&self) {
+        if let Some(sock) = self.sock() {
+            let _ = sock.shutdown(std::net::Shutdown::Both);
+        }
     }
 
     /// Writes queued frames until the socket is full or the queue is empty (non-blocking),
     /// then asks for WRITABLE events only while something is left. Returns whether this ended
     /// a pause of reading (the NIC must then read the connection again).
     pub(crate) fn flush_out(&self, st: &mut ConnState) -> io::Result<bool> {
-        if !st.tcp_up {
-            return Ok(false);
-        }
+        let Some(sock) = self.sock().filter(|_| st.tcp_up) else { return Ok(false) };
         let out = &mut st.out;
-        out.write_to(self.sock.as_fd())?;
+        out.write_to(sock.as_fd())?;
         let want = !out.is_empty();
         if want != out.write_armed {
             out.write_armed = want;
             let interest = if want { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-            self.device.registry.reregister(&mut SourceFd(&self.sock.as_raw_fd()), self.token(), interest)?;
+            self.device.registry.reregister(&mut SourceFd(&sock.as_raw_fd()), self.token(), interest)?;
         }
         let resumed = out.resume_if_drained();
         if !want && st.shut_after_flush {
-            let _ = self.sock.shutdown(std::net::Shutdown::Write);
+            let _ = sock.shutdown(std::net::Shutdown::Write);
         }
         Ok(resumed)
     }
@@ -450,7 +565,7 @@ impl Conn {
         match self.flush_out(st) {
             Ok(false) => {}
             Ok(true) => self.device.command(NicCommand::Resume(self.id)),
-            Err(e) => self.device.command(NicCommand::Broken(self.id, format!("write to {}: {e}", self.peer))),
+            Err(e) => self.device.command(NicCommand::Broken(self.id, format!("write to {}: {e}", self.peer()))),
         }
     }
 }

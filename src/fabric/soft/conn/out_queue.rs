@@ -41,7 +41,12 @@ impl OutFrame {
             FrameType::ReadReq => FrameKind::Request { read: true },
             FrameType::Ack => FrameKind::Response { read: false },
             FrameType::ReadResp => FrameKind::Response { read: true },
-            FrameType::ConnectReq | FrameType::Accept | FrameType::Reject | FrameType::Disconnect => FrameKind::Control,
+            FrameType::ConnectReq
+            | FrameType::Accept
+            | FrameType::Reject
+            | FrameType::Disconnect
+            | FrameType::Hello
+            | FrameType::Ready => FrameKind::Control,
         };
         OutFrame { hdr: hdr.encode(), payload, kind }
     }
@@ -122,6 +127,15 @@ impl OutQueue {
         self.count(&frame, true);
         self.frames.push_back(frame);
         was_empty
+    }
+
+    /// Puts a frame before every other (the answer that opens the stream of a queue pair
+    /// connected by hand, ahead of what was posted before the stream was up). Only while
+    /// nothing has been written yet.
+    pub(super) fn push_first(&mut self, frame: OutFrame) {
+        debug_assert_eq!(self.pos, 0, "a frame is partly written");
+        self.count(&frame, true);
+        self.frames.push_front(frame);
     }
 
     /// Counts a frame in (`add`) or out of the response totals.

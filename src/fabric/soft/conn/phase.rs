@@ -9,6 +9,9 @@ pub(crate) enum Phase {
     Incoming,
     /// Passive side: the request was delivered, waiting for accept or reject.
     Requested,
+    /// A queue pair connected by hand whose stream to the peer is not bound yet: this end has
+    /// not dialed, is dialing, or waits for the peer's hello (requests posted in RTS wait).
+    Unbound,
     /// Connected.
     Established,
     /// Disconnected, rejected, failed or broken.
@@ -21,6 +24,7 @@ impl Phase {
         match self {
             Phase::Connecting => "connecting",
             Phase::Incoming | Phase::Requested => "awaiting accept",
+            Phase::Unbound => "no stream to the peer yet",
             Phase::Established => "established",
             Phase::Closed => "disconnected",
         }

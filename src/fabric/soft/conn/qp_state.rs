@@ -6,12 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::out_queue::{FramePayload, OutFrame};
+use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::QpInitAttr;
-use crate::fabric::soft::cq::CqInner;
+use crate::fabric::soft::cq::{CqInner, SoftCq};
+use crate::fabric::soft::device::DeviceState;
+use crate::fabric::soft::pd::SoftPd;
 use crate::fabric::soft::recv::{RecvList, RecvWr};
 use crate::fabric::soft::seg::Seg;
 use crate::fabric::soft::shm::Pool;
-use crate::fabric::soft::srq::SrqInner;
+use crate::fabric::soft::srq::{SoftSrq, SrqInner};
 use crate::fabric::soft::wire::{FrameType, Header};
 use crate::fabric::types::*;
 
@@ -85,11 +88,29 @@ pub(crate) struct QpState {
     pub(super) reads_out: u32,
     /// Requests waiting in the send queue behind a READ beyond the initiator depth, in order.
     pub(super) held: VecDeque<OutFrame>,
+    /// What the peer may do to this end's memory through the queue pair (the regions grant
+    /// their own rights too): both READ and WRITE unless INIT of a queue pair connected by
+    /// hand said less.
+    pub(crate) remote_access: Access,
 }
 
 impl QpState {
+    /// The queue-pair state of a new queue pair with `init`'s settings and a fresh number of
+    /// `device`, its objects checked to be soft ones (`verb` names the call in errors).
+    pub(crate) fn of(init: &QpInitAttr, device: &DeviceState, verb: &'static str) -> Result<QpState> {
+        let foreign = || Error::invalid(verb, "queue pair objects come from another provider");
+        let pd = (*init.pd).as_any().downcast_ref::<SoftPd>().ok_or_else(foreign)?;
+        let send_cq = (*init.send_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
+        let recv_cq = (*init.recv_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
+        let srq = match &init.srq {
+            Some(s) => Some((**s).as_any().downcast_ref::<SoftSrq>().ok_or_else(foreign)?.inner.clone()),
+            None => None,
+        };
+        Ok(QpState::new(device.next_qpn(), pd.id, (send_cq.inner.clone(), recv_cq.inner.clone()), srq, init))
+    }
+
     /// The queue-pair state of a new connection, with `init`'s settings.
-    pub(crate) fn new(
+    fn new(
         qp_num: u32,
         pd: u32,
         (send_cq, recv_cq): (Arc<CqInner>, Arc<CqInner>),
@@ -114,7 +135,13 @@ impl QpState {
             next_psn: 0,
             rq: RecvList::default(),
             error: false,
+            remote_access: Access::REMOTE_READ | Access::REMOTE_WRITE,
         }
+    }
+
+    /// Whether the queue pair lets the peer do `need` (REMOTE_READ or REMOTE_WRITE).
+    pub(crate) fn allows(&self, need: Access) -> bool {
+        self.remote_access.contains(need)
     }
 
     /// Takes the receive the next SEND is placed into, from the shared receive queue or the

@@ -1,6 +1,7 @@
 //! The connection manager's side of the NIC thread: accepting TCP connections on listeners,
-//! finishing this end's TCP connects, and the CM frames (CONNECT_REQ, ACCEPT, REJECT,
-//! DISCONNECT).
+//! finishing this end's TCP connects, and the frames that set up or end a connection
+//! (CONNECT_REQ, ACCEPT, REJECT, DISCONNECT; the hello and READY of queue pairs connected by
+//! hand).
 
 use std::io;
 use std::sync::Arc;
@@ -27,11 +28,11 @@ impl Nic {
                         SoftCounters::bump(&self.device.counters.refused_handshakes);
                         continue;
                     }
+                    let set_up = s.set_nonblocking(true).and_then(|_| s.set_nodelay(true));
                     let conn =
                         Conn::new(self.device.clone(), s, peer, Phase::Incoming, None, Some(entry.channel.clone()));
                     let mut st = conn.st.lock();
                     st.handshake_slot = true;
-                    let set_up = conn.sock.set_nonblocking(true).and_then(|_| conn.sock.set_nodelay(true));
                     if let Err(e) = set_up.and_then(|_| conn.register(&mut st, false)) {
                         tracing::debug!("soft NIC: setting up a connection from {peer}: {e}");
                         conn.end_handshake(&mut st);
@@ -57,9 +58,10 @@ impl Nic {
         if st.tcp_up {
             return true;
         }
-        let err = match c.sock.take_error() {
+        let Some(sock) = c.sock() else { return false };
+        let err = match sock.take_error() {
             Ok(Some(e)) | Err(e) => Some(e),
-            Ok(None) => match c.sock.peer_addr() {
+            Ok(None) => match sock.peer_addr() {
                 Ok(_) => None,
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return false,
                 Err(e) => Some(e),
@@ -70,8 +72,12 @@ impl Nic {
                 st.tcp_up = true;
                 true
             }
+            Some(e) if st.phase == Phase::Unbound => {
+                self.lose_stream(c, st, &format!("connect to {}: {e}", c.peer()));
+                false
+            }
             Some(e) => {
-                let ev = (st.phase == Phase::Connecting).then(|| connect_failure(c.id, c.peer, &e));
+                let ev = (st.phase == Phase::Connecting).then(|| connect_failure(c.id, c.peer(), &e));
                 self.close_with(c, st, ev);
                 false
             }
@@ -137,12 +143,17 @@ impl Nic {
                 self.close_with(c, &mut st, Some(NicCmEvent::Disconnected { conn: c.id }));
                 ReadOutcome::Done
             }
+            (FrameType::Hello, Phase::Unbound) => self.on_hello_answer(c, &mut st, &hdr, &data),
+            (FrameType::Ready, Phase::Established) if st.hand.is_some() => Self::on_ready(&mut st, &hdr),
+            (_, Phase::Unbound) => {
+                ReadOutcome::Broken(format!("{:?} frame from {} before its hello", hdr.ty, c.peer()))
+            }
             (FrameType::Disconnect, _) | (_, Phase::Closed) => {
                 drop(st);
                 self.close_disconnected(c, rx);
                 ReadOutcome::Done
             }
-            (ty, phase) => ReadOutcome::Broken(format!("{ty:?} frame from {} while {}", c.peer, phase.name())),
+            (ty, phase) => ReadOutcome::Broken(format!("{ty:?} frame from {} while {}", c.peer(), phase.name())),
         }
     }
 }

@@ -19,10 +19,11 @@ impl Nic {
     /// Handles the header of a data frame (the connection must be established).
     pub(super) fn on_header(&mut self, c: &Arc<Conn>, rx: &mut ReceiveState, hdr: Header) -> ReadOutcome {
         let mut st = c.st.lock();
-        if matches!(st.phase, Phase::Incoming | Phase::Requested | Phase::Connecting) {
+        if matches!(st.phase, Phase::Incoming | Phase::Requested | Phase::Connecting | Phase::Unbound) {
             return ReadOutcome::Broken(format!(
                 "{:?} frame from {} before the connection is established",
-                hdr.ty, c.peer
+                hdr.ty,
+                c.peer()
             ));
         }
         let step = self.on_data_header(c, &mut st, rx, hdr);
@@ -43,7 +44,9 @@ impl Nic {
                 let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else { return ReadOutcome::Continue };
                 match qp.inflight.front() {
                     Some(f) if f.psn == hdr.psn && matches!(f.op, WcOpcode::Send | WcOpcode::RdmaWrite) => {}
-                    _ => return ReadOutcome::Broken(format!("unexpected acknowledgement {} from {}", hdr.psn, c.peer)),
+                    _ => {
+                        return ReadOutcome::Broken(format!("unexpected acknowledgement {} from {}", hdr.psn, c.peer()))
+                    }
                 }
                 let f = qp.inflight.pop_front().expect("front checked");
                 qp.retire(f, hdr.status.wc_status());
@@ -60,7 +63,7 @@ impl Nic {
                 };
                 let front_ok = matches!(qp.inflight.front(), Some(f) if f.psn == hdr.psn && f.op == WcOpcode::RdmaRead);
                 if !front_ok {
-                    return ReadOutcome::Broken(format!("unexpected READ response {} from {}", hdr.psn, c.peer));
+                    return ReadOutcome::Broken(format!("unexpected READ response {} from {}", hdr.psn, c.peer()));
                 }
                 if hdr.status != Status::Ok {
                     let f = qp.inflight.pop_front().expect("front checked");
@@ -72,7 +75,9 @@ impl Nic {
                 if f.len != hdr.len {
                     return ReadOutcome::Broken(format!(
                         "READ response of {} bytes for {} from {}",
-                        hdr.len, f.len, c.peer
+                        hdr.len,
+                        f.len,
+                        c.peer()
                     ));
                 }
                 f.busy = true;
@@ -91,7 +96,7 @@ impl Nic {
                 let allowed = qp.responder_resources;
                 if st.out.read_responses() >= allowed {
                     SoftCounters::bump(&self.device.counters.read_depth_violations);
-                    return ReadOutcome::Broken(format!("{} has more than {allowed} RDMA READs outstanding", c.peer));
+                    return ReadOutcome::Broken(format!("{} has more than {allowed} RDMA READs outstanding", c.peer()));
                 }
                 let mut h = Header::new(FrameType::ReadResp);
                 h.psn = hdr.psn;
@@ -99,13 +104,10 @@ impl Nic {
                 if qp.error {
                     h.status = Status::OperationError;
                 } else {
-                    match self.device.regions.remote_range(
-                        hdr.rkey,
-                        qp.pd,
-                        hdr.addr,
-                        hdr.aux.into(),
-                        Access::REMOTE_READ,
-                    ) {
+                    let range = qp.allows(Access::REMOTE_READ).then(|| {
+                        self.device.regions.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.aux.into(), Access::REMOTE_READ)
+                    });
+                    match range.flatten() {
                         Some(seg) => {
                             h.len = hdr.aux;
                             payload = FramePayload::Segs(vec![seg]);
@@ -130,8 +132,10 @@ impl Nic {
                         AfterPayload::Reply { psn: hdr.psn, status: Status::OperationError },
                     );
                 }
-                match self.device.regions.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.len.into(), Access::REMOTE_WRITE)
-                {
+                let range = qp.allows(Access::REMOTE_WRITE).then(|| {
+                    self.device.regions.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.len.into(), Access::REMOTE_WRITE)
+                });
+                match range.flatten() {
                     Some(seg) => {
                         rx.expecting = Expecting::Payload {
                             destination: Destination::new(vec![seg]),
@@ -165,7 +169,7 @@ impl Nic {
                     ReadOutcome::Blocked
                 }
             }
-            _ => ReadOutcome::Broken(format!("unexpected {:?} frame from {}", hdr.ty, c.peer)),
+            _ => ReadOutcome::Broken(format!("unexpected {:?} frame from {}", hdr.ty, c.peer())),
         }
     }
 

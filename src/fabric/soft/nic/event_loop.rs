@@ -14,6 +14,7 @@ use crate::fabric::provider::ConnId;
 use crate::fabric::soft::conn::{Conn, Phase};
 use crate::fabric::soft::connections::Connections;
 use crate::fabric::soft::device::{DeviceState, NicCommand, LISTENER_BIT, WAKER};
+use crate::fabric::soft::hello_streams::{HelloStreams, DATA_PORT_TOKEN};
 use crate::fabric::soft::shm::Streams;
 use crate::fabric::soft::timers::{TimerKind, Timers};
 
@@ -23,7 +24,14 @@ const SPIN_PAUSES: u32 = 64;
 /// The NIC thread's main loop.
 pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: Poll) {
     let spin = device.nic_spin;
-    let mut nic = Nic { device, conns, timers: Timers::default(), ready: Vec::new(), streams: Streams::default() };
+    let mut nic = Nic {
+        device,
+        conns,
+        timers: Timers::default(),
+        ready: Vec::new(),
+        streams: Streams::default(),
+        hello_streams: HelloStreams::default(),
+    };
     let mut events = Events::with_capacity(256);
     let mut last_busy = Instant::now();
     // Commands come with a wake-up: the queue is looked at only after the waker fired.
@@ -35,6 +43,7 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
         for cmd in commands {
             match cmd {
                 NicCommand::Stop => {
+                    nic.drop_hello_streams();
                     nic.stop();
                     return;
                 }
@@ -46,6 +55,7 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
                     }
                 }
                 NicCommand::Resume(id) => nic.ready.push(id),
+                NicCommand::ReadyToReceive(id) => nic.bind_waiting(id),
             }
         }
         let ready = std::mem::take(&mut nic.ready);
@@ -88,6 +98,14 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
             let t = ev.token().0;
             if ev.token() == WAKER {
                 woken = true;
+                continue;
+            }
+            if ev.token() == DATA_PORT_TOKEN {
+                nic.accept_hello_streams();
+                continue;
+            }
+            if let Some(id) = HelloStreams::id_of(ev.token()) {
+                nic.read_hello(id);
                 continue;
             }
             if Streams::owns(ev.token()) {

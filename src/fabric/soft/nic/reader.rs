@@ -75,7 +75,8 @@ impl Nic {
             return ReadOutcome::Idle;
         }
         let end = rx.end;
-        match (&c.sock).read(&mut rx.buf[end..]) {
+        let Some(mut sock) = c.sock() else { return ReadOutcome::Idle };
+        match sock.read(&mut rx.buf[end..]) {
             Ok(0) => ReadOutcome::Eof,
             Ok(n) => {
                 rx.drained = n < rx.buf.len() - end;
@@ -100,7 +101,7 @@ impl Nic {
                 raw.copy_from_slice(&rx.buf[rx.start..rx.start + HEADER_LEN]);
                 let hdr = match Header::decode(&raw, self.device.attrs.max_msg_size) {
                     Ok(h) => h,
-                    Err(e) => return ReadOutcome::Broken(format!("protocol error from {}: {e}", c.peer)),
+                    Err(e) => return ReadOutcome::Broken(format!("protocol error from {}: {e}", c.peer())),
                 };
                 if hdr.is_control() {
                     let total = HEADER_LEN + hdr.len as usize;
@@ -119,6 +120,7 @@ impl Nic {
 
     /// Receives payload bytes into their destination (or discards them).
     pub(super) fn payload(&mut self, c: &Arc<Conn>, rx: &mut ReceiveState, budget: &mut usize) -> ReadOutcome {
+        let Some(mut sock) = c.sock() else { return ReadOutcome::Idle };
         let Expecting::Payload { destination, remaining, .. } = &mut rx.expecting else { return ReadOutcome::Continue };
         // Bytes already buffered first.
         let n = (rx.end - rx.start).min(*remaining);
@@ -142,14 +144,14 @@ impl Nic {
                 rx.end = 0;
                 let k = (*remaining).min(rx.buf.len());
                 asked = k;
-                (&c.sock).read(&mut rx.buf[..k])
+                sock.read(&mut rx.buf[..k])
             } else {
                 let ranges = destination.ranges(*remaining);
                 if ranges.is_empty() {
                     return ReadOutcome::Broken("payload larger than its destination".into());
                 }
                 asked = ranges.iter().map(|r| r.len()).sum();
-                memory::recv_vectored(c.sock.as_fd(), &ranges)
+                memory::recv_vectored(sock.as_fd(), &ranges)
             };
             match got {
                 Ok(0) => return ReadOutcome::Eof,

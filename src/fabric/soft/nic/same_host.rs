@@ -21,17 +21,18 @@ impl Owner for StreamOwner<'_> {
     fn conn_open(&self, conn: ConnId) -> bool {
         self.conns.open.lock().contains_key(&conn)
     }
-    /// The region's memory object (read-only unless it grants remote write) and where it is,
-    /// if it exists, is in the protection domain of the connection's queue pair and grants
-    /// remote access.
+    /// The region's memory object (read-only unless it and the queue pair grant remote write)
+    /// and where it is, if it exists, is in the protection domain of the connection's queue
+    /// pair, and it and the queue pair grant remote access.
     fn grant(&self, conn: ConnId, rkey: u32) -> Option<(OwnedFd, shm::Answer)> {
         let c = self.conns.open.lock().get(&conn).cloned()?;
-        let (pd, live) = {
+        let (pd, allowed, live) = {
             let mut st = c.st.lock();
-            let pd = st.qp.as_ref()?.pd;
-            (pd, c.responder_slot(&mut st)?)
+            let qp = st.qp.as_ref()?;
+            let (pd, allowed) = (qp.pd, qp.remote_access);
+            (pd, allowed, c.responder_slot(&mut st)?)
         };
-        self.device.regions.grant(rkey, pd, live)
+        self.device.regions.grant(rkey, pd, allowed, live)
     }
     fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], shm::Answer)> {
         let c = self.conns.open.lock().get(&conn).cloned()?;

@@ -1,5 +1,5 @@
 //! The NIC thread's state (the device, its connections, timers, the connections ready to be
-//! read, the same-host streams) and the small steps every part of the thread takes: finding a
+//! read, the same-host streams, the streams of the data port) and the small steps every part of the thread takes: finding a
 //! connection, discarding or answering a frame, pausing a peer that leaves its answers unread.
 
 use std::io;
@@ -12,6 +12,7 @@ use crate::fabric::soft::conn::{
 };
 use crate::fabric::soft::connections::Connections;
 use crate::fabric::soft::device::DeviceState;
+use crate::fabric::soft::hello_streams::HelloStreams;
 use crate::fabric::soft::shm::Streams;
 use crate::fabric::soft::timers::{TimerKind, Timers};
 use crate::fabric::soft::wire::{FrameType, Header, Status};
@@ -54,6 +55,8 @@ pub(super) struct Nic {
     pub(super) ready: Vec<ConnId>,
     /// Same-host streams of peers on this host (see `shm`).
     pub(super) streams: Streams,
+    /// Streams of the data port waiting for their hello or their queue pair.
+    pub(super) hello_streams: HelloStreams,
 }
 
 impl Nic {
@@ -98,7 +101,7 @@ impl Nic {
         if !matches!(step, ReadOutcome::Continue) || !st.out.pause_if_full() {
             return step;
         }
-        tracing::debug!("soft NIC: {} leaves its answers unread, reading paused", c.peer);
+        tracing::debug!("soft NIC: {} leaves its answers unread, reading paused", c.peer());
         // A timer of an earlier pause (the peer read a little, then stopped again) would check
         // this one too early.
         self.timers.cancel(c.id, TimerKind::OutputStall);

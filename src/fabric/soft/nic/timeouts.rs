@@ -1,5 +1,6 @@
 //! The NIC thread's timers as they fire: connect and handshake timeouts, the linger of a
-//! closing connection, RNR retries, and the check of a peer that leaves its answers unread.
+//! closing connection, RNR retries, the check of a peer that leaves its answers unread, and
+//! the waits of queue pairs connected by hand (for a stream, for a hello).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,13 +19,17 @@ impl Nic {
         let mut fired = false;
         while let Some((id, kind)) = self.timers.pop_due(now) {
             fired = true;
+            if kind == TimerKind::HelloTimeout {
+                self.hello_timed_out(id);
+                continue;
+            }
             let Some(c) = self.conn(id) else { continue };
             match kind {
                 TimerKind::ConnectTimeout => {
                     let mut st = c.st.lock();
                     if st.phase == Phase::Connecting {
                         st.fail_qp(WcStatus::WorkRequestFlushed);
-                        let detail = format!("no answer from {} within the connect timeout", c.peer);
+                        let detail = format!("no answer from {} within the connect timeout", c.peer());
                         self.close_with(&c, &mut st, Some(NicCmEvent::Unreachable { conn: id, detail }));
                     }
                 }
@@ -32,7 +37,7 @@ impl Nic {
                     // Only this thread moves a connection out of `Incoming`.
                     let mut rx = c.rx.lock();
                     if c.st.lock().phase == Phase::Incoming {
-                        tracing::debug!("soft NIC: no connect request from {} in time, closing", c.peer);
+                        tracing::debug!("soft NIC: no connect request from {} in time, closing", c.peer());
                         SoftCounters::bump(&self.device.counters.handshake_timeouts);
                         self.close_disconnected(&c, &mut rx);
                     }
@@ -45,6 +50,8 @@ impl Nic {
                 }
                 TimerKind::Rnr => self.rnr_retry(&c),
                 TimerKind::OutputStall => self.check_stall(&c),
+                TimerKind::TransportTimeout => self.transport_timeout(&c),
+                TimerKind::HelloTimeout => {}
             }
         }
         fired
@@ -64,7 +71,7 @@ impl Nic {
         }
         drop(st);
         SoftCounters::bump(&self.device.counters.output_stalls);
-        let why = format!("{} read none of its answers for {OUTPUT_STALL_TIMEOUT:?}", c.peer);
+        let why = format!("{} read none of its answers for {OUTPUT_STALL_TIMEOUT:?}", c.peer());
         self.broken(c, &mut rx, &why);
     }
 
