@@ -267,27 +267,23 @@ fn rc_ops_runs_as_server_and_client_processes() {
 }
 
 #[test]
-#[ignore = "until the soft provider's create_qp (#18) is merged: soft refuses to create queue pairs by hand"]
 fn rdma_write_over_a_tcp_bootstrap_lands_in_the_clients_buffer() {
     let stdout = check("rdma_write", &["--fabric", "soft", "--both", "--bootstrap", "tcp"], RDMA_WRITE_VERIFIED);
     assert!(stdout.contains("server: wrote 44 bytes"), "{stdout}");
 }
 
 #[test]
-#[ignore = "until the soft provider's create_qp (#18) is merged: soft refuses to create queue pairs by hand"]
 fn rc_ops_over_a_tcp_bootstrap_verifies_send_recv_read_and_write() {
     let stdout = check("rc_ops", &["--fabric", "soft", "--both", "-z", "8192", "--bootstrap", "tcp"], RC_OPS_VERIFIED);
     assert!(stdout.contains("server: all operations verified"), "{stdout}");
 }
 
 #[test]
-#[ignore = "until the soft provider's create_qp (#18) is merged: soft refuses to create queue pairs by hand"]
 fn rdma_write_over_a_tcp_bootstrap_runs_as_server_and_client_processes() {
     check_two_processes("rdma_write", &["--bootstrap", "tcp"], "server: wrote 44 bytes", RDMA_WRITE_VERIFIED);
 }
 
 #[test]
-#[ignore = "until the soft provider's create_qp (#18) is merged: soft refuses to create queue pairs by hand"]
 fn rc_ops_over_a_tcp_bootstrap_runs_as_server_and_client_processes() {
     let args = ["-z", "8192", "--bootstrap", "tcp"];
     check_two_processes("rc_ops", &args, "server: all operations verified", RC_OPS_VERIFIED);
