@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use rdma_pubsub::fabric::{
     Access, EventChannel, Fabric, InitAttr, Listener, PathMtu, QpEndpoint, QpInit, QueuePair, RtrAttr, RtsAttr,
+    MAX_24_BIT_FIELD,
 };
 
 use super::{err, wait_disconnected, Ready, RegionInfo, Res};
@@ -80,7 +81,7 @@ impl ConData {
         let rest = &b[RegionInfo::SIZE..];
         let word = |at: usize| u32::from_le_bytes([rest[at], rest[at + 1], rest[at + 2], rest[at + 3]]);
         let (qp_num, psn) = (word(0), word(4));
-        if qp_num > 0xff_ffff || psn > 0xff_ffff {
+        if qp_num > MAX_24_BIT_FIELD || psn > MAX_24_BIT_FIELD {
             return Err(err(format!("the peer's QP number {qp_num:#x} or PSN {psn:#x} exceeds 24 bits")));
         }
         let mut gid = [0u8; 16];

@@ -153,29 +153,15 @@ impl QpTransition {
         if !legal {
             return Err(Error::InvalidTransition { from, to: self.target() });
         }
-        let out_of_range = |what: &str, value: u64, range: &str| {
-            Err(Error::invalid(VERB, format!("{what} {value} is not in {range}")))
-        };
         match self {
-            QpTransition::Init(a) if a.port == 0 => out_of_range("port", 0, "1.."),
+            QpTransition::Init(a) => check_range(VERB, "port", a.port.into(), 1, u8::MAX.into(), ""),
             QpTransition::ReadyToReceive(a) => {
                 // The peer's endpoint came over a side channel: its numbers are 24-bit fields.
-                if a.remote.qp_num > MAX_24_BIT {
-                    return out_of_range("remote qp_num", a.remote.qp_num.into(), "0..=0xffffff");
-                }
-                if a.remote.psn > MAX_24_BIT {
-                    return out_of_range("remote psn", a.remote.psn.into(), "0..=0xffffff");
-                }
-                if a.max_dest_rd_atomic == 0 || a.max_dest_rd_atomic > max_qp_rd_atom {
-                    return out_of_range(
-                        "max_dest_rd_atomic",
-                        a.max_dest_rd_atomic.into(),
-                        &format!("1..={max_qp_rd_atom} (the device's limit)"),
-                    );
-                }
-                if a.min_rnr_timer > MAX_MIN_RNR_TIMER {
-                    return out_of_range("min_rnr_timer (µs)", a.min_rnr_timer.as_micros() as u64, "0..=491520");
-                }
+                check_range(VERB, "remote qp_num", a.remote.qp_num.into(), 0, MAX_24_BIT_FIELD.into(), "")?;
+                check_range(VERB, "remote psn", a.remote.psn.into(), 0, MAX_24_BIT_FIELD.into(), "")?;
+                check_rd_atomic(VERB, "max_dest_rd_atomic", a.max_dest_rd_atomic, max_qp_rd_atom)?;
+                let micros = u64::try_from(a.min_rnr_timer.as_micros()).unwrap_or(u64::MAX);
+                check_range(VERB, "min_rnr_timer (µs)", micros, 0, MAX_MIN_RNR_TIMER.as_micros() as u64, "")?;
                 if a.path_mtu > a.remote.mtu {
                     return Err(Error::invalid(
                         VERB,
@@ -185,31 +171,40 @@ impl QpTransition {
                 Ok(())
             }
             QpTransition::ReadyToSend(a) => {
-                if a.timeout > 31 {
-                    return out_of_range("timeout", a.timeout.into(), "0..=31");
-                }
-                if a.retry_count > 7 {
-                    return out_of_range("retry_count", a.retry_count.into(), "0..=7");
-                }
-                if a.rnr_retry > RNR_RETRY_INFINITE {
-                    return out_of_range("rnr_retry", a.rnr_retry.into(), "0..=7");
-                }
-                if a.max_rd_atomic == 0 || a.max_rd_atomic > max_qp_init_rd_atom {
-                    return out_of_range(
-                        "max_rd_atomic",
-                        a.max_rd_atomic.into(),
-                        &format!("1..={max_qp_init_rd_atom} (the device's limit)"),
-                    );
-                }
-                Ok(())
+                check_range(VERB, "timeout", a.timeout.into(), 0, 31, "")?;
+                check_range(VERB, "retry_count", a.retry_count.into(), 0, 7, "")?;
+                check_rnr_retry(VERB, a.rnr_retry)?;
+                check_rd_atomic(VERB, "max_rd_atomic", a.max_rd_atomic, max_qp_init_rd_atom)
             }
-            _ => Ok(()),
+            QpTransition::Error => Ok(()),
         }
     }
 }
 
-/// The largest queue pair number and packet sequence number (24-bit fields).
-const MAX_24_BIT: u32 = 0xff_ffff;
+/// `Ok` when `value` is in `min..=max`; else [`Error::InvalidArgument`] of `verb` naming
+/// `what`, the value and the range, followed by `why` (what the maximum is).
+fn check_range(verb: &'static str, what: &str, value: u64, min: u64, max: u64, why: &str) -> Result<()> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(Error::invalid(verb, format!("{what} {value} is not in {min}..={max}{why}")))
+}
+
+/// Checks a READ depth of a queue pair (`max_rd_atomic` or `max_dest_rd_atomic`, the CM's
+/// initiator depth or responder resources) against the device's limit `max`: 1..=max, so
+/// READs can flow.
+pub(crate) fn check_rd_atomic(verb: &'static str, what: &str, value: u8, max: u8) -> Result<()> {
+    check_range(verb, what, value.into(), 1, max.into(), " (the device's limit)")
+}
+
+/// Checks an RNR retry count: 0..=7, 7 retrying forever.
+pub(crate) fn check_rnr_retry(verb: &'static str, value: u8) -> Result<()> {
+    check_range(verb, "rnr_retry", value.into(), 0, RNR_RETRY_INFINITE.into(), "")
+}
+
+/// The largest queue pair number and packet sequence number: both are 24-bit fields, as on
+/// InfiniBand and RoCE.
+pub const MAX_24_BIT_FIELD: u32 = 0xff_ffff;
 
 /// The longest `min_rnr_timer` verbs can express.
 pub const MAX_MIN_RNR_TIMER: Duration = Duration::from_micros(491_520);

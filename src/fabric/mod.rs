@@ -32,7 +32,9 @@ mod work_request;
 
 #[cfg(feature = "async")]
 pub use async_cq::AsyncNotifier;
-pub use bootstrap::{InitAttr, PathMtu, QpEndpoint, QpState, QpTransition, RtrAttr, RtsAttr, MAX_MIN_RNR_TIMER};
+pub use bootstrap::{
+    InitAttr, PathMtu, QpEndpoint, QpState, QpTransition, RtrAttr, RtsAttr, MAX_24_BIT_FIELD, MAX_MIN_RNR_TIMER,
+};
 pub use cm_event::{CmEventOf, ConnectionEvent};
 pub use config::{FabricConfig, SoftOptions};
 pub use error::{Error, Result};

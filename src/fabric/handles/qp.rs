@@ -8,11 +8,13 @@ use super::cq::CompletionQueue;
 use super::device::Fabric;
 use super::device::ProtectionDomain;
 use super::srq::SharedReceiveQueue;
-use crate::fabric::bootstrap::{InitAttr, QpEndpoint, QpState, QpTransition, RtrAttr, RtsAttr};
+use crate::fabric::bootstrap::{
+    check_rd_atomic, check_rnr_retry, InitAttr, QpEndpoint, QpState, QpTransition, RtrAttr, RtsAttr,
+};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::{QpInitAttr, QpOps};
 use crate::fabric::region::{check_sges, Sge};
-use crate::fabric::types::{ConnId, DataPath, DeviceAttributes, QpCaps, DEFAULT_RD_ATOMIC, RNR_RETRY_INFINITE};
+use crate::fabric::types::{ConnId, DataPath, DeviceAttributes, QpCaps, DEFAULT_RD_ATOMIC};
 use crate::fabric::work_request::SendRequest;
 
 /// How to create a queue pair.
@@ -76,9 +78,7 @@ impl<'a> QpInit<'a> {
                 format!("SGE counts {}/{} exceed the device limit {}", c.max_send_sge, c.max_recv_sge, attrs.max_sge),
             ));
         }
-        if self.rnr_retry > RNR_RETRY_INFINITE {
-            return Err(Error::invalid(verb, format!("rnr_retry {} is not in 0..=7", self.rnr_retry)));
-        }
+        check_rnr_retry(verb, self.rnr_retry)?;
         check_rd_atomic(verb, "initiator_depth", self.initiator_depth, attrs.max_qp_init_rd_atom)?;
         check_rd_atomic(verb, "responder_resources", self.responder_resources, attrs.max_qp_rd_atom)?;
         Ok(QpInitAttr {
@@ -93,14 +93,6 @@ impl<'a> QpInit<'a> {
             responder_resources: self.responder_resources,
         })
     }
-}
-
-/// Checks a READ depth of a queue pair against the device's limit (and that READs can flow).
-fn check_rd_atomic(verb: &'static str, what: &str, value: u8, max: u8) -> Result<()> {
-    if value == 0 || value > max {
-        return Err(Error::invalid(verb, format!("{what} {value} is not in 1..={max} (the device's limit)")));
-    }
-    Ok(())
 }
 
 /// A reliable-connected queue pair. Dropping it disconnects and destroys it.

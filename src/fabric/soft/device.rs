@@ -117,7 +117,7 @@ impl DeviceState {
 
     /// A fresh queue pair number (24 bits, as on InfiniBand).
     pub(crate) fn next_qpn(&self) -> u32 {
-        self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xFF_FFFF
+        self.next_qpn.fetch_add(1, Ordering::Relaxed) & crate::fabric::bootstrap::MAX_24_BIT_FIELD
     }
 
     /// Hands a command to the NIC thread and wakes it.

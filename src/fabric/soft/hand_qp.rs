@@ -23,10 +23,11 @@ use super::conn::{
 };
 use super::connections::{Connections, DataPort};
 use super::device::{DeviceState, NicCommand};
-use super::hello::{Hello, MAX_24_BITS};
+use super::hello::Hello;
 use super::hello_streams::DATA_PORT_TOKEN;
 use super::timers::TimerKind;
 use super::wire::{CmParams, FrameType, Header, HELLO_LEN};
+use crate::fabric::bootstrap::MAX_24_BIT_FIELD;
 use crate::fabric::bootstrap::{InitAttr, PathMtu, QpEndpoint, QpState as IbvState, QpTransition, RtrAttr, RtsAttr};
 use crate::fabric::error::{Error, Result};
 use crate::fabric::provider::QpInitAttr;
@@ -41,7 +42,7 @@ const VERB: &str = "modify_qp";
 pub(crate) fn create(device: &Arc<DeviceState>, conns: &Connections, init: &QpInitAttr) -> Result<Arc<Conn>> {
     let port = data_port(device, conns)?;
     let mut qp = QpState::of(init, device, "create_qp")?;
-    let psn = rand::rng().random_range(0..=MAX_24_BITS);
+    let psn = rand::rng().random_range(0..=MAX_24_BIT_FIELD);
     qp.next_psn = psn;
     let local =
         QpEndpoint { qp_num: qp.qp_num, psn, port: 1, lid: port.port(), gid: gid_of(port.ip()), mtu: PathMtu::Mtu4096 };

@@ -8,8 +8,7 @@
 use super::wire::HELLO_LEN;
 use crate::fabric::bootstrap::QpEndpoint;
 
-/// The largest queue pair number and PSN (24 bits, as on InfiniBand).
-pub(crate) const MAX_24_BITS: u32 = 0xFF_FFFF;
+use crate::fabric::bootstrap::MAX_24_BIT_FIELD;
 
 /// A hello. Layout (little-endian, [`HELLO_LEN`] bytes): `qp_num u32 | psn u32 | lid u16 |
 /// port u8 | reserved u8 | target_qp_num u32 | target_psn u32 | reserved u32`, reserved bytes
@@ -68,7 +67,7 @@ impl Hello {
             target_qp_num: word(12),
             target_psn: word(16),
         };
-        let in_range = [h.qp_num, h.psn, h.target_qp_num, h.target_psn].iter().all(|&v| v <= MAX_24_BITS);
+        let in_range = [h.qp_num, h.psn, h.target_qp_num, h.target_psn].iter().all(|&v| v <= MAX_24_BIT_FIELD);
         let reserved_zero = b[11] == 0 && word(20) == 0;
         (in_range && reserved_zero && h.port != 0).then_some(h)
     }
@@ -85,11 +84,11 @@ mod tests {
 
     #[test]
     fn a_hello_round_trips_and_names_sender_and_target() {
-        let (a, b) = (endpoint(0x12_3456, MAX_24_BITS, 40_000), endpoint(0x100, 0, 1));
+        let (a, b) = (endpoint(0x12_3456, MAX_24_BIT_FIELD, 40_000), endpoint(0x100, 0, 1));
         let h = Hello::between(&a, &b);
         assert_eq!(
             (h.qp_num, h.psn, h.lid, h.port, h.target_qp_num, h.target_psn),
-            (0x12_3456, MAX_24_BITS, 40_000, 1, 0x100, 0)
+            (0x12_3456, MAX_24_BIT_FIELD, 40_000, 1, 0x100, 0)
         );
         assert_eq!(Hello::decode(&h.encode()), Some(h));
         assert_ne!(Hello::between(&b, &a), h, "the answer is another hello");
@@ -99,7 +98,7 @@ mod tests {
     fn a_hello_out_of_bounds_or_of_another_length_is_refused() {
         let good = Hello::between(&endpoint(7, 8, 9), &endpoint(10, 11, 12)).encode();
         assert!(Hello::decode(&good).is_some());
-        let over = (MAX_24_BITS + 1).to_le_bytes();
+        let over = (MAX_24_BIT_FIELD + 1).to_le_bytes();
         // Each 24-bit field over its bound, the port 0, each reserved byte set.
         let mut bad: Vec<[u8; HELLO_LEN]> = [0, 4, 12, 16]
             .iter()

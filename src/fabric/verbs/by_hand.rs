@@ -14,13 +14,10 @@ use super::device::Device;
 use super::gid::{choose_roce_v2, ip_of, sysfs_table, SYSFS_INFINIBAND};
 use super::qp_attr::{modify_attr, path_mtu_of, qp_state_of, LocalPath};
 use crate::fabric::provider::ConnId;
-use crate::fabric::{Error, PathMtu, QpEndpoint, QpState, QpTransition, Result};
+use crate::fabric::{Error, PathMtu, QpEndpoint, QpState, QpTransition, Result, MAX_24_BIT_FIELD};
 
 /// `ibv_port_attr::link_layer` of an Ethernet (RoCE) port.
 const LINK_LAYER_ETHERNET: u8 = 2;
-
-/// The largest packet sequence number (PSNs are 24 bits).
-const PSN_MASK: u32 = 0xff_ffff;
 
 /// A device port as a queue pair connected by hand uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +103,7 @@ pub(super) struct HandLink {
 impl HandLink {
     /// The link of queue pair `qp_num` on `port`, connection `conn`, with a random first PSN.
     pub(super) fn new(conn: ConnId, qp_num: u32, port: PortInfo) -> HandLink {
-        let psn = rand::random::<u32>() & PSN_MASK;
+        let psn = rand::random::<u32>() & MAX_24_BIT_FIELD;
         HandLink {
             ctx: IdCtx::new(conn, true, 0),
             endpoint: QpEndpoint { qp_num, psn, port: port.port, lid: port.lid, gid: port.gid, mtu: port.mtu },
@@ -238,7 +235,7 @@ mod tests {
         let link = HandLink::new(7, 0x42, PORT);
         let ep = link.endpoint();
         assert_eq!((ep.qp_num, ep.port, ep.lid, ep.gid, ep.mtu), (0x42, 1, 0, PORT.gid, PathMtu::Mtu1024));
-        assert!(ep.psn <= PSN_MASK);
+        assert!(ep.psn <= MAX_24_BIT_FIELD);
         assert_eq!(link.path, LocalPath { port: 1, gid_index: 3, psn: ep.psn });
         assert_eq!(link.local_addr(), SocketAddr::from(([10, 0, 2, 15], 0)));
         assert_eq!((link.ctx().conn, *link.ctx().state.read()), (7, ConnState::Connecting));
