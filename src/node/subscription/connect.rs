@@ -1,7 +1,7 @@
 //! Connecting to publishers and following their connections: explicit and discovery-driven
 //! connects, CM events, activating a feed from the accept private data, closing feeds.
 
-use super::events::{SubscriptionEvent, MAX_UNDELIVERABLE};
+use super::events::SubscriptionEvent;
 use super::feed::{ActiveFeed, Feed, Idle, FLUSH_GRACE, RECV_SLOTS, SLOT};
 use super::feed_channel::{FeedEvent, OpenedFeed};
 use super::message::PublisherInfo;
@@ -391,9 +391,6 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         match (&e, publisher) {
             (Error::Ring(RingError::MessageTooLarge { len, max }), Some(publisher)) => {
                 self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *max });
-                if self.undeliverable.len() >= MAX_UNDELIVERABLE {
-                    self.undeliverable.pop_front();
-                }
                 self.undeliverable.push_back(Error::MessageTooLarge { len: *len, limit: *max });
             }
             (Error::Ring(RingError::RecordTooLarge { len, max, .. }), _) => {

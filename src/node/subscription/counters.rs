@@ -46,7 +46,8 @@ crate::counters::counter_set! {
         /// ring's largest record needs.
         read_buffer_bytes: Gauge, Bytes;
         /// Events dropped, oldest first, because the application left more than
-        /// [`MAX_EVENTS`](super::MAX_EVENTS) untaken.
+        /// [`MAX_EVENTS`](super::MAX_EVENTS) untaken (and errors about undeliverable messages
+        /// beyond the 16 held for `recv`, whose events still name them).
         events_dropped: Total, Events;
     }
 }

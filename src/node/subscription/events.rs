@@ -1,7 +1,8 @@
-//! What happens to a subscription's connections ([`SubscriptionEvent`]), and the events it
-//! holds for its application until `try_event` takes them: at most [`MAX_EVENTS`]; past that
-//! the oldest is dropped and counted (`events_dropped`), so an application that never looks
-//! at events does not let peers grow its memory.
+//! What happens to a subscription's connections ([`SubscriptionEvent`]), and what it holds
+//! for its application in bounded queues (`HeldQueue`): the events until `try_event` takes
+//! them (at most [`MAX_EVENTS`]) and the errors about undeliverable messages until `recv`
+//! returns them (at most `MAX_UNDELIVERABLE`); past that the oldest is dropped and counted
+//! (`events_dropped`), so an application that never looks does not let peers grow its memory.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -117,36 +118,42 @@ pub const MAX_EVENTS: usize = 1024;
 /// dropped: the events still name each).
 pub(super) const MAX_UNDELIVERABLE: usize = 16;
 
-/// A bounded queue of [`SubscriptionEvent`]s, oldest first.
-pub(super) struct EventQueue {
-    events: VecDeque<SubscriptionEvent>,
+/// What a subscription holds for its application, oldest first, at most `cap` items: when
+/// full, the oldest is dropped and counted (`events_dropped`), so an application that never
+/// takes them does not let peers grow its memory.
+pub(super) struct HeldQueue<T> {
+    items: VecDeque<T>,
+    cap: usize,
     counters: Arc<SubscriptionCounters>,
 }
 
-impl EventQueue {
-    /// An empty queue counting what it drops in `counters`.
-    pub(super) fn new(counters: Arc<SubscriptionCounters>) -> EventQueue {
-        EventQueue { events: VecDeque::new(), counters }
+/// The events held for `try_event` (at most [`MAX_EVENTS`]).
+pub(super) type EventQueue = HeldQueue<SubscriptionEvent>;
+
+impl<T> HeldQueue<T> {
+    /// An empty queue of at most `cap` items, counting what it drops in `counters`.
+    pub(super) fn new(cap: usize, counters: Arc<SubscriptionCounters>) -> HeldQueue<T> {
+        HeldQueue { items: VecDeque::new(), cap, counters }
     }
 
-    /// Adds `event` last; when the queue is full, drops (and counts) the oldest first.
-    pub(super) fn push_back(&mut self, event: SubscriptionEvent) {
-        if self.events.len() >= MAX_EVENTS {
-            self.events.pop_front();
+    /// Adds `item` last; when the queue is full, drops (and counts) the oldest first.
+    pub(super) fn push_back(&mut self, item: T) {
+        if self.items.len() >= self.cap {
+            self.items.pop_front();
             self.counters.events_dropped.fetch_add(1, Ordering::Relaxed);
         }
-        self.events.push_back(event);
+        self.items.push_back(item);
     }
 
-    /// Takes the oldest event.
-    pub(super) fn pop_front(&mut self) -> Option<SubscriptionEvent> {
-        self.events.pop_front()
+    /// Takes the oldest item.
+    pub(super) fn pop_front(&mut self) -> Option<T> {
+        self.items.pop_front()
     }
 
-    /// Takes the oldest event for which `wanted` holds, leaving the others in order.
-    pub(super) fn take_first(&mut self, wanted: impl FnMut(&SubscriptionEvent) -> bool) -> Option<SubscriptionEvent> {
-        let at = self.events.iter().position(wanted)?;
-        self.events.remove(at)
+    /// Takes the oldest item for which `wanted` holds, leaving the others in order.
+    pub(super) fn take_first(&mut self, wanted: impl FnMut(&T) -> bool) -> Option<T> {
+        let at = self.items.iter().position(wanted)?;
+        self.items.remove(at)
     }
 }
 
@@ -170,7 +177,7 @@ mod tests {
     #[test]
     fn a_full_queue_drops_and_counts_the_oldest() {
         let counters = Arc::new(SubscriptionCounters::default());
-        let mut q = EventQueue::new(counters.clone());
+        let mut q = EventQueue::new(MAX_EVENTS, counters.clone());
         for i in 0..MAX_EVENTS as u64 + 10 {
             q.push_back(event(i));
         }
@@ -181,7 +188,7 @@ mod tests {
 
     #[test]
     fn take_first_takes_the_oldest_match_and_keeps_the_order_of_the_rest() {
-        let mut q = EventQueue::new(Arc::default());
+        let mut q = EventQueue::new(MAX_EVENTS, Arc::default());
         for i in 0..5 {
             q.push_back(event(i));
         }

@@ -9,7 +9,7 @@
 //! (publisher id, epoch, seq): a reconnection to an epoch already read starts at the earliest
 //! retained message and skips what was delivered.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ use super::message_type::MessageType;
 use super::shared::NodeShared;
 use super::topic::check_topic;
 use connector::Connector;
-use events::EventQueue;
+use events::{EventQueue, HeldQueue, MAX_UNDELIVERABLE};
 use feed::{Feed, PollPermit};
 use feed_channel::{EventWaker, FeedEvent, FeedSender};
 
@@ -84,7 +84,7 @@ pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     user_events: EventQueue,
     /// Messages of failed feeds the application is told about through `recv` (at most
     /// [`MAX_UNDELIVERABLE`](events::MAX_UNDELIVERABLE); the events name them all).
-    undeliverable: VecDeque<Error>,
+    undeliverable: HeldQueue<Error>,
     cursor: usize,
     ever_connected: bool,
     /// Holds a reassembled message lent by `recv_ref`.
@@ -136,8 +136,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             by_conn: HashMap::new(),
             next_gen: 1,
             events_rx,
-            user_events: EventQueue::new(counters.clone()),
-            undeliverable: VecDeque::new(),
+            user_events: EventQueue::new(MAX_EVENTS, counters.clone()),
+            undeliverable: HeldQueue::new(MAX_UNDELIVERABLE, counters.clone()),
             cursor: 0,
             ever_connected: false,
             stash: Vec::new(),
