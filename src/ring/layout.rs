@@ -275,9 +275,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn header_roundtrip_and_crc_covers_everything() {
-        let h = RecordHeader {
+    /// A header with every field distinct: a whole message of 7 bytes at a high position.
+    fn sample_header() -> RecordHeader {
+        RecordHeader {
             position: 0x0102_0304_0506_0708,
             seq: 42,
             len: 7,
@@ -285,7 +285,12 @@ mod tests {
             reserved: 0,
             total_len: 7,
             crc: 0xdead_beef,
-        };
+        }
+    }
+
+    #[test]
+    fn header_roundtrip_and_crc_covers_everything() {
+        let h = sample_header();
         assert_eq!(RecordHeader::decode(&h.encode()), Some(h));
         assert_eq!(RecordHeader::decode(&[0; 31]), None);
         for checksum in Checksum::ALL {
@@ -299,15 +304,7 @@ mod tests {
     #[test]
     fn the_record_header_and_control_block_keep_their_golden_layout() {
         assert_eq!(LAYOUT_VERSION, 1, "the layout version changed: renew the golden bytes below");
-        let h = RecordHeader {
-            position: 0x0102_0304_0506_0708,
-            seq: 42,
-            len: 7,
-            flags: FLAG_FIRST | FLAG_LAST,
-            reserved: 0,
-            total_len: 9,
-            crc: 0xdead_beef,
-        };
+        let h = RecordHeader { total_len: 9, ..sample_header() };
         let golden: [u8; HEADER_LEN] = [
             8, 7, 6, 5, 4, 3, 2, 1, // position
             42, 0, 0, 0, 0, 0, 0, 0, // seq
