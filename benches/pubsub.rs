@@ -33,7 +33,7 @@
 
 #[path = "../demo/src/placement.rs"]
 mod placement;
-#[path = "common/read_pair.rs"]
+#[path = "../fabric/benches/common/read_pair.rs"]
 mod read_pair;
 
 use std::collections::BTreeMap;

@@ -27,7 +27,7 @@ VM=${RXE_VM_SH:-$(cd .. && pwd)/shared/rxe-vm/rxe-vm.sh}
 [ -x "$VM" ] || { echo "verbs-perf: $VM not found (set RXE_VM_SH)" >&2; exit 2; }
 
 echo "== building pubsub-demo (release, verbs)"
-cargo build --release --features verbs --bin pubsub-demo
+cargo build --release -p pubsub-demo --features verbs --bin pubsub-demo
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 target_dir=$(cd "$target_dir" && pwd)
 bin=$target_dir/release/pubsub-demo

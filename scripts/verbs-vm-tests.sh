@@ -2,13 +2,13 @@
 # Builds the verbs test binaries on the host and runs them for real inside the Soft-RoCE
 # guest (../shared/rxe-vm), all in one boot. Fails when any of them fails (or the guest does).
 #
-# - TARGETS: integration tests whose verbs cases are #[ignore]d (they need a device): run with
-#   `--ignored --test-threads=1` (fabric_conformance instantiates its suite for soft and for
-#   verbs; --ignored selects the verbs half).
-# - GENERIC_TARGETS: provider-generic tests (tests/pubsub.rs), run normally with
+# - TARGETS: the fabric crate's integration tests whose verbs cases are #[ignore]d (they need a
+#   device): run with `--ignored --test-threads=1` (fabric_conformance instantiates its suite
+#   for soft and for verbs; --ignored selects the verbs half).
+# - GENERIC_TARGETS: the pub/sub crate's provider-generic tests (tests/pubsub.rs), run normally with
 #   RDMA_PUBSUB_TEST_FABRIC=verbs, RXE_IP from the guest and RDMA_PUBSUB_TEST_SCALE (bulk
 #   message counts divided by it: the guest is emulated, about 100x slower).
-# - the library's own verbs unit tests (LIB_FILTER), their "device present" branches included.
+# - the fabric crate's own verbs unit tests (LIB_FILTER), their "device present" branches included.
 # - the connected examples rc_ops and rdma_write (EXAMPLES), by RDMA-CM and by hand over TCP, in
 #   one process and as two (scripts/verbs-vm-examples.sh).
 #
@@ -29,8 +29,8 @@ GENERIC_TARGETS=(pubsub discovery)
 # Soft-only tests of the generic targets (fault injection, raw UDP on the group, unicast peers).
 DISCOVERY_SKIP="--skip junk_datagrams --skip a_silent_publisher --skip unicast_peers --skip discovery_survives --skip an_announcement_of_another_domain --skip unicast_to_the_group_port"
 SCALE=${VERBS_PUBSUB_SCALE:-100}
-# The library's own verbs unit tests run too (the "device present" branches), filtered to:
-LIB_FILTER=fabric::verbs::
+# The fabric crate's own verbs unit tests run too (the "device present" branches), filtered to:
+LIB_FILTER=verbs::
 # The examples run in the guest (by scripts/verbs-vm-examples.sh); empty when not selected.
 EXAMPLES=(rc_ops rdma_write)
 
@@ -52,18 +52,26 @@ is_generic() { case " ${GENERIC_TARGETS[*]:-} " in *" $1 "*) return 0 ;; *) retu
 VM=${RXE_VM_SH:-$(cd .. && pwd)/shared/rxe-vm/rxe-vm.sh}
 [ -x "$VM" ] || { echo "verbs-vm-tests: $VM not found (set RXE_VM_SH)" >&2; exit 2; }
 
-args=(--lib)
-for t in "${TARGETS[@]}" "${GENERIC_TARGETS[@]}"; do
+fabric_args=(--lib)
+for t in "${TARGETS[@]}"; do
+  [ -f "fabric/tests/$t.rs" ] || { echo "verbs-vm-tests: fabric/tests/$t.rs does not exist" >&2; exit 2; }
+  fabric_args+=(--test "$t")
+done
+pubsub_args=()
+for t in "${GENERIC_TARGETS[@]}"; do
   [ -f "tests/$t.rs" ] || { echo "verbs-vm-tests: tests/$t.rs does not exist" >&2; exit 2; }
-  args+=(--test "$t")
+  pubsub_args+=(--test "$t")
 done
 
 all_targets=("${TARGETS[@]}" "${GENERIC_TARGETS[@]}")
-echo "== building verbs test binaries (${all_targets[*]} + lib)"
-json=$(cargo test --release --features verbs "${args[@]}" --no-run --message-format=json)
+echo "== building verbs test binaries (${all_targets[*]} + the fabric's lib)"
+json=$(cargo test --release -p rdma-fabric --features verbs "${fabric_args[@]}" --no-run --message-format=json)
+if [ ${#pubsub_args[@]} -gt 0 ]; then
+  json+=$'\n'$(cargo test --release -p rdma-pubsub --features verbs "${pubsub_args[@]}" --no-run --message-format=json)
+fi
 if [ ${#EXAMPLES[@]} -gt 0 ]; then
   echo "== building the examples ${EXAMPLES[*]}"
-  cargo build --release --features verbs $(printf -- '--example %s ' "${EXAMPLES[@]}")
+  cargo build --release -p rdma-fabric --features verbs $(printf -- '--example %s ' "${EXAMPLES[@]}")
 fi
 
 # One "name executable" line per test binary (compiler-artifact messages with an executable).
@@ -73,7 +81,7 @@ bins=$(printf '%s\n' "$json" | grep '"reason":"compiler-artifact"' | grep -E '"p
 plan=()
 while read -r name exe; do
   [ -n "$name" ] || continue
-  if [ "$name" = rdma_pubsub ]; then
+  if [ "$name" = rdma_fabric ]; then
     plan+=("$exe --include-ignored --test-threads=1 $LIB_FILTER")
   elif is_generic "$name"; then
     # RXE_IP is set inside the guest; `env` reads it there.

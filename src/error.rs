@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 
 use crate::fabric;
-use crate::protocol::{ProtocolError, RejectCode};
-use crate::ring::RingError;
+use rdma_wire::protocol::{ProtocolError, RejectCode};
+use rdma_wire::ring::RingError;
 
 /// Result alias of the public API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -7,11 +7,10 @@
 //! (or unicast to listed peers) and subscriptions connect to them by themselves
 //! ([`DiscoveryOptions`]).
 //!
-//! Layers, bottom up: [`fabric`] (verbs-shaped transport with a soft and a verbs provider) →
-//! `ring` (record layout, producer, remote reader) → `protocol` (private data, control
-//! messages, announcements) → [`node`] (the embedded broker) → the API re-exported here.
-//! `ring` and `protocol` are internal: public only with the cargo feature `internals`, which
-//! is not a stable API (it is for the fuzz targets and the project's own tests).
+//! Layers, bottom up, each a crate: [`fabric`] (the crate `rdma-fabric`: a verbs-shaped
+//! transport with a soft and a verbs provider) → `rdma-wire` (ring layout, producer, remote
+//! reader; private data, control messages, announcements) → this crate (the node, its
+//! publishers, subscriptions, discovery and stats) → the API re-exported here.
 //!
 //! ```no_run
 //! use rdma_pubsub::{Node, Start};
@@ -28,30 +27,14 @@
 #![warn(missing_docs)]
 #![warn(clippy::missing_errors_doc)]
 
-/// Declares one item (with its doc comment and attributes) public with the cargo feature
-/// `internals` (not a stable API: for the fuzz targets and the project's own tests) and
-/// crate-private without it, as in `internal! { pub mod ring; }`. Items that only tests name
-/// are `#[cfg(any(test, feature = "internals"))]` instead, so that they are not dead code.
-macro_rules! internal {
-    ($(#[$meta:meta])* pub $($item:tt)*) => {
-        $(#[$meta])*
-        #[cfg(feature = "internals")]
-        pub $($item)*
-
-        $(#[$meta])*
-        #[cfg(not(feature = "internals"))]
-        pub(crate) $($item)*
-    };
-}
-
 pub mod counters;
 pub mod error;
-pub mod fabric;
 pub mod node;
-internal! { pub mod protocol; }
-internal! { pub mod ring; }
 pub mod stats;
-mod time;
+
+/// The fabric this crate runs on (the crate `rdma-fabric`): its configuration types are part
+/// of this API ([`fabric::FabricConfig`], [`fabric::SoftOptions`], [`fabric::SameHost`]).
+pub use rdma_fabric as fabric;
 
 pub use error::{Error, Result};
 pub use fabric::FabricKind;
@@ -62,8 +45,8 @@ pub use node::{
     NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, Start,
     SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
 };
-pub use protocol::{DropReason, PolicyKind, ProtocolError, RejectCode, Secret};
-pub use ring::{Checksum, RingError};
+pub use rdma_wire::protocol::{DropReason, PolicyKind, ProtocolError, RejectCode, Secret};
+pub use rdma_wire::ring::{Checksum, RingError};
 
 /// The README's usage example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::UdFaults;
 use rdma_pubsub::node::discovery::{DEFAULT_PORT, SECRET_FILE_ENV};
-use rdma_pubsub::protocol::{AnnounceKind, Announcement, Secret, TopicId, PROTOCOL_VERSION};
 use rdma_pubsub::{
     DiscoveryOptions, FabricKind, LostReason, Message, Node, Policy, Publisher, PublisherBuilder, Start, Subscription,
     SubscriptionEvent,
 };
+use rdma_wire::protocol::{AnnounceKind, Announcement, Secret, TopicId, PROTOCOL_VERSION};
 
 const WAIT: Duration = Duration::from_secs(20);
 

@@ -9,7 +9,7 @@
 //! publisher drops the dead connection and keeps publishing; nothing hangs: every wait is
 //! bounded.
 
-#[path = "common/child.rs"]
+#[path = "../fabric/tests/common/child.rs"]
 mod child;
 
 #[path = "common/nodes.rs"]

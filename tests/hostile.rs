@@ -5,12 +5,12 @@
 //! subscriber. Then ring bytes from a broken or malicious publisher: the reader never panics and
 //! never delivers a record whose checksum does not match (property tests).
 
-#[path = "common/isolate.rs"]
+#[path = "../fabric/tests/common/isolate.rs"]
 mod isolate;
 #[path = "common/nodes.rs"]
 mod nodes;
 #[allow(dead_code)]
-#[path = "common/resources.rs"]
+#[path = "../fabric/tests/common/resources.rs"]
 mod resources;
 
 // One file per kind of attack; they share the attacker and the helpers here.
@@ -36,12 +36,12 @@ use rdma_pubsub::fabric::{
     ProtectionDomain, QpInit, QueuePair, RegisteredBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use rdma_pubsub::protocol::{AcceptData, ConnectData, ConnectFlags, Control, PolicySet, StartAt, TopicId};
-use rdma_pubsub::ring::{
+use rdma_pubsub::{Error, Policy, Publisher, Start, Subscription};
+use rdma_wire::protocol::{AcceptData, ConnectData, ConnectFlags, Control, PolicySet, StartAt, TopicId};
+use rdma_wire::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
     RingReader, StartPoint, Stop, NO_LIMIT,
 };
-use rdma_pubsub::{Error, Policy, Publisher, Start, Subscription};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -330,7 +330,7 @@ fn message(seq: u64, len: usize) -> Vec<u8> {
 }
 
 /// Reads a ring region copy to its end as a subscriber would; returns the delivered messages.
-fn read_ring(region: &[u8], max_record_payload: usize) -> Result<Vec<(u64, Vec<u8>)>, rdma_pubsub::ring::RingError> {
+fn read_ring(region: &[u8], max_record_payload: usize) -> Result<Vec<(u64, Vec<u8>)>, rdma_wire::ring::RingError> {
     let capacity = 64 * 1024;
     let start = StartPoint { position: capacity as u64, seq: 1, first_seq: 1 };
     let config = ReaderConfig {

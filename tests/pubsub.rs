@@ -20,8 +20,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::{self, CmEvent, DataPath, FabricConfig, FabricKind, QpInit, SameHost};
-use rdma_pubsub::protocol::{ConnectData, ConnectFlags, PolicySet, RejectData, StartAt, TopicId, PROTOCOL_VERSION};
 use rdma_pubsub::{Checksum, DropReason, Error, Message, Node, Policy, RejectCode, Start, SubscriptionEvent};
+use rdma_wire::protocol::{ConnectData, ConnectFlags, PolicySet, RejectData, StartAt, TopicId, PROTOCOL_VERSION};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -46,7 +46,7 @@ fn bind_addr() -> SocketAddr {
 
 #[path = "common/nodes.rs"]
 mod nodes;
-#[path = "common/unused_addr.rs"]
+#[path = "../fabric/tests/common/unused_addr.rs"]
 mod unused_addr;
 
 use nodes::same_host_under_test as same_host;

@@ -7,7 +7,7 @@
 //! own topic names and, where discovery is on, its own discovery group port, so no test's
 //! subscriber can find another's publisher.
 
-#[path = "../../tests/common/unused_addr.rs"]
+#[path = "../../fabric/tests/common/unused_addr.rs"]
 mod unused_addr;
 
 use std::io::{BufRead, BufReader, Read};

@@ -14,15 +14,15 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rdma_pubsub::fabric::soft::wire::{CmParams, FrameType, Header, HEADER_LEN as WIRE_HEADER_LEN, HELLO_LEN};
-use rdma_pubsub::fabric::{
+use rdma_fabric::soft::wire::{CmParams, FrameType, Header, HEADER_LEN as WIRE_HEADER_LEN, HELLO_LEN};
+use rdma_fabric::{
     RegisteredBuffer, RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
-use rdma_pubsub::protocol::{
+use rdma_wire::protocol::{
     AcceptData, AnnounceKind, Announcement, ConnectData, ConnectFlags, Control, DropReason, PolicyKind, PolicySet,
     RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
 };
-use rdma_pubsub::ring::{
+use rdma_wire::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
     RingReader, StartPoint, Stop, NO_LIMIT,
 };
@@ -89,7 +89,7 @@ pub fn accept_data(data: &[u8]) -> bool {
 /// Reject private data.
 pub fn reject_data(data: &[u8]) -> bool {
     if let Ok(r) = RejectData::decode(data) {
-        assert!(r.detail.len() <= rdma_pubsub::protocol::MAX_REJECT_DETAIL);
+        assert!(r.detail.len() <= rdma_wire::protocol::MAX_REJECT_DETAIL);
         let bytes = r.encode().expect("a decoded reject data re-encodes");
         assert!(bytes.len() <= MAX_REJECT_PRIVATE_DATA);
         assert_eq!(RejectData::decode(&bytes).expect("re-decodes"), r);

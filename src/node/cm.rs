@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
-use crate::fabric::{CmEvent, ConnId, ConnectRequest, ConnectionEvent, Error as FabricError, Listener};
-use crate::protocol::{ConnectData, ProtocolError, RejectCode};
+use rdma_fabric::{CmEvent, ConnId, ConnectRequest, ConnectionEvent, Error as FabricError, Listener};
+use rdma_wire::protocol::{ConnectData, ProtocolError, RejectCode};
 
 use super::publisher::SERVICE_INTERVAL;
 use super::route::{LocalPublisher, Route};

@@ -1,6 +1,6 @@
 //! Who is who: a node's id and epoch, and the id of a publisher (a node and a topic).
 
-use crate::protocol::TopicId;
+use rdma_wire::protocol::TopicId;
 
 /// Identifies a node (random at start).
 pub type NodeId = u64;

@@ -55,8 +55,8 @@ use parking_lot::Mutex;
 
 use crate::error::Result;
 use crate::fabric::{self, Fabric, FabricConfig, FabricKind, SameHost, SoftOptions};
-use crate::protocol::{ReplayGuard, Secret};
 use crate::stats;
+use rdma_wire::protocol::{ReplayGuard, Secret};
 
 use identity::epoch_now;
 use shared::NodeShared;

@@ -6,8 +6,8 @@
 
 use std::sync::{Arc, Weak};
 
-use crate::fabric::{ConnId, ConnectRequest, ConnectionEvent};
-use crate::protocol::ConnectData;
+use rdma_fabric::{ConnId, ConnectRequest, ConnectionEvent};
+use rdma_wire::protocol::ConnectData;
 
 /// A publisher of this node, as the CM thread sees it.
 pub(crate) trait LocalPublisher: Send + Sync {

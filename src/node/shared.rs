@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::fabric::{ConnId, ConnectRequest, EventChannel, Fabric, ProtectionDomain};
-use crate::protocol::{RejectCode, RejectData, ReplayGuard, TopicId};
+use rdma_fabric::{ConnId, ConnectRequest, EventChannel, Fabric, ProtectionDomain};
+use rdma_wire::protocol::{RejectCode, RejectData, ReplayGuard, TopicId};
 
 use super::discovery::Directory;
 use super::identity::NodeId;

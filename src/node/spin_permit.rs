@@ -110,7 +110,7 @@ mod tests {
     /// an unpolled wait.
     #[test]
     fn a_same_host_trickle_is_read_at_once_not_paced() {
-        use crate::fabric::DataPath;
+        use rdma_fabric::DataPath;
         let _serial = SERIAL.lock();
         let (_nodes, publisher, mut sub) = connected("trickle");
         let held: Vec<SpinPermit> = std::iter::from_fn(SpinPermit::try_acquire).take(4096).collect();

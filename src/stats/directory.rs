@@ -132,9 +132,7 @@ fn stats_files(dir: &Path) -> std::io::Result<Vec<StatsFile>> {
     Ok(files)
 }
 
-internal! {
-    /// Whether process `pid` exists (on Linux, `/proc/<pid>` does).
-    pub fn process_alive(pid: u32) -> bool {
-        Path::new("/proc").join(pid.to_string()).exists()
-    }
+/// Whether process `pid` exists (on Linux, `/proc/<pid>` does).
+pub fn process_alive(pid: u32) -> bool {
+    Path::new("/proc").join(pid.to_string()).exists()
 }

@@ -55,20 +55,15 @@ mod snapshot;
 mod tests;
 mod writer;
 
-#[cfg(any(test, feature = "internals"))]
 pub use directory::process_alive;
 pub use directory::{default_dir, list, remove_dead, Found};
 pub use snapshot::{Kind, ParseError, Section, Snapshot, TopicTotals};
 pub(crate) use writer::Exporter;
 
-internal! {
-    /// The first line of a stats file, followed by the format version.
-    pub const MAGIC: &str = "rdma-pubsub-stats";
-}
-internal! {
-    /// The version of the format written.
-    pub const FORMAT_VERSION: u32 = 1;
-}
+/// The first line of a stats file, followed by the format version.
+pub const MAGIC: &str = "rdma-pubsub-stats";
+/// The version of the format written.
+pub const FORMAT_VERSION: u32 = 1;
 /// The environment variable that overrides the stats directory.
 pub const DIR_ENV: &str = "RDMA_PUBSUB_STATS_DIR";
 /// How often a node rewrites its stats file by default.

@@ -1,13 +1,9 @@
-//! Helpers shared by the integration tests: which provider a generic test runs against
-//! ([`provider`]), opened nodes, connected pairs and bounded waits ([`fabric`]), process resource
-//! counters ([`resources`]), running one test alone in a child process ([`isolate`]) and peers in
-//! processes to kill ([`child`]).
-//!
-//! Each test binary uses only part of it, hence `dead_code` is allowed here.
+//! Helpers shared by the integration tests. The process helpers are the fabric crate's own
+//! (running one test alone in a child process, process resource counters); nodes for
+//! explicit connections are this crate's.
 #![allow(dead_code)]
 
-pub mod child;
-pub mod fabric;
+#[path = "../../fabric/tests/common/isolate.rs"]
 pub mod isolate;
-pub mod provider;
+#[path = "../../fabric/tests/common/resources.rs"]
 pub mod resources;

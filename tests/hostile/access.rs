@@ -5,8 +5,8 @@
 use super::*;
 
 use rdma_pubsub::fabric::CmEvent as Cm;
-use rdma_pubsub::protocol::{RejectCode, RejectData, Secret, MAX_CLOCK_SKEW};
 use rdma_pubsub::stats::Kind;
+use rdma_wire::protocol::{RejectCode, RejectData, Secret, MAX_CLOCK_SKEW};
 
 fn credential() -> Secret {
     Secret::new(&b"the access tests' topic secret, 32+ bytes"[..]).unwrap()

@@ -7,8 +7,8 @@ use std::net::{Ipv4Addr, UdpSocket};
 use std::sync::atomic::AtomicU64;
 
 use rdma_pubsub::node::discovery::DiscoveryCounters;
-use rdma_pubsub::protocol::{AnnounceKind, Announcement, Secret, ANNOUNCE_TAG_LEN, SEALED_HEADER_LEN};
 use rdma_pubsub::{DiscoveryOptions, Node, PeerInfo};
+use rdma_wire::protocol::{AnnounceKind, Announcement, Secret, ANNOUNCE_TAG_LEN, SEALED_HEADER_LEN};
 
 /// The domain secret of the tests' nodes.
 fn secret() -> Secret {
@@ -106,8 +106,8 @@ const FLOOD_RSS_SLACK_KIB: u64 = 96 * 1024;
 #[test]
 fn a_discovery_flood_of_ids_parts_and_topics_stays_within_bounded_memory() {
     use rdma_pubsub::node::discovery::{MAX_PEERS, MAX_TOTAL_TOPICS};
-    use rdma_pubsub::protocol::{AnnounceKind, Announcement, ANNOUNCE_MTU};
     use rdma_pubsub::DiscoveryOptions;
+    use rdma_wire::protocol::{AnnounceKind, Announcement, ANNOUNCE_MTU};
     use std::net::{Ipv4Addr, UdpSocket};
 
     let path = "discovery::a_discovery_flood_of_ids_parts_and_topics_stays_within_bounded_memory";

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::limits::MAX_PEERS;
 use crate::node::identity::NodeId;
-use crate::protocol::{Announcement, OpenError, ProtocolError, Secret, TopicId};
+use rdma_wire::protocol::{Announcement, OpenError, ProtocolError, Secret, TopicId};
 
 /// How far a sealed announcement's sender clock may be from the receiver's, either way: older
 /// (or newer) datagrams are refused as stale. Nodes of a domain need clocks synchronised
@@ -197,7 +197,7 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::AnnounceKind;
+    use rdma_wire::protocol::AnnounceKind;
     use std::net::SocketAddr;
 
     #[test]

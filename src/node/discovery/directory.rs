@@ -16,7 +16,7 @@ use super::sighting::{LostReason, Present, Sighting};
 use super::watcher::Watcher;
 use crate::node::identity::NodeId;
 use crate::node::topic::check_topic;
-use crate::protocol::{AnnounceKind, Announcement, TopicId};
+use rdma_wire::protocol::{AnnounceKind, Announcement, TopicId};
 
 /// A node known to discovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,7 +371,7 @@ pub(crate) fn announcement_parts(
     kind: AnnounceKind,
     topics: &[(String, TopicId)],
     mtu: usize,
-) -> Result<Vec<Announcement>, crate::protocol::ProtocolError> {
+) -> Result<Vec<Announcement>, rdma_wire::protocol::ProtocolError> {
     Announcement::split(kind, dir.domain, dir.me, dir.epoch, dir.addr, topics, mtu)
 }
 

@@ -32,14 +32,10 @@ mod watcher;
 pub use counters::DiscoveryCounters;
 pub(crate) use directory::Directory;
 pub use directory::PeerInfo;
-internal! {
-    pub use limits::{MAX_PARTS, MAX_PEERS, MAX_PEER_TOPICS, MAX_TOTAL_TOPICS};
-}
-internal! {
-    pub use options::{DEFAULT_HEARTBEAT, DEFAULT_MISSED_HEARTBEATS};
-}
+pub use limits::{MAX_PARTS, MAX_PEERS, MAX_PEER_TOPICS, MAX_TOTAL_TOPICS};
 pub(crate) use options::secret_from_env;
 pub use options::{DiscoveryOptions, DEFAULT_GROUP, DEFAULT_PORT, SECRET_FILE_ENV};
+pub use options::{DEFAULT_HEARTBEAT, DEFAULT_MISSED_HEARTBEATS};
 pub use sighting::LostReason;
 pub(crate) use sighting::Sighting;
 pub(crate) use watch::{Lost, Watch};

@@ -4,7 +4,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
-use crate::protocol::Secret;
+use rdma_wire::protocol::Secret;
 
 /// The environment variable naming a file that holds the domain secret, read by
 /// [`crate::NodeBuilder::build`] when no secret is given (see [`DiscoveryOptions::secret`]).
@@ -14,14 +14,10 @@ pub const SECRET_FILE_ENV: &str = "RDMA_PUBSUB_DOMAIN_SECRET_FILE";
 pub const DEFAULT_GROUP: Ipv4Addr = Ipv4Addr::new(239, 255, 77, 77);
 /// Default UD port of announcements (soft: the UDP port; verbs: folded into the Q_Key).
 pub const DEFAULT_PORT: u16 = 7477;
-internal! {
-    /// Default heartbeat interval.
-    pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
-}
-internal! {
-    /// Default number of missed heartbeats after which a silent peer is considered gone.
-    pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
-}
+/// Default heartbeat interval.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_millis(200);
+/// Default number of missed heartbeats after which a silent peer is considered gone.
+pub const DEFAULT_MISSED_HEARTBEATS: u32 = 5;
 
 /// How a node discovers its peers (see [`crate::NodeBuilder::discovery`]): built from
 /// [`default`](Self::default) (multicast on [`DEFAULT_GROUP`]:[`DEFAULT_PORT`], domain 0,

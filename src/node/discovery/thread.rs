@@ -31,10 +31,10 @@ use rand::RngExt;
 use super::auth::{Gate, Refusal, Sealer};
 use super::directory::announcement_parts;
 use super::options::DiscoveryOptions;
-use crate::fabric::{Datagram, Error as FabricError, UdEndpoint};
 use crate::node::shared::{NodeShared, RECHECK_INTERVAL};
-use crate::protocol::wall_clock_ms;
-use crate::protocol::{AnnounceKind, Announcement, SEAL_OVERHEAD};
+use rdma_fabric::{Datagram, Error as FabricError, UdEndpoint};
+use rdma_wire::protocol::wall_clock_ms;
+use rdma_wire::protocol::{AnnounceKind, Announcement, SEAL_OVERHEAD};
 
 /// Receives the UD endpoint keeps posted (soft: sizes the socket buffers).
 const RECV_DEPTH: u32 = 256;
@@ -62,7 +62,7 @@ pub(crate) fn setup(node: &NodeShared, options: &DiscoveryOptions) -> crate::Res
     });
     // Unicast only: peers on other hosts list `interface:port`, so the node is heard there.
     let unicast_port = if options.multicast { 0 } else { options.domain_port() };
-    let init = crate::fabric::UdInit { interface, port: options.domain_port(), unicast_port, recv_depth: RECV_DEPTH };
+    let init = rdma_fabric::UdInit { interface, port: options.domain_port(), unicast_port, recv_depth: RECV_DEPTH };
     let ud = node.fabric.create_ud(&node.pd, &init)?;
     if options.multicast {
         ud.join(options.group)?;
@@ -224,7 +224,7 @@ impl Sender<'_> {
     }
 
     /// This node's announcement of `kind`, as datagrams within the MTU (sealed with a secret).
-    fn datagrams(&mut self, kind: AnnounceKind) -> Result<Vec<Vec<u8>>, crate::protocol::ProtocolError> {
+    fn datagrams(&mut self, kind: AnnounceKind) -> Result<Vec<Vec<u8>>, rdma_wire::protocol::ProtocolError> {
         let topics = if kind == AnnounceKind::Goodbye { Vec::new() } else { self.node.discovery.local_topics() };
         let overhead = if self.sealer.is_some() { SEAL_OVERHEAD } else { 0 };
         let parts = announcement_parts(&self.node.discovery, kind, &topics, self.ud.mtu().saturating_sub(overhead))?;

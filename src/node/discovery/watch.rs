@@ -11,7 +11,7 @@ use crossbeam::channel::Receiver;
 use super::directory::Directory;
 use super::sighting::{LostReason, Sighting};
 use crate::node::identity::NodeId;
-use crate::protocol::TopicId;
+use rdma_wire::protocol::TopicId;
 
 /// First retry delay after a failed or closed connection to a node still announced.
 const RETRY_MIN: Duration = Duration::from_millis(500);
@@ -137,7 +137,7 @@ mod tests {
     use super::super::directory::tests::{directory, from, hello, topics};
     use super::super::watcher::WATCH_QUEUE;
     use super::*;
-    use crate::protocol::{AnnounceKind, Announcement};
+    use rdma_wire::protocol::{AnnounceKind, Announcement};
 
     /// A subscription that does not drain its sightings while peers come and go by the
     /// thousand: its channel stays bounded, and once it drains, it catches up with what is

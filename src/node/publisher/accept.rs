@@ -8,11 +8,11 @@ use std::sync::{Arc, Weak};
 
 use super::liveness::Liveness;
 use super::state::{PublisherShared, SubConn, RECVS_PER_SUBSCRIBER, SLOT};
-use crate::fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
 use crate::node::ack_clock::AckClock;
 use crate::node::route::{LocalPublisher, Route};
 use crate::node::wr_id::{WrId, WrKind};
-use crate::protocol::{wall_clock_ms, AcceptData, ConnectData, CredentialError, RejectCode, StartAt};
+use rdma_fabric::{ConnId, ConnectRequest, QpCaps, QpInit, RNR_RETRY_INFINITE};
+use rdma_wire::protocol::{wall_clock_ms, AcceptData, ConnectData, CredentialError, RejectCode, StartAt};
 
 impl PublisherShared {
     /// CM thread: a subscriber asks to connect. Its credential is checked first: nothing of

@@ -8,8 +8,8 @@ use super::{Policy, Publisher, PublisherOptions};
 use crate::error::Result;
 use crate::node::message_type::MessageType;
 use crate::node::shared::NodeShared;
-use crate::protocol::Secret;
-use crate::ring::Checksum;
+use rdma_wire::protocol::Secret;
+use rdma_wire::ring::Checksum;
 
 /// Configures and creates a [`Publisher`] of one topic; from [`Node::publisher`](crate::Node::publisher).
 ///

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use super::liveness::SENDS_PER_SUBSCRIBER;
 use super::state::{PubState, PublisherShared, RECVS_PER_SUBSCRIBER, SLOT};
 use crate::error::{Error, Result};
-use crate::fabric::{SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion};
 use crate::node::wr_id::{WrId, WrKind};
-use crate::protocol::{Control, DropReason, CONTROL_MSG_MAX};
+use rdma_fabric::{SendOp, SendRequest, WcOpcode, WcStatus, WorkCompletion};
+use rdma_wire::protocol::{Control, DropReason, CONTROL_MSG_MAX};
 
 /// Completions taken from the CQ per poll.
 const POLL_BATCH: usize = 32;
@@ -270,8 +270,10 @@ impl PublisherShared {
                 st.subs[key].asked_for = tail;
             }
         }
-        let drops: Vec<(usize, DropReason)> =
-            idle.iter().map(|&(key, quiet)| (key, DropReason::Idle { millis: crate::time::millis(quiet) })).collect();
+        let drops: Vec<(usize, DropReason)> = idle
+            .iter()
+            .map(|&(key, quiet)| (key, DropReason::Idle { millis: rdma_fabric::time::millis(quiet) }))
+            .collect();
         self.drop_subscribers(st, &drops);
         !idle.is_empty()
     }

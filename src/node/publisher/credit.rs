@@ -11,11 +11,11 @@ use super::flow_control::{credit_wanted, judge_slow, SlowVerdict};
 use super::options::Policy;
 use super::state::{PubState, PublisherShared};
 use crate::error::{Error, Result};
-use crate::fabric::WorkCompletion;
 use crate::node::ack_clock;
 use crate::node::shared::RECHECK_INTERVAL;
-use crate::protocol::{Control, DropReason};
-use crate::ring::Append;
+use rdma_fabric::WorkCompletion;
+use rdma_wire::protocol::{Control, DropReason};
+use rdma_wire::ring::Append;
 
 /// The publishing turn, held by the one call that may release the state lock in the middle
 /// of a message (to wait for credit). Given back on drop; drop it only after the state lock.
@@ -53,12 +53,12 @@ impl Deadline {
             Policy::Block { timeout } => timeout,
             _ => Duration::MAX,
         };
-        Deadline { at: crate::time::deadline_after(timeout), timeout, call: Call::Publish }
+        Deadline { at: rdma_fabric::time::deadline_after(timeout), timeout, call: Call::Publish }
     }
 
     /// A `flush(timeout)`'s.
     pub(super) fn flush(timeout: Duration) -> Deadline {
-        Deadline { at: crate::time::deadline_after(timeout), timeout, call: Call::Flush }
+        Deadline { at: rdma_fabric::time::deadline_after(timeout), timeout, call: Call::Flush }
     }
 
     /// One that never passes (closing takes the turn however long it takes).
@@ -75,7 +75,7 @@ impl Deadline {
             (Call::Flush, true) => "flush (waiting for another publishing call)",
             (Call::Flush, false) => "flush (waiting for the slowest subscriber)",
         };
-        Error::Timeout { what, millis: crate::time::millis(self.timeout) }
+        Error::Timeout { what, millis: rdma_fabric::time::millis(self.timeout) }
     }
 }
 

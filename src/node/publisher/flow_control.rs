@@ -37,7 +37,7 @@ pub(super) fn judge_slow(
         SlowVerdict::Drop
     } else {
         // Any grace is accepted: one past the clock's range waits as long as the clock goes.
-        SlowVerdict::Waiting { until: since.checked_add(grace).unwrap_or(since + crate::time::FAR_FUTURE) }
+        SlowVerdict::Waiting { until: since.checked_add(grace).unwrap_or(since + rdma_fabric::time::FAR_FUTURE) }
     }
 }
 

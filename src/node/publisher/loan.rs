@@ -14,7 +14,7 @@ use super::state::{PubState, PublisherShared};
 use super::Publisher;
 use crate::error::{Error, Result};
 use crate::node::message_type::MessageType;
-use crate::ring::Claim;
+use rdma_wire::ring::Claim;
 
 /// A message being written in place in the publisher's ring: `len` bytes, zeroed when the loan
 /// is made, to fill through `&mut [u8]` and [`send`](Loan::send). Dropped without `send`,

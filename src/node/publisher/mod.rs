@@ -31,9 +31,9 @@ use parking_lot::{Condvar, Mutex};
 use slab::Slab;
 
 use crate::error::{Error, Result};
-use crate::fabric::Access;
-use crate::protocol::{Control, TopicId};
-use crate::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
+use rdma_fabric::Access;
+use rdma_wire::protocol::{Control, TopicId};
+use rdma_wire::ring::{Checksum, RingConfig, RingProducer, NO_LIMIT};
 
 use super::identity::publisher_id;
 use super::message_type::MessageType;
@@ -98,7 +98,7 @@ impl<T: ?Sized + MessageType> Publisher<T> {
             config.max_record_payload = m;
         }
         config.checksum = options.checksum.unwrap_or_else(Checksum::fastest_here);
-        crate::ring::layout::check_geometry(config.capacity, config.max_record_payload)
+        rdma_wire::ring::layout::check_geometry(config.capacity, config.max_record_payload)
             .map_err(|e| Error::InvalidOption { option: "ring_capacity/max_record_payload", detail: e.to_string() })?;
         let attrs = node.fabric.attributes().clone();
         let ring = node.pd.register(config.region_len(), Access::REMOTE_READ)?;
@@ -185,11 +185,14 @@ impl<T: ?Sized + MessageType> Publisher<T> {
     /// # Errors
     /// [`Error::Timeout`] when fewer than `n` are connected when the time is up.
     pub fn wait_for_subscribers(&self, n: usize, timeout: Duration) -> Result<usize> {
-        let deadline = crate::time::deadline_after(timeout);
+        let deadline = rdma_fabric::time::deadline_after(timeout);
         let mut st = self.shared.state.lock();
         while st.subs.len() < n {
             if self.shared.subscribers_changed.wait_until(&mut st, deadline).timed_out() && st.subs.len() < n {
-                return Err(Error::Timeout { what: "waiting for subscribers", millis: crate::time::millis(timeout) });
+                return Err(Error::Timeout {
+                    what: "waiting for subscribers",
+                    millis: rdma_fabric::time::millis(timeout),
+                });
             }
         }
         Ok(st.subs.len())

@@ -13,7 +13,7 @@ use super::Publisher;
 use crate::error::{Error, Result};
 use crate::node::message_type::MessageType;
 use crate::node::single_writer::add_single_writer;
-use crate::ring::Append;
+use rdma_wire::ring::Append;
 
 impl<T: ?Sized + MessageType> Publisher<T> {
     /// Publishes one message (fragmented through the ring when it is large); returns its
@@ -80,7 +80,7 @@ impl<T: ?Sized + MessageType> Publisher<T> {
             if shared.wait_consumed(deadline.at) {
                 Ok(())
             } else {
-                Err(Error::Timeout { what: "flush", millis: crate::time::millis(timeout) })
+                Err(Error::Timeout { what: "flush", millis: rdma_fabric::time::millis(timeout) })
             }
         });
         drop(turn);

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 use slab::Slab;
 
-use crate::fabric::{CompletionQueue, ConnId, MemoryRegion, QueuePair, RemoteAddr, SharedReceiveQueue};
-use crate::protocol::TopicId;
-use crate::ring::{RingProducer, NO_LIMIT};
+use rdma_fabric::{CompletionQueue, ConnId, MemoryRegion, QueuePair, RemoteAddr, SharedReceiveQueue};
+use rdma_wire::protocol::TopicId;
+use rdma_wire::ring::{RingProducer, NO_LIMIT};
 
 use super::counters::PublisherCounters;
 use super::liveness::{Liveness, SENDS_PER_SUBSCRIBER};

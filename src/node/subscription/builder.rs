@@ -10,7 +10,7 @@ use super::Subscription;
 use crate::error::Result;
 use crate::node::message_type::MessageType;
 use crate::node::shared::NodeShared;
-use crate::protocol::Secret;
+use rdma_wire::protocol::Secret;
 
 /// Configures and creates a [`Subscription`] to one topic; from
 /// [`Node::subscriber`](crate::Node::subscriber).

@@ -7,14 +7,14 @@ use super::feed_channel::{FeedEvent, OpenedFeed};
 use super::message::PublisherInfo;
 use super::Subscription;
 use crate::error::{Error, Result};
-use crate::fabric::{ConnectionEvent, DataPath, ReadBuffer, RejectReason as CmReject};
 use crate::node::discovery::{Lost, LostReason};
 use crate::node::message_type::MessageType;
 use crate::node::pacing::ReadPacer;
 use crate::node::shared::RECHECK_INTERVAL;
 use crate::node::wr_id::{WrId, WrKind};
-use crate::protocol::{AcceptData, RejectCode, RejectData};
-use crate::ring::{RingError, RingReader, CONTROL_READ_LEN, PROBE_LEN};
+use rdma_fabric::{ConnectionEvent, DataPath, ReadBuffer, RejectReason as CmReject};
+use rdma_wire::protocol::{AcceptData, RejectCode, RejectData};
+use rdma_wire::ring::{RingError, RingReader, CONTROL_READ_LEN, PROBE_LEN};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -76,7 +76,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// [`Error::Closed`] when the connection closed while it was set up.
     pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
         self.connect(addr)?;
-        let deadline = crate::time::deadline_after(timeout);
+        let deadline = rdma_fabric::time::deadline_after(timeout);
         loop {
             self.drain_feed_events();
             let open = self.feeds.iter().find(|(_, f)| !f.closed && f.addr == addr);
@@ -108,7 +108,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::Timeout { what: "connect", millis: crate::time::millis(timeout) });
+                return Err(Error::Timeout { what: "connect", millis: rdma_fabric::time::millis(timeout) });
             }
             if let Ok(ev) = self.events_rx.recv_timeout(left.min(RECHECK_INTERVAL)) {
                 self.on_feed_event(ev);
@@ -255,7 +255,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     pub(super) fn activate(&mut self, key: usize, private_data: &[u8]) -> Result<PublisherInfo> {
         let accept = AcceptData::decode(private_data)?;
         if accept.topic != self.topic_id {
-            return Err(Error::Protocol(crate::protocol::ProtocolError::Malformed {
+            return Err(Error::Protocol(rdma_wire::protocol::ProtocolError::Malformed {
                 what: "accept private data",
                 detail: "the publisher accepted another topic".into(),
             }));
@@ -377,7 +377,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if feed.closed {
             return;
         }
-        if matches!(e, Error::Fabric(crate::fabric::Error::NotConnected { .. })) {
+        if matches!(e, Error::Fabric(rdma_fabric::Error::NotConnected { .. })) {
             // The connection is going away: the CM's Disconnected event closes the feed, with
             // the right event once the CQ was handled.
             tracing::debug!(topic = %self.topic, addr = %feed.addr, "feed quiesced: {e}");

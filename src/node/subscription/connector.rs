@@ -27,12 +27,12 @@ use super::feed::{CTRL_LEN, RECV_SLOTS};
 use super::feed_channel::{FeedEvent, FeedSender, OpenedFeed};
 use super::options::{Start, SubscriptionOptions};
 use crate::error::{Error, Result};
-use crate::fabric::{Access, CompletionQueue, ConnId, QpCaps, QpInit, RNR_RETRY_INFINITE};
 use crate::node::discovery::{Lost, LostReason, Sighting, Watch};
 use crate::node::identity::publisher_id;
 use crate::node::route::Route;
 use crate::node::shared::{BackgroundConnector, NodeShared, RECHECK_INTERVAL};
-use crate::protocol::{wall_clock_ms, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
+use rdma_fabric::{Access, CompletionQueue, ConnId, QpCaps, QpInit, RNR_RETRY_INFINITE};
+use rdma_wire::protocol::{wall_clock_ms, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
 
 /// Most connections of one subscription open at once (its feed keys have 24 bits; far fewer
 /// publishers of one topic exist).
@@ -52,7 +52,7 @@ struct ConnectorState {
     topic_id: TopicId,
     start: Start,
     busy_poll: bool,
-    credential: Option<crate::protocol::Secret>,
+    credential: Option<rdma_wire::protocol::Secret>,
     cq: CompletionQueue,
     events: FeedSender,
     /// Discovery's view of the topic (auto-connect on, discovery on).

@@ -7,10 +7,10 @@ use super::feed::{Payload, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
 use super::message::{Message, MessageRef};
 use super::Subscription;
 use crate::error::{Error, Result};
-use crate::fabric::WorkCompletion;
 use crate::node::message_type::MessageType;
 use crate::node::shared::RECHECK_INTERVAL;
 use crossbeam::channel;
+use rdma_fabric::WorkCompletion;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -92,7 +92,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if let Some(key) = self.pick_ready() {
             return Ok(Some(key));
         }
-        self.next_ready(timeout.map(crate::time::deadline_after))
+        self.next_ready(timeout.map(rdma_fabric::time::deadline_after))
     }
 
     /// Takes the next message of feed `key`, decoded as a `T`.

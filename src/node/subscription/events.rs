@@ -13,7 +13,7 @@ use super::counters::SubscriptionCounters;
 use super::message::PublisherInfo;
 use crate::node::discovery::LostReason;
 use crate::node::identity::NodeId;
-use crate::protocol::{DropReason, RejectCode};
+use rdma_wire::protocol::{DropReason, RejectCode};
 
 /// Something that happened to a subscription's connections.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,10 +6,10 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::fabric::{ConnId, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
 use crate::node::pacing::ReadPacer;
 use crate::node::spin_permit::SpinPermit;
-use crate::ring::{ReadPlan, RingReader};
+use rdma_fabric::{ConnId, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
+use rdma_wire::ring::{ReadPlan, RingReader};
 
 use super::message::PublisherInfo;
 use super::options::SubscriptionOptions;

@@ -11,9 +11,9 @@ use std::task::Waker;
 use crossbeam::channel::{SendError, Sender};
 use parking_lot::Mutex;
 
-use crate::fabric::{ConnId, ConnectionEvent, MemoryRegion, QueuePair};
 use crate::node::discovery::Lost;
 use crate::node::route::ConnectionEventSink;
+use rdma_fabric::{ConnId, ConnectionEvent, MemoryRegion, QueuePair};
 
 /// An event delivered to a subscription.
 #[derive(Debug)]
@@ -119,7 +119,7 @@ mod tests {
         let sender = FeedSender::new(tx, event_waker.clone());
         let count = Arc::new(Counting(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
-        let event = || FeedEvent::Connection(crate::fabric::ConnectionEvent::Disconnected { conn: 1 });
+        let event = || FeedEvent::Connection(rdma_fabric::ConnectionEvent::Disconnected { conn: 1 });
 
         sender.send(event()).unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 0, "nothing registered");

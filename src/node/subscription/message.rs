@@ -3,8 +3,8 @@
 
 use std::net::SocketAddr;
 
-use crate::fabric::DataPath;
-use crate::protocol::PolicyKind;
+use rdma_fabric::DataPath;
+use rdma_wire::protocol::PolicyKind;
 
 /// Who published a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -18,7 +18,7 @@ pub struct PublisherInfo {
     /// Its slow-subscriber policy.
     pub policy: PolicyKind,
     /// How this subscription's READs reach the publisher's ring: shared memory when both run
-    /// on this host (soft fabric, [`crate::fabric::SameHost::Auto`]), else the network.
+    /// on this host (soft fabric, [`rdma_fabric::SameHost::Auto`]), else the network.
     pub data_path: DataPath,
 }
 

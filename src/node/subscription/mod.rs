@@ -17,8 +17,8 @@ use crossbeam::channel::{self, Receiver};
 use slab::Slab;
 
 use crate::error::{Error, Result};
-use crate::fabric::{CompletionQueue, ConnId};
-use crate::protocol::TopicId;
+use rdma_fabric::{CompletionQueue, ConnId};
+use rdma_wire::protocol::TopicId;
 
 use super::discovery::Sighting;
 use super::message_type::MessageType;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::protocol::Secret;
+use rdma_wire::protocol::Secret;
 
 /// Where a new subscription starts in each publisher's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -7,14 +7,14 @@ use super::events::SubscriptionEvent;
 use super::feed::{ActiveFeed, Feed, Idle, Payload, Ready, PARK_RECHECK, SLOT};
 use super::Subscription;
 use crate::error::{Error, Result};
-use crate::fabric::{
+use crate::node::message_type::MessageType;
+use crate::node::wr_id::{WrId, WrKind};
+use rdma_fabric::{
     MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode, WcStatus,
     WorkCompletion,
 };
-use crate::node::message_type::MessageType;
-use crate::node::wr_id::{WrId, WrKind};
-use crate::protocol::{Control, Policy as WirePolicy};
-use crate::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop};
+use rdma_wire::protocol::{Control, PolicyKind as WirePolicy};
+use rdma_wire::ring::{ControlOutcome, ControlSnapshot, ReadPlan, Stop};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -117,7 +117,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                             feed.quiesced = true;
                             continue;
                         }
-                        let e = crate::fabric::Error::invalid("RDMA READ", format!("completed with {:?}", wc.status));
+                        let e = rdma_fabric::Error::invalid("RDMA READ", format!("completed with {:?}", wc.status));
                         self.fail_feed(key, e.into());
                         continue;
                     }
@@ -341,7 +341,7 @@ pub(super) fn post_ring_read(
     buf: usize,
     plan: ReadPlan,
     (pd, counters): (&ProtectionDomain, &SubscriptionCounters),
-) -> crate::fabric::Result<()> {
+) -> rdma_fabric::Result<()> {
     let old = a.landings[buf].capacity();
     if plan.len > old {
         let len = (2 * old).min(a.max_read_len).max(plan.len);

@@ -6,7 +6,7 @@
 //! what can make progress will wake it. Each poll does a bounded amount of work (a `try_recv`),
 //! so a publisher whose records never validate cannot hold the executor. The wake sources:
 //!
-//! - the CQ's completion channel ([`CompletionQueue::notify_fd`](crate::fabric::CompletionQueue::notify_fd)),
+//! - the CQ's completion channel ([`CompletionQueue::notify_fd`](rdma_fabric::CompletionQueue::notify_fd)),
 //!   registered with tokio's reactor: every completion the subscription waits for arrives
 //!   there (READs, acks and doorbell requests sent, and the publisher's SENDs: doorbells,
 //!   credit requests, end of stream, drop notices, and the flushes of a closed connection);
@@ -33,8 +33,8 @@ use futures_core::Stream;
 use super::message::Message;
 use super::Subscription;
 use crate::error::{Error, Result};
-use crate::fabric::AsyncNotifier;
 use crate::node::message_type::MessageType;
+use rdma_fabric::AsyncNotifier;
 
 /// The messages of a [`Subscription`] as an async [`Stream`] (feature `async`): see
 /// [`Subscription::stream`].
@@ -177,8 +177,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::fabric::SameHost;
     use crate::{DiscoveryOptions, FabricKind, Node};
+    use rdma_fabric::SameHost;
 
     const WAIT: Duration = Duration::from_secs(10);
 

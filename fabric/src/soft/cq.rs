@@ -1,0 +1,245 @@
+//! Completion queues of the soft provider.
+//!
+//! A CQ's waiter sleeps on the futex word of its [`Bell`], a page of shared memory: the NIC
+//! thread rings it for completions it queues, and same-host peers ring it for SENDs they write
+//! into the inboxes of queue pairs whose receives complete here. An event loop waits on the
+//! bell's eventfd instead (`notify_fd`), which every ring writes once it has been asked for. A poll first places the SENDs
+//! waiting in those inboxes (when the bell's count says some were written), then takes
+//! completions.
+
+use std::collections::VecDeque;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::device::Device;
+use super::shm::Bell;
+use crate::error::{Error, Result};
+use crate::provider::CqOps;
+use crate::types::WorkCompletion;
+
+/// What a look into a connection's inbox left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drain {
+    /// Every SEND found was placed.
+    Done,
+    /// SENDs wait for receives to be posted.
+    Waiting,
+    /// The connection has no inbox any more.
+    Gone,
+}
+
+/// A connection whose inbox holds SENDs for receives that complete on this CQ.
+pub(crate) trait InboxSource: Send + Sync {
+    /// Places the SENDs waiting in the inbox into posted receives.
+    fn drain(&self) -> Drain;
+}
+
+/// The state of a completion queue shared by the NIC (producer) and the owner (consumer).
+pub(crate) struct CqInner {
+    depth: u32,
+    /// Completions queued (a copy of `st.queue.len()` written under the lock): an empty poll
+    /// reads it and returns without taking the lock, so a spinning poller costs the NIC
+    /// thread that pushes nothing.
+    queued: AtomicUsize,
+    /// The queue overflowed (sticky, as on hardware).
+    overrun: AtomicBool,
+    st: Mutex<CqState>,
+    /// Where the waiter sleeps and what it is armed for (shared with same-host senders).
+    pub(crate) bell: Bell,
+    /// Connections with an inbox feeding this CQ (lock order: `sources` before a connection's
+    /// lock).
+    sources: Mutex<Vec<Weak<dyn InboxSource>>>,
+    /// The bell's SEND count when the inboxes were last drained.
+    drained_at: AtomicU64,
+    /// SENDs were left waiting for receives: look again at the next poll.
+    backlog: AtomicBool,
+}
+
+#[derive(Default)]
+struct CqState {
+    queue: VecDeque<WorkCompletion>,
+}
+
+impl CqInner {
+    pub(crate) fn new(depth: u32) -> Result<Self> {
+        Ok(CqInner {
+            depth,
+            queued: AtomicUsize::new(0),
+            overrun: AtomicBool::new(false),
+            st: Mutex::new(CqState::default()),
+            bell: Bell::new()?,
+            sources: Mutex::new(Vec::new()),
+            drained_at: AtomicU64::new(0),
+            backlog: AtomicBool::new(false),
+        })
+    }
+
+    /// Makes polls of this CQ drain `source`'s inbox.
+    pub(crate) fn attach(&self, source: Weak<dyn InboxSource>) {
+        self.sources.lock().push(source);
+    }
+
+    /// Places the SENDs waiting in the inboxes of this CQ's connections, if the bell says some
+    /// were written since the last look (or some waited for receives then). The NIC calls it
+    /// (holding no connection's lock) before it retries a stream SEND that found every receive
+    /// claimed: inbox SENDs hold the claims until placed, and the owner may be asleep.
+    pub(crate) fn drain_inboxes(&self) {
+        let pending = self.bell.pending();
+        if pending == self.drained_at.load(Ordering::Relaxed) && !self.backlog.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut sources = self.sources.lock();
+        self.drained_at.store(pending, Ordering::Relaxed);
+        let mut waiting = false;
+        sources.retain(|s| match s.upgrade().map(|s| s.drain()) {
+            Some(Drain::Done) => true,
+            Some(Drain::Waiting) => {
+                waiting = true;
+                true
+            }
+            Some(Drain::Gone) | None => false,
+        });
+        self.backlog.store(waiting, Ordering::Relaxed);
+    }
+
+    /// Adds a completion; past `depth` the queue is overrun (sticky, as on hardware).
+    pub(crate) fn push(&self, wc: WorkCompletion) {
+        self.push_solicited(wc, false);
+    }
+
+    /// Adds a completion that may be the receive of a solicited SEND.
+    pub(crate) fn push_solicited(&self, wc: WorkCompletion, solicited: bool) {
+        let mut st = self.st.lock();
+        if st.queue.len() >= self.depth as usize {
+            self.overrun.store(true, Ordering::Release);
+        } else {
+            st.queue.push_back(wc);
+            self.queued.store(st.queue.len(), Ordering::Release);
+        }
+        // Under the lock: an owner that armed before we took it is notified, one that arms
+        // after we release it sees the completion when it polls.
+        self.bell.notify(solicited || !wc.status.is_success());
+    }
+
+    /// Moves completions into `out`, after placing the SENDs waiting in inboxes. An empty queue
+    /// with nothing new in the inboxes is seen from a few atomic loads, without the
+    /// lock; the poller never yields here (waiting is `poll_wait`'s business).
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        self.drain_inboxes();
+        if self.overrun.load(Ordering::Acquire) {
+            return Err(Error::CqOverrun { depth: self.depth });
+        }
+        if out.is_empty() || self.queued.load(Ordering::Acquire) == 0 {
+            return Ok(0);
+        }
+        let mut st = self.st.lock();
+        let n = out.len().min(st.queue.len());
+        for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
+            *slot = wc;
+        }
+        self.queued.store(st.queue.len(), Ordering::Release);
+        Ok(n)
+    }
+
+    fn arm(&self) {
+        let _st = self.st.lock();
+        self.bell.arm();
+    }
+
+    /// Arms for a solicited (or failed) completion, unless armed for the next one already.
+    fn arm_solicited(&self) {
+        let _st = self.st.lock();
+        self.bell.arm_solicited();
+    }
+
+    fn wait(&self, timeout: Duration) -> bool {
+        self.bell.wait(timeout)
+    }
+}
+
+/// A completion queue handle.
+pub(crate) struct SoftCq {
+    pub(crate) inner: Arc<CqInner>,
+    _dev: Arc<Device>,
+}
+
+impl SoftCq {
+    pub(crate) fn new(dev: Arc<Device>, depth: u32) -> Result<Self> {
+        Ok(SoftCq { inner: Arc::new(CqInner::new(depth)?), _dev: dev })
+    }
+}
+
+impl CqOps for SoftCq {
+    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        self.inner.poll(out)
+    }
+    fn arm(&self) -> Result<()> {
+        self.inner.arm();
+        Ok(())
+    }
+    fn arm_solicited(&self) -> Result<()> {
+        self.inner.arm_solicited();
+        Ok(())
+    }
+    fn wait(&self, timeout: Duration) -> Result<bool> {
+        Ok(self.inner.wait(timeout))
+    }
+    fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
+        self.inner.bell.notify_fd()
+    }
+    fn take_notification(&self) -> Result<bool> {
+        self.inner.bell.take()
+    }
+    fn depth(&self) -> u32 {
+        self.inner.depth
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_poll_does_not_take_the_lock_the_nic_pushes_under() {
+        let cq = Arc::new(CqInner::new(4).unwrap());
+        let held = cq.st.lock();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let poller = {
+            let cq = cq.clone();
+            std::thread::spawn(move || {
+                let mut out = [WorkCompletion::default(); 4];
+                tx.send(cq.poll(&mut out).map_err(|e| e.to_string())).unwrap();
+            })
+        };
+        let polled = rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        poller.join().unwrap();
+        assert_eq!(polled.expect("an empty poll returned while the lock was held").unwrap(), 0);
+    }
+
+    #[test]
+    fn overrun_is_sticky_and_arm_wakes_a_waiter() {
+        let cq = Arc::new(CqInner::new(2).unwrap());
+        let mut out = [WorkCompletion::default(); 4];
+        assert!(!cq.wait(Duration::from_millis(1)), "no notification without a completion");
+        cq.arm();
+        let waiter = {
+            let cq = cq.clone();
+            std::thread::spawn(move || cq.wait(Duration::from_secs(10)))
+        };
+        cq.push(WorkCompletion { wr_id: 1, ..Default::default() });
+        assert!(waiter.join().unwrap());
+        cq.push(WorkCompletion { wr_id: 2, ..Default::default() });
+        assert_eq!(cq.poll(&mut out).unwrap(), 2);
+        assert_eq!((out[0].wr_id, out[1].wr_id), (1, 2));
+        for i in 0..3 {
+            cq.push(WorkCompletion { wr_id: i, ..Default::default() });
+        }
+        assert!(matches!(cq.poll(&mut out), Err(Error::CqOverrun { depth: 2 })));
+        assert!(matches!(cq.poll(&mut out), Err(Error::CqOverrun { .. })), "overrun is sticky");
+    }
+}

@@ -1,0 +1,84 @@
+//! The soft provider: verbs semantics in user space over TCP (RC) and UDP multicast (UD).
+//!
+//! Each opened device runs one NIC thread (`nic`) with a `mio` loop over its listeners and
+//! connections. An RC queue pair is one TCP connection carrying the frames of `wire`; the NIC
+//! serves remote READs and WRITEs straight from and into registered memory (checked against
+//! the region table of the queue pair's protection domain) without the owner's threads, and
+//! posting threads write their frames to the socket themselves when nothing is queued.
+//!
+//! Between devices of one host, READs, WRITEs and small SENDs take the same-host path instead
+//! (`shm`): this end's threads copy between its buffers and a mapping of the peer's region
+//! (read-only unless the region grants remote write), with the same checks, and write SENDs
+//! into the peer's inbox.
+//!
+//! A queue pair connected by hand (`hand_qp`, no connection manager) gets its connection when
+//! it is created, without a stream: its endpoint names the device's data port (a TCP listener
+//! made with the first such queue pair). At RTR the end with the larger (GID, LID, queue pair
+//! number) dials the peer's data port and sends a hello; the peer's NIC binds the stream to the
+//! queue pair whose peer endpoint predicts that hello (`nic/hand_streams.rs`), and from then on
+//! it is an RC connection like any other.
+//!
+//! # Layers
+//!
+//! Bottom first: a file imports only from its own row (in the order listed) and the rows above
+//! it, so no two files import each other, directly or not. The files of `nic/` share the NIC
+//! thread's state (`nic/state.rs`) and call down in their listed order.
+//!
+//! | layer | modules | job |
+//! |---|---|---|
+//! | leaves | `wire`, `hello`, `hello_streams`, `timers`, `seg`, `events`, `handshakes` | the frame codec; the hello of a stream of a queue pair connected by hand; the data port's streams waiting for theirs; the NIC's timers; a range of registered memory; a CM channel's event queue; the handshake limits |
+//! | same host | `shm/` | the same-host path: endpoint, streams, key table, mappings, inboxes, receive pools, bells |
+//! | device | `regions`, `device` | the region table and its remote checks; what the NIC thread and the objects share (`DeviceState`, `NicCommand`, counters) and the `Device` that owns the NIC thread |
+//! | objects | `mr`, `cq`, `ud`, `recv`, `srq`, `pd` | memory regions and the local SGE check, completion queues, UD endpoints, posted receives, shared receive queues, protection domains |
+//! | connection | `conn/` (`phase`, `out_queue`, `receive`, `qp_state`, `by_hand`, `mod`) | one RC connection: its output queue, the NIC's receive state of it, its queue-pair state, what a queue pair connected by hand adds (state machine, endpoints, who dials); `Conn`, `ConnState` and the CM event `NicCmEvent` it produces |
+//! | connection table | `connections` | the open connections and listening sockets of a device, by id; queue pairs connected by hand by number; the data port |
+//! | handles | `hand_qp`, `qp`, `cm` | queue pairs connected by hand: creating, endpoint, INIT/RTR/RTS; posting on a queue pair; event channels, listeners, connect, accept, reject |
+//! | NIC thread | `nic/` (`state`, `teardown`, `hand_streams`, `cm_frames`, `data_frames`, `reader`, `timeouts`, `same_host`, `event_loop`) | the `mio` loop, the frame parser, the READ responder, SENDs and RNR, timers, teardown, binding the streams of queue pairs connected by hand |
+//! | top | `open` | opening a device: its handle (`FabricOps`) and fault injector |
+
+mod cm;
+mod conn;
+mod connections;
+mod cq;
+mod device;
+mod events;
+mod hand_qp;
+mod handshakes;
+mod hello;
+mod hello_streams;
+mod mr;
+mod nic;
+mod open;
+mod pd;
+mod qp;
+mod recv;
+mod regions;
+mod seg;
+mod shm;
+mod srq;
+mod timers;
+mod ud;
+pub mod wire;
+
+#[cfg(test)]
+mod hand_tests;
+#[cfg(test)]
+mod tests;
+
+// The NIC's limits: how much it queues, how many handshakes it holds and for how long.
+pub use conn::{OUT_CAP, OUT_RESUME};
+pub use handshakes::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
+pub use nic::OUTPUT_STALL_TIMEOUT;
+
+use super::{Fabric, FabricConfig, Result};
+
+/// Opens a soft device (`soft0`) with its own NIC thread, which stops when the last handle
+/// of the device is dropped.
+///
+/// # Errors
+/// [`NoDevice`](super::Error::NoDevice) when `config.device` names another device than
+/// `soft0`; [`Os`](super::Error::Os) when the NIC thread, its epoll instance or the same-host
+/// endpoint cannot be created.
+pub fn open(config: &FabricConfig) -> Result<Fabric> {
+    open::open(config)
+}

@@ -1,0 +1,264 @@
+//! The data frames of an established connection, on the NIC thread: acknowledgements and READ
+//! responses that complete this end's requests; the peer's READs (answered from registered
+//! memory), WRITEs and SENDs (placed into posted receives, or waiting for one: RNR); and what a
+//! payload was for once it is in.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::state::{Nic, ReadOutcome};
+use crate::soft::conn::{
+    AfterPayload, Conn, ConnState, Destination, Expecting, FramePayload, OutFrame, Phase, ReceiveState,
+};
+use crate::soft::device::SoftCounters;
+use crate::soft::timers::TimerKind;
+use crate::soft::wire::{FrameType, Header, Status, AUX_SOLICITED};
+use crate::types::*;
+
+impl Nic {
+    /// Handles the header of a data frame (the connection must be established).
+    pub(super) fn on_header(&mut self, c: &Arc<Conn>, rx: &mut ReceiveState, hdr: Header) -> ReadOutcome {
+        let mut st = c.st.lock();
+        if matches!(st.phase, Phase::Incoming | Phase::Requested | Phase::Connecting | Phase::Unbound) {
+            return ReadOutcome::Broken(format!(
+                "{:?} frame from {} before the connection is established",
+                hdr.ty,
+                c.peer()
+            ));
+        }
+        let step = self.on_data_header(c, &mut st, rx, hdr);
+        self.pause_if_full(c, &mut st, step)
+    }
+
+    /// Handles the header of a data frame on an established (or closing) connection.
+    pub(super) fn on_data_header(
+        &mut self,
+        c: &Arc<Conn>,
+        st: &mut ConnState,
+        rx: &mut ReceiveState,
+        hdr: Header,
+    ) -> ReadOutcome {
+        let live = st.phase == Phase::Established && st.qp.is_some();
+        match hdr.ty {
+            FrameType::Ack => {
+                let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else { return ReadOutcome::Continue };
+                match qp.inflight.front() {
+                    Some(f) if f.psn == hdr.psn && matches!(f.op, WcOpcode::Send | WcOpcode::RdmaWrite) => {}
+                    _ => {
+                        return ReadOutcome::Broken(format!("unexpected acknowledgement {} from {}", hdr.psn, c.peer()))
+                    }
+                }
+                let f = qp.inflight.pop_front().expect("front checked");
+                qp.retire(f, hdr.status.wc_status());
+                if hdr.status == Status::Ok {
+                    c.run_local_front(st);
+                } else {
+                    st.qp_error();
+                }
+                ReadOutcome::Continue
+            }
+            FrameType::ReadResp => {
+                let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else {
+                    return Self::discard(rx, &hdr, AfterPayload::Nothing);
+                };
+                let front_ok = matches!(qp.inflight.front(), Some(f) if f.psn == hdr.psn && f.op == WcOpcode::RdmaRead);
+                if !front_ok {
+                    return ReadOutcome::Broken(format!("unexpected READ response {} from {}", hdr.psn, c.peer()));
+                }
+                if hdr.status != Status::Ok {
+                    let f = qp.inflight.pop_front().expect("front checked");
+                    qp.retire(f, hdr.status.wc_status());
+                    st.qp_error();
+                    return ReadOutcome::Continue;
+                }
+                let f = qp.inflight.front_mut().expect("front checked");
+                if f.len != hdr.len {
+                    return ReadOutcome::Broken(format!(
+                        "READ response of {} bytes for {} from {}",
+                        hdr.len,
+                        f.len,
+                        c.peer()
+                    ));
+                }
+                f.busy = true;
+                let segs = f.dest.clone();
+                rx.expecting = Expecting::Payload {
+                    destination: Destination::new(segs),
+                    remaining: hdr.len as usize,
+                    len: hdr.len,
+                    after: AfterPayload::ReadResp,
+                    psn: hdr.psn,
+                };
+                ReadOutcome::Continue
+            }
+            FrameType::ReadReq => {
+                let Some(qp) = st.qp.as_ref().filter(|_| live) else { return ReadOutcome::Continue };
+                let allowed = qp.responder_resources;
+                if st.out.read_responses() >= allowed {
+                    SoftCounters::bump(&self.device.counters.read_depth_violations);
+                    return ReadOutcome::Broken(format!("{} has more than {allowed} RDMA READs outstanding", c.peer()));
+                }
+                let mut h = Header::new(FrameType::ReadResp);
+                h.psn = hdr.psn;
+                let mut payload = FramePayload::None;
+                if qp.error {
+                    h.status = Status::OperationError;
+                } else {
+                    let range = qp.allows(Access::REMOTE_READ).then(|| {
+                        self.device.regions.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.aux.into(), Access::REMOTE_READ)
+                    });
+                    match range.flatten() {
+                        Some(seg) => {
+                            h.len = hdr.aux;
+                            payload = FramePayload::Segs(vec![seg]);
+                        }
+                        None => h.status = Status::RemoteAccess,
+                    }
+                }
+                st.push_out(OutFrame::new(&h, payload));
+                if h.status == Status::RemoteAccess {
+                    self.remote_access_error(st);
+                }
+                ReadOutcome::Continue
+            }
+            FrameType::Write => {
+                let Some(qp) = st.qp.as_ref().filter(|_| live) else {
+                    return Self::discard(rx, &hdr, AfterPayload::Nothing);
+                };
+                if qp.error {
+                    return Self::discard(
+                        rx,
+                        &hdr,
+                        AfterPayload::Reply { psn: hdr.psn, status: Status::OperationError },
+                    );
+                }
+                let range = qp.allows(Access::REMOTE_WRITE).then(|| {
+                    self.device.regions.remote_range(hdr.rkey, qp.pd, hdr.addr, hdr.len.into(), Access::REMOTE_WRITE)
+                });
+                match range.flatten() {
+                    Some(seg) => {
+                        rx.expecting = Expecting::Payload {
+                            destination: Destination::new(vec![seg]),
+                            remaining: hdr.len as usize,
+                            len: hdr.len,
+                            after: AfterPayload::Reply { psn: hdr.psn, status: Status::Ok },
+                            psn: hdr.psn,
+                        };
+                        ReadOutcome::Continue
+                    }
+                    None => {
+                        self.remote_access_error(st);
+                        Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::RemoteAccess })
+                    }
+                }
+            }
+            FrameType::Send | FrameType::SendImm => {
+                if !live {
+                    return Self::discard(rx, &hdr, AfterPayload::Nothing);
+                }
+                let retries = st.peer_rnr_retry;
+                if self.place_send(st, rx, hdr) {
+                    return ReadOutcome::Continue;
+                }
+                if retries == 0 {
+                    Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::RnrExceeded })
+                } else {
+                    let timer = st.qp.as_ref().map_or(Duration::from_micros(640), |q| q.min_rnr_timer);
+                    self.timers.schedule(Instant::now() + timer, c.id, TimerKind::Rnr);
+                    rx.expecting = Expecting::Rnr { hdr, left: retries };
+                    ReadOutcome::Blocked
+                }
+            }
+            _ => ReadOutcome::Broken(format!("unexpected {:?} frame from {}", hdr.ty, c.peer())),
+        }
+    }
+
+    /// A READ or WRITE of the peer was refused (bad rkey, out of bounds, missing rights): as a
+    /// hardware responder's, the queue pair goes to the error state, and later requests of the
+    /// peer are refused.
+    pub(super) fn remote_access_error(&self, st: &mut ConnState) {
+        SoftCounters::bump(&self.device.counters.remote_access_errors);
+        st.qp_error();
+    }
+
+    /// Tries to place a SEND: takes a receive and sets the payload stage (or an error
+    /// answer). False when no receive is posted (RNR).
+    pub(super) fn place_send(&mut self, st: &mut ConnState, rx: &mut ReceiveState, hdr: Header) -> bool {
+        // SENDs the peer wrote into the inbox before this one go first.
+        st.drain_inbox();
+        let Some(qp) = st.qp.as_mut() else {
+            Self::discard(rx, &hdr, AfterPayload::Nothing);
+            return true;
+        };
+        if qp.error {
+            Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::OperationError });
+            return true;
+        }
+        let Some(recv) = qp.take_recv(false) else {
+            if rx.peer_closed {
+                Self::discard(rx, &hdr, AfterPayload::Nothing);
+                return true;
+            }
+            return false;
+        };
+        if recv.cap < hdr.len as usize {
+            qp.complete_recv(recv.wr_id, WcStatus::LocalLengthError, 0, None);
+            st.qp_error();
+            Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::InvalidRequest });
+            return true;
+        }
+        let imm = (hdr.ty == FrameType::SendImm).then_some(hdr.imm);
+        let solicited = hdr.aux & AUX_SOLICITED != 0;
+        rx.expecting = Expecting::Payload {
+            destination: Destination::new(recv.segs.clone()),
+            remaining: hdr.len as usize,
+            len: hdr.len,
+            after: AfterPayload::Recv { recv, imm, solicited },
+            psn: hdr.psn,
+        };
+        true
+    }
+
+    /// Completes what a payload fully received was for.
+    pub(super) fn finish_payload(
+        &mut self,
+        c: &Arc<Conn>,
+        st: &mut ConnState,
+        after: AfterPayload,
+        len: u32,
+        psn: u32,
+    ) {
+        let live = st.phase == Phase::Established;
+        match after {
+            AfterPayload::Nothing => {}
+            AfterPayload::Reply { psn, status } => {
+                if live {
+                    Self::reply(st, psn, status);
+                }
+            }
+            AfterPayload::ReadResp => {
+                let Some(qp) = st.qp.as_mut() else { return };
+                match qp.inflight.front() {
+                    Some(f) if f.busy && f.psn == psn => {}
+                    _ => return,
+                }
+                let f = qp.inflight.pop_front().expect("front checked");
+                let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
+                qp.retire(f, status);
+                if status.is_success() {
+                    st.read_answered();
+                    c.run_local_front(st);
+                }
+            }
+            AfterPayload::Recv { recv, imm, solicited } => {
+                let Some(qp) = st.qp.as_mut() else { return };
+                if live && !qp.error {
+                    qp.complete_recv_solicited(recv.wr_id, WcStatus::Success, len, imm, solicited);
+                    Self::reply(st, psn, Status::Ok);
+                } else {
+                    qp.complete_recv(recv.wr_id, WcStatus::WorkRequestFlushed, 0, None);
+                }
+            }
+        }
+    }
+}

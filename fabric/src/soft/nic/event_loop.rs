@@ -1,0 +1,167 @@
+//! The NIC thread's loop: commands from user threads, connections ready to be read, due
+//! timers, then a poll of the sockets (spinning for `nic_spin` after the thread was last busy,
+//! blocking after that) and what the poll found.
+
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Poll};
+
+use super::same_host::StreamOwner;
+use super::state::Nic;
+use crate::provider::ConnId;
+use crate::soft::conn::{Conn, Phase};
+use crate::soft::connections::Connections;
+use crate::soft::device::{DeviceState, NicCommand, LISTENER_BIT, WAKER};
+use crate::soft::hello_streams::{HelloStreams, DATA_PORT_TOKEN};
+use crate::soft::shm::Streams;
+use crate::soft::timers::{TimerKind, Timers};
+
+/// Pause instructions between two polls of the sockets while the NIC thread spins.
+const SPIN_PAUSES: u32 = 64;
+
+/// The NIC thread's main loop.
+pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: Poll) {
+    let spin = device.nic_spin;
+    let mut nic = Nic {
+        device,
+        conns,
+        timers: Timers::default(),
+        ready: Vec::new(),
+        streams: Streams::default(),
+        hello_streams: HelloStreams::default(),
+    };
+    let mut events = Events::with_capacity(256);
+    let mut last_busy = Instant::now();
+    // Commands come with a wake-up: the queue is looked at only after the waker fired.
+    let mut woken = true;
+    loop {
+        let commands =
+            if std::mem::take(&mut woken) { std::mem::take(&mut *nic.device.commands.lock()) } else { Vec::new() };
+        let mut busy = !commands.is_empty();
+        for cmd in commands {
+            match cmd {
+                NicCommand::Stop => {
+                    nic.drop_hello_streams();
+                    nic.stop();
+                    return;
+                }
+                NicCommand::Timer(at, id, kind) => nic.schedule(at, id, kind),
+                NicCommand::Broken(id, why) => {
+                    if let Some(c) = nic.conn(id) {
+                        let mut rx = c.rx.lock();
+                        nic.broken(&c, &mut rx, &why);
+                    }
+                }
+                NicCommand::Resume(id) => nic.ready.push(id),
+                NicCommand::ReadyToReceive(id) => nic.bind_waiting(id),
+            }
+        }
+        let ready = std::mem::take(&mut nic.ready);
+        busy |= !ready.is_empty();
+        for id in ready {
+            if let Some(c) = nic.conn(id) {
+                nic.drive(&c);
+            }
+        }
+        busy |= nic.fire_timers();
+        nic.device.timers_pending.store(nic.timers.len(), std::sync::atomic::Ordering::Relaxed);
+        let now = Instant::now();
+        if busy {
+            last_busy = now;
+        }
+        let timeout = if !nic.ready.is_empty() {
+            Some(Duration::ZERO)
+        } else if now.duration_since(last_busy) < spin {
+            // Pause between two polls of the sockets (a system call each), then yield once: a
+            // thread this one serves and that shares its CPU gets a turn every few µs.
+            for _ in 0..SPIN_PAUSES {
+                std::hint::spin_loop();
+            }
+            std::thread::yield_now();
+            Some(Duration::ZERO)
+        } else {
+            nic.timers.next().map(|at| at.saturating_duration_since(now))
+        };
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                tracing::error!("soft NIC: epoll_wait failed: {e}");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            continue;
+        }
+        if !events.is_empty() {
+            last_busy = Instant::now();
+        }
+        for ev in events.iter() {
+            let t = ev.token().0;
+            if ev.token() == WAKER {
+                woken = true;
+                continue;
+            }
+            if ev.token() == DATA_PORT_TOKEN {
+                nic.accept_hello_streams();
+                continue;
+            }
+            if let Some(id) = HelloStreams::id_of(ev.token()) {
+                nic.read_hello(id);
+                continue;
+            }
+            if Streams::owns(ev.token()) {
+                if nic.device.shm.is_some() {
+                    let owner = StreamOwner { device: &nic.device, conns: &nic.conns };
+                    nic.streams.on_event(ev.token(), &owner, &nic.device.registry);
+                }
+                continue;
+            }
+            if t & LISTENER_BIT != 0 {
+                nic.accept((t & !LISTENER_BIT) as u64);
+                continue;
+            }
+            let Some(c) = nic.conn(t as ConnId) else { continue };
+            if ev.is_read_closed() || ev.is_error() {
+                c.rx.lock().peer_closed = true;
+            }
+            if ev.is_writable() {
+                nic.on_writable(&c);
+            }
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                nic.drive(&c);
+            }
+        }
+    }
+}
+
+impl Nic {
+    /// Schedules a timer a user thread asked for, unless it no longer matters: the connection
+    /// is gone (its timers were cancelled when it was removed, on this thread) or, for a
+    /// connect timeout, the connect already completed.
+    pub(super) fn schedule(&mut self, at: Instant, id: ConnId, kind: TimerKind) {
+        let Some(c) = self.conn(id) else { return };
+        if kind == TimerKind::ConnectTimeout && c.st.lock().phase != Phase::Connecting {
+            return;
+        }
+        self.timers.schedule(at, id, kind);
+    }
+
+    /// Finishes a TCP connect, or writes what the peer can take now.
+    pub(super) fn on_writable(&mut self, c: &Arc<Conn>) {
+        let mut st = c.st.lock();
+        if !self.check_connect(c, &mut st) {
+            return;
+        }
+        match c.flush_out(&mut st) {
+            Ok(false) => {}
+            Ok(true) => {
+                drop(st);
+                self.drive(c);
+            }
+            Err(e) => {
+                drop(st);
+                let mut rx = c.rx.lock();
+                self.broken(c, &mut rx, &format!("write: {e}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! A range of registered memory that an operation reads or writes.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::memory::RegisteredBuffer;
+
+/// A range of registered memory an operation reads or writes; holds the memory alive.
+#[derive(Clone)]
+pub(crate) struct Seg {
+    pub(crate) buf: Arc<RegisteredBuffer>,
+    pub(crate) off: usize,
+    pub(crate) len: usize,
+}
+
+impl Seg {
+    /// A bounds-checked segment.
+    pub(crate) fn new(buf: Arc<RegisteredBuffer>, off: usize, len: usize) -> Result<Seg> {
+        buf.check_range(off, len)?;
+        Ok(Seg { buf, off, len })
+    }
+}

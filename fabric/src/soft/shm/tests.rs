@@ -1,0 +1,319 @@
+//! The same-host path's defences: what any local process can do to a device's socket, what a
+//! peer's descriptors must be before they are mapped, and revocation through the key table.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::time::Duration;
+
+use super::endpoint::{Endpoint, Offer};
+use super::keys::{KeyTable, PeerKeys};
+use super::map::{reopen_read_only, PeerMapping};
+use super::proto;
+use crate::memory::sealed_memfd;
+use crate::soft::connections::Connections;
+use crate::soft::handshakes::HANDSHAKE_TIMEOUT;
+use crate::soft::open::open_inspected;
+use crate::*;
+
+const T: Duration = Duration::from_secs(5);
+
+fn attach(ep: &Endpoint) -> UnixStream {
+    let addr = SocketAddr::from_abstract_name(ep.abstract_name()).expect("an abstract name");
+    let s = UnixStream::connect_addr(&addr).expect("connect to the device's same-host socket");
+    s.set_read_timeout(Some(T)).unwrap();
+    s
+}
+
+/// Reads until the device closes the stream (bounded by the read timeout).
+fn closed_by_the_device(mut s: UnixStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(s.read(&mut buf), Ok(0))
+}
+
+/// Two devices' protection domains, CQs and event channels, and a listener on B: what the
+/// tests need to connect queue pairs from A to B.
+struct Ends {
+    pd_a: ProtectionDomain,
+    pd_b: ProtectionDomain,
+    cq_a: CompletionQueue,
+    cq_b: CompletionQueue,
+    ch_a: EventChannel,
+    ch_b: EventChannel,
+    listener: Listener,
+}
+
+impl Ends {
+    fn new(a: &Fabric, b: &Fabric) -> Ends {
+        let ch_b = b.create_event_channel().unwrap();
+        let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
+        Ends {
+            pd_a: a.alloc_pd().unwrap(),
+            pd_b: b.alloc_pd().unwrap(),
+            cq_a: a.create_cq(16).unwrap(),
+            cq_b: b.create_cq(16).unwrap(),
+            ch_a: a.create_event_channel().unwrap(),
+            ch_b,
+            listener,
+        }
+    }
+
+    /// Connects a queue pair of A (settings from `a`) to one of B (`b`); returns both once A's
+    /// end is established.
+    fn connect(
+        &self,
+        a: impl FnOnce(QpInit<'_>) -> QpInit<'_>,
+        b: impl FnOnce(QpInit<'_>) -> QpInit<'_>,
+    ) -> (QueuePair, QueuePair) {
+        let qp_a =
+            self.ch_a.connect(self.listener.local_addr(), &a(QpInit::new(&self.pd_a, &self.cq_a)), &[], T).unwrap();
+        let req = loop {
+            if let CmEvent::ConnectRequest(req) = self.ch_b.get_event(T).unwrap().expect("a request") {
+                break req;
+            }
+        };
+        let qp_b = req.accept(&b(QpInit::new(&self.pd_b, &self.cq_b)), &[]).unwrap();
+        while !matches!(self.ch_a.get_event(T).unwrap(), Some(CmEvent::Established { conn, .. }) if conn == qp_a.conn_id())
+        {
+        }
+        (qp_a, qp_b)
+    }
+}
+
+#[test]
+fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_serving() {
+    let (fab, device, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let ep = device.shm.as_ref().expect("same-host path on by default");
+
+    let mut garbage = attach(ep);
+    garbage.write_all(&[0xFF; proto::MSG_LEN]).unwrap();
+    assert!(closed_by_the_device(garbage), "a stream opening with garbage is closed");
+
+    let mut stranger = attach(ep);
+    stranger.write_all(&proto::hello(0x1234_5678_9ABC)).unwrap();
+    assert!(closed_by_the_device(stranger), "a hello with a nonce nobody offered is closed");
+
+    // Streams that never say hello: the device keeps at most 64 of them, closing the oldest.
+    let silent: Vec<UnixStream> = (0..100).map(|_| attach(ep)).collect();
+    let mut silent = silent.into_iter();
+    for s in silent.by_ref().take(36) {
+        assert!(closed_by_the_device(s), "the oldest silent streams are closed past the bound");
+    }
+
+    // A real connection from another device still takes the same-host path and reads.
+    let other = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
+    let ends = Ends::new(&other, &fab);
+    let Ends { pd_a, pd_b, cq_a, .. } = &ends;
+    let (a, _b) = ends.connect(|i| i, |i| i);
+    assert_eq!(a.data_path(), DataPath::SharedMemory);
+    let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    remote.buffer().write(0, b"still serving").unwrap();
+    let local = pd_a.register(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [local.sge(0, 13)];
+    a.post_send(&SendRequest::new(1, SendOp::RdmaRead(remote.remote()), &sge)).unwrap();
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::from_micros(50), T).unwrap(), 1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    let mut got = [0u8; 13];
+    local.buffer().read(0, &mut got).unwrap();
+    assert_eq!(&got, b"still serving");
+    drop(silent);
+}
+
+#[test]
+fn a_nonce_opens_one_stream_once() {
+    let ep = Endpoint::open().unwrap();
+    let offer = ep.offer(7).expect("an offer");
+    let mut h = crate::soft::wire::Header::new(crate::soft::wire::FrameType::ConnectReq);
+    offer.stamp(&mut h);
+    assert_eq!(Offer::from_header(&h), Some(offer));
+    assert_eq!(ep.redeem(offer.nonce), Some(7));
+    assert_eq!(ep.redeem(offer.nonce), None, "a nonce is good once");
+    let withdrawn = ep.offer(8).unwrap();
+    ep.withdraw(withdrawn.nonce);
+    assert_eq!(ep.redeem(withdrawn.nonce), None, "a withdrawn nonce opens nothing");
+    assert!(!ep.same_boot(&offer), "a device never takes the same-host path to itself");
+    assert!(ep.connect(&offer).is_none());
+}
+
+#[test]
+fn objects_that_could_shrink_or_are_too_small_are_not_mapped() {
+    // SAFETY: a plain call with a valid C string; the descriptor is owned right away.
+    let unsealed = unsafe {
+        let fd = libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0);
+        OwnedFd::from_raw_fd(fd)
+    };
+    // SAFETY: a plain call on a descriptor we own.
+    assert_eq!(unsafe { libc::ftruncate(std::os::fd::AsRawFd::as_raw_fd(&unsealed), 8192) }, 0);
+    assert!(PeerMapping::new(unsealed.as_fd(), 4096, false).is_err(), "no shrink seal: not mapped");
+    let sealed = sealed_memfd(c"sealed", 8192).unwrap();
+    assert!(PeerMapping::new(sealed.as_fd(), 8193, false).is_err(), "smaller than claimed: not mapped");
+    assert!(PeerMapping::new(sealed.as_fd(), 8192, false).is_ok());
+    let read_only = reopen_read_only(sealed.as_fd()).unwrap();
+    assert!(PeerMapping::new(read_only.as_fd(), 4096, true).is_err(), "a read-only descriptor maps read-only only");
+    assert!(PeerMapping::new(read_only.as_fd(), 4096, false).is_ok());
+}
+
+#[test]
+fn a_revoked_slot_is_seen_at_once_and_a_reused_slot_has_a_new_word() {
+    let table = KeyTable::new().unwrap();
+    let peer = PeerKeys::map(table.peer_fd()).unwrap();
+    let first = table.publish(0xAAAA).unwrap();
+    assert!(peer.live(first));
+    table.revoke(first);
+    assert!(!peer.live(first), "revoked");
+    let second = table.publish(0xAAAA).unwrap();
+    assert_eq!(second.index, first.index, "the slot is reused");
+    assert_ne!(second.word, first.word, "with a new generation");
+    assert!(!peer.live(first) && peer.live(second));
+}
+
+/// SENDs this end of the connections `conns` wrote into the peer's inbox.
+fn inbox_sends(conns: &Connections) -> u64 {
+    conns.open.lock().values().map(|c| c.st.lock().inbox_sends).sum()
+}
+
+#[test]
+fn small_sends_with_a_claimed_receive_go_through_the_inbox_and_all_sends_keep_post_order() {
+    let (fab_a, _, conns_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let fab_b = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
+    let ends = Ends::new(&fab_a, &fab_b);
+    let Ends { pd_a, pd_b, cq_a, cq_b, .. } = &ends;
+    let (a, b) = ends.connect(
+        |i| QpInit { rnr_retry: RNR_RETRY_INFINITE, ..i },
+        |i| QpInit { min_rnr_timer: Duration::from_millis(1), ..i },
+    );
+    assert_eq!(a.data_path(), DataPath::SharedMemory);
+
+    const BIG: usize = super::MAX_INLINE + 1000;
+    let rbuf = pd_b.register(4 * BIG, Access::LOCAL_WRITE).unwrap();
+    for i in 0..3 {
+        b.post_recv(i, &[rbuf.sge(i as usize * BIG, BIG)]).unwrap();
+    }
+    let sbuf = pd_a.register(BIG, Access::NONE).unwrap();
+    sbuf.buffer().write(0, &vec![0x5A; BIG]).unwrap();
+    let send = |id: u64, len: usize| {
+        a.post_send(&SendRequest::new(id, SendOp::SendWithImm(id as u32), &[sbuf.sge(0, len)])).unwrap()
+    };
+    // 1: small, a receive to claim: the inbox. 2: too large for it: the stream. 3: small, but
+    // behind 2 unless 2 was acknowledged already. 4: small, no receive left to claim: the
+    // stream, waiting (RNR) until one is posted.
+    send(1, 8);
+    assert_eq!(inbox_sends(&conns_a), 1, "a small SEND with a receive to claim went through the inbox");
+    send(2, BIG);
+    send(3, 8);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let n = cq_b.poll_wait(&mut wcs, Duration::ZERO, T).unwrap();
+        assert!(n > 0, "receives {got:?} of 3 within {T:?}");
+        got.extend(wcs[..n].iter().map(|wc| (wc.status, wc.imm, wc.byte_len)));
+    }
+    let expect = |imm: u32, len: usize| (WcStatus::Success, Some(imm), len as u32);
+    assert_eq!(got, [expect(1, 8), expect(2, BIG), expect(3, 8)], "receives in post order");
+    let before = inbox_sends(&conns_a);
+    send(4, 8);
+    assert_eq!(inbox_sends(&conns_a), before, "no receive to claim: not through the inbox");
+    assert_eq!(cq_b.poll(&mut wcs).unwrap(), 0, "no receive posted yet");
+    b.post_recv(3, &[rbuf.sge(3 * BIG, BIG)]).unwrap();
+    assert_eq!(cq_b.poll_wait(&mut wcs, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wcs[0].wr_id, wcs[0].imm), (3, Some(4)));
+    let mut sent = Vec::new();
+    while sent.len() < 4 {
+        let n = cq_a.poll_wait(&mut wcs, Duration::ZERO, T).unwrap();
+        assert!(n > 0, "SEND completions {sent:?} of 4 within {T:?}");
+        sent.extend(wcs[..n].iter().map(|wc| (wc.wr_id, wc.status)));
+    }
+    assert_eq!(sent, (1..=4).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>(), "SENDs complete in post order");
+}
+
+#[test]
+fn copies_and_sends_stop_the_moment_the_responders_queue_pair_fails() {
+    let (fab_a, _, conns_a) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let fab_b = open(&FabricConfig::new(FabricKind::Soft)).unwrap();
+    let ends = Ends::new(&fab_a, &fab_b);
+    let Ends { pd_a, pd_b, cq_a, .. } = &ends;
+    let (a, b) = ends.connect(|i| i, |i| i);
+    let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    let rbuf = pd_b.register(64, Access::LOCAL_WRITE).unwrap();
+    for i in 0..2 {
+        b.post_recv(i, &[rbuf.sge(0, 64)]).unwrap();
+    }
+    let local = pd_a.register(64, Access::LOCAL_WRITE).unwrap();
+    let sge = [local.sge(0, 64)];
+    let mut wc = [WorkCompletion::default(); 1];
+    // Map the region and the inbox while both ends are live.
+    a.post_send(&SendRequest::new(1, SendOp::RdmaRead(remote.remote()), &sge)).unwrap();
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    a.post_send(&SendRequest::new(2, SendOp::Send, &sge)).unwrap();
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::Success));
+    assert_eq!(inbox_sends(&conns_a), 1);
+
+    // A's NIC thread cannot hear of the disconnect while the test holds its receive state, so
+    // only the responder's key slot can stop A: its queue pair fails at once.
+    let conn = conns_a.open.lock().values().next().expect("A's connection").clone();
+    let held = conn.rx.lock();
+    b.disconnect().unwrap();
+    a.post_send(&SendRequest::new(3, SendOp::RdmaRead(remote.remote()), &sge)).unwrap();
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::TransportRetryExceeded), "a READ of a dead responder");
+    drop(held);
+
+    // The same for a SEND, on a second connection: with a receive to claim, it still takes
+    // the stream once the responder's queue pair failed, and fails with it.
+    let (a2, b2) = ends.connect(|i| i, |i| i);
+    b2.post_recv(10, &[rbuf.sge(0, 64)]).unwrap();
+    b2.post_recv(11, &[rbuf.sge(0, 64)]).unwrap();
+    a2.post_send(&SendRequest::new(20, SendOp::Send, &sge)).unwrap();
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!((wc[0].wr_id, wc[0].status), (20, WcStatus::Success));
+    let conn2 = conns_a.open.lock().get(&a2.conn_id()).expect("A's second connection").clone();
+    assert_eq!(conn2.st.lock().inbox_sends, 1, "the second connection's first SEND used the inbox");
+    let held = conn2.rx.lock();
+    b2.disconnect().unwrap();
+    a2.post_send(&SendRequest::new(21, SendOp::Send, &sge)).unwrap();
+    assert_eq!(conn2.st.lock().inbox_sends, 1, "no SEND into the inbox of a dead responder");
+    drop(held);
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!(wc[0].wr_id, 21);
+    assert!(!wc[0].status.is_success(), "a SEND to a dead responder failed: {:?}", wc[0]);
+}
+
+/// A request to the peer (a round trip to its NIC thread) holds up no copy or SEND of the same
+/// connection: those may run on the NIC thread under the connection's lock, and must never wait
+/// for the peer's NIC thread. Here the peer reads the request and does not answer while another
+/// thread copies; then it hangs up, and the client reports the broken stream.
+#[test]
+fn a_request_waiting_for_the_peer_holds_up_no_copy_or_send() {
+    use super::ShmClient;
+    use std::sync::Arc;
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    ours.set_read_timeout(Some(T)).unwrap();
+    peer.set_read_timeout(Some(T)).unwrap();
+    let client = Arc::new(ShmClient::new(ours));
+    let asking = {
+        let client = client.clone();
+        std::thread::spawn(move || client.prefetch(7))
+    };
+    let mut request = [0u8; 16];
+    let n = peer.read(&mut request).expect("the request arrives");
+    assert!(n > 0);
+    // The request waits for its answer; a copy meanwhile finds nothing mapped at once.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let copier = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let _ = done_tx.send((client.copy(7, 0, &[], true), client.send(&[], 0, None, false)));
+        })
+    };
+    let (copied, sent) = done_rx.recv_timeout(T).expect("the copy and the SEND did not wait for the request");
+    assert_eq!((copied, sent), (WcStatus::RemoteAccessError, false));
+    copier.join().unwrap();
+    drop(peer);
+    asking.join().unwrap();
+    assert_eq!(client.copy(7, 0, &[], true), WcStatus::TransportRetryExceeded, "the stream broke");
+}

@@ -1,0 +1,60 @@
+//! Shared receive queues of the soft provider: one receive list that several queue pairs take
+//! their receives from.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::device::Device;
+use super::recv::{RecvList, RecvWr};
+use super::shm::Pool;
+use crate::error::{Error, Result};
+use crate::provider::{Sge, SrqOps};
+
+/// The receive list of a shared receive queue.
+pub(crate) struct SrqInner {
+    pub(crate) pd: u32,
+    max_wr: u32,
+    max_sge: u32,
+    queue: Mutex<RecvList>,
+}
+
+impl SrqInner {
+    /// Takes the oldest posted receive (see [`RecvList::take`]).
+    pub(crate) fn take(&self, claimed: bool) -> Option<RecvWr> {
+        self.queue.lock().take(claimed)
+    }
+
+    /// The receive credits of this queue, made on first use.
+    pub(crate) fn pool(&self) -> Option<Arc<Pool>> {
+        self.queue.lock().pool()
+    }
+}
+
+/// A shared receive queue handle.
+pub(crate) struct SoftSrq {
+    pub(crate) inner: Arc<SrqInner>,
+    _dev: Arc<Device>,
+}
+
+impl SoftSrq {
+    pub(crate) fn new(dev: Arc<Device>, pd: u32, max_wr: u32, max_sge: u32) -> Self {
+        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(RecvList::default()) }), _dev: dev }
+    }
+}
+
+impl SrqOps for SoftSrq {
+    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        let s = &self.inner;
+        if sges.len() > s.max_sge as usize {
+            return Err(Error::invalid("post_srq_recv", format!("{} SGEs, the limit is {}", sges.len(), s.max_sge)));
+        }
+        let wr = RecvWr::new(wr_id, sges, s.pd, "post_srq_recv")?;
+        let mut q = s.queue.lock();
+        if q.len() >= s.max_wr as usize {
+            return Err(Error::QueueFull { queue: "shared receive queue", depth: s.max_wr });
+        }
+        q.push(wr);
+        Ok(())
+    }
+}

@@ -1,0 +1,390 @@
+//! What travels in connection-manager private data: the subscriber's request
+//! ([`ConnectData`], at most 56 bytes), the publisher's acceptance with everything needed to
+//! READ its ring ([`AcceptData`], at most 196 bytes), or its refusal ([`RejectData`], at most
+//! 148 bytes).
+#![allow(clippy::missing_errors_doc, reason = "every decode error is a ProtocolError naming the message")]
+
+use serde::{Deserialize, Serialize};
+
+use super::auth::Secret;
+use super::codec::{self, kind};
+use super::credential::{CredentialError, Proof, ReplayGuard};
+use super::error::ProtocolError;
+use super::topic::TopicId;
+use crate::ring::{Checksum, ReaderConfig, StartPoint};
+use rdma_fabric::{RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
+
+/// Where a new subscriber starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum StartAt {
+    /// Only messages published after the subscription.
+    #[default]
+    Latest,
+    /// Every message the ring still retains.
+    Earliest,
+}
+
+/// Which slow-subscriber policy a publisher runs: the kind of its [`Policy`](crate::Policy),
+/// without the policy's settings. Subscribers learn it in the connect
+/// ([`PublisherInfo::policy`](crate::PublisherInfo::policy)).
+///
+/// ```
+/// use std::time::Duration;
+/// use rdma_pubsub::{Policy, PolicyKind};
+///
+/// assert_eq!(Policy::Overwrite.kind(), PolicyKind::Overwrite);
+/// assert_eq!(Policy::Block { timeout: Duration::from_secs(1) }.kind(), PolicyKind::Block);
+/// ```
+///
+/// On the wire (bincode) it is the variant's index: Block 0, DropSlow 1, Overwrite 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum PolicyKind {
+    /// The publisher waits for the slowest subscriber (no loss).
+    Block,
+    /// The publisher drops a subscriber that is too slow and tells it why.
+    DropSlow,
+    /// The publisher never waits; slow subscribers lose (and count) the oldest messages.
+    Overwrite,
+}
+
+impl PolicyKind {
+    fn bit(self) -> u8 {
+        match self {
+            PolicyKind::Block => 1,
+            PolicyKind::DropSlow => 2,
+            PolicyKind::Overwrite => 4,
+        }
+    }
+}
+
+/// A set of [`PolicyKind`] values (the policies a subscriber accepts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct PolicySet(u8);
+
+impl PolicySet {
+    /// No policy.
+    pub const NONE: PolicySet = PolicySet(0);
+    /// Every policy.
+    pub const ALL: PolicySet = PolicySet(7);
+
+    /// The set holding `policies`.
+    pub fn of(policies: &[PolicyKind]) -> PolicySet {
+        PolicySet(policies.iter().fold(0, |s, p| s | p.bit()))
+    }
+    /// Whether `policy` is in the set.
+    pub fn contains(self, policy: PolicyKind) -> bool {
+        self.0 & policy.bit() != 0
+    }
+    /// The set with `policy` added.
+    pub fn with(self, policy: PolicyKind) -> PolicySet {
+        PolicySet(self.0 | policy.bit())
+    }
+}
+
+impl TryFrom<u8> for PolicySet {
+    type Error = String;
+    fn try_from(bits: u8) -> Result<Self, String> {
+        if bits & !PolicySet::ALL.0 != 0 {
+            return Err(format!("unknown policy bits {bits:#04x}"));
+        }
+        Ok(PolicySet(bits))
+    }
+}
+
+impl From<PolicySet> for u8 {
+    fn from(s: PolicySet) -> u8 {
+        s.0
+    }
+}
+
+/// Options of a subscription request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub struct ConnectFlags(u8);
+
+impl ConnectFlags {
+    /// No option.
+    pub const NONE: ConnectFlags = ConnectFlags(0);
+    /// The subscriber wants doorbell SENDs when new data arrives (instead of only polling).
+    pub const WANTS_DOORBELLS: ConnectFlags = ConnectFlags(1);
+    const KNOWN: u8 = 1;
+
+    /// Whether every flag of `other` is set.
+    pub fn contains(self, other: ConnectFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for ConnectFlags {
+    type Output = ConnectFlags;
+    fn bitor(self, rhs: ConnectFlags) -> ConnectFlags {
+        ConnectFlags(self.0 | rhs.0)
+    }
+}
+
+impl TryFrom<u8> for ConnectFlags {
+    type Error = String;
+    fn try_from(bits: u8) -> Result<Self, String> {
+        if bits & !ConnectFlags::KNOWN != 0 {
+            return Err(format!("unknown connect flags {bits:#04x}"));
+        }
+        Ok(ConnectFlags(bits))
+    }
+}
+
+impl From<ConnectFlags> for u8 {
+    fn from(f: ConnectFlags) -> u8 {
+        f.0
+    }
+}
+
+/// A subscriber's connect request (connect private data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectData {
+    /// The topic subscribed to.
+    pub topic: TopicId,
+    /// Where to start.
+    pub start: StartAt,
+    /// The policies the subscriber accepts.
+    pub accepts: PolicySet,
+    /// The subscriber's node id.
+    pub node_id: u64,
+    /// Options.
+    pub flags: ConnectFlags,
+    /// The proof that the subscriber holds the topic's credential ([`with_proof`](Self::with_proof));
+    /// a publisher without a credential ignores it.
+    pub proof: Option<Proof>,
+}
+
+impl ConnectData {
+    const WHAT: &'static str = "connect private data";
+
+    /// Encodes (at most [`MAX_CONNECT_PRIVATE_DATA`] bytes). The layout, after the frame's
+    /// version and kind bytes (bincode 2 standard: varints are 1 byte below 251, else a marker
+    /// byte and the value's little-endian bytes):
+    ///
+    /// | bytes | field |
+    /// |---|---|
+    /// | 1 | version ([`PROTOCOL_VERSION`](super::PROTOCOL_VERSION)) |
+    /// | 1 | kind (1: connect) |
+    /// | 1–9 | topic id (varint) |
+    /// | 1 | start (0 latest, 1 earliest) |
+    /// | 1 | policies accepted (bits: 1 block, 2 drop-slow, 4 overwrite) |
+    /// | 1–9 | subscriber node id (varint) |
+    /// | 1 | flags (1: wants doorbells) |
+    /// | 1 | proof present (0 or 1); if 1: |
+    /// | 8 | nonce (little-endian) |
+    /// | 8 | time, ms since the Unix epoch (little-endian) |
+    /// | 16 | tag: the first 16 bytes of the HMAC-SHA256 ([`Proof`]) |
+    ///
+    /// At most 2 + 9 + 1 + 1 + 9 + 1 + 1 + 32 = 56 bytes with a proof, 24 without.
+    pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
+        codec::encode(Self::WHAT, kind::CONNECT, self, MAX_CONNECT_PRIVATE_DATA)
+    }
+
+    /// This request with a proof that the subscriber holds `secret`, the topic's credential:
+    /// `nonce` must be fresh (random) and `timestamp_ms` the wall clock (ms since the Unix
+    /// epoch). Any change to the request afterwards makes the proof fail.
+    pub fn with_proof(self, secret: &Secret, nonce: u64, timestamp_ms: u64) -> Result<ConnectData, ProtocolError> {
+        let unproven = self.unproven()?;
+        Ok(ConnectData { proof: Some(Proof::new(secret, &unproven, nonce, timestamp_ms)), ..self })
+    }
+
+    /// Checks that the request proves the credential `secret`, with a time within the skew
+    /// allowance of `now_ms` and a nonce `replay` has not seen (it remembers it).
+    pub fn check_credential(
+        &self,
+        secret: &Secret,
+        replay: &mut ReplayGuard,
+        now_ms: u64,
+    ) -> Result<(), CredentialError> {
+        let proof = self.proof.ok_or(CredentialError::Missing)?;
+        let unproven = self.unproven().map_err(|_| CredentialError::Invalid)?;
+        replay.admit(secret, self.topic, &unproven, &proof, now_ms)
+    }
+
+    /// The encoding of this request without its proof: the bytes a proof MACs.
+    fn unproven(&self) -> Result<Vec<u8>, ProtocolError> {
+        ConnectData { proof: None, ..*self }.encode()
+    }
+
+    /// Decodes, accepting trailing zero padding.
+    pub fn decode(bytes: &[u8]) -> Result<ConnectData, ProtocolError> {
+        codec::decode(Self::WHAT, kind::CONNECT, bytes, MAX_CONNECT_PRIVATE_DATA)
+    }
+}
+
+/// Serialises a [`RemoteAddr`] as `(addr, rkey)`.
+mod remote_addr {
+    use super::RemoteAddr;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(r: &RemoteAddr, s: S) -> Result<S::Ok, S::Error> {
+        (r.addr, r.rkey).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RemoteAddr, D::Error> {
+        let (addr, rkey) = <(u64, u32)>::deserialize(d)?;
+        Ok(RemoteAddr { addr, rkey })
+    }
+}
+
+/// A publisher's acceptance (accept private data): everything the subscriber needs to READ
+/// the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcceptData {
+    /// The topic (echoed).
+    pub topic: TopicId,
+    /// Address and rkey of the ring's memory region (control block first).
+    #[serde(with = "remote_addr")]
+    pub ring: RemoteAddr,
+    /// Length of the region (control block + data).
+    pub region_len: u64,
+    /// Data-area capacity.
+    pub capacity: u64,
+    /// Publisher epoch (changes when the publisher restarts).
+    pub epoch: u64,
+    /// The publisher's node id.
+    pub publisher_id: u64,
+    /// The policy this subscription runs under.
+    pub policy: PolicyKind,
+    /// Largest payload of one ring record.
+    pub max_record_payload: u32,
+    /// Absolute ring position the subscriber starts reading at.
+    pub start_position: u64,
+    /// Sequence the record at `start_position` carries.
+    pub start_seq: u64,
+    /// First message sequence the subscriber is owed (`start_seq`, or `start_seq + 1` when
+    /// the start is inside a message).
+    pub first_seq: u64,
+    /// The function the ring's record checksums are computed with.
+    pub checksum: Checksum,
+}
+
+impl AcceptData {
+    const WHAT: &'static str = "accept private data";
+
+    /// Encodes (at most [`MAX_ACCEPT_PRIVATE_DATA`] bytes). The layout, in the varints of
+    /// [`ConnectData::encode`] (an enum is its variant's index, one byte):
+    ///
+    /// | bytes | field |
+    /// |---|---|
+    /// | 1 | version ([`PROTOCOL_VERSION`](super::PROTOCOL_VERSION)) |
+    /// | 1 | kind (2: accept) |
+    /// | 1–9 | topic id |
+    /// | 1–9, 1–5 | ring address, rkey |
+    /// | 1–9 | region length |
+    /// | 1–9 | data-area capacity |
+    /// | 1–9 | publisher epoch |
+    /// | 1–9 | publisher id |
+    /// | 1 | policy (0 block, 1 drop-slow, 2 overwrite) |
+    /// | 1–5 | largest record payload |
+    /// | 1–9 | start position |
+    /// | 1–9 | sequence at the start position |
+    /// | 1–9 | first sequence owed |
+    /// | 1 | checksum (0 CRC-32C, 1 XXH64 low 32 bits) |
+    ///
+    /// At most 2 + 9 + 14 + 4 × 9 + 1 + 5 + 3 × 9 + 1 = 95 bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
+        codec::encode(Self::WHAT, kind::ACCEPT, self, MAX_ACCEPT_PRIVATE_DATA)
+    }
+
+    /// Decodes, accepting trailing zero padding.
+    pub fn decode(bytes: &[u8]) -> Result<AcceptData, ProtocolError> {
+        codec::decode(Self::WHAT, kind::ACCEPT, bytes, MAX_ACCEPT_PRIVATE_DATA)
+    }
+
+    /// The start point carried.
+    pub fn start_point(&self) -> StartPoint {
+        StartPoint { position: self.start_position, seq: self.start_seq, first_seq: self.first_seq }
+    }
+
+    /// The ring reader configuration for this subscription (validated by `RingReader::new`).
+    pub fn reader_config(&self, max_message_len: u64) -> ReaderConfig {
+        ReaderConfig {
+            capacity: usize::try_from(self.capacity).unwrap_or(usize::MAX),
+            max_record_payload: self.max_record_payload as usize,
+            epoch: self.epoch,
+            start: self.start_point(),
+            max_message_len,
+            checksum: self.checksum,
+        }
+    }
+}
+
+/// Why a publisher refused a subscription.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum RejectCode {
+    /// No publisher of that topic on this node.
+    UnknownTopic,
+    /// The connect data has another protocol version.
+    VersionMismatch,
+    /// The connect data does not decode.
+    Malformed,
+    /// The topic's policy is not one the subscriber accepts.
+    PolicyNotAccepted,
+    /// The publisher has as many subscribers as it serves.
+    TooManySubscribers,
+    /// The publisher is closing.
+    ShuttingDown,
+    /// The topic requires a credential and the subscriber did not prove it: no proof, a wrong
+    /// one, a stale time or a replayed nonce (the detail says which).
+    Unauthorized,
+}
+
+/// Longest detail string a [`RejectData`] carries, in bytes.
+pub const MAX_REJECT_DETAIL: usize = 140;
+
+/// A publisher's refusal (reject private data).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectData {
+    /// Why.
+    pub reason: RejectCode,
+    /// A short human-readable detail (at most [`MAX_REJECT_DETAIL`] bytes).
+    pub detail: String,
+}
+
+impl RejectData {
+    const WHAT: &'static str = "reject private data";
+
+    /// A refusal whose detail is truncated (at a character boundary) to fit.
+    pub fn new(reason: RejectCode, detail: &str) -> RejectData {
+        let mut end = detail.len().min(MAX_REJECT_DETAIL);
+        while !detail.is_char_boundary(end) {
+            end -= 1;
+        }
+        RejectData { reason, detail: detail[..end].to_string() }
+    }
+
+    /// Encodes (at most [`MAX_REJECT_PRIVATE_DATA`] bytes; the detail is truncated to fit).
+    /// The layout:
+    ///
+    /// | bytes | field |
+    /// |---|---|
+    /// | 1 | version ([`PROTOCOL_VERSION`](super::PROTOCOL_VERSION)) |
+    /// | 1 | kind (3: reject) |
+    /// | 1 | reason ([`RejectCode`] variant index, in declaration order from 0) |
+    /// | 1 | detail length (at most [`MAX_REJECT_DETAIL`], so one varint byte) |
+    /// | n | detail, UTF-8 |
+    ///
+    /// At most 2 + 1 + 1 + 140 = 144 bytes.
+    pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
+        let fitted = RejectData::new(self.reason, &self.detail);
+        codec::encode(Self::WHAT, kind::REJECT, &fitted, MAX_REJECT_PRIVATE_DATA)
+    }
+
+    /// Decodes, accepting trailing zero padding.
+    pub fn decode(bytes: &[u8]) -> Result<RejectData, ProtocolError> {
+        let r: RejectData = codec::decode(Self::WHAT, kind::REJECT, bytes, MAX_REJECT_PRIVATE_DATA)?;
+        if r.detail.len() > MAX_REJECT_DETAIL {
+            return Err(ProtocolError::Malformed {
+                what: Self::WHAT,
+                detail: format!("{}-byte detail", r.detail.len()),
+            });
+        }
+        Ok(r)
+    }
+}

@@ -1,0 +1,171 @@
+//! Golden bytes: every message kind encoded from fixed values, compared byte for byte with
+//! what this protocol version sends. A change of layout (a field added, moved or re-typed, an
+//! enum variant reordered) fails here; it must come with a new [`PROTOCOL_VERSION`], whose
+//! bump fails [`the_goldens_are_of_this_protocol_version`] until the goldens are renewed.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use super::*;
+use crate::ring::Checksum;
+use rdma_fabric::RemoteAddr;
+
+/// The protocol version the goldens below were taken from.
+const GOLDEN_VERSION: u8 = 4;
+
+/// A fixed secret (the credential and the domain secret of the goldens).
+fn secret() -> Secret {
+    Secret::new(*b"golden secret of sixteen+ bytes").expect("a valid secret")
+}
+
+fn connect() -> ConnectData {
+    ConnectData {
+        topic: TopicId::of("golden"),
+        start: StartAt::Earliest,
+        accepts: PolicySet::of(&[PolicyKind::Block, PolicyKind::Overwrite]),
+        node_id: 0x0102_0304_0506_0708,
+        flags: ConnectFlags::WANTS_DOORBELLS,
+        proof: None,
+    }
+}
+
+fn accept() -> AcceptData {
+    AcceptData {
+        topic: TopicId::of("golden"),
+        ring: RemoteAddr { addr: 0x7f00_1234_5000, rkey: 0xdead_beef },
+        region_len: 4096 + (1 << 20),
+        capacity: 1 << 20,
+        epoch: 3,
+        publisher_id: 0x0102_0304_0506_0708,
+        policy: PolicyKind::DropSlow,
+        max_record_payload: 65_504,
+        start_position: (1 << 20) + 96,
+        start_seq: 7,
+        first_seq: 8,
+        checksum: Checksum::XxHash64,
+    }
+}
+
+/// Every control message, named.
+fn controls() -> Vec<(&'static str, Control)> {
+    vec![
+        ("ack", Control::Ack { position: 1_048_672, seq: 9 }),
+        ("doorbell request", Control::DoorbellRequest { armed: true, position: 300 }),
+        ("bye", Control::Bye),
+        ("doorbell", Control::Doorbell { tail: 250 }),
+        ("dropped too slow", Control::Dropped { reason: DropReason::TooSlow { lag: 1 << 20 } }),
+        ("dropped protocol violation", Control::Dropped { reason: DropReason::ProtocolViolation }),
+        ("dropped shutting down", Control::Dropped { reason: DropReason::ShuttingDown }),
+        ("dropped idle", Control::Dropped { reason: DropReason::Idle { millis: 30_000 } }),
+        ("end of stream", Control::EndOfStream { final_seq: 42 }),
+        ("credit wanted", Control::CreditWanted { position: 251 }),
+    ]
+}
+
+fn announcement() -> Announcement {
+    Announcement {
+        kind: AnnounceKind::Heartbeat,
+        domain: 7,
+        node_id: 0x0102_0304_0506_0708,
+        epoch: 3,
+        connect: SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 7471)),
+        part: 0,
+        parts: 1,
+        topics: vec![("golden".into(), TopicId::of("golden"))],
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Every encoding the goldens pin, named.
+fn encodings() -> Vec<(String, Vec<u8>)> {
+    let mut all = vec![
+        ("connect".to_string(), connect().encode().expect("encode")),
+        (
+            "connect with proof".to_string(),
+            connect()
+                .with_proof(&secret(), 0x1111_2222_3333_4444, 1_700_000_000_000)
+                .expect("proof")
+                .encode()
+                .expect("encode"),
+        ),
+        ("accept".to_string(), accept().encode().expect("encode")),
+        ("reject".to_string(), RejectData::new(RejectCode::Unauthorized, "stale proof").encode().expect("encode")),
+        ("announcement".to_string(), announcement().encode().expect("encode")),
+        ("sealed announcement".to_string(), announcement().seal(&secret(), 5, 1_700_000_000_000).expect("seal")),
+    ];
+    all.extend(controls().into_iter().map(|(name, c)| (name.to_string(), c.encode().expect("encode"))));
+    all
+}
+
+/// The bytes this protocol version sends for each of [`encodings`], as hex.
+const GOLDENS: &[(&str, &str)] = &[
+    ("connect", "0401fdc4d937fe8ec8722b0105fd08070605040302010100"),
+    (
+        "connect with proof",
+        "0401fdc4d937fe8ec8722b0105fd0807060504030201010144443333222211110068e5cf8b01000045dcfc48b0edb1ad44b941699ceb5edb",
+    ),
+    (
+        "accept",
+        "0402fdc4d937fe8ec8722bfd00503412007f0000fcefbeaddefc00101000fc0000100003fd080706050403020101fbe0fffc60001000070801",
+    ),
+    ("reject", "0403060b7374616c652070726f6f66"),
+    ("announcement", "04050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b"),
+    (
+        "sealed announcement",
+        "040605000000000000000068e5cf8b01000004050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722ba733fd80dcbd3ac8f9e6d9be551971a6",
+    ),
+    ("ack", "040400fc6000100009"),
+    ("doorbell request", "04040101fb2c01"),
+    ("bye", "040402"),
+    ("doorbell", "040403fa"),
+    ("dropped too slow", "04040400fc00001000"),
+    ("dropped protocol violation", "04040401"),
+    ("dropped shutting down", "04040402"),
+    ("dropped idle", "04040403fb3075"),
+    ("end of stream", "0404052a"),
+    ("credit wanted", "040406fbfb00"),
+];
+
+#[test]
+fn the_goldens_are_of_this_protocol_version() {
+    assert_eq!(
+        PROTOCOL_VERSION, GOLDEN_VERSION,
+        "the protocol version changed: renew GOLDENS from `encodings()` (print them as hex) and GOLDEN_VERSION"
+    );
+}
+
+#[test]
+fn every_message_kind_encodes_to_its_golden_bytes() {
+    let encoded = encodings();
+    let names: Vec<&str> = encoded.iter().map(|(name, _)| name.as_str()).collect();
+    let golden_names: Vec<&str> = GOLDENS.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, golden_names, "every encoding has its golden, in order");
+    for ((name, bytes), (_, golden)) in encoded.iter().zip(GOLDENS) {
+        assert_eq!(hex(bytes), *golden, "{name}: the layout changed without a new PROTOCOL_VERSION");
+    }
+}
+
+#[test]
+fn the_golden_bytes_decode_to_their_values() {
+    let bytes = |name: &str| {
+        let (_, golden) = GOLDENS.iter().find(|(n, _)| *n == name).expect("a golden of that name");
+        (0..golden.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&golden[i..i + 2], 16).expect("hex"))
+            .collect::<Vec<u8>>()
+    };
+    assert_eq!(ConnectData::decode(&bytes("connect")).expect("decode"), connect());
+    assert_eq!(AcceptData::decode(&bytes("accept")).expect("decode"), accept());
+    assert_eq!(
+        RejectData::decode(&bytes("reject")).expect("decode"),
+        RejectData::new(RejectCode::Unauthorized, "stale proof")
+    );
+    assert_eq!(Announcement::decode(&bytes("announcement")).expect("decode"), announcement());
+    let opened = Announcement::open(&bytes("sealed announcement"), &secret()).expect("open");
+    assert_eq!((opened.announcement, opened.seq, opened.sent_ms), (announcement(), 5, 1_700_000_000_000));
+    for (name, c) in controls() {
+        assert_eq!(Control::decode(&bytes(name)).expect("decode"), c, "{name}");
+    }
+}

@@ -1,0 +1,171 @@
+//! Record checksums: which function a ring's records carry, and the choice of the faster one
+//! on this CPU.
+//!
+//! A checksum does not authenticate anything: it tells a subscriber whether the bytes a READ
+//! brought are the bytes the producer committed, or a mix of two laps (a READ racing a
+//! write). Both functions catch that; they differ in speed. CRC-32C through `crc-fast` folds
+//! with carry-less multiplication, the fastest where the CPU runs that instruction at full
+//! speed (x86-64 with PCLMULQDQ, aarch64 with PMULL). XXH64 uses plain 64-bit multiplies,
+//! faster where carry-less multiplication is slow or emulated: measured here, 64 KiB takes
+//! 1.0 µs with CRC-32C and 4.6 µs with XXH64 on the host, but 390 µs and 17 µs in the qemu
+//! (TCG) guest that runs the Soft-RoCE tests.
+//!
+//! The publisher picks the function ([`Checksum::fastest_here`] unless its options name one)
+//! and the accept private data tells each subscriber which one its ring uses.
+
+use std::hint::black_box;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh64::Xxh64;
+
+/// The function a ring's record checksums are computed with. Either is 32 bits, over the
+/// record header (its `crc` field taken as zero) followed by the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Checksum {
+    /// CRC-32C (Castagnoli).
+    #[default]
+    Crc32c,
+    /// The low 32 bits of XXH64 with seed 0.
+    XxHash64,
+}
+
+/// Bytes [`Checksum::fastest_here`] times each function on.
+const CALIBRATION_LEN: usize = 64 * 1024;
+
+impl Checksum {
+    /// Every function, in the order [`fastest_here`](Self::fastest_here) prefers them on a tie.
+    pub const ALL: [Checksum; 2] = [Checksum::Crc32c, Checksum::XxHash64];
+
+    /// Starts a checksum.
+    pub fn start(self) -> RecordCrc {
+        RecordCrc(match self {
+            Checksum::Crc32c => Digest::Crc32c(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)),
+            Checksum::XxHash64 => Digest::XxHash64(Xxh64::new(0)),
+        })
+    }
+
+    /// The checksum of `bytes` in one go.
+    pub fn of(self, bytes: &[u8]) -> u32 {
+        let mut crc = self.start();
+        crc.update(bytes);
+        crc.finish()
+    }
+
+    /// The faster function on this CPU, timed once per process (the best of three passes over
+    /// 64 KiB each; about 10 µs on a native x86-64 core, a few ms under emulation).
+    pub fn fastest_here() -> Checksum {
+        static FASTEST: OnceLock<Checksum> = OnceLock::new();
+        *FASTEST.get_or_init(|| {
+            let sample = vec![0x5a_u8; CALIBRATION_LEN];
+            let chosen = Checksum::fastest_of(Checksum::ALL.map(|c| (c, c.time(&sample))));
+            tracing::debug!(?chosen, "record checksum chosen by timing 64 KiB with each function");
+            chosen
+        })
+    }
+
+    /// The function with the shortest time (the first of equals).
+    pub fn fastest_of(timings: [(Checksum, Duration); 2]) -> Checksum {
+        let [first, second] = timings;
+        if second.1 < first.1 {
+            second.0
+        } else {
+            first.0
+        }
+    }
+
+    fn time(self, sample: &[u8]) -> Duration {
+        (0..3)
+            .map(|_| {
+                let started = Instant::now();
+                black_box(self.of(black_box(sample)));
+                started.elapsed()
+            })
+            .min()
+            .unwrap_or(Duration::MAX)
+    }
+}
+
+// Unboxed: a digest lives on the stack for one record, and boxing it would allocate per record.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+enum Digest {
+    Crc32c(crc_fast::Digest),
+    XxHash64(Xxh64),
+}
+
+/// A record checksum being computed (see [`Checksum::start`]).
+#[derive(Clone)]
+pub struct RecordCrc(Digest);
+
+impl std::fmt::Debug for RecordCrc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self.0 {
+            Digest::Crc32c(_) => Checksum::Crc32c,
+            Digest::XxHash64(_) => Checksum::XxHash64,
+        };
+        f.debug_tuple("RecordCrc").field(&kind).finish()
+    }
+}
+
+impl RecordCrc {
+    /// Adds the next bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        match &mut self.0 {
+            Digest::Crc32c(d) => d.update(bytes),
+            Digest::XxHash64(d) => d.update(bytes),
+        }
+    }
+
+    /// The checksum of everything added.
+    pub fn finish(&self) -> u32 {
+        match &self.0 {
+            Digest::Crc32c(d) => d.finalize() as u32,
+            Digest::XxHash64(d) => d.digest() as u32,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Each function is the reference implementation's, whether the bytes come at once or
+        /// in pieces.
+        #[test]
+        fn each_function_matches_its_reference_in_any_pieces(
+            bytes in proptest::collection::vec(any::<u8>(), 0..5000),
+            cut in 0usize..5000,
+        ) {
+            let cut = cut.min(bytes.len());
+            for (checksum, reference) in [
+                (Checksum::Crc32c, crc32c::crc32c(&bytes)),
+                (Checksum::XxHash64, xxhash_rust::xxh64::xxh64(&bytes, 0) as u32),
+            ] {
+                prop_assert_eq!(checksum.of(&bytes), reference);
+                let mut pieces = checksum.start();
+                pieces.update(&bytes[..cut]);
+                pieces.update(&bytes[cut..]);
+                prop_assert_eq!(pieces.finish(), reference);
+            }
+        }
+    }
+
+    #[test]
+    fn the_faster_function_is_chosen() {
+        let fast = Duration::from_micros(1);
+        let slow = Duration::from_micros(400);
+        assert_eq!(Checksum::fastest_of([(Checksum::Crc32c, fast), (Checksum::XxHash64, slow)]), Checksum::Crc32c);
+        assert_eq!(Checksum::fastest_of([(Checksum::Crc32c, slow), (Checksum::XxHash64, fast)]), Checksum::XxHash64);
+        assert_eq!(Checksum::fastest_of([(Checksum::Crc32c, fast), (Checksum::XxHash64, fast)]), Checksum::Crc32c);
+        assert!(Checksum::ALL.contains(&Checksum::fastest_here()));
+    }
+
+    #[test]
+    fn the_functions_differ() {
+        assert_ne!(Checksum::Crc32c.of(b"record"), Checksum::XxHash64.of(b"record"));
+    }
+}
