@@ -184,7 +184,7 @@ impl Fanout {
     /// has the last one) and records the totals under `kind`.
     fn run(&mut self, count: u64, subs: usize, kind: &'static str, pace: Option<f64>) -> Duration {
         let publisher = self.publisher.as_ref().expect("publisher");
-        let waits = publisher.counters().waits.load(Ordering::Relaxed);
+        let waits = publisher.counters().waits();
         let process = process_cpu();
         let start = Instant::now();
         // Paced: bursts of at most a quarter ring (the publisher never waits for credit inside
@@ -222,7 +222,7 @@ impl Fanout {
         }
         let wall = start.elapsed();
         let process_cpu = process_cpu() - process;
-        let waits = publisher.counters().waits.load(Ordering::Relaxed) - waits;
+        let waits = publisher.counters().waits() - waits;
         let size = self.buf.len();
         let bytes = count * size as u64;
         record(kind, subs, size, Totals { bytes, wall, cpu, process_cpu, messages: count, waits });

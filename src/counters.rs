@@ -5,8 +5,6 @@
 //! the iteration over both that the stats file is written from, so a counter declared is a
 //! counter exported.
 
-use std::sync::atomic::AtomicU64;
-
 /// How a counter's value moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -64,21 +62,17 @@ impl Descriptor {
     }
 }
 
-/// A set of counters declared with `counter_set!`.
+/// A set of counters declared with `counter_set!`: read-only to the application.
 pub trait CounterSet {
     /// The descriptors of the counters, in declaration order.
     const DESCRIPTORS: &'static [Descriptor];
-    /// The counters, in declaration order (the same order as [`Self::DESCRIPTORS`]).
-    fn atomics(&self) -> Vec<&AtomicU64>;
     /// Every counter's descriptor with its current value, in declaration order.
-    fn values(&self) -> Vec<(&'static Descriptor, u64)> {
-        let atomics = self.atomics();
-        Self::DESCRIPTORS.iter().zip(atomics).map(|(d, v)| (d, v.load(std::sync::atomic::Ordering::Relaxed))).collect()
-    }
+    fn values(&self) -> Vec<(&'static Descriptor, u64)>;
 }
 
-/// Declares a set of counters: a struct of public `AtomicU64` fields, each documented, with
-/// its kind and unit, and its [`CounterSet`] implementation (the descriptor table).
+/// Declares a set of counters: a struct of `AtomicU64` fields that only this crate writes,
+/// each documented, with its kind and unit; a reader method per counter (the application reads,
+/// it never writes); and its [`CounterSet`] implementation (the descriptor table).
 ///
 /// ```ignore
 /// counter_set! {
@@ -101,7 +95,17 @@ macro_rules! counter_set {
         $(#[$meta])*
         #[derive(Debug, Default)]
         pub struct $name {
-            $( $(#[doc = $doc])+ pub $field: ::std::sync::atomic::AtomicU64, )+
+            $( $(#[doc = $doc])+ pub(crate) $field: ::std::sync::atomic::AtomicU64, )+
+        }
+
+        impl $name {
+            $(
+                $(#[doc = $doc])+
+                #[must_use]
+                pub fn $field(&self) -> u64 {
+                    self.$field.load(::std::sync::atomic::Ordering::Relaxed)
+                }
+            )+
         }
 
         impl $crate::counters::CounterSet for $name {
@@ -113,8 +117,9 @@ macro_rules! counter_set {
                     help: concat!($($doc),+),
                 }, )+
             ];
-            fn atomics(&self) -> Vec<&::std::sync::atomic::AtomicU64> {
-                vec![$( &self.$field ),+]
+            fn values(&self) -> Vec<(&'static $crate::counters::Descriptor, u64)> {
+                let values = [$( self.$field() ),+];
+                Self::DESCRIPTORS.iter().zip(values).collect()
             }
         }
     };
@@ -150,5 +155,6 @@ mod tests {
         c.held.store(7, Ordering::Relaxed);
         let values: Vec<(&str, u64)> = c.values().into_iter().map(|(d, v)| (d.name, v)).collect();
         assert_eq!(values, [("done", 3), ("held", 7)]);
+        assert_eq!((c.done(), c.held()), (3, 7), "each counter has its reader");
     }
 }

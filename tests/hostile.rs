@@ -255,12 +255,12 @@ fn acks_for_unpublished_positions_are_refused_counted_and_grant_no_credit() {
     // The publisher reads its acks while it publishes.
     let deadline = Instant::now() + WAIT;
     let mut seq = 10;
-    while publisher.counters().bad_acks.load(Ordering::Relaxed) < hostile.len() as u64 {
+    while publisher.counters().bad_acks() < hostile.len() as u64 {
         assert!(Instant::now() < deadline, "bad acks: {:?}", publisher.counters());
         seq += 1;
         publisher.publish(&payload(seq)).unwrap();
     }
-    assert_eq!(publisher.counters().bad_acks.load(Ordering::Relaxed), hostile.len() as u64);
+    assert_eq!(publisher.counters().bad_acks(), hostile.len() as u64);
     expect_messages(&mut good, 11, seq);
     // None of them granted credit: the attacker holds the publisher at one ring past its start,
     // and Block says so with a timeout, while the good subscriber has everything before it.

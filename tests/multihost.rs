@@ -310,7 +310,7 @@ fn multihost_host() {
     let started = Instant::now();
     let mut next_status = Instant::now();
     let status = |kind: &str, received: &[u64], subs: &[rdma_pubsub::Subscription], [d, o, g, l]: [u64; 4]| {
-        let reconnects: u64 = subs.iter().map(|s| s.counters().reconnects.load(Ordering::Relaxed)).sum();
+        let reconnects: u64 = subs.iter().map(|s| s.counters().reconnects()).sum();
         let from: Vec<String> = others.iter().zip(received).map(|(o, n)| format!("from_{o}={n}")).collect();
         let published = publisher.next_seq() - 1;
         println!(

@@ -7,8 +7,6 @@
 #[path = "common/nodes.rs"]
 mod nodes;
 
-use std::sync::atomic::Ordering;
-
 use rdma_pubsub::fabric::SameHost;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -48,7 +46,7 @@ fn a_subscriber_fed_a_trickle_paces_its_reads() {
         assert_eq!((m.seq, m.data), (seq, seq.to_le_bytes().repeat(8)));
     }
     let publisher = feeder.join().expect("feeder");
-    let reads = sub.counters().reads.load(Ordering::Relaxed);
+    let reads = sub.counters().reads();
     // The subscription leaves first: the publisher then has nobody to wait for on drop.
     drop(sub);
     drop(publisher);

@@ -149,10 +149,10 @@ fn subscriber(mut sub: Subscription, shared: Arc<Shared>, deadline: Instant) -> 
                 panic!(
                     "round {round}: stuck at {} of {target} (reads {}, empty {}, torn {}, lost {})",
                     seen.last,
-                    c.reads.load(Ordering::Relaxed),
-                    c.empty_reads.load(Ordering::Relaxed),
-                    c.torn.load(Ordering::Relaxed),
-                    c.lost.load(Ordering::Relaxed)
+                    c.reads(),
+                    c.empty_reads(),
+                    c.torn(),
+                    c.lost()
                 );
             }
             let got = match sub.recv_ref(Duration::from_millis(50)) {
@@ -163,7 +163,7 @@ fn subscriber(mut sub: Subscription, shared: Arc<Shared>, deadline: Instant) -> 
                 Ok(None) => None,
                 Err(Error::Closed(_)) => {
                     seen.take(&mut sub, None);
-                    let torn = sub.counters().torn.load(Ordering::Relaxed);
+                    let torn = sub.counters().torn();
                     return (seen, torn);
                 }
                 Err(e) => {
@@ -175,7 +175,7 @@ fn subscriber(mut sub: Subscription, shared: Arc<Shared>, deadline: Instant) -> 
             if got.is_some() {
                 // Only with a message: a torn re-read is complete (control block read, resync
                 // done) once a message after it was delivered; a timeout may fall in between.
-                shared.torn.store(sub.counters().torn.load(Ordering::Relaxed), Ordering::Release);
+                shared.torn.store(sub.counters().torn(), Ordering::Release);
             }
             shared.lost.store(seen.lost, Ordering::Release);
             shared.last.store(seen.last, Ordering::Release);

@@ -393,9 +393,8 @@ fn measure(
 
     // Throughput: the clock is read every CLOCK_EVERY messages; the last message is marked.
     let throughput_end = Instant::now() + Duration::from_secs_f64(args.seconds.max(0.1) * 0.6);
-    let counted = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let (waits0, acks0) = (counted(&publisher.counters().waits), counted(&publisher.counters().acks));
-    let doorbells0 = counted(&publisher.counters().doorbells);
+    let (waits0, acks0) = (publisher.counters().waits(), publisher.counters().acks());
+    let doorbells0 = publisher.counters().doorbells();
     let most = args.messages.max(1);
     let cpu0 = procinfo::thread_cpu();
     let start = Instant::now();
@@ -412,9 +411,9 @@ fn measure(
     let published = seq;
     let pub_cpu_us = (procinfo::thread_cpu() - cpu0).as_secs_f64() * 1e6 / published as f64;
     let per_message = |now: u64, before: u64| (now - before) as f64 / published as f64;
-    let waits_per_msg = per_message(counted(&publisher.counters().waits), waits0);
-    let acks_per_msg = per_message(counted(&publisher.counters().acks), acks0);
-    let doorbells_per_msg = per_message(counted(&publisher.counters().doorbells), doorbells0);
+    let waits_per_msg = per_message(publisher.counters().waits(), waits0);
+    let acks_per_msg = per_message(publisher.counters().acks(), acks0);
+    let doorbells_per_msg = per_message(publisher.counters().doorbells(), doorbells0);
     subscribers.wait_all(published, Duration::from_secs(30), true)?;
     let secs = start.elapsed().as_secs_f64();
 

@@ -117,9 +117,9 @@ pub fn publish(args: &PubArgs) -> Result<(), Fail> {
         (published * size as u64) as f64 / 1e6,
         published as f64 / secs,
         (published * size as u64) as f64 / secs / 1e6,
-        c.acks.load(std::sync::atomic::Ordering::Relaxed),
-        c.doorbells.load(std::sync::atomic::Ordering::Relaxed),
-        c.dropped.load(std::sync::atomic::Ordering::Relaxed),
+        c.acks(),
+        c.doorbells(),
+        c.dropped(),
     );
     // Dropping the publisher tells the subscribers the stream ended.
     Ok(())
@@ -253,9 +253,9 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
                 start.elapsed().as_secs_f64(),
                 t.delivered,
                 (t.delivered - last.1) as f64 / secs,
-                c.reads.load(std::sync::atomic::Ordering::Relaxed),
-                c.empty_reads.load(std::sync::atomic::Ordering::Relaxed),
-                c.torn.load(std::sync::atomic::Ordering::Relaxed),
+                c.reads(),
+                c.empty_reads(),
+                c.torn(),
             );
             last = (Instant::now(), t.delivered);
         }

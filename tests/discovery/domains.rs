@@ -36,7 +36,7 @@ fn an_announcement_of_another_domain_is_counted_and_dropped() {
     let foreign = Announcement::split(AnnounceKind::Hello, 7, 77, 1, addr, &topics, 1024).unwrap()[0].encode().unwrap();
     send_raw(&d, &[foreign]);
     let deadline = Instant::now() + WAIT;
-    while other.discovery_counters().other_domain.load(Ordering::Relaxed) == 0 {
+    while other.discovery_counters().other_domain() == 0 {
         assert!(Instant::now() < deadline, "the foreign announcement was not counted");
         std::thread::yield_now();
     }
@@ -70,12 +70,10 @@ fn nodes_sharing_a_domain_secret_find_each_other_and_no_one_else() {
     publish_range(&publisher, 1..=3);
     probe.until("3 messages", |p| p.messages.len() >= 3);
     // The others' datagrams are counted and dropped, both ways.
-    let count = |node: &Node, of: fn(&rdma_pubsub::DiscoveryCounters) -> &std::sync::atomic::AtomicU64| {
-        of(node.discovery_counters()).load(Ordering::Relaxed)
-    };
-    wait_until("the plain and foreign datagrams at the sealed node", || count(&pub_node, |c| &c.unauthenticated) >= 2);
-    wait_until("sealed datagrams at the plain node", || count(&plain, |c| &c.sealed_ignored) >= 1);
-    wait_until("datagrams at the foreign node", || count(&foreign, |c| &c.unauthenticated) >= 2);
+    let count = |node: &Node, of: fn(&rdma_pubsub::DiscoveryCounters) -> u64| of(node.discovery_counters());
+    wait_until("the plain and foreign datagrams at the sealed node", || count(&pub_node, |c| c.unauthenticated()) >= 2);
+    wait_until("sealed datagrams at the plain node", || count(&plain, |c| c.sealed_ignored()) >= 1);
+    wait_until("datagrams at the foreign node", || count(&foreign, |c| c.unauthenticated()) >= 2);
     let ids = |node: &Node| node.peers().iter().map(|p| p.node).collect::<Vec<_>>();
     assert_eq!(ids(&pub_node), vec![sub_node.id()]);
     assert_eq!(ids(&sub_node), vec![pub_node.id()]);
@@ -112,9 +110,7 @@ fn a_secret_file_named_by_the_environment_seals_discovery_and_a_bad_one_fails_th
     std::env::remove_var(SECRET_FILE_ENV);
     let same = node_with(d.secret(test_secret(3)));
     wait_until("the node of the secret file", || same.peers().iter().any(|p| p.node == from_env.id()));
-    wait_until("its datagrams refused by the other secret", || {
-        explicit.discovery_counters().unauthenticated.load(Ordering::Relaxed) >= 2
-    });
+    wait_until("its datagrams refused by the other secret", || explicit.discovery_counters().unauthenticated() >= 2);
     assert!(explicit.peers().is_empty(), "{:?}", explicit.peers());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -4,7 +4,6 @@
 use super::*;
 
 use std::net::{Ipv4Addr, UdpSocket};
-use std::sync::atomic::AtomicU64;
 
 use rdma_pubsub::node::discovery::DiscoveryCounters;
 use rdma_pubsub::{DiscoveryOptions, Node, PeerInfo};
@@ -142,7 +141,7 @@ fn a_discovery_flood_of_ids_parts_and_topics_stays_within_bounded_memory() {
     let deadline = Instant::now() + Duration::from_secs(60);
     // Until nine in ten of the `sent` datagrams were handled (some may be lost on the way).
     let wait_handled = |sent: u64| {
-        while counters.received.load(Ordering::Relaxed) * 10 < sent * 9 {
+        while counters.received() * 10 < sent * 9 {
             assert!(Instant::now() < deadline, "the flood was not handled: {counters:?} of {sent}");
             std::thread::yield_now();
         }
@@ -176,7 +175,7 @@ fn a_discovery_flood_of_ids_parts_and_topics_stays_within_bounded_memory() {
     eprintln!("{sent} forged datagrams: {before:?} -> {after:?}, {} peers, {topics} topics, {counters:?}", peers.len());
     assert!(peers.len() <= MAX_PEERS && topics <= MAX_TOTAL_TOPICS, "{} peers, {topics} topics", peers.len());
     // Up to a tenth of the datagrams may be lost on the way (the loop waits for nine in ten).
-    assert!(counters.refused.load(Ordering::Relaxed) >= 2500, "the flood was refused: {counters:?}");
+    assert!(counters.refused() >= 2500, "the flood was refused: {counters:?}");
     assert!(topics >= MAX_TOTAL_TOPICS * 9 / 10, "the directory filled up to its bound: {topics} topics");
     assert!(after.rss_kib <= before.rss_kib + FLOOD_RSS_SLACK_KIB, "memory grew: {before:?} -> {after:?}");
 }
@@ -222,9 +221,7 @@ fn a_forged_hello_with_a_real_publishers_id_and_a_newer_epoch_is_dropped_and_cou
         sock.send_to(f, options.group_addr()).expect("send the forgery");
     }
     let counters = sub_node.discovery_counters();
-    wait_count(counters, "unauthenticated datagrams", forgeries.len() as u64, |c| {
-        c.unauthenticated.load(Ordering::Relaxed)
-    });
+    wait_count(counters, "unauthenticated datagrams", forgeries.len() as u64, |c| c.unauthenticated());
 
     // The subscriber still receives from the real publisher, which its node still knows.
     for seq in 11..=20 {
@@ -250,7 +247,7 @@ fn replayed_heartbeats_hellos_and_goodbyes_of_a_real_node_are_dropped_and_counte
     let ear = eavesdropper(&options);
     let victim = discovering_node(&options);
     let counters = victim.discovery_counters();
-    let replayed = |c: &DiscoveryCounters| c.replayed.load(Ordering::Relaxed);
+    let replayed = |c: &DiscoveryCounters| c.replayed();
     let id = rand::random::<u64>() | 1;
     let sock = attacker_socket();
     let replay = |datagrams: &[&Vec<u8>], expected: u64| {
@@ -284,7 +281,7 @@ fn replayed_heartbeats_hellos_and_goodbyes_of_a_real_node_are_dropped_and_counte
     let (second_heartbeat, _) = capture(&ear, id, |a| a.kind == AnnounceKind::Heartbeat && a.epoch == second.epoch());
     replay(&[&goodbye, &second_heartbeat], 6);
     assert_eq!(victim.peers().iter().map(|p| (p.node, p.epoch)).collect::<Vec<_>>(), vec![(id, second.epoch())]);
-    assert_eq!(counters.unauthenticated.load(Ordering::Relaxed), 0, "every replay carried a valid tag");
+    assert_eq!(counters.unauthenticated(), 0, "every replay carried a valid tag");
 }
 
 /// How long the unauthenticated flood lasts.
@@ -339,12 +336,11 @@ fn an_unauthenticated_flood_does_not_expire_a_real_peer() {
         }
     }
     eprintln!("{sent} datagrams in {FLOOD:?}: {counters:?}");
-    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-    assert!(load(&counters.unauthenticated) >= 10_000, "the flood reached the node: {counters:?}");
-    assert!(load(&counters.backlogged) > 0, "the flood filled the node's batches: {counters:?}");
+    assert!(counters.unauthenticated() >= 10_000, "the flood reached the node: {counters:?}");
+    assert!(counters.backlogged() > 0, "the flood filled the node's batches: {counters:?}");
     // Past the flood, for longer than the peer's allowance (6 heartbeats heard: 300 ms).
-    let heard = load(&counters.received);
-    wait_count(counters, "heartbeats after the flood", heard + 6, |c| load(&c.received));
-    assert_eq!(load(&counters.expired), 0, "the real peer expired: {counters:?}");
+    let heard = counters.received();
+    wait_count(counters, "heartbeats after the flood", heard + 6, |c| c.received());
+    assert_eq!(counters.expired(), 0, "the real peer expired: {counters:?}");
     assert_eq!(victim.peers(), vec![PeerInfo { topics: Vec::new(), ..known }], "the real peer, as it announced itself");
 }

@@ -118,8 +118,8 @@ fn a_publisher_advertising_records_over_the_limit_is_refused_before_any_read() {
     assert!(matches!(outcome, Err(Error::NotConnected { .. })), "{outcome:?}");
     let after = resources::Usage::now();
     let counters = sub.counters();
-    assert_eq!(counters.reads.load(Ordering::Relaxed), 0, "nothing was READ");
-    assert_eq!(counters.read_buffer_bytes.load(Ordering::Relaxed), 0, "no READ buffer is held");
+    assert_eq!(counters.reads(), 0, "nothing was READ");
+    assert_eq!(counters.read_buffer_bytes(), 0, "no READ buffer is held");
     eprintln!("refused a publisher of {} MiB records: {before:?} -> {after:?}", ring.max_record_payload >> 20);
     assert!(after.peak_rss_kib <= before.peak_rss_kib + REFUSED_RSS_SLACK_KIB, "memory grew: {before:?} -> {after:?}");
 }
@@ -145,7 +145,7 @@ fn a_record_header_claiming_more_than_advertised_is_an_event_naming_both_and_end
             Ok(None) | Err(Error::Closed(_)) => {}
             Err(e) => panic!("recv: {e}"),
         }
-        let held = sub.counters().read_buffer_bytes.load(Ordering::Relaxed);
+        let held = sub.counters().read_buffer_bytes();
         assert!(held <= 2 * batch, "READ buffers of {held} bytes for a feed of {batch}-byte batches");
         events.extend(std::iter::from_fn(|| sub.try_event()));
     }
@@ -155,7 +155,7 @@ fn a_record_header_claiming_more_than_advertised_is_an_event_naming_both_and_end
     });
     let disconnected = events.iter().position(|e| matches!(e, SubscriptionEvent::Disconnected { .. }));
     assert!(too_large.is_some() && too_large < disconnected, "RecordTooLarge, then Disconnected: {events:?}");
-    assert!(sub.counters().torn.load(Ordering::Relaxed) >= 1, "the first sight was taken for a torn READ");
+    assert!(sub.counters().torn() >= 1, "the first sight was taken for a torn READ");
 }
 
 /// A publisher whose record never validates (its checksum is wrong, READ after READ): the
@@ -178,5 +178,5 @@ fn a_record_that_never_validates_does_not_hold_recv_past_its_timeout() {
         assert_eq!(sub.try_recv().unwrap(), None);
         assert!(started.elapsed() < WAIT / 4, "try_recv took {:?}", started.elapsed());
     }
-    assert!(sub.counters().torn.load(Ordering::Relaxed) > 1, "the record was READ again and again");
+    assert!(sub.counters().torn() > 1, "the record was READ again and again");
 }

@@ -45,16 +45,16 @@ fn subscribers_that_take_no_sends_pin_only_their_own_control_slots() {
         (0..70).map(|_| attacker.subscribe_asking_rnr_retry(pub_node.local_addr(), "pinned", infinite).0).collect();
     wait_subscribers(&publisher, 71);
     for (seq, qp) in (1..).zip(&attackers) {
-        let tail = publisher.counters().position.load(Ordering::Relaxed);
+        let tail = publisher.counters().position();
         attacker.send(qp, &Control::DoorbellRequest { armed: true, position: tail }.encode().unwrap());
         publisher.publish(&payload(seq)).unwrap();
         expect_messages(&mut good, seq, seq);
     }
-    let pinned = publisher.counters().doorbells.load(Ordering::Relaxed);
+    let pinned = publisher.counters().doorbells();
     assert_eq!(pinned, 70, "one doorbell to each attacker, each pinning a slot");
     // The good subscriber parks (asks for a doorbell), and the publisher still has a slot to
     // ring it with when the next message passes its position.
-    let requests = good.counters().doorbell_requests.load(Ordering::Relaxed);
+    let requests = good.counters().doorbell_requests();
     let reader = std::thread::spawn(move || {
         expect_messages(&mut good, 71, 71);
         good
@@ -71,7 +71,7 @@ fn subscribers_that_take_no_sends_pin_only_their_own_control_slots() {
     }
     publisher.publish(&payload(71)).unwrap();
     let mut good = reader.join().unwrap();
-    while publisher.counters().doorbells.load(Ordering::Relaxed) < 71 {
+    while publisher.counters().doorbells() < 71 {
         assert!(Instant::now() < deadline, "no doorbell for the good subscriber: {:?}", publisher.counters());
         std::thread::yield_now();
     }
@@ -117,7 +117,7 @@ fn silent_subscribers_holding_a_blocked_publisher_are_dropped_after_the_idle_tim
     }
     // Kept until the end: its own leaving would take the count to 0.
     let _good = reader.join().unwrap();
-    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 8, "{:?}", publisher.counters());
+    assert_eq!(publisher.counters().dropped(), 8, "{:?}", publisher.counters());
     assert_eq!(publisher.subscriber_count(), 1);
     drop(silent);
 }
@@ -145,7 +145,7 @@ fn an_idle_publishers_receive_queue_is_refilled_without_its_application() {
         attacker.send(&qp, &garbage);
     }
     let deadline = Instant::now() + WAIT;
-    while publisher.counters().bad_acks.load(Ordering::Relaxed) < 200 {
+    while publisher.counters().bad_acks() < 200 {
         assert!(Instant::now() < deadline, "{:?}", publisher.counters());
         std::thread::yield_now();
     }
@@ -182,7 +182,7 @@ fn a_subscriber_whose_queue_pair_failed_is_removed_and_holds_nothing_back() {
         publisher.publish(&payload(seq)).unwrap_or_else(|e| panic!("message {seq}: {e}"));
     }
     assert_eq!(publisher.subscriber_count(), 0, "the attacker was removed");
-    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 0, "removed, not dropped as idle or slow");
+    assert_eq!(publisher.counters().dropped(), 0, "removed, not dropped as idle or slow");
     drop(qp);
 }
 
@@ -202,6 +202,6 @@ fn flush_drops_an_idle_subscriber_and_a_too_short_idle_timeout_is_refused() {
     wait_subscribers(&publisher, 1);
     publisher.publish(&payload(1)).unwrap();
     publisher.flush(WAIT).expect("flush ends once the idle subscriber is dropped");
-    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(publisher.counters().dropped(), 1);
     drop(qp);
 }

@@ -266,5 +266,5 @@ fn a_publisher_waits_for_its_subscribers_or_says_how_long_it_waited() {
     assert_eq!(publisher.wait_for_subscribers(2, Duration::MAX).unwrap(), 2);
     let (_node, subs) = subscribers.join().expect("subscribing thread");
     drop(subs);
-    assert_eq!(publisher.counters().accepted.load(Ordering::Relaxed), 2);
+    assert_eq!(publisher.counters().accepted(), 2);
 }

@@ -42,5 +42,5 @@ fn bad_private_data_is_rejected_with_a_reason_and_counted() {
         };
         assert_eq!(reject.reason, expected);
     }
-    assert_eq!(pub_node.counters().rejected_connects.load(Ordering::Relaxed), 4);
+    assert_eq!(pub_node.counters().rejected_connects(), 4);
 }

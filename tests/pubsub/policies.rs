@@ -70,7 +70,7 @@ fn overwrite_reports_exact_lost_counts() {
     }
     assert!(lost > 0, "the ring was overrun");
     assert_eq!(delivered + lost, count);
-    assert_eq!(sub.counters().lost.load(Ordering::Relaxed), lost);
+    assert_eq!(sub.counters().lost(), lost);
 }
 
 #[test]
@@ -101,9 +101,9 @@ fn drop_slow_disconnects_the_slow_subscriber_and_keeps_the_fast_one() {
         publisher.publish(&payload(seq, 100)).unwrap();
     }
     let _fast = fast_reader.join().expect("the fast subscriber got everything");
-    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 1, "only the slow one was dropped");
+    assert_eq!(publisher.counters().dropped(), 1, "only the slow one was dropped");
     assert_eq!(publisher.subscriber_count(), 1, "the fast one is still connected");
-    assert_eq!(publisher.counters().dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(publisher.counters().dropped(), 1);
     // The slow subscriber learns why, after the messages it had room for.
     let deadline = Instant::now() + WAIT;
     let reason = loop {
@@ -150,7 +150,7 @@ fn a_publisher_blocked_by_several_subscribers_does_not_wake_for_every_ack() {
                     }
                 }
                 let c = sub.counters();
-                (c.credit_requests.load(Ordering::Relaxed), c.solicited_acks.load(Ordering::Relaxed))
+                (c.credit_requests(), c.solicited_acks())
             })
         })
         .collect();
@@ -160,9 +160,7 @@ fn a_publisher_blocked_by_several_subscribers_does_not_wake_for_every_ack() {
     }
     let answered: u64 = readers.into_iter().map(|r| r.join().expect("every subscriber got every message").1).sum();
     let c = publisher.counters();
-    let load = |v: &std::sync::atomic::AtomicU64| v.load(Ordering::Relaxed);
-    let (waits, solicited, asked, acks) =
-        (load(&c.waits), load(&c.solicited_waits), load(&c.credit_requests), load(&c.acks));
+    let (waits, solicited, asked, acks) = (c.waits(), c.solicited_waits(), c.credit_requests(), c.acks());
     eprintln!("waits {waits} (solicited {solicited}), credit requests {asked} (answered {answered}), acks {acks}");
     assert!(solicited > 0 && asked > 0, "the publisher asked for credit and waited for the answer alone");
     assert!(answered > 0, "subscribers answered with solicited acks");
@@ -259,7 +257,7 @@ fn publishers_on_several_threads_take_turns_through_credit_waits_and_fragments()
     // Nothing is consumed until the publisher has waited for credit: the ring is full, and the
     // turn is in use from here on.
     let deadline = Instant::now() + WAIT;
-    while publisher.counters().waits.load(Ordering::Relaxed) == 0 {
+    while publisher.counters().waits() == 0 {
         assert!(Instant::now() < deadline, "the publisher never waited for credit");
         thread::yield_now();
     }

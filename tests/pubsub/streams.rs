@@ -51,7 +51,7 @@ fn each_checksum_function_carries_messages_end_to_end() {
             assert_eq!(m.seq, seq, "{checksum:?}");
             check(&m, size);
         }
-        assert_eq!(sub.counters().torn.load(Ordering::Relaxed), 0, "{checksum:?}: no record failed its check");
+        assert_eq!(sub.counters().torn(), 0, "{checksum:?}: no record failed its check");
     }
     let default = pub_node.publisher("checksum-default").create().unwrap();
     assert_eq!(default.checksum(), Checksum::fastest_here(), "by default, the faster function here");
@@ -160,7 +160,7 @@ fn read_buffers_grow_with_the_records_read_not_with_the_ring() {
     let publisher = pub_node.publisher("grow").ring_capacity(16 << 20).create().unwrap();
     let mut sub = subscribe(&sub_node, "grow", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
-    let held = |sub: &rdma_pubsub::Subscription| sub.counters().read_buffer_bytes.load(Ordering::Relaxed);
+    let held = |sub: &rdma_pubsub::Subscription| sub.counters().read_buffer_bytes();
     let batch: u64 = 256 << 10; // the subscription's default batch (SubscriberBuilder::batch)
     assert_eq!(held(&sub), 2 * batch, "two READ buffers of the batch size to start with");
     let big = 3 << 20;
@@ -266,9 +266,9 @@ fn the_next_read_is_in_flight_while_a_message_is_delivered() {
     let first = recv_until(&mut sub, Instant::now() + WAIT);
     assert_eq!(first.seq, 1);
     check(&first, |_| 3000);
-    assert_eq!(sub.counters().reads.load(Ordering::Relaxed), 2, "the second READ was posted before delivery");
+    assert_eq!(sub.counters().reads(), 2, "the second READ was posted before delivery");
     // It went out as soon as the headers showed the second record, before the first was validated.
-    assert_eq!(sub.counters().reads_ahead.load(Ordering::Relaxed), 1);
+    assert_eq!(sub.counters().reads_ahead(), 1);
     let second = recv_until(&mut sub, Instant::now() + WAIT);
     check(&second, |_| 3000);
 }
@@ -285,8 +285,8 @@ fn a_subscriber_reads_through_the_path_its_node_chose_and_counts_it() {
         DataPath::SharedMemory => (1, 0),
         DataPath::Network => (0, 1),
     };
-    assert_eq!(sub.counters().shared_memory_connects.load(Ordering::Relaxed), shared);
-    assert_eq!(sub.counters().network_connects.load(Ordering::Relaxed), network);
+    assert_eq!(sub.counters().shared_memory_connects(), shared);
+    assert_eq!(sub.counters().network_connects(), network);
     publisher.publish(&payload(1, 100)).unwrap();
     let m = sub.recv_timeout(WAIT).unwrap().expect("a message");
     assert_eq!(m.data, payload(1, 100));

@@ -24,17 +24,8 @@ pub enum StartAt {
     Earliest,
 }
 
-/// Which slow-subscriber policy a publisher runs: the kind of its [`Policy`](crate::Policy),
-/// without the policy's settings. Subscribers learn it in the connect
-/// ([`PublisherInfo::policy`](crate::PublisherInfo::policy)).
-///
-/// ```
-/// use std::time::Duration;
-/// use rdma_pubsub::{Policy, PolicyKind};
-///
-/// assert_eq!(Policy::Overwrite.kind(), PolicyKind::Overwrite);
-/// assert_eq!(Policy::Block { timeout: Duration::from_secs(1) }.kind(), PolicyKind::Block);
-/// ```
+/// Which slow-subscriber policy a publisher runs: the kind of its policy (rdma-pubsub's
+/// `Policy`), without the policy's settings. Subscribers learn it in the accept.
 ///
 /// On the wire (bincode) it is the variant's index: Block 0, DropSlow 1, Overwrite 2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
