@@ -2,8 +2,19 @@
 //! header. Everything is little-endian; positions are absolute byte counts that never wrap, so
 //! the `position` a record header carries identifies its lap.
 //!
-//! Control block fields (offsets in [`ctrl`]): magic, version, capacity, epoch, tail, tail_seq,
-//! head, head_seq, max_record_payload, floor.
+//! ```text
+//!  region: | control block (CONTROL_SIZE = 4096 bytes) | data area (capacity bytes, a power of two) |
+//!
+//!  control block, each field a little-endian u64 written atomically (offsets in [`ctrl`]):
+//!   0       8       16       24      32     40         48     56         64                   72      80
+//!  +-------+-------+--------+-------+------+----------+------+----------+--------------------+-------+
+//!  | magic |version|capacity| epoch | tail | tail_seq | head | head_seq | max_record_payload | floor |
+//!  +-------+-------+--------+-------+------+----------+------+----------+--------------------+-------+
+//!  (the rest of the 4096 bytes is zero; a subscriber READs the first CONTROL_READ_LEN = 80)
+//!
+//!  data area: records at absolute positions that never wrap; position p lives at offset
+//!  CONTROL_SIZE + (p mod capacity). Each record is a RecordHeader and its payload, padded to 32.
+//! ```
 #![allow(clippy::missing_errors_doc, reason = "the ring's own layer")]
 
 use super::checksum::{Checksum, RecordCrc};
@@ -85,9 +96,10 @@ pub fn check_geometry(capacity: usize, max_record_payload: usize) -> Result<(), 
             "capacity {capacity} must be a power of two of at least {MIN_CAPACITY}"
         )));
     }
-    // A record plus the padding that may precede it must fit in the ring.
-    let max = capacity / 2 - HEADER_LEN;
-    if !(MIN_RECORD_PAYLOAD..=max).contains(&max_record_payload) || max_record_payload > u32::MAX as usize {
+    // A record plus the padding that may precede it must fit in the ring, and its length in
+    // the header's u32.
+    let max = (capacity / 2 - HEADER_LEN).min(u32::MAX as usize);
+    if !(MIN_RECORD_PAYLOAD..=max).contains(&max_record_payload) {
         return Err(RingError::InvalidConfig(format!(
             "max_record_payload {max_record_payload} must be in {MIN_RECORD_PAYLOAD}..={max} for capacity {capacity}"
         )));
@@ -95,12 +107,24 @@ pub fn check_geometry(capacity: usize, max_record_payload: usize) -> Result<(), 
     Ok(())
 }
 
-/// The default largest record payload for `capacity`: a record fills a quarter of the ring.
+/// The default largest record payload for `capacity`: a record fills a quarter of the ring
+/// (at most a u32's worth). Any capacity gives an answer, even one [`check_geometry`] refuses.
 pub fn default_max_record_payload(capacity: usize) -> usize {
-    capacity / 4 - HEADER_LEN
+    (capacity / 4).saturating_sub(HEADER_LEN).min(u32::MAX as usize)
 }
 
-/// A decoded record header.
+/// A decoded record header: the 32 bytes before each record's payload.
+///
+/// ```text
+///   0          8          16     20      22         24          28     32
+///  +----------+----------+------+-------+----------+-----------+------+-- payload (len bytes),
+///  | position |   seq    | len  | flags | reserved | total_len | crc  |   then zeros up to the
+///  |   u64    |   u64    | u32  |  u16  |   u16    |    u32    | u32  |   next 32-byte boundary
+///  +----------+----------+------+-------+----------+-----------+------+--
+/// ```
+///
+/// Little-endian. `crc` covers the header (with `crc = 0`) and the payload; a padding record
+/// ([`FLAG_PADDING`]) fills the data area up to its end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecordHeader {
     /// The record's own absolute position.
@@ -247,6 +271,25 @@ impl ControlSnapshot {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_default_payload_of_any_capacity_is_an_answer_and_the_geometry_check_names_the_real_bound() {
+        // Capacities the check refuses still give a default (no overflow before the check).
+        for capacity in [0, 1, 64, 127, 128, 1 << 16] {
+            let _ = default_max_record_payload(capacity);
+        }
+        assert_eq!(default_max_record_payload(0), 0);
+        assert_eq!(default_max_record_payload(1 << 16), (1 << 14) - HEADER_LEN);
+        let refused = check_geometry(0, default_max_record_payload(0)).unwrap_err().to_string();
+        assert!(refused.contains("power of two of at least 65536"), "{refused}");
+        // A huge ring: the default payload is the largest a u32 length holds, and an option
+        // past it is refused naming that bound, not the ring's half.
+        let huge = 1usize << 40;
+        assert_eq!(default_max_record_payload(huge), u32::MAX as usize);
+        assert!(check_geometry(huge, default_max_record_payload(huge)).is_ok());
+        let refused = check_geometry(huge, (huge / 4) - HEADER_LEN).unwrap_err().to_string();
+        assert!(refused.contains(&format!("..={}", u32::MAX)), "{refused}");
+    }
 
     proptest! {
         /// A record checksum is the ring's function over the header with `crc = 0` followed by
