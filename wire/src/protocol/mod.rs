@@ -3,10 +3,25 @@
 //! discovery datagrams ([`Announcement`]).
 //!
 //! Every message is `[PROTOCOL_VERSION, kind, body]` with a bincode 2 body
-//! (`config::standard()`) decoded under a size limit; decoding never panics, and trailing zero
-//! padding (as the connection manager adds to private data) is accepted. Topics travel as
-//! [`TopicId`], a stable FNV-1a hash of their name. An announcement sealed with a domain
-//! secret wraps that frame in a header and a tag ([`Announcement::seal`]).
+//! (`config::standard()`: little-endian varints) decoded under a size limit; decoding never
+//! panics, trailing zero padding (as the connection manager adds to private data) is accepted,
+//! and another version is [`ProtocolError::VersionMismatch`]. Field order is the wire format,
+//! so each encoder documents its byte layout (`ConnectData::encode`, `AcceptData::encode`,
+//! `RejectData::encode`, `Control::encode`, `Announcement::encode` and `::seal`), and golden
+//! bytes pin every message kind to this `PROTOCOL_VERSION`. Topics travel as [`TopicId`], a
+//! stable FNV-1a hash of their name.
+//!
+//! | message | carrier | fields |
+//! |---|---|---|
+//! | [`ConnectData`] (at most 56 bytes) | connect private data | topic id, start (latest, earliest), policies accepted, subscriber node id, flags, optional credential proof (nonce, time in ms, 16-byte HMAC-SHA256 tag) |
+//! | [`AcceptData`] (at most 196 bytes) | accept private data | topic id, ring address and rkey, region length, capacity, publisher epoch and id, policy, max record payload, start position, start and first sequence, checksum function |
+//! | [`RejectData`] (at most 148 bytes) | reject private data | reason ([`RejectCode`]), detail (at most 140 bytes) |
+//! | [`Control`] (at most 64 bytes) | SEND | subscriber to publisher: ack, doorbell request, bye; publisher to subscriber: doorbell, dropped (with its reason), end of stream, credit wanted |
+//! | [`Announcement`] (at most the datagram MTU) | UD multicast or unicast | kind (hello, heartbeat, goodbye), domain, node id, epoch, connect address, part of parts, topics; with a domain secret sealed: sequence, time, the announcement, a 16-byte HMAC-SHA256 tag |
+//!
+//! A topic credential ([`Secret`]) proves a subscriber's right to connect: an HMAC over the
+//! rest of the connect data, a random nonce and the subscriber's clock, checked by
+//! [`ReplayGuard`] against the clock skew allowance and the nonces seen.
 
 mod announce;
 mod auth;
