@@ -36,6 +36,8 @@ done
 echo "== cargo test (every crate: unit, integration, examples, doc tests; soft fabric)"
 # Plain `cargo test` also builds the example programs that fabric/tests/examples.rs runs.
 cargo test --release --workspace --no-fail-fast
+echo "== key expressions: every pair of expressions of up to 3 chunks against the brute-force reference"
+cargo test --release -p rdma-wire --lib --no-fail-fast -- --ignored key_expr
 echo "== end-to-end suites again with the soft same-host path off (the fabric suite runs both ways itself)"
 RDMA_PUBSUB_TEST_SAME_HOST=off cargo test --release -p rdma-pubsub --no-fail-fast \
   --test pubsub --test faults --test hostile --test torn_reads

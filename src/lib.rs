@@ -47,6 +47,7 @@ pub use node::{
 };
 pub use rdma_wire::protocol::{DropReason, PolicyKind, ProtocolError, RejectCode, Secret};
 pub use rdma_wire::ring::{Checksum, RingError};
+pub use rdma_wire::{KeyExpr, KeyExprError, Topic, TopicError, MAX_KEY_EXPR_LEN, MAX_TOPIC_LEN};
 
 /// The README's usage example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]
