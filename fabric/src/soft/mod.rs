@@ -34,7 +34,7 @@
 //! | connection table | `connections` | the open connections and listening sockets of a device, by id; queue pairs connected by hand by number; the data port |
 //! | handles | `hand_qp`, `qp`, `cm` | queue pairs connected by hand: creating, endpoint, INIT/RTR/RTS; posting on a queue pair; event channels, listeners, connect, accept, reject |
 //! | NIC thread | `nic/` (`state`, `teardown`, `hand_streams`, `cm_frames`, `data_frames`, `reader`, `timeouts`, `same_host`, `event_loop`) | the `mio` loop, the frame parser, the READ responder, SENDs and RNR, timers, teardown, binding the streams of queue pairs connected by hand |
-//! | top | `open` | opening a device: its handle (`FabricOps`) and fault injector |
+//! | top | `open` | opening a device: the device object (`SoftFabric`) that creates the others, and its fault injector |
 
 mod cm;
 mod conn;
@@ -70,15 +70,15 @@ pub use conn::{OUT_CAP, OUT_RESUME};
 pub use handshakes::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
 pub use nic::OUTPUT_STALL_TIMEOUT;
 
-use super::{Fabric, FabricConfig, Result};
+// The provider's objects, which the handles of the crate hold as their `Soft` flavor.
+pub(crate) use cm::{SoftChannel, SoftConnRequest, SoftListener};
+pub(crate) use cq::SoftCq;
+pub(crate) use mr::SoftMr;
+pub(crate) use open::{open, SoftFabric, SoftFaults};
+pub(crate) use pd::SoftPd;
+pub(crate) use qp::SoftQp;
+pub(crate) use srq::SoftSrq;
+pub(crate) use ud::SoftUd;
 
-/// Opens a soft device (`soft0`) with its own NIC thread, which stops when the last handle
-/// of the device is dropped.
-///
-/// # Errors
-/// [`NoDevice`](super::Error::NoDevice) when `config.device` names another device than
-/// `soft0`; [`Os`](super::Error::Os) when the NIC thread, its epoll instance or the same-host
-/// endpoint cannot be created.
-pub fn open(config: &FabricConfig) -> Result<Fabric> {
-    open::open(config)
-}
+/// What a soft queue pair is created with: its settings and the soft objects it uses.
+pub(crate) type SoftQpInit = crate::provider::QpInitAttr<SoftPd, SoftCq, SoftSrq>;
