@@ -143,3 +143,27 @@ pub(crate) fn check_sges(sges: &[Sge<'_>], provider: FabricKind, verb: &'static 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FabricConfig;
+
+    /// An SGE pairs with a queue of its region's provider only: a soft region posted to a queue
+    /// of another provider is refused with `ProviderMismatch` naming the verb and the region,
+    /// before its bounds are looked at; to a soft queue it is checked for bounds as before.
+    #[test]
+    fn an_sge_pairs_only_with_a_queue_of_its_regions_provider() {
+        let fabric = crate::open(&FabricConfig::new(FabricKind::Soft)).expect("open soft");
+        let mr = fabric.alloc_pd().expect("alloc_pd").register(64, Access::LOCAL_WRITE).expect("register");
+        assert_eq!(mr.provider(), FabricKind::Soft);
+        assert!(check_sges(&[mr.sge(0, 64)], FabricKind::Soft, "post_send").is_ok());
+        for sge in [mr.sge(0, 64), mr.sge(60, 8)] {
+            match check_sges(&[mr.sge(0, 8), sge], FabricKind::Verbs, "post_recv") {
+                Err(Error::ProviderMismatch { verb: "post_recv", object: "memory region" }) => {}
+                other => panic!("a soft region posted to a verbs queue gave {other:?}"),
+            }
+        }
+        assert!(matches!(check_sges(&[mr.sge(60, 8)], FabricKind::Soft, "post_send"), Err(Error::LocalBounds { .. })));
+    }
+}

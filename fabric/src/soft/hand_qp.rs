@@ -40,8 +40,8 @@ const VERB: &str = "modify_qp";
 /// its endpoint names the device's data port (made now if this is the first) and a random
 /// first PSN.
 pub(crate) fn create(device: &Arc<DeviceState>, conns: &Connections, init: &SoftQpInit) -> Result<Arc<Conn>> {
-    let port = data_port(device, conns)?;
     let mut qp = QpState::of(init, device, "create_qp")?;
+    let port = data_port(device, conns)?;
     let psn = rand::rng().random_range(0..=MAX_24_BIT_FIELD);
     qp.next_psn = psn;
     let local =

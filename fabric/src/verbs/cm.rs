@@ -13,7 +13,7 @@ use rdma_sys::*;
 use super::addr::{unspecified_like, CSockAddr};
 use super::cm_id::{conn_param, describe, event_name, next_conn_id, CmId, ConnState, IdCtx, RawChannel};
 use super::device::Device;
-use super::qp::{DeadQp, Qp, RcQp};
+use super::qp::{check_device, DeadQp, Qp, RcQp};
 use super::qp_attr::rnr_timer_code;
 use super::VerbsQpInit;
 use crate::cm_event::CmEventOf;
@@ -171,6 +171,8 @@ impl Channel {
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Qp> {
+        // Before anything is resolved or sent.
+        check_device(&self.dev, &init, "connect")?;
         let deadline = crate::time::deadline_after(timeout);
         let conn = next_conn_id();
         let private = Arc::new(RawChannel::new()?);
@@ -188,7 +190,7 @@ impl Channel {
         id.migrate(&self.raw)?;
         drop(private);
         let raw_id = id.raw();
-        let qp = RcQp::create(id, &self.dev, &init)?;
+        let qp = RcQp::create(id, &self.dev, &init, "connect")?;
         let (resp, init_depth) = rd_atomic(&init, &self.dev.attributes);
         let mut param = conn_param(private_data, resp, init_depth, init.rnr_retry, init.srq.is_some());
         // SAFETY: `raw_id` is the id `qp` owns, live with its QP; param and its private data
@@ -328,7 +330,7 @@ impl ConnRequest {
         }
         id.ctx().min_rnr_timer.store(rnr_timer_code(init.min_rnr_timer), Ordering::Relaxed);
         let raw_id = id.raw();
-        let qp = RcQp::create(id, &self.dev, &init)?;
+        let qp = RcQp::create(id, &self.dev, &init, "accept")?;
         let (resp, init_depth) = rd_atomic(&init, &self.dev.attributes);
         let mut param = conn_param(
             private_data,

@@ -165,9 +165,10 @@ fn made_by_cm(verb: &'static str) -> Error {
 }
 
 impl RcQp {
-    /// Creates the RC queue pair of `id` (bound to `dev`) with `init`.
-    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &VerbsQpInit) -> Result<RcQp> {
-        let (pd, mut attr) = qp_init_attr(dev, init)?;
+    /// Creates the RC queue pair of `id` (bound to `dev`) with `init`, for `verb` (connect or
+    /// accept).
+    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &VerbsQpInit, verb: &'static str) -> Result<RcQp> {
+        let (pd, mut attr) = qp_init_attr(dev, init, verb)?;
         // SAFETY: the id is live and bound to the PD's context; attr is valid for the call.
         if unsafe { rdma_create_qp(id.raw(), pd.raw(), &mut attr) } != 0 {
             return Err(super::os::last_os("rdma_create_qp"));
@@ -182,8 +183,8 @@ impl RcQp {
     /// Creates an RC queue pair on `dev` without a CM id, in RESET, to be connected by hand
     /// (`ibv_create_qp`; its endpoint is of the port `dev` was opened on).
     pub(super) fn create_by_hand(dev: &Arc<Device>, init: &VerbsQpInit) -> Result<RcQp> {
+        let (pd, mut attr) = qp_init_attr(dev, init, "create_qp")?;
         let port = PortInfo::query(dev)?;
-        let (pd, mut attr) = qp_init_attr(dev, init)?;
         // SAFETY: the PD is live and of `dev`'s context, as are the CQs and SRQ attr names;
         // attr is valid for the call.
         let qp = unsafe { ibv_create_qp(pd.raw(), &mut attr) };
@@ -260,12 +261,11 @@ impl RcQp {
     }
 }
 
-/// The `ibv_qp_init_attr` of an RC queue pair of `init` on `dev`, and its protection domain.
-/// Objects of another device are refused, as the kernel would refuse them.
-fn qp_init_attr(dev: &Arc<Device>, init: &VerbsQpInit) -> Result<(Arc<PdInner>, ibv_qp_init_attr)> {
-    let mismatch = |object| Err(Error::DeviceMismatch { verb: "create queue pair", object });
-    let pd = init.pd.inner().clone();
-    if !Arc::ptr_eq(pd.dev(), dev) {
+/// Checks that the objects of `init` belong to `dev` (`verb` names the call in the error): the
+/// kernel refuses objects of another device context.
+pub(super) fn check_device(dev: &Arc<Device>, init: &VerbsQpInit, verb: &'static str) -> Result<()> {
+    let mismatch = |object| Err(Error::DeviceMismatch { verb, object });
+    if !Arc::ptr_eq(init.pd.inner().dev(), dev) {
         return mismatch("protection domain");
     }
     if !Arc::ptr_eq(init.send_cq.dev(), dev) || !Arc::ptr_eq(init.recv_cq.dev(), dev) {
@@ -274,6 +274,15 @@ fn qp_init_attr(dev: &Arc<Device>, init: &VerbsQpInit) -> Result<(Arc<PdInner>, 
     if init.srq.as_ref().is_some_and(|srq| !Arc::ptr_eq(srq.dev(), dev)) {
         return mismatch("shared receive queue");
     }
+    Ok(())
+}
+
+/// The `ibv_qp_init_attr` of an RC queue pair of `init` on `dev`, and its protection domain.
+/// Objects of another device are refused (`verb` names the call), as the kernel would refuse
+/// them.
+fn qp_init_attr(dev: &Arc<Device>, init: &VerbsQpInit, verb: &'static str) -> Result<(Arc<PdInner>, ibv_qp_init_attr)> {
+    check_device(dev, init, verb)?;
+    let pd = init.pd.inner().clone();
     let srq = init.srq.as_ref().map_or(std::ptr::null_mut(), |srq| srq.raw());
     let c = init.caps;
     let attr = ibv_qp_init_attr {
