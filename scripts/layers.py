@@ -4,10 +4,11 @@
 Crates: from `cargo metadata`, the normal dependencies between workspace members must form no
 cycle, and the bottom layers must not depend on the layers above them (`LAYERS`, bottom up).
 
-Folders: a file depends on another when its code (not its test module) names an item of that
-file's module through a `crate::` or `super::` path, or through a `use` of one. A parent's
-`mod x;`, `pub use x::...` and `pub(crate) use x::...` re-exports are not dependencies: they
-are the parent's facade over its children. Files are grouped by the folder that holds them
+Folders: a file depends on another when its code (not its test module, nor a file that is a
+test module: `#[cfg(test)] mod tests;`) names an item of that file's module through a
+`crate::` or `super::` path, or through a `use` of one. A parent's `mod x;`, `pub use x::...`
+and `pub(crate) use x::...` re-exports are not dependencies: they are the parent's facade over
+its children. Files are grouped by the folder that holds them
 (`x/mod.rs` and `x/y.rs` both belong to `x`); a folder and the folders nested in it are one
 part, so a cycle is between folders side by side (siblings or cousins). Inside one folder,
 files of one type may refer to each other. Prints each cycle (a strongly connected component
@@ -232,12 +233,27 @@ def strongly_connected(graph):
     return sccs
 
 
+def test_modules(modules):
+    """The modules declared `#[cfg(test)] mod x;` by their parent: files of test code only."""
+    out = set()
+    pattern = re.compile(r"#\[cfg\(test\)\]\s*(?:pub(?:\(\w+\))?\s+)?mod\s+(\w+)\s*;")
+    for m, path in modules.items():
+        for name in pattern.findall(strip_comments(open(path).read())):
+            out.add(m + (name,))
+    return out
+
+
 def folder_cycles(root, show_graph=False):
-    """Prints the cycles between the folders of one source tree; returns how many."""
+    """Prints the cycles between the folders of one source tree; returns how many. Files of
+    test modules (`#[cfg(test)] mod tests;` and what they contain) are test code, not
+    dependencies, as test modules inside a file are."""
     modules = files_of(root)
     reexports = reexports_of(modules)
+    tests = test_modules(modules)
     graph = {}
     for m, path in modules.items():
+        if any(m[: len(t)] == t for t in tests):
+            continue
         here = folder_of(m, modules)
         graph.setdefault(here, set())
         text = strip_comments(strip_tests(open(path).read()))

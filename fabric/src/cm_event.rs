@@ -1,6 +1,6 @@
 //! The connection-manager event, defined once for every layer that carries one: generic over
 //! what a connect request is at that layer (the public [`ConnectRequest`](super::ConnectRequest)
-//! handle, a provider's `Box<dyn ConnRequestOps>`, a provider's own pending connection).
+//! handle, a provider's own connect request, the soft NIC's pending connection).
 
 use super::types::{ConnId, RejectReason};
 

@@ -69,6 +69,26 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// Objects of two providers were used together (a queue pair created with a completion
+    /// queue of the other provider, a work request naming a region of the other provider, ...):
+    /// an object only works with objects of its own provider.
+    #[error("{verb}: the {object} belongs to another provider")]
+    ProviderMismatch {
+        /// The verb.
+        verb: &'static str,
+        /// The object of the other provider: "protection domain", "memory region", ...
+        object: &'static str,
+    },
+    /// Objects of two opened devices of one provider were used together (a queue pair of one
+    /// device with the protection domain of another, ...): an object only works with objects of
+    /// its own device, as with `ibv_create_qp`.
+    #[error("{verb}: the {object} belongs to another device")]
+    DeviceMismatch {
+        /// The verb.
+        verb: &'static str,
+        /// The object of the other device: "protection domain", "completion queue", ...
+        object: &'static str,
+    },
     /// A queue pair state change `ibv_modify_qp` refuses (`EINVAL`): not the next state of the
     /// RESET → INIT → RTR → RTS sequence (ERROR is reachable from any state).
     #[error("modify_qp: {from} → {to} is not a legal transition")]

@@ -9,15 +9,15 @@
 //! - `verbs` (cargo feature `verbs`): libibverbs and librdmacm.
 //!
 //! Callers use the handles re-exported here ([`Fabric`], [`ProtectionDomain`], ...). Each
-//! provider implements the traits of the private module `provider`; the handles check
-//! arguments (private-data sizes, bounds, MTU) the same way for every provider. A program
+//! handle holds its provider's object in a closed enum (one variant per provider) and matches
+//! on it, so calls reach the provider statically; the handles check arguments (private-data
+//! sizes, bounds, MTU, objects of one provider) the same way for every provider. A program
 //! written against this contract runs on the soft provider without any RDMA hardware and on
 //! RDMA NICs (or Soft-RoCE) unchanged: see `examples/rdma_read_pingpong.rs`.
 
 #![warn(missing_docs)]
 #![warn(clippy::missing_errors_doc)]
 
-mod as_any;
 #[cfg(feature = "async")]
 mod async_cq;
 mod bootstrap;
@@ -61,7 +61,7 @@ pub use work_request::SendRequest;
 /// device context).
 pub fn open(config: &FabricConfig) -> Result<Fabric> {
     match config.kind {
-        FabricKind::Soft => soft::open(config),
+        FabricKind::Soft => open_soft(config),
         FabricKind::Verbs => open_verbs(config),
         FabricKind::Auto => match verbs_probe() {
             Ok(devices) => {
@@ -70,15 +70,19 @@ pub fn open(config: &FabricConfig) -> Result<Fabric> {
             }
             Err(why) => {
                 tracing::info!("fabric auto: using soft ({why})");
-                soft::open(config)
+                open_soft(config)
             }
         },
     }
 }
 
+fn open_soft(config: &FabricConfig) -> Result<Fabric> {
+    soft::open(config).map(Fabric::from_soft)
+}
+
 #[cfg(feature = "verbs")]
 fn open_verbs(config: &FabricConfig) -> Result<Fabric> {
-    verbs::open(config)
+    verbs::open(config).map(Fabric::from_verbs)
 }
 
 #[cfg(not(feature = "verbs"))]

@@ -53,6 +53,7 @@ macro_rules! for_each_case {
             device::device_attributes,
             device::memory_regions_of_every_access,
             device::remote_write_requires_local_write,
+            device::objects_of_another_device_are_refused,
             cq::cq_depth_limits,
             cq::cq_poll_in_batches,
             cq::cq_drain_hands_over_full_batches_then_a_short_one,

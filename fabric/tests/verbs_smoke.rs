@@ -529,3 +529,41 @@ fn bootstrap_a_destroyed_peer_fails_the_next_send_and_flushes_the_rest() {
     seen.sort_by_key(|&(wr_id, _)| wr_id);
     assert_eq!(seen, [(7, WcStatus::WorkRequestFlushed), (8, WcStatus::TransportRetryExceeded)]);
 }
+
+/// Objects of the two providers are not mixed: a queue pair of verbs with a soft PD or CQ, a
+/// verbs channel's connect with soft objects, a UD endpoint with a soft PD, and an SGE naming a
+/// region of the other provider, on either provider's queue pair, are refused with
+/// `ProviderMismatch` naming the verb and the object.
+#[test]
+#[ignore = "needs an RDMA device: run in the rxe VM by scripts/verbs-vm-tests.sh"]
+fn objects_of_the_other_provider_are_refused_with_provider_mismatch() {
+    let verbs = fabric();
+    let soft = open(&FabricConfig::new(FabricKind::Soft)).expect("open soft");
+    let (verbs_pd, verbs_cq) = (verbs.alloc_pd().expect("alloc_pd"), verbs.create_cq(16).expect("create_cq"));
+    let (soft_pd, soft_cq) = (soft.alloc_pd().expect("alloc_pd"), soft.create_cq(16).expect("create_cq"));
+    let mismatch = |result: Result<()>, verb: &str, object: &str| match result {
+        Err(Error::ProviderMismatch { verb: v, object: o }) => assert_eq!((v, o), (verb, object)),
+        other => panic!("{verb} with the {object} of the other provider gave {other:?}"),
+    };
+    let created = |result: Result<QueuePair>| result.map(drop);
+    mismatch(created(verbs.create_qp(QpInit::new(&soft_pd, &soft_cq))), "create_qp", "protection domain");
+    mismatch(created(verbs.create_qp(QpInit::new(&verbs_pd, &soft_cq))), "create_qp", "send completion queue");
+    let soft_recv_cq = QpInit { recv_cq: &soft_cq, ..QpInit::new(&verbs_pd, &verbs_cq) };
+    mismatch(created(verbs.create_qp(soft_recv_cq)), "create_qp", "receive completion queue");
+    mismatch(created(soft.create_qp(QpInit::new(&verbs_pd, &verbs_cq))), "create_qp", "protection domain");
+    let channel = verbs.create_event_channel().expect("create_event_channel");
+    let to = SocketAddr::new(bind_ip(), 9);
+    mismatch(created(channel.connect(to, &QpInit::new(&soft_pd, &soft_cq), b"", WAIT)), "connect", "protection domain");
+    let init = UdInit { interface: Ipv4Addr::LOCALHOST, port: 9, unicast_port: 0, recv_depth: 4 };
+    mismatch(verbs.create_ud(&soft_pd, &init).map(drop), "create_ud", "protection domain");
+
+    let verbs_mr = verbs_pd.register(64, Access::LOCAL_WRITE).expect("register");
+    let soft_mr = soft_pd.register(64, Access::LOCAL_WRITE).expect("register");
+    let verbs_qp = verbs.create_qp(QpInit::new(&verbs_pd, &verbs_cq)).expect("create_qp");
+    let soft_qp = soft.create_qp(QpInit::new(&soft_pd, &soft_cq)).expect("create_qp");
+    mismatch(verbs_qp.post_recv(1, &[soft_mr.sge(0, 64)]), "post_recv", "memory region");
+    mismatch(soft_qp.post_recv(1, &[verbs_mr.sge(0, 64)]), "post_recv", "memory region");
+    let send =
+        SendRequest { wr_id: 2, op: SendOp::Send, sges: &[soft_mr.sge(0, 64)], signaled: true, solicited: false };
+    mismatch(verbs_qp.post_send(&send), "post_send", "memory region");
+}

@@ -4,24 +4,20 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::device::Fabric;
-use crate::error::{Error, Result};
-use crate::provider::CqOps;
+use crate::error::Result;
+use crate::soft::SoftCq;
 use crate::types::WorkCompletion;
+#[cfg(feature = "verbs")]
+use crate::verbs;
 
-impl Fabric {
-    /// Creates a completion queue of `depth` entries (with its completion channel).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `depth` is 0 or above the device's `max_cqe`;
-    /// [`Error::Os`] when the device or the system refuses it (completion channel, eventfd).
-    pub fn create_cq(&self, depth: u32) -> Result<CompletionQueue> {
-        let max = self.attributes().max_cqe;
-        if depth == 0 || depth > max {
-            return Err(Error::invalid("create_cq", format!("depth {depth} is not in 1..={max}")));
-        }
-        Ok(CompletionQueue { ops: self.ops.create_cq(depth)? })
-    }
+/// A provider's completion queue.
+#[derive(Clone)]
+pub(crate) enum CqFlavor {
+    /// A soft completion queue.
+    Soft(Arc<SoftCq>),
+    /// A verbs completion queue.
+    #[cfg(feature = "verbs")]
+    Verbs(Arc<verbs::Cq>),
 }
 
 /// Polls between two clock reads (and yields) while [`CompletionQueue::poll_wait`] spins (a few µs).
@@ -30,23 +26,32 @@ const SPIN_POLLS_PER_CLOCK_READ: u32 = 64;
 /// A completion queue. Cheap to clone.
 #[derive(Clone)]
 pub struct CompletionQueue {
-    ops: Arc<dyn CqOps>,
+    flavor: CqFlavor,
 }
 
 impl CompletionQueue {
+    /// Wraps a soft completion queue.
+    pub(super) fn from_soft(cq: SoftCq) -> Self {
+        CompletionQueue { flavor: CqFlavor::Soft(Arc::new(cq)) }
+    }
+    /// Wraps a verbs completion queue.
+    #[cfg(feature = "verbs")]
+    pub(super) fn from_verbs(cq: verbs::Cq) -> Self {
+        CompletionQueue { flavor: CqFlavor::Verbs(Arc::new(cq)) }
+    }
     /// Moves up to `out.len()` completions into `out`; returns how many (0 when empty).
     ///
     /// # Errors
-    /// [`Error::CqOverrun`] once more completions arrived than the queue holds (sticky: the
+    /// [`Error::CqOverrun`](crate::Error::CqOverrun) once more completions arrived than the queue holds (sticky: the
     /// queue is unusable after it).
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
-        self.ops.poll(out)
+        dispatch!(CqFlavor, &self.flavor, cq => cq.poll(out))
     }
     /// Polls into `batch` until the queue is empty, handing each batch to `each`, without
     /// waiting.
     ///
     /// # Errors
-    /// What [`poll`](Self::poll) returns: [`Error::CqOverrun`].
+    /// What [`poll`](Self::poll) returns: [`Error::CqOverrun`](crate::Error::CqOverrun).
     pub fn drain(&self, batch: &mut [WorkCompletion], mut each: impl FnMut(&[WorkCompletion])) -> Result<()> {
         loop {
             let n = self.poll(batch)?;
@@ -59,25 +64,43 @@ impl CompletionQueue {
     /// Requests a notification for the next completion (`ibv_req_notify_cq`).
     ///
     /// # Errors
-    /// [`Error::Os`] when the device refuses the request (verbs: `ibv_req_notify_cq`).
+    /// [`Error::Os`](crate::Error::Os) when the device refuses the request (verbs: `ibv_req_notify_cq`).
     pub fn arm(&self) -> Result<()> {
-        self.ops.arm()
+        match &self.flavor {
+            CqFlavor::Soft(cq) => {
+                cq.arm();
+                Ok(())
+            }
+            #[cfg(feature = "verbs")]
+            CqFlavor::Verbs(cq) => cq.arm(),
+        }
     }
     /// Requests a notification for the next receive completion of a solicited SEND (or the
     /// next failed completion) only (`ibv_req_notify_cq` with `solicited_only`).
     ///
     /// # Errors
-    /// [`Error::Os`] when the device refuses the request (verbs: `ibv_req_notify_cq`).
+    /// [`Error::Os`](crate::Error::Os) when the device refuses the request (verbs: `ibv_req_notify_cq`).
     pub fn arm_solicited(&self) -> Result<()> {
-        self.ops.arm_solicited()
+        match &self.flavor {
+            CqFlavor::Soft(cq) => {
+                cq.arm_solicited();
+                Ok(())
+            }
+            #[cfg(feature = "verbs")]
+            CqFlavor::Verbs(cq) => cq.arm_solicited(),
+        }
     }
     /// Waits up to `timeout` for the notification requested by [`arm`](Self::arm).
     ///
     /// # Errors
-    /// [`Error::Os`] when waiting on the completion channel fails (verbs: `poll`,
+    /// [`Error::Os`](crate::Error::Os) when waiting on the completion channel fails (verbs: `poll`,
     /// `ibv_get_cq_event`). A timeout is `Ok(false)`, not an error.
     pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        self.ops.wait(timeout)
+        match &self.flavor {
+            CqFlavor::Soft(cq) => Ok(cq.wait(timeout)),
+            #[cfg(feature = "verbs")]
+            CqFlavor::Verbs(cq) => cq.wait(timeout),
+        }
     }
     /// A descriptor for an event loop (`poll(2)`, `epoll`, tokio's `AsyncFd`): it polls
     /// readable once a notification requested by [`arm`](Self::arm) or
@@ -102,7 +125,7 @@ impl CompletionQueue {
     /// # Errors
     /// The provider could not set the descriptor up (soft: creating its eventfd failed).
     pub fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
-        self.ops.notify_fd()
+        dispatch!(CqFlavor, &self.flavor, cq => cq.notify_fd())
     }
     /// Takes a notification without blocking (verbs: `ibv_get_cq_event` and
     /// `ibv_ack_cq_events`; soft: clears the eventfd), so that [`notify_fd`](Self::notify_fd)
@@ -112,11 +135,11 @@ impl CompletionQueue {
     /// # Errors
     /// The provider failed to read its completion channel.
     pub fn take_notification(&self) -> Result<bool> {
-        self.ops.take_notification()
+        dispatch!(CqFlavor, &self.flavor, cq => cq.take_notification())
     }
     /// The depth.
     pub fn depth(&self) -> u32 {
-        self.ops.depth()
+        dispatch!(CqFlavor, &self.flavor, cq => cq.depth())
     }
     /// Polls; when empty, spins for up to `spin` (a pause instruction between polls; the clock
     /// read and one yield per 64 polls, so a thread sharing this CPU gets a turn every few
@@ -126,7 +149,7 @@ impl CompletionQueue {
     ///
     /// # Errors
     /// What [`poll`](Self::poll), [`arm`](Self::arm) and [`wait`](Self::wait) return:
-    /// [`Error::CqOverrun`], [`Error::Os`]. A timeout is `Ok(0)`.
+    /// [`Error::CqOverrun`](crate::Error::CqOverrun), [`Error::Os`](crate::Error::Os). A timeout is `Ok(0)`.
     pub fn poll_wait(&self, out: &mut [WorkCompletion], spin: Duration, timeout: Duration) -> Result<usize> {
         let n = self.poll(out)?;
         if n > 0 {
@@ -168,7 +191,7 @@ impl CompletionQueue {
     ///
     /// # Errors
     /// What [`poll`](Self::poll), [`arm_solicited`](Self::arm_solicited) and
-    /// [`wait`](Self::wait) return: [`Error::CqOverrun`], [`Error::Os`]. A timeout is `Ok(0)`.
+    /// [`wait`](Self::wait) return: [`Error::CqOverrun`](crate::Error::CqOverrun), [`Error::Os`](crate::Error::Os). A timeout is `Ok(0)`.
     pub fn poll_wait_solicited(&self, out: &mut [WorkCompletion], timeout: Duration) -> Result<usize> {
         let n = self.poll(out)?;
         if n > 0 {
@@ -182,8 +205,8 @@ impl CompletionQueue {
         self.wait(timeout)?;
         self.poll(out)
     }
-    /// The provider object (for providers).
-    pub(crate) fn ops(&self) -> &Arc<dyn CqOps> {
-        &self.ops
+    /// The provider's completion queue (for the handles that pair it with other objects).
+    pub(super) fn flavor(&self) -> &CqFlavor {
+        &self.flavor
     }
 }

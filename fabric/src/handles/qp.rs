@@ -2,19 +2,22 @@
 //! and posting to it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::cq::CompletionQueue;
-use super::device::Fabric;
-use super::device::ProtectionDomain;
-use super::srq::SharedReceiveQueue;
+use super::cq::{CompletionQueue, CqFlavor};
+use super::device::{PdFlavor, ProtectionDomain};
+use super::srq::{SharedReceiveQueue, SrqFlavor};
 use crate::bootstrap::{
     check_rd_atomic, check_rnr_retry, InitAttr, QpEndpoint, QpState, QpTransition, RtrAttr, RtsAttr,
 };
 use crate::error::{Error, Result};
-use crate::provider::{QpInitAttr, QpOps};
+use crate::provider::QpInitAttr;
 use crate::region::{check_sges, Sge};
-use crate::types::{ConnId, DataPath, DeviceAttributes, QpCaps, DEFAULT_RD_ATOMIC};
+use crate::soft::{SoftQp, SoftQpInit};
+use crate::types::{ConnId, DataPath, DeviceAttributes, FabricKind, QpCaps, DEFAULT_RD_ATOMIC};
+#[cfg(feature = "verbs")]
+use crate::verbs;
 use crate::work_request::SendRequest;
 
 /// How to create a queue pair.
@@ -62,8 +65,13 @@ impl<'a> QpInit<'a> {
         }
     }
 
-    /// What the provider gets: these settings, checked against the device's limits.
-    pub(super) fn checked_attr(&self, verb: &'static str) -> Result<QpInitAttr> {
+    /// What the provider gets: these settings, checked against the device's limits, with the
+    /// objects of the PD's provider.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for settings beyond the device's limits;
+    /// [`Error::ProviderMismatch`] when a CQ or the SRQ is of another provider than the PD.
+    pub(super) fn checked_attr(&self, verb: &'static str) -> Result<QpInitFlavor> {
         let attrs = self.pd.fabric().attributes();
         let c = &self.caps;
         if c.max_send_wr == 0 || c.max_send_wr > attrs.max_qp_wr || c.max_recv_wr > attrs.max_qp_wr {
@@ -81,23 +89,78 @@ impl<'a> QpInit<'a> {
         check_rnr_retry(verb, self.rnr_retry)?;
         check_rd_atomic(verb, "initiator_depth", self.initiator_depth, attrs.max_qp_init_rd_atom)?;
         check_rd_atomic(verb, "responder_resources", self.responder_resources, attrs.max_qp_rd_atom)?;
-        Ok(QpInitAttr {
-            pd: self.pd.ops().clone(),
-            send_cq: self.send_cq.ops().clone(),
-            recv_cq: self.recv_cq.ops().clone(),
-            srq: self.srq.map(|s| s.ops.clone()),
+        // The provider's own object in `flavor` (an `$enum::$provider`), or the mismatch of the
+        // pair (PD, `$object`).
+        macro_rules! of_provider {
+            ($flavor:expr, $enum:ident::$provider:ident, $object:literal) => {
+                match $flavor {
+                    $enum::$provider(object) => Ok(object.clone()),
+                    #[cfg(feature = "verbs")]
+                    _ => Err(Error::ProviderMismatch { verb, object: $object }),
+                }
+            };
+        }
+        Ok(match self.pd.flavor() {
+            PdFlavor::Soft(pd) => QpInitFlavor::Soft(self.attr(
+                pd.clone(),
+                of_provider!(self.send_cq.flavor(), CqFlavor::Soft, "send completion queue")?,
+                of_provider!(self.recv_cq.flavor(), CqFlavor::Soft, "receive completion queue")?,
+                self.srq.map(|srq| of_provider!(srq.flavor(), SrqFlavor::Soft, "shared receive queue")).transpose()?,
+            )),
+            #[cfg(feature = "verbs")]
+            PdFlavor::Verbs(pd) => QpInitFlavor::Verbs(self.attr(
+                pd.clone(),
+                of_provider!(self.send_cq.flavor(), CqFlavor::Verbs, "send completion queue")?,
+                of_provider!(self.recv_cq.flavor(), CqFlavor::Verbs, "receive completion queue")?,
+                self.srq.map(|srq| of_provider!(srq.flavor(), SrqFlavor::Verbs, "shared receive queue")).transpose()?,
+            )),
+        })
+    }
+
+    /// These settings with one provider's objects.
+    fn attr<Pd, Cq, Srq>(
+        &self,
+        pd: Arc<Pd>,
+        send_cq: Arc<Cq>,
+        recv_cq: Arc<Cq>,
+        srq: Option<Arc<Srq>>,
+    ) -> QpInitAttr<Pd, Cq, Srq> {
+        QpInitAttr {
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
             caps: self.caps,
             rnr_retry: self.rnr_retry,
             min_rnr_timer: self.min_rnr_timer,
             initiator_depth: self.initiator_depth,
             responder_resources: self.responder_resources,
-        })
+        }
     }
+}
+
+/// A [`QpInit`] checked against the device, with the objects of one provider.
+pub(crate) enum QpInitFlavor {
+    /// Soft objects.
+    Soft(SoftQpInit),
+    /// Verbs objects.
+    #[cfg(feature = "verbs")]
+    Verbs(verbs::VerbsQpInit),
+}
+
+/// A provider's queue pair (boxed: the handle stays small, and posting reads it through one
+/// pointer, as before).
+enum QpFlavor {
+    /// A soft queue pair.
+    Soft(Box<SoftQp>),
+    /// A verbs queue pair.
+    #[cfg(feature = "verbs")]
+    Verbs(Box<verbs::Qp>),
 }
 
 /// A reliable-connected queue pair. Dropping it disconnects and destroys it.
 pub struct QueuePair {
-    pub(super) ops: Box<dyn QpOps>,
+    flavor: QpFlavor,
     /// The device's limits, for checking state changes.
     attributes: DeviceAttributes,
 }
@@ -109,57 +172,89 @@ impl std::fmt::Debug for QueuePair {
 }
 
 impl QueuePair {
-    /// Wraps a provider's queue pair of a device with limits `attributes`.
-    pub(super) fn new(ops: Box<dyn QpOps>, attributes: DeviceAttributes) -> QueuePair {
-        QueuePair { ops, attributes }
+    /// Wraps a soft queue pair of a device with limits `attributes`.
+    pub(super) fn from_soft(qp: SoftQp, attributes: DeviceAttributes) -> QueuePair {
+        QueuePair { flavor: QpFlavor::Soft(Box::new(qp)), attributes }
+    }
+    /// Wraps a verbs queue pair of a device with limits `attributes`.
+    #[cfg(feature = "verbs")]
+    pub(super) fn from_verbs(qp: verbs::Qp, attributes: DeviceAttributes) -> QueuePair {
+        QueuePair { flavor: QpFlavor::Verbs(Box::new(qp)), attributes }
     }
     /// The queue pair number (completions carry it).
     pub fn qp_num(&self) -> u32 {
-        self.ops.qp_num()
+        dispatch!(QpFlavor, &self.flavor, qp => qp.qp_num())
     }
     /// The id CM events about this connection carry.
     pub fn conn_id(&self) -> ConnId {
-        self.ops.conn_id()
+        dispatch!(QpFlavor, &self.flavor, qp => qp.conn_id())
     }
     /// The peer's address.
     pub fn peer_addr(&self) -> SocketAddr {
-        self.ops.peer_addr()
+        dispatch!(QpFlavor, &self.flavor, qp => qp.peer_addr())
     }
     /// The local address.
     pub fn local_addr(&self) -> SocketAddr {
-        self.ops.local_addr()
+        dispatch!(QpFlavor, &self.flavor, qp => qp.local_addr())
     }
     /// How this end's READs and WRITEs reach the peer: the network, or (soft provider, both ends
     /// on this host) shared memory. Known once the connection is established.
     pub fn data_path(&self) -> DataPath {
-        self.ops.data_path()
+        match &self.flavor {
+            QpFlavor::Soft(qp) => qp.data_path(),
+            #[cfg(feature = "verbs")]
+            QpFlavor::Verbs(_) => DataPath::Network,
+        }
     }
     /// Posts a receive into `sges`.
     ///
     /// # Errors
-    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::InvalidArgument`]
-    /// for more SGEs than `max_recv_sge`, a region not writable locally or of another protection
-    /// domain, a queue pair that uses a shared receive queue, or one still in RESET (made by
-    /// [`Fabric::create_qp`]: receives may be posted from INIT); [`Error::QueueFull`] when
-    /// `max_recv_wr` receives are posted already; [`Error::NotConnected`] once the queue pair is
-    /// in error or disconnected.
+    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::ProviderMismatch`] when
+    /// it names a region of another provider; [`Error::InvalidArgument`] for more SGEs than
+    /// `max_recv_sge`, a region not writable locally or of another protection domain, a queue
+    /// pair that uses a shared receive queue, or one still in RESET (made by
+    /// [`Fabric::create_qp`](crate::Fabric::create_qp): receives may be posted from INIT);
+    /// [`Error::QueueFull`] when `max_recv_wr` receives are posted already;
+    /// [`Error::NotConnected`] once the queue pair is in error or disconnected.
     pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
-        check_sges(sges)?;
-        self.ops.post_recv(wr_id, sges)
+        const VERB: &str = "post_recv";
+        match &self.flavor {
+            QpFlavor::Soft(qp) => {
+                check_sges(sges, FabricKind::Soft, VERB)?;
+                qp.post_recv(wr_id, sges)
+            }
+            #[cfg(feature = "verbs")]
+            QpFlavor::Verbs(qp) => {
+                check_sges(sges, FabricKind::Verbs, VERB)?;
+                qp.post_recv(wr_id, sges)
+            }
+        }
     }
     /// Posts a send-queue work request.
     ///
     /// # Errors
-    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::InvalidArgument`]
-    /// for more SGEs than `max_send_sge`, a message above the device's limit, a region of another
-    /// protection domain, or an operation the queue pair cannot post; [`Error::QueueFull`] when
+    /// [`Error::LocalBounds`] when an SGE is outside its region; [`Error::ProviderMismatch`] when
+    /// it names a region of another provider; [`Error::InvalidArgument`] for more SGEs than
+    /// `max_send_sge`, a message above the device's limit, a region of another protection
+    /// domain, or an operation the queue pair cannot post; [`Error::QueueFull`] when
     /// `max_send_wr` requests are outstanding (unsignaled ones included); [`Error::NotConnected`]
-    /// before the connection is established (a queue pair made by [`Fabric::create_qp`]: before
-    /// RTS) and once it is in error or disconnected. Failures of
-    /// the operation itself arrive as completions ([`WcStatus`](crate::WcStatus)), not errors.
+    /// before the connection is established (a queue pair made by
+    /// [`Fabric::create_qp`](crate::Fabric::create_qp): before RTS) and once it is in error or
+    /// disconnected. Failures of the operation itself arrive as completions
+    /// ([`WcStatus`](crate::WcStatus)), not errors.
     pub fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
-        check_sges(wr.sges)?;
-        self.ops.post_send(wr)
+        const VERB: &str = "post_send";
+        match &self.flavor {
+            QpFlavor::Soft(qp) => {
+                check_sges(wr.sges, FabricKind::Soft, VERB)?;
+                qp.post_send(wr)
+            }
+            #[cfg(feature = "verbs")]
+            QpFlavor::Verbs(qp) => {
+                check_sges(wr.sges, FabricKind::Verbs, VERB)?;
+                qp.post_send(wr)
+            }
+        }
     }
     /// Disconnects; outstanding work requests are flushed. Idempotent.
     ///
@@ -167,22 +262,22 @@ impl QueuePair {
     /// [`Error::Os`] when the provider cannot send the disconnect (verbs: `rdma_disconnect`);
     /// the queue pair is in error and flushed all the same.
     pub fn disconnect(&self) -> Result<()> {
-        self.ops.disconnect()
+        dispatch!(QpFlavor, &self.flavor, qp => qp.disconnect())
     }
 
     /// The queue pair's state: RESET, INIT, RTR, RTS or ERROR. One the connection manager
     /// connected is RTS while connected.
     pub fn state(&self) -> QpState {
-        self.ops.state()
+        dispatch!(QpFlavor, &self.flavor, qp => qp.state())
     }
     /// What a peer needs to connect its queue pair to this one by hand (a queue pair made by
-    /// [`Fabric::create_qp`]): send it over the side channel.
+    /// [`Fabric::create_qp`](crate::Fabric::create_qp)): send it over the side channel.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a queue pair the connection manager connected;
     /// [`Error::Os`] when the provider cannot query the port (verbs).
     pub fn local_endpoint(&self) -> Result<QpEndpoint> {
-        self.ops.local_endpoint()
+        dispatch!(QpFlavor, &self.flavor, qp => qp.local_endpoint())
     }
     /// RESET → INIT: binds the queue pair to a port, with the remote access it allows
     /// (`modify_qp_to_init` of the seed programs).
@@ -215,24 +310,7 @@ impl QueuePair {
     /// a port the device does not have, or a queue pair the connection manager connected;
     /// [`Error::Os`] when the provider fails (verbs: `ibv_modify_qp`).
     pub fn modify(&self, transition: &QpTransition) -> Result<()> {
-        transition.check(self.ops.state(), &self.attributes)?;
-        self.ops.modify(transition)
-    }
-}
-
-impl Fabric {
-    /// Creates a reliable-connected queue pair without the connection manager, in RESET, to be
-    /// connected by hand: exchange [`QueuePair::local_endpoint`]s over a side channel, then
-    /// [`modify_to_init`](QueuePair::modify_to_init), [`modify_to_rtr`](QueuePair::modify_to_rtr)
-    /// and [`modify_to_rts`](QueuePair::modify_to_rts) (see [`crate::QpEndpoint`]).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for settings beyond the device's limits (as
-    /// [`EventChannel::connect`](crate::EventChannel::connect)) or a provider that cannot
-    /// yet; [`Error::Os`] when the provider fails (verbs: `ibv_create_qp`).
-    pub fn create_qp(&self, init: QpInit<'_>) -> Result<QueuePair> {
-        let attr = init.checked_attr("create_qp")?;
-        let ops = self.ops.create_qp(attr)?;
-        Ok(QueuePair::new(ops, self.attributes().clone()))
+        transition.check(self.state(), &self.attributes)?;
+        dispatch!(QpFlavor, &self.flavor, qp => qp.modify(transition))
     }
 }

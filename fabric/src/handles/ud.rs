@@ -3,33 +3,36 @@
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use super::device::{Fabric, ProtectionDomain};
 use crate::error::{Error, Result};
-use crate::provider::UdOps;
-use crate::types::{Datagram, UdInit};
+use crate::soft::SoftUd;
+use crate::types::Datagram;
+#[cfg(feature = "verbs")]
+use crate::verbs;
 
-impl Fabric {
-    /// Creates an unreliable-datagram endpoint for multicast.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `recv_depth` is 0 or above the device's `max_qp_wr`, or
-    /// `pd` is of another provider; [`Error::MulticastUnavailable`] when the interface cannot
-    /// carry multicast; [`Error::Os`] (with the local address, [`Error::os_local`]) when the
-    /// sockets or queue pairs cannot be created or bound.
-    pub fn create_ud(&self, pd: &ProtectionDomain, init: &UdInit) -> Result<UdEndpoint> {
-        if init.recv_depth == 0 || init.recv_depth > self.attributes().max_qp_wr {
-            return Err(Error::invalid("create_ud", format!("recv_depth {} is out of range", init.recv_depth)));
-        }
-        Ok(UdEndpoint { ops: self.ops.create_ud(&pd.ops, init)? })
-    }
+/// A provider's UD endpoint (boxed: the handle stays small).
+enum UdFlavor {
+    /// A soft endpoint (UDP sockets).
+    Soft(Box<SoftUd>),
+    /// A verbs endpoint (UD queue pairs).
+    #[cfg(feature = "verbs")]
+    Verbs(Box<verbs::UdEndpoint>),
 }
 
 /// An unreliable-datagram endpoint for multicast announcements.
 pub struct UdEndpoint {
-    ops: Box<dyn UdOps>,
+    flavor: UdFlavor,
 }
 
 impl UdEndpoint {
+    /// Wraps a soft endpoint.
+    pub(super) fn from_soft(endpoint: SoftUd) -> Self {
+        UdEndpoint { flavor: UdFlavor::Soft(Box::new(endpoint)) }
+    }
+    /// Wraps a verbs endpoint.
+    #[cfg(feature = "verbs")]
+    pub(super) fn from_verbs(endpoint: verbs::UdEndpoint) -> Self {
+        UdEndpoint { flavor: UdFlavor::Verbs(Box::new(endpoint)) }
+    }
     /// Joins a multicast group.
     ///
     /// # Errors
@@ -40,7 +43,7 @@ impl UdEndpoint {
         if !group.is_multicast() {
             return Err(Error::invalid("join multicast", format!("{group} is not a multicast address")));
         }
-        self.ops.join(group)
+        dispatch!(UdFlavor, &self.flavor, endpoint => endpoint.join(group))
     }
     /// Leaves a multicast group.
     ///
@@ -48,7 +51,7 @@ impl UdEndpoint {
     /// [`Error::Os`] when the endpoint is not a member of `group` (`EADDRNOTAVAIL`) or the
     /// system refuses.
     pub fn leave(&self, group: Ipv4Addr) -> Result<()> {
-        self.ops.leave(group)
+        dispatch!(UdFlavor, &self.flavor, endpoint => endpoint.leave(group))
     }
     /// Sends `payload` to a group; larger than the MTU is an error.
     ///
@@ -58,7 +61,7 @@ impl UdEndpoint {
     /// datagram cannot be sent.
     pub fn send_to(&self, group: Ipv4Addr, payload: &[u8]) -> Result<()> {
         self.check_mtu(payload)?;
-        self.ops.send_to(group, payload)
+        dispatch!(UdFlavor, &self.flavor, endpoint => endpoint.send_to(group, payload))
     }
     /// Sends `payload` to one endpoint by unicast; larger than the MTU is an error.
     ///
@@ -68,7 +71,7 @@ impl UdEndpoint {
     /// (verbs) when resolving or sending takes too long.
     pub fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
         self.check_mtu(payload)?;
-        self.ops.send_unicast(to, payload)
+        dispatch!(UdFlavor, &self.flavor, endpoint => endpoint.send_unicast(to, payload))
     }
     /// Waits up to `timeout` for a datagram.
     ///
@@ -76,15 +79,15 @@ impl UdEndpoint {
     /// [`Error::Os`] when receiving fails; [`Error::Closed`] (verbs) when the endpoint is being
     /// destroyed. A timeout is `Ok(None)`.
     pub fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
-        self.ops.recv(timeout)
+        dispatch!(UdFlavor, &self.flavor, endpoint => endpoint.recv(timeout))
     }
     /// The largest payload.
     pub fn mtu(&self) -> usize {
-        self.ops.mtu()
+        dispatch!(UdFlavor, &self.flavor, endpoint => endpoint.mtu())
     }
     /// Where unicast reaches this endpoint.
     pub fn local_addr(&self) -> SocketAddr {
-        self.ops.local_addr()
+        dispatch!(UdFlavor, &self.flavor, endpoint => endpoint.local_addr())
     }
     fn check_mtu(&self, payload: &[u8]) -> Result<()> {
         if payload.len() > self.mtu() {

@@ -17,11 +17,13 @@ use super::events::EventQueue;
 use super::qp::SoftQp;
 use super::timers::TimerKind;
 use super::wire::{CmParams, FrameType, Header};
+use super::SoftQpInit;
+use crate::cm_event::CmEventOf;
 use crate::error::{Error, Result};
-use crate::provider::*;
+use crate::types::ConnId;
 
 /// What this end's CONNECT_REQ or ACCEPT tells the peer.
-fn cm_params(init: &QpInitAttr) -> CmParams {
+fn cm_params(init: &SoftQpInit) -> CmParams {
     CmParams {
         rnr_retry: init.rnr_retry,
         initiator_depth: init.initiator_depth,
@@ -41,16 +43,9 @@ impl SoftChannel {
     pub(crate) fn new(dev: Arc<Device>, conns: Arc<Connections>) -> Self {
         SoftChannel { inner: Arc::new(EventQueue::new()), dev, conns }
     }
-}
 
-impl Drop for SoftChannel {
-    fn drop(&mut self) {
-        self.inner.close();
-    }
-}
-
-impl CmChannelOps for SoftChannel {
-    fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<Box<dyn ListenerOps>> {
+    /// Listens on `addr` (port 0 picks a free port).
+    pub(crate) fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<SoftListener> {
         let device = &self.dev.state;
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
             .map_err(|e| Error::os("listen: socket", None, e))?;
@@ -73,16 +68,18 @@ impl CmChannelOps for SoftChannel {
             self.conns.listeners.lock().remove(&id);
             return Err(Error::os("listen: epoll_ctl", None, e));
         }
-        Ok(Box::new(SoftListener { id, local, dev: self.dev.clone(), conns: self.conns.clone() }))
+        Ok(SoftListener { id, local, dev: self.dev.clone(), conns: self.conns.clone() })
     }
 
-    fn connect(
+    /// Resolves `addr`, creates the queue pair and sends a connect request. The outcome
+    /// (established, rejected, unreachable) arrives as an event with the queue pair's conn id.
+    pub(crate) fn connect(
         &self,
         addr: SocketAddr,
-        init: QpInitAttr,
+        init: SoftQpInit,
         private_data: &[u8],
         timeout: Duration,
-    ) -> Result<Box<dyn QpOps>> {
+    ) -> Result<SoftQp> {
         let device = &self.dev.state;
         let qp = QpState::of(&init, device, "connect")?;
         let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
@@ -122,28 +119,38 @@ impl CmChannelOps for SoftChannel {
                 ));
             }
         }
-        Ok(Box::new(SoftQp::new(conn, init, self.dev.clone(), Some(self.inner.clone()))))
+        Ok(SoftQp::new(conn, init, self.dev.clone(), Some(self.inner.clone())))
     }
 
-    fn get_event(&self, timeout: Duration) -> Result<Option<ProviderCmEvent>> {
+    /// Waits up to `timeout` for the next event.
+    pub(crate) fn get_event(&self, timeout: Duration) -> Result<Option<CmEventOf<SoftConnRequest>>> {
         let Some(ev) = self.inner.next(crate::time::deadline_after(timeout)) else { return Ok(None) };
-        Ok(Some(ev.map_request(|IncomingRequest { conn, data }| {
-            Box::new(SoftConnRequest { conn, data, channel: self.inner.clone(), dev: self.dev.clone() })
-                as Box<dyn ConnRequestOps>
+        Ok(Some(ev.map_request(|IncomingRequest { conn, data }| SoftConnRequest {
+            conn,
+            data,
+            channel: self.inner.clone(),
+            dev: self.dev.clone(),
         })))
     }
 }
 
+impl Drop for SoftChannel {
+    fn drop(&mut self) {
+        self.inner.close();
+    }
+}
+
 /// A listening socket; dropping it stops listening.
-struct SoftListener {
+pub(crate) struct SoftListener {
     id: u64,
     local: SocketAddr,
     dev: Arc<Device>,
     conns: Arc<Connections>,
 }
 
-impl ListenerOps for SoftListener {
-    fn local_addr(&self) -> SocketAddr {
+impl SoftListener {
+    /// The bound address (with the port picked).
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
     }
 }
@@ -159,24 +166,28 @@ impl Drop for SoftListener {
 }
 
 /// A delivered connect request.
-struct SoftConnRequest {
+pub(crate) struct SoftConnRequest {
     conn: Arc<Conn>,
     data: Vec<u8>,
     channel: Arc<EventQueue<NicCmEvent>>,
     dev: Arc<Device>,
 }
 
-impl ConnRequestOps for SoftConnRequest {
-    fn conn_id(&self) -> ConnId {
+impl SoftConnRequest {
+    /// The connection id that later events about this connection carry.
+    pub(crate) fn conn_id(&self) -> ConnId {
         self.conn.id
     }
-    fn private_data(&self) -> &[u8] {
+    /// The requester's private data.
+    pub(crate) fn private_data(&self) -> &[u8] {
         &self.data
     }
-    fn peer_addr(&self) -> SocketAddr {
+    /// The requester's address.
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
         self.conn.peer()
     }
-    fn accept(self: Box<Self>, init: QpInitAttr, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
+    /// Creates the queue pair and accepts with `private_data`.
+    pub(crate) fn accept(self, init: SoftQpInit, private_data: &[u8]) -> Result<SoftQp> {
         let mut qp = QpState::of(&init, &self.dev.state, "accept")?;
         let qp_num = qp.qp_num;
         {
@@ -202,9 +213,10 @@ impl ConnRequestOps for SoftConnRequest {
             self.conn.flush_from_user(&mut st);
             st.event(NicCmEvent::Established { conn: self.conn.id, private_data: Vec::new() });
         }
-        Ok(Box::new(SoftQp::new(self.conn.clone(), init, self.dev.clone(), Some(self.channel.clone()))))
+        Ok(SoftQp::new(self.conn.clone(), init, self.dev.clone(), Some(self.channel.clone())))
     }
-    fn reject(self: Box<Self>, private_data: &[u8]) -> Result<()> {
+    /// Rejects with `private_data`.
+    pub(crate) fn reject(self, private_data: &[u8]) -> Result<()> {
         reject_conn(&self.conn, private_data);
         Ok(())
     }

@@ -15,10 +15,9 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::device::Device;
+use super::device::{Device, DeviceState};
 use super::shm::Bell;
 use crate::error::{Error, Result};
-use crate::provider::CqOps;
 use crate::types::WorkCompletion;
 
 /// What a look into a connection's inbox left.
@@ -164,37 +163,44 @@ impl CqInner {
 /// A completion queue handle.
 pub(crate) struct SoftCq {
     pub(crate) inner: Arc<CqInner>,
-    _dev: Arc<Device>,
+    dev: Arc<Device>,
 }
 
 impl SoftCq {
+    /// A completion queue of `dev` with `depth` entries.
     pub(crate) fn new(dev: Arc<Device>, depth: u32) -> Result<Self> {
-        Ok(SoftCq { inner: Arc::new(CqInner::new(depth)?), _dev: dev })
+        Ok(SoftCq { inner: Arc::new(CqInner::new(depth)?), dev })
     }
-}
-
-impl CqOps for SoftCq {
-    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+    /// Whether the queue belongs to the device of `state`.
+    pub(crate) fn is_of(&self, state: &DeviceState) -> bool {
+        std::ptr::eq(&*self.dev.state, state)
+    }
+    /// Moves up to `out.len()` completions into `out`; returns how many.
+    pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         self.inner.poll(out)
     }
-    fn arm(&self) -> Result<()> {
+    /// Requests a notification for the next completion.
+    pub(crate) fn arm(&self) {
         self.inner.arm();
-        Ok(())
     }
-    fn arm_solicited(&self) -> Result<()> {
+    /// Requests a notification for the next solicited (or failed) completion.
+    pub(crate) fn arm_solicited(&self) {
         self.inner.arm_solicited();
-        Ok(())
     }
-    fn wait(&self, timeout: Duration) -> Result<bool> {
-        Ok(self.inner.wait(timeout))
+    /// Waits up to `timeout` for a requested notification; returns whether one arrived.
+    pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        self.inner.wait(timeout)
     }
-    fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
+    /// The descriptor that polls readable once a requested notification arrived.
+    pub(crate) fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
         self.inner.bell.notify_fd()
     }
-    fn take_notification(&self) -> Result<bool> {
+    /// Takes a notification without blocking; returns whether one had arrived.
+    pub(crate) fn take_notification(&self) -> Result<bool> {
         self.inner.bell.take()
     }
-    fn depth(&self) -> u32 {
+    /// The depth.
+    pub(crate) fn depth(&self) -> u32 {
         self.inner.depth
     }
 }

@@ -27,10 +27,10 @@ use super::hello::Hello;
 use super::hello_streams::DATA_PORT_TOKEN;
 use super::timers::TimerKind;
 use super::wire::{CmParams, FrameType, Header, HELLO_LEN};
+use super::SoftQpInit;
 use crate::bootstrap::MAX_24_BIT_FIELD;
 use crate::bootstrap::{InitAttr, PathMtu, QpEndpoint, QpState as IbvState, QpTransition, RtrAttr, RtsAttr};
 use crate::error::{Error, Result};
-use crate::provider::QpInitAttr;
 use crate::types::Access;
 
 /// The verb errors name.
@@ -39,9 +39,9 @@ const VERB: &str = "modify_qp";
 /// Creates the connection of a queue pair connected by hand, in RESET, with `init`'s objects:
 /// its endpoint names the device's data port (made now if this is the first) and a random
 /// first PSN.
-pub(crate) fn create(device: &Arc<DeviceState>, conns: &Connections, init: &QpInitAttr) -> Result<Arc<Conn>> {
-    let port = data_port(device, conns)?;
+pub(crate) fn create(device: &Arc<DeviceState>, conns: &Connections, init: &SoftQpInit) -> Result<Arc<Conn>> {
     let mut qp = QpState::of(init, device, "create_qp")?;
+    let port = data_port(device, conns)?;
     let psn = rand::rng().random_range(0..=MAX_24_BIT_FIELD);
     qp.next_psn = psn;
     let local =

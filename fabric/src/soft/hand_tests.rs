@@ -13,7 +13,7 @@ use super::conn::{data_port_of, gid_of, transport_wait};
 use super::connections::Connections;
 use super::handshakes::MAX_PENDING_HANDSHAKES_PER_SOURCE;
 use super::hello::Hello;
-use super::open::open_inspected;
+use super::open::for_tests::open_inspected;
 use super::wire::{FrameType, Header, HEADER_LEN, HELLO_LEN};
 use crate::*;
 

@@ -29,12 +29,12 @@
 //! | leaves | `wire`, `hello`, `hello_streams`, `timers`, `seg`, `events`, `handshakes` | the frame codec; the hello of a stream of a queue pair connected by hand; the data port's streams waiting for theirs; the NIC's timers; a range of registered memory; a CM channel's event queue; the handshake limits |
 //! | same host | `shm/` | the same-host path: endpoint, streams, key table, mappings, inboxes, receive pools, bells |
 //! | device | `regions`, `device` | the region table and its remote checks; what the NIC thread and the objects share (`DeviceState`, `NicCommand`, counters) and the `Device` that owns the NIC thread |
-//! | objects | `mr`, `cq`, `ud`, `recv`, `srq`, `pd` | memory regions and the local SGE check, completion queues, UD endpoints, posted receives, shared receive queues, protection domains |
+//! | objects | `mr`, `cq`, `ud`, `recv`, `srq`, `pd` | memory regions, completion queues, UD endpoints, posted receives and the local SGE check (against the region handle, `crate::region`), shared receive queues, protection domains |
 //! | connection | `conn/` (`phase`, `out_queue`, `receive`, `qp_state`, `by_hand`, `mod`) | one RC connection: its output queue, the NIC's receive state of it, its queue-pair state, what a queue pair connected by hand adds (state machine, endpoints, who dials); `Conn`, `ConnState` and the CM event `NicCmEvent` it produces |
 //! | connection table | `connections` | the open connections and listening sockets of a device, by id; queue pairs connected by hand by number; the data port |
 //! | handles | `hand_qp`, `qp`, `cm` | queue pairs connected by hand: creating, endpoint, INIT/RTR/RTS; posting on a queue pair; event channels, listeners, connect, accept, reject |
 //! | NIC thread | `nic/` (`state`, `teardown`, `hand_streams`, `cm_frames`, `data_frames`, `reader`, `timeouts`, `same_host`, `event_loop`) | the `mio` loop, the frame parser, the READ responder, SENDs and RNR, timers, teardown, binding the streams of queue pairs connected by hand |
-//! | top | `open` | opening a device: its handle (`FabricOps`) and fault injector |
+//! | top | `open` | opening a device: the device object (`SoftFabric`) that creates the others, and its fault injector |
 
 mod cm;
 mod conn;
@@ -70,15 +70,15 @@ pub use conn::{OUT_CAP, OUT_RESUME};
 pub use handshakes::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
 pub use nic::OUTPUT_STALL_TIMEOUT;
 
-use super::{Fabric, FabricConfig, Result};
+// The provider's objects, which the handles of the crate hold as their `Soft` flavor.
+pub(crate) use cm::{SoftChannel, SoftConnRequest, SoftListener};
+pub(crate) use cq::SoftCq;
+pub(crate) use mr::SoftMr;
+pub(crate) use open::{open, SoftFabric, SoftFaults};
+pub(crate) use pd::SoftPd;
+pub(crate) use qp::SoftQp;
+pub(crate) use srq::SoftSrq;
+pub(crate) use ud::SoftUd;
 
-/// Opens a soft device (`soft0`) with its own NIC thread, which stops when the last handle
-/// of the device is dropped.
-///
-/// # Errors
-/// [`NoDevice`](super::Error::NoDevice) when `config.device` names another device than
-/// `soft0`; [`Os`](super::Error::Os) when the NIC thread, its epoll instance or the same-host
-/// endpoint cannot be created.
-pub fn open(config: &FabricConfig) -> Result<Fabric> {
-    open::open(config)
-}
+/// What a soft queue pair is created with: its settings and the soft objects it uses.
+pub(crate) type SoftQpInit = crate::provider::QpInitAttr<SoftPd, SoftCq, SoftSrq>;

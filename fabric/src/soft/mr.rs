@@ -1,13 +1,11 @@
-//! Memory regions: registering a buffer in the device's region table, removing it when the
-//! handle drops, and the local check of a work request's SGEs against the regions they name.
+//! Memory regions: registering a buffer in the device's region table, and removing it when the
+//! handle drops.
 
 use std::sync::Arc;
 
 use super::device::Device;
-use super::seg::Seg;
 use crate::error::Result;
 use crate::memory::RegisteredBuffer;
-use crate::provider::{MrOps, Sge};
 use crate::types::Access;
 
 /// A registered region; dropping it removes its key from the device at once.
@@ -26,11 +24,9 @@ impl SoftMr {
     }
 }
 
-impl MrOps for SoftMr {
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-    fn rkey(&self) -> u32 {
+impl SoftMr {
+    /// The region's key: both its lkey and its rkey.
+    pub(crate) fn key(&self) -> u32 {
         self.key
     }
 }
@@ -39,14 +35,4 @@ impl Drop for SoftMr {
     fn drop(&mut self) {
         self.dev.state.regions.remove(self.key);
     }
-}
-
-/// The segment of an SGE if its region is a soft region of protection domain `pd` that grants
-/// `need`; `None` is a local protection error.
-pub(crate) fn sge_segment(sge: &Sge<'_>, pd: u32, need: Access) -> Option<Seg> {
-    let mr = sge.mr.ops().as_any().downcast_ref::<SoftMr>()?;
-    if mr.pd != pd || !mr.access.contains(need) {
-        return None;
-    }
-    Seg::new(sge.mr.buffer_arc().clone(), sge.offset, sge.len).ok()
 }

@@ -3,12 +3,11 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::device::Device;
+use super::device::{Device, DeviceState};
 use super::mr::SoftMr;
 use super::srq::SoftSrq;
 use crate::error::Result;
 use crate::memory::RegisteredBuffer;
-use crate::provider::{MrOps, PdOps, SrqOps};
 use crate::types::Access;
 
 /// A protection domain: a number that regions and queue pairs are matched on.
@@ -23,13 +22,19 @@ impl SoftPd {
         static NEXT_PD: AtomicU32 = AtomicU32::new(1);
         SoftPd { id: NEXT_PD.fetch_add(1, Ordering::Relaxed), dev }
     }
-}
 
-impl PdOps for SoftPd {
-    fn register(&self, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<Box<dyn MrOps>> {
-        Ok(Box::new(SoftMr::register(self.dev.clone(), buffer, access, self.id)?))
+    /// Whether the domain belongs to the device of `state`.
+    pub(crate) fn is_of(&self, state: &DeviceState) -> bool {
+        std::ptr::eq(&*self.dev.state, state)
     }
-    fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Arc<dyn SrqOps>> {
-        Ok(Arc::new(SoftSrq::new(self.dev.clone(), self.id, max_wr, max_sge)))
+
+    /// Registers `buffer` with `access`; the region is deregistered when the result drops.
+    pub(crate) fn register(&self, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<SoftMr> {
+        SoftMr::register(self.dev.clone(), buffer, access, self.id)
+    }
+
+    /// Creates a shared receive queue of `max_wr` receives of up to `max_sge` entries.
+    pub(crate) fn create_srq(&self, max_wr: u32, max_sge: u32) -> SoftSrq {
+        SoftSrq::new(self.dev.clone(), self.id, max_wr, max_sge)
     }
 }

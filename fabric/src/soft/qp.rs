@@ -9,15 +9,15 @@ use super::conn::{rdma_header, Conn, FramePayload, InFlight, LocalOp, NicCmEvent
 use super::device::{Device, NicCommand};
 use super::events::EventQueue;
 use super::hand_qp;
-use super::mr::sge_segment;
-use super::recv::RecvWr;
+use super::recv::{sge_segment, RecvWr};
 use super::seg::Seg;
 use super::shm::MAX_INLINE;
 use super::timers::TimerKind;
 use super::wire::{FrameType, Header, AUX_SOLICITED};
+use super::SoftQpInit;
 use crate::bootstrap::{QpEndpoint, QpState as IbvState, QpTransition};
 use crate::error::{Error, Result};
-use crate::provider::*;
+use crate::provider::{ConnId, SendRequest, Sge};
 use crate::types::*;
 
 /// A reliable-connected queue pair.
@@ -25,15 +25,17 @@ pub(crate) struct SoftQp {
     conn: Arc<Conn>,
     qp_num: u32,
     // Kept alive for as long as the queue pair exists (CQs, PD, SRQ, channel, device).
-    _init: QpInitAttr,
+    _init: SoftQpInit,
     _channel: Option<Arc<EventQueue<NicCmEvent>>>,
     _dev: Arc<Device>,
 }
 
 impl SoftQp {
+    /// The queue pair of `conn`, created with `init` on `dev` (by the connection manager on
+    /// `channel`, or by hand).
     pub(crate) fn new(
         conn: Arc<Conn>,
-        init: QpInitAttr,
+        init: SoftQpInit,
         dev: Arc<Device>,
         channel: Option<Arc<EventQueue<NicCmEvent>>>,
     ) -> Self {
@@ -45,39 +47,48 @@ impl SoftQp {
     fn not_connected(&self, verb: &'static str, state: &'static str) -> Error {
         Error::NotConnected { verb, qp_num: self.qp_num, state }
     }
-}
 
-impl QpOps for SoftQp {
-    fn qp_num(&self) -> u32 {
+    /// The queue pair number.
+    pub(crate) fn qp_num(&self) -> u32 {
         self.qp_num
     }
-    fn conn_id(&self) -> ConnId {
+    /// The connection id that CM events about this queue pair carry.
+    pub(crate) fn conn_id(&self) -> ConnId {
         self.conn.id
     }
-    fn peer_addr(&self) -> SocketAddr {
+    /// Address of the peer.
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
         self.conn.peer()
     }
-    fn local_addr(&self) -> SocketAddr {
+    /// Local address of the connection.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.conn.local
     }
-    fn data_path(&self) -> DataPath {
+    /// How this end's RDMA READs and WRITEs reach the peer (fixed once the connection is
+    /// established).
+    pub(crate) fn data_path(&self) -> DataPath {
         if self.conn.same_host() {
             DataPath::SharedMemory
         } else {
             DataPath::Network
         }
     }
-    fn state(&self) -> IbvState {
+    /// The queue pair's state. One the connection manager made is RTS while connected.
+    pub(crate) fn state(&self) -> IbvState {
         hand_qp::state(&self.conn)
     }
-    fn local_endpoint(&self) -> Result<QpEndpoint> {
+    /// What a peer needs to connect to this queue pair by hand.
+    pub(crate) fn local_endpoint(&self) -> Result<QpEndpoint> {
         hand_qp::local_endpoint(&self.conn)
     }
-    fn modify(&self, transition: &QpTransition) -> Result<()> {
+    /// Moves the queue pair (`ibv_modify_qp`); the handle has checked that the move is legal
+    /// from [`state`](Self::state) and its attributes in range.
+    pub(crate) fn modify(&self, transition: &QpTransition) -> Result<()> {
         hand_qp::modify(&self.conn, transition)
     }
 
-    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+    /// Posts a receive (fails when the queue pair uses a shared receive queue).
+    pub(crate) fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         let mut st = self.conn.st.lock();
         let phase = st.phase;
         if st.hand.as_ref().is_some_and(|h| h.state == IbvState::Reset) {
@@ -108,7 +119,8 @@ impl QpOps for SoftQp {
         Ok(())
     }
 
-    fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
+    /// Posts a send-queue work request.
+    pub(crate) fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
         let max_msg = self.conn.device.attrs.max_msg_size;
         let total: u64 = wr.sges.iter().map(|s| s.len as u64).sum();
         if total > max_msg {
@@ -239,7 +251,9 @@ impl QpOps for SoftQp {
         Ok(())
     }
 
-    fn disconnect(&self) -> Result<()> {
+    /// Disconnects: outstanding work requests complete with `WorkRequestFlushed`, both sides
+    /// get a `Disconnected` event. Idempotent.
+    pub(crate) fn disconnect(&self) -> Result<()> {
         let conn = &self.conn;
         let mut st = conn.st.lock();
         match st.phase {

@@ -1,15 +1,31 @@
 //! Posted receives: the receive list of a queue pair or of a shared receive queue, in order,
-//! with the credits a same-host sender claims from.
+//! with the credits a same-host sender claims from; and the local check of a work request's
+//! SGEs against the regions they name.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::mr::sge_segment;
 use super::seg::Seg;
 use super::shm::Pool;
 use crate::error::{Error, Result};
 use crate::provider::Sge;
+use crate::region::MrFlavor;
 use crate::types::Access;
+
+/// The segment of an SGE if its region is a soft region of protection domain `pd` that grants
+/// `need`; `None` is a local protection error. (The handles refuse a region of another provider
+/// before a post reaches the provider.)
+pub(crate) fn sge_segment(sge: &Sge<'_>, pd: u32, need: Access) -> Option<Seg> {
+    let mr = match sge.mr.flavor() {
+        MrFlavor::Soft(mr) => Some(mr),
+        #[cfg(feature = "verbs")]
+        MrFlavor::Verbs(_) => None,
+    }?;
+    if mr.pd != pd || !mr.access.contains(need) {
+        return None;
+    }
+    Seg::new(sge.mr.buffer_arc().clone(), sge.offset, sge.len).ok()
+}
 
 /// Posted receives in order and, once a same-host sender asked for them, their credits: the
 /// receive list of a queue pair or of a shared receive queue.

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::device::Device;
+use super::device::{Device, DeviceState};
 use super::recv::{RecvList, RecvWr};
 use super::shm::Pool;
 use crate::error::{Error, Result};
-use crate::provider::{Sge, SrqOps};
+use crate::provider::Sge;
 
 /// The receive list of a shared receive queue.
 pub(crate) struct SrqInner {
@@ -34,17 +34,22 @@ impl SrqInner {
 /// A shared receive queue handle.
 pub(crate) struct SoftSrq {
     pub(crate) inner: Arc<SrqInner>,
-    _dev: Arc<Device>,
+    dev: Arc<Device>,
 }
 
 impl SoftSrq {
+    /// A shared receive queue of `dev` in protection domain `pd`.
     pub(crate) fn new(dev: Arc<Device>, pd: u32, max_wr: u32, max_sge: u32) -> Self {
-        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(RecvList::default()) }), _dev: dev }
+        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(RecvList::default()) }), dev }
     }
-}
 
-impl SrqOps for SoftSrq {
-    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+    /// Whether the queue belongs to the device of `state`.
+    pub(crate) fn is_of(&self, state: &DeviceState) -> bool {
+        std::ptr::eq(&*self.dev.state, state)
+    }
+
+    /// Posts a receive.
+    pub(crate) fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         let s = &self.inner;
         if sges.len() > s.max_sge as usize {
             return Err(Error::invalid("post_srq_recv", format!("{} SGEs, the limit is {}", sges.len(), s.max_sge)));

@@ -358,7 +358,7 @@ fn malformed_frames_from_the_network_close_the_connection_without_an_event() {
 fn an_incoming_connection_without_connect_request_is_closed_after_the_handshake_timeout() {
     use std::io::Read;
     let timeout = Duration::from_millis(100);
-    let fab = super::open::open_with(&FabricConfig::new(FabricKind::Soft), timeout).unwrap();
+    let fab = super::open::for_tests::open_with(&FabricConfig::new(FabricKind::Soft), timeout).unwrap();
     let ch = fab.create_event_channel().unwrap();
     let listener = ch.listen(loopback(), 4).unwrap();
     let mut silent = std::net::TcpStream::connect(listener.local_addr()).unwrap();
@@ -396,7 +396,7 @@ fn connections_made_and_closed_leave_no_timer_behind() {
     // once they no longer matter, so the NIC holds nothing for connections that are gone:
     // memory does not grow with the connection rate.
     let config = FabricConfig::new(FabricKind::Soft);
-    let (fab, device, conns) = super::open::open_inspected(&config, Duration::from_secs(30)).unwrap();
+    let (fab, device, conns) = super::open::for_tests::open_inspected(&config, Duration::from_secs(30)).unwrap();
     for i in 0..20 {
         let p = pair(&fab);
         let (closing, other, other_ch) = if i % 2 == 0 { (&p.a, &p.b, &p.ch_b) } else { (&p.b, &p.a, &p.ch_a) };

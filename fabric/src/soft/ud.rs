@@ -34,7 +34,6 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::device::Device;
 use crate::error::{Error, Result};
-use crate::provider::UdOps;
 use crate::types::{Datagram, UdInit};
 
 /// A UD endpoint.
@@ -246,8 +245,9 @@ impl SoftUd {
     }
 }
 
-impl UdOps for SoftUd {
-    fn join(&self, group: Ipv4Addr) -> Result<()> {
+impl SoftUd {
+    /// Joins `group`.
+    pub(crate) fn join(&self, group: Ipv4Addr) -> Result<()> {
         let mut groups = self.groups.lock();
         if groups.iter().any(|g| g.group == group) {
             return Ok(());
@@ -260,7 +260,8 @@ impl UdOps for SoftUd {
         Ok(())
     }
 
-    fn leave(&self, group: Ipv4Addr) -> Result<()> {
+    /// Leaves `group`.
+    pub(crate) fn leave(&self, group: Ipv4Addr) -> Result<()> {
         let mut groups = self.groups.lock();
         let Some(i) = groups.iter().position(|g| g.group == group) else {
             let e = io::Error::from_raw_os_error(libc::EADDRNOTAVAIL);
@@ -272,15 +273,18 @@ impl UdOps for SoftUd {
         Ok(())
     }
 
-    fn send_to(&self, group: Ipv4Addr, payload: &[u8]) -> Result<()> {
+    /// Sends `payload` (at most `mtu()` bytes, already checked) to `group`.
+    pub(crate) fn send_to(&self, group: Ipv4Addr, payload: &[u8]) -> Result<()> {
         self.send(SocketAddrV4::new(group, self.port), payload, true)
     }
 
-    fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
+    /// Sends `payload` to one endpoint by unicast (where multicast is unavailable).
+    pub(crate) fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
         self.send(to, payload, false)
     }
 
-    fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
+    /// Waits up to `timeout` for a datagram.
+    pub(crate) fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
         let deadline = crate::time::deadline_after(timeout);
         let mut rx = self.rx.lock();
         loop {
@@ -309,11 +313,13 @@ impl UdOps for SoftUd {
         }
     }
 
-    fn mtu(&self) -> usize {
+    /// The largest payload.
+    pub(crate) fn mtu(&self) -> usize {
         self.mtu
     }
 
-    fn local_addr(&self) -> SocketAddr {
+    /// The endpoint's own address (where unicast reaches it).
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
     }
 }

@@ -13,9 +13,11 @@ use rdma_sys::*;
 use super::addr::{unspecified_like, CSockAddr};
 use super::cm_id::{conn_param, describe, event_name, next_conn_id, CmId, ConnState, IdCtx, RawChannel};
 use super::device::Device;
-use super::qp::{DeadQp, RcQp};
+use super::qp::{check_device, DeadQp, Qp, RcQp};
 use super::qp_attr::rnr_timer_code;
-use crate::provider::*;
+use super::VerbsQpInit;
+use crate::cm_event::CmEventOf;
+use crate::provider::ConnId;
 use crate::{DeviceAttributes, Error, RejectReason, Result};
 
 /// IB CM reject reason: no listener for the service id.
@@ -23,12 +25,15 @@ const IB_CM_REJ_INVALID_SERVICE_ID: i32 = 8;
 /// IB CM reject reason: consumer-defined (rdma_reject, or rdma_cm finding no matching id).
 const IB_CM_REJ_CONSUMER_DEFINED: i32 = 28;
 
-/// A connection-manager event channel: the provider's [`CmChannelOps`].
-pub(super) struct Channel {
+/// An event of a channel: its connect requests are the provider's own.
+pub(crate) type ChannelEvent = CmEventOf<ConnRequest>;
+
+/// A connection-manager event channel.
+pub(crate) struct Channel {
     dev: Arc<Device>,
     raw: Arc<RawChannel>,
     /// Events of connects that failed before reaching librdmacm's channel (resolution).
-    synthetic: Mutex<VecDeque<ProviderCmEvent>>,
+    synthetic: Mutex<VecDeque<ChannelEvent>>,
 }
 
 impl Channel {
@@ -61,7 +66,7 @@ impl Channel {
     }
 
     /// Maps one librdmacm event (not yet acknowledged) to the fabric's event.
-    fn map_event(&self, ev: &rdma_cm_event) -> Option<ProviderCmEvent> {
+    fn map_event(&self, ev: &rdma_cm_event) -> Option<ChannelEvent> {
         use rdma_cm_event_type::*;
         if ev.event == RDMA_CM_EVENT_CONNECT_REQUEST {
             return self.connect_request(ev);
@@ -84,7 +89,7 @@ impl Channel {
                 } else {
                     Vec::new()
                 };
-                Some(ProviderCmEvent::Established { conn, private_data })
+                Some(ChannelEvent::Established { conn, private_data })
             }
             RDMA_CM_EVENT_REJECTED => {
                 let reason = match ev.status {
@@ -93,22 +98,22 @@ impl Channel {
                     other => RejectReason::Other(other),
                 };
                 *ctx.state.write() = ConnState::Closed;
-                Some(ProviderCmEvent::Rejected { conn, reason, private_data: conn_private_data(ev) })
+                Some(ChannelEvent::Rejected { conn, reason, private_data: conn_private_data(ev) })
             }
             RDMA_CM_EVENT_ADDR_ERROR
             | RDMA_CM_EVENT_ROUTE_ERROR
             | RDMA_CM_EVENT_UNREACHABLE
             | RDMA_CM_EVENT_CONNECT_ERROR => {
                 *ctx.state.write() = ConnState::Closed;
-                Some(ProviderCmEvent::Unreachable { conn, detail: describe(ev) })
+                Some(ChannelEvent::Unreachable { conn, detail: describe(ev) })
             }
             RDMA_CM_EVENT_DISCONNECTED => {
                 answer_disconnect(ev, ctx);
-                Some(ProviderCmEvent::Disconnected { conn })
+                Some(ChannelEvent::Disconnected { conn })
             }
             RDMA_CM_EVENT_DEVICE_REMOVAL => {
                 *ctx.state.write() = ConnState::Closed;
-                Some(ProviderCmEvent::Disconnected { conn })
+                Some(ChannelEvent::Disconnected { conn })
             }
             _ => {
                 tracing::debug!("verbs: ignoring CM event {}", describe(ev));
@@ -117,7 +122,7 @@ impl Channel {
         }
     }
 
-    fn connect_request(&self, ev: &rdma_cm_event) -> Option<ProviderCmEvent> {
+    fn connect_request(&self, ev: &rdma_cm_event) -> Option<ChannelEvent> {
         let conn = next_conn_id();
         // SAFETY: a CONNECT_REQUEST's id is a new id on this channel that nobody owns yet;
         // the context of the listening id is replaced by the new connection's.
@@ -125,19 +130,20 @@ impl Channel {
         // SAFETY: the conn member of the parameter union is the valid one for this event.
         let param = unsafe { ev.param.conn };
         let peer = id.peer_addr().unwrap_or_else(|| unspecified_like(self.dev.bind.unwrap_or([0, 0, 0, 0].into())));
-        Some(ProviderCmEvent::ConnectRequest(Box::new(ConnRequest {
+        Some(ChannelEvent::ConnectRequest(ConnRequest {
             id: Some(id),
             dev: self.dev.clone(),
             private_data: conn_private_data(ev),
             peer,
             peer_initiator_depth: param.initiator_depth,
             peer_responder_resources: param.responder_resources,
-        })))
+        }))
     }
 }
 
-impl CmChannelOps for Channel {
-    fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<Box<dyn ListenerOps>> {
+impl Channel {
+    /// Listens on `addr` (port 0 picks a free port).
+    pub(crate) fn listen(&self, addr: SocketAddr, backlog: u32) -> Result<Listener> {
         let id = CmId::new(&self.raw, rdma_port_space::RDMA_PS_TCP, IdCtx::new(next_conn_id(), false, 0))?;
         let mut sa = CSockAddr::new(addr);
         // SAFETY: the id is live; sa is valid for the call.
@@ -153,16 +159,20 @@ impl CmChannelOps for Channel {
             return Err(Error::os_local("rdma_listen", addr, std::io::Error::last_os_error()));
         }
         let local = id.local_addr().unwrap_or(addr);
-        Ok(Box::new(Listener { _id: id, local }))
+        Ok(Listener { _id: id, local })
     }
 
-    fn connect(
+    /// Resolves `addr`, creates the queue pair and sends a connect request. The outcome
+    /// (established, rejected, unreachable) arrives as an event with the queue pair's conn id.
+    pub(crate) fn connect(
         &self,
         addr: SocketAddr,
-        init: QpInitAttr,
+        init: VerbsQpInit,
         private_data: &[u8],
         timeout: Duration,
-    ) -> Result<Box<dyn QpOps>> {
+    ) -> Result<Qp> {
+        // Before anything is resolved or sent.
+        check_device(&self.dev, &init, "connect")?;
         let deadline = crate::time::deadline_after(timeout);
         let conn = next_conn_id();
         let private = Arc::new(RawChannel::new()?);
@@ -174,13 +184,13 @@ impl CmChannelOps for Channel {
         if let Err(detail) = self.resolve(&id, &private, addr, deadline) {
             // The outcome of a connect arrives as an event, resolution failures included.
             let local = id.local_addr().unwrap_or_else(|| unspecified_like(addr.ip()));
-            self.synthetic.lock().push_back(ProviderCmEvent::Unreachable { conn, detail });
-            return Ok(Box::new(DeadQp::new(conn, addr, local)));
+            self.synthetic.lock().push_back(ChannelEvent::Unreachable { conn, detail });
+            return Ok(Qp::Unreachable(DeadQp::new(conn, addr, local)));
         }
         id.migrate(&self.raw)?;
         drop(private);
         let raw_id = id.raw();
-        let qp = RcQp::create(id, &self.dev, &init)?;
+        let qp = RcQp::create(id, &self.dev, &init, "connect")?;
         let (resp, init_depth) = rd_atomic(&init, &self.dev.attributes);
         let mut param = conn_param(private_data, resp, init_depth, init.rnr_retry, init.srq.is_some());
         // SAFETY: `raw_id` is the id `qp` owns, live with its QP; param and its private data
@@ -188,10 +198,11 @@ impl CmChannelOps for Channel {
         if unsafe { rdma_connect(raw_id, &mut param) } != 0 {
             return Err(Error::os("rdma_connect", Some(addr), std::io::Error::last_os_error()));
         }
-        Ok(Box::new(qp))
+        Ok(Qp::Rc(qp))
     }
 
-    fn get_event(&self, timeout: Duration) -> Result<Option<ProviderCmEvent>> {
+    /// Waits up to `timeout` for the next event.
+    pub(crate) fn get_event(&self, timeout: Duration) -> Result<Option<ChannelEvent>> {
         let deadline = crate::time::deadline_after(timeout);
         loop {
             if let Some(ev) = self.synthetic.lock().pop_front() {
@@ -230,7 +241,7 @@ fn conn_private_data(ev: &rdma_cm_event) -> Vec<u8> {
 
 /// The responder resources and initiator depth a queue pair asks for in its connect or
 /// accept: its own settings, within what the device allows.
-fn rd_atomic(init: &QpInitAttr, attrs: &DeviceAttributes) -> (u8, u8) {
+fn rd_atomic(init: &VerbsQpInit, attrs: &DeviceAttributes) -> (u8, u8) {
     clamp_rd_atomic((init.responder_resources, init.initiator_depth), attrs)
 }
 
@@ -266,20 +277,21 @@ fn answer_disconnect(ev: &rdma_cm_event, ctx: &IdCtx) {
     }
 }
 
-/// A listening id: the provider's [`ListenerOps`].
-struct Listener {
+/// A listening id.
+pub(crate) struct Listener {
     _id: CmId,
     local: SocketAddr,
 }
 
-impl ListenerOps for Listener {
-    fn local_addr(&self) -> SocketAddr {
+impl Listener {
+    /// The bound address (with the port picked).
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
     }
 }
 
-/// An incoming connect request: the provider's [`ConnRequestOps`].
-struct ConnRequest {
+/// An incoming connect request.
+pub(crate) struct ConnRequest {
     id: Option<CmId>,
     dev: Arc<Device>,
     private_data: Vec<u8>,
@@ -294,17 +306,21 @@ impl ConnRequest {
     }
 }
 
-impl ConnRequestOps for ConnRequest {
-    fn conn_id(&self) -> ConnId {
+impl ConnRequest {
+    /// The connection id that later events about this connection carry.
+    pub(crate) fn conn_id(&self) -> ConnId {
         self.id().ctx().conn
     }
-    fn private_data(&self) -> &[u8] {
+    /// The requester's private data.
+    pub(crate) fn private_data(&self) -> &[u8] {
         &self.private_data
     }
-    fn peer_addr(&self) -> SocketAddr {
+    /// The requester's address.
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
         self.peer
     }
-    fn accept(mut self: Box<Self>, init: QpInitAttr, private_data: &[u8]) -> Result<Box<dyn QpOps>> {
+    /// Creates the queue pair and accepts with `private_data`.
+    pub(crate) fn accept(mut self, init: VerbsQpInit, private_data: &[u8]) -> Result<Qp> {
         let id = self.id.take().expect("answered once");
         if id.verbs() != self.dev.ctx() {
             return Err(Error::invalid(
@@ -314,7 +330,7 @@ impl ConnRequestOps for ConnRequest {
         }
         id.ctx().min_rnr_timer.store(rnr_timer_code(init.min_rnr_timer), Ordering::Relaxed);
         let raw_id = id.raw();
-        let qp = RcQp::create(id, &self.dev, &init)?;
+        let qp = RcQp::create(id, &self.dev, &init, "accept")?;
         let (resp, init_depth) = rd_atomic(&init, &self.dev.attributes);
         let mut param = conn_param(
             private_data,
@@ -336,9 +352,10 @@ impl ConnRequestOps for ConnRequest {
             *state = ConnState::Established;
         }
         drop(state);
-        Ok(Box::new(qp))
+        Ok(Qp::Rc(qp))
     }
-    fn reject(mut self: Box<Self>, private_data: &[u8]) -> Result<()> {
+    /// Rejects with `private_data`.
+    pub(crate) fn reject(mut self, private_data: &[u8]) -> Result<()> {
         let id = self.id.take().expect("answered once");
         let ptr = if private_data.is_empty() { std::ptr::null() } else { private_data.as_ptr().cast() };
         // SAFETY: the id is live; the private data outlives the call.

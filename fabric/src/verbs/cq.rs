@@ -10,7 +10,6 @@ use rdma_sys::*;
 use super::device::Device;
 use super::events::{unwatch_cq, watch_cq};
 use super::os::{errno, last_os, poll_fd, set_nonblocking};
-use crate::provider::CqOps;
 use crate::{Error, Result, WcOpcode, WcStatus, WorkCompletion};
 
 /// Completions moved per `ibv_poll_cq` call.
@@ -34,8 +33,8 @@ impl Drop for CompChannel {
     }
 }
 
-/// A completion queue and its channel: the provider's [`CqOps`].
-pub(super) struct Cq {
+/// A completion queue and its channel.
+pub(crate) struct Cq {
     cq: *mut ibv_cq,
     /// The depth the device gave (`cqe` of the created CQ: devices round up).
     depth: u32,
@@ -43,7 +42,7 @@ pub(super) struct Cq {
     overrun: Arc<AtomicBool>,
     // Dropped after the CQ (fields drop after `Drop::drop`).
     channel: CompChannel,
-    _dev: Arc<Device>,
+    dev: Arc<Device>,
 }
 
 // SAFETY: libibverbs CQs and completion channels are thread-safe (providers lock their
@@ -72,7 +71,7 @@ impl Cq {
         // SAFETY: the CQ was just created; `cqe` holds the depth the device allocated.
         let depth = unsafe { (*cq).cqe }.max(0) as u32;
         let overrun = watch_cq(cq);
-        Ok(Cq { cq, depth, overrun, channel, _dev: dev.clone() })
+        Ok(Cq { cq, depth, overrun, channel, dev: dev.clone() })
     }
 
     /// The raw CQ (for queue-pair creation).
@@ -80,11 +79,9 @@ impl Cq {
         self.cq
     }
 
-    /// Downcasts a provider CQ.
-    pub(super) fn downcast(cq: &dyn CqOps) -> Result<&Cq> {
-        cq.as_any()
-            .downcast_ref::<Cq>()
-            .ok_or_else(|| Error::invalid("create queue pair", "the completion queue belongs to another provider"))
+    /// The device.
+    pub(super) fn dev(&self) -> &Arc<Device> {
+        &self.dev
     }
 
     /// Polls for up to `timeout`: polls, arming and blocking when empty.
@@ -141,8 +138,9 @@ impl Drop for Cq {
     }
 }
 
-impl CqOps for Cq {
-    fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+impl Cq {
+    /// Moves up to `out.len()` completions into `out`; returns how many.
+    pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         // After an overrun the device's CQ contents are undefined: the error is sticky.
         if self.overrun.load(Ordering::Acquire) {
             return Err(Error::CqOverrun { depth: self.depth });
@@ -168,7 +166,8 @@ impl CqOps for Cq {
         Ok(done)
     }
 
-    fn arm(&self) -> Result<()> {
+    /// Requests a notification for the next completion (`ibv_req_notify_cq`).
+    pub(crate) fn arm(&self) -> Result<()> {
         // SAFETY: the CQ is live.
         let rc = unsafe { ibv_req_notify_cq(self.cq, 0) };
         if rc != 0 {
@@ -177,7 +176,10 @@ impl CqOps for Cq {
         Ok(())
     }
 
-    fn arm_solicited(&self) -> Result<()> {
+    /// Requests a notification for the next receive completion of a SEND posted with
+    /// `solicited`, or the next failed completion (`ibv_req_notify_cq` with `solicited_only`).
+    /// Other completions are queued without one. Arming for every completion overrides it.
+    pub(crate) fn arm_solicited(&self) -> Result<()> {
         // SAFETY: the CQ is live.
         let rc = unsafe { ibv_req_notify_cq(self.cq, 1) };
         if rc != 0 {
@@ -186,7 +188,9 @@ impl CqOps for Cq {
         Ok(())
     }
 
-    fn wait(&self, timeout: Duration) -> Result<bool> {
+    /// Waits up to `timeout` for a notification requested by `arm` and acknowledges it.
+    /// Returns whether one arrived.
+    pub(crate) fn wait(&self, timeout: Duration) -> Result<bool> {
         let deadline = crate::time::deadline_after(timeout);
         loop {
             if self.take_notification()? {
@@ -200,12 +204,16 @@ impl CqOps for Cq {
         }
     }
 
-    fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
+    /// A descriptor that polls readable once a notification requested by `arm` or
+    /// `arm_solicited` has arrived and is not taken yet (verbs: the completion channel's fd).
+    pub(crate) fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
         // SAFETY: the channel's fd is open while the channel lives, which is as long as `self`.
         Ok(unsafe { BorrowedFd::borrow_raw(self.channel.fd()) })
     }
 
-    fn take_notification(&self) -> Result<bool> {
+    /// Takes (and acknowledges) a notification without blocking, so that `notify_fd` polls
+    /// readable only for the next one. Returns whether one had arrived.
+    pub(crate) fn take_notification(&self) -> Result<bool> {
         let mut cq: *mut ibv_cq = std::ptr::null_mut();
         let mut ctx: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: the channel is live and non-blocking; out-pointers are valid.
@@ -221,7 +229,8 @@ impl CqOps for Cq {
         Err(Error::os("ibv_get_cq_event", None, err))
     }
 
-    fn depth(&self) -> u32 {
+    /// The depth.
+    pub(crate) fn depth(&self) -> u32 {
         self.depth
     }
 }

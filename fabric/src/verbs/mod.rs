@@ -35,10 +35,11 @@
 //! | 1 | `post`, `stoppable`, `cm_id` | SGEs and post return codes; helper threads; CM channels and ids |
 //! | 2 | `events`, `sidr` | the async event thread (CQ overruns); UD unicast address resolution |
 //! | 3 | `device` | the opened device's context, found through a CM id: what every object holds |
-//! | 4 | `cq`, `mr` | completion queues; protection domains, memory regions, shared receive queues |
-//! | 5 | `qp`, `ud` | reliable-connected queue pairs on CM ids; UD endpoints |
-//! | 6 | `cm` | the provider's event channel: listen, connect, accept, reject, events |
-//! | 7 | `mod` | the provider's device object (`FabricOps`) and [`open`] |
+//! | 4 | `cq`, `mr` | completion queues; the raw protection domain and memory regions (which the region handle `crate::region` holds) |
+//! | 5 | `pd` | protection domains (registering, creating shared receive queues), shared receive queues |
+//! | 6 | `qp`, `ud` | reliable-connected queue pairs on CM ids or connected by hand (`Qp`); UD endpoints |
+//! | 7 | `cm` | the provider's event channel: listen, connect, accept, reject, events |
+//! | 8 | `mod` | the provider's device object (`VerbsFabric`) and `open` |
 
 mod addr;
 mod by_hand;
@@ -50,6 +51,7 @@ mod events;
 mod gid;
 mod mr;
 mod os;
+mod pd;
 mod post;
 mod qp;
 mod qp_attr;
@@ -59,76 +61,86 @@ mod ud;
 
 use std::sync::Arc;
 
-use cq::Cq;
 use device::Device;
-use mr::Pd;
 use qp::RcQp;
-use ud::UdEndpoint;
 
-use super::provider::{CmChannelOps, CqOps, FabricOps, FaultOps, PdOps, QpInitAttr, QpOps, UdOps};
-use super::{DeviceAttributes, Fabric, FabricConfig, FabricCounters, FabricKind, Result, UdInit};
+use super::provider::QpInitAttr;
+use super::{DeviceAttributes, FabricConfig, FabricCounters, Result, UdInit};
 
 pub use device::probe;
+// The provider's objects, which the handles of the crate hold as their `Verbs` flavor.
+pub(crate) use cm::{Channel, ConnRequest, Listener};
+pub(crate) use cq::Cq;
+pub(crate) use mr::Mr;
+pub(crate) use pd::{Pd, Srq};
+pub(crate) use qp::Qp;
+pub(crate) use ud::UdEndpoint;
+
+/// What a verbs queue pair is created with: its settings and the verbs objects it uses.
+pub(crate) type VerbsQpInit = QpInitAttr<Pd, Cq, Srq>;
 
 /// Opens the verbs device named by `config.device`, or else the one behind `config.bind`.
 ///
 /// # Errors
 /// [`Error::NoDevice`](super::Error::NoDevice) when no device matches;
 /// [`Error::Os`](super::Error::Os) when the device cannot be opened or its helpers started.
-pub fn open(config: &FabricConfig) -> Result<Fabric> {
-    VerbsFabric::open(config).map(|f| Fabric::from_ops(Arc::new(f)))
+pub(crate) fn open(config: &FabricConfig) -> Result<VerbsFabric> {
+    Ok(VerbsFabric { dev: Arc::new(Device::open(config)?) })
 }
 
-/// An opened verbs device: the provider's [`FabricOps`].
-struct VerbsFabric {
+/// An opened verbs device: creates the device's objects.
+pub(crate) struct VerbsFabric {
     dev: Arc<Device>,
 }
 
 impl VerbsFabric {
-    /// Opens the device `config` selects.
-    fn open(config: &FabricConfig) -> Result<Self> {
-        Ok(VerbsFabric { dev: Arc::new(Device::open(config)?) })
-    }
-}
-
-impl FabricOps for VerbsFabric {
-    fn kind(&self) -> FabricKind {
-        FabricKind::Verbs
-    }
-    fn device_name(&self) -> &str {
+    /// Name of the device (`rxe0`, `mlx5_0`, ...).
+    pub(crate) fn device_name(&self) -> &str {
         self.dev.name()
     }
-    fn attributes(&self) -> &DeviceAttributes {
+    /// Limits of the device.
+    pub(crate) fn attributes(&self) -> &DeviceAttributes {
         &self.dev.attributes
     }
-    fn alloc_pd(&self) -> Result<Arc<dyn PdOps>> {
-        Ok(Arc::new(Pd::new(&self.dev)?))
+    /// Allocates a protection domain (`ibv_alloc_pd`).
+    pub(crate) fn alloc_pd(&self) -> Result<Pd> {
+        Pd::new(&self.dev)
     }
-    fn create_cq(&self, depth: u32) -> Result<Arc<dyn CqOps>> {
-        Ok(Arc::new(Cq::new(&self.dev, depth)?))
+    /// Creates a completion queue of `depth` entries with its completion channel.
+    pub(crate) fn create_cq(&self, depth: u32) -> Result<Cq> {
+        Cq::new(&self.dev, depth)
     }
-    fn create_event_channel(&self) -> Result<Arc<dyn CmChannelOps>> {
-        Ok(Arc::new(cm::Channel::new(&self.dev)?))
+    /// Creates a connection-manager event channel.
+    pub(crate) fn create_event_channel(&self) -> Result<Channel> {
+        Channel::new(&self.dev)
     }
-    fn create_ud(&self, pd: &Arc<dyn PdOps>, init: &UdInit) -> Result<Box<dyn UdOps>> {
-        Ok(Box::new(UdEndpoint::new(&self.dev, Pd::downcast(pd)?, init)?))
+    /// Creates a UD endpoint in `pd`, which must be of this device.
+    pub(crate) fn create_ud(&self, pd: &Pd, init: &UdInit) -> Result<UdEndpoint> {
+        if !Arc::ptr_eq(pd.inner().dev(), &self.dev) {
+            return Err(super::Error::DeviceMismatch { verb: "create_ud", object: "protection domain" });
+        }
+        UdEndpoint::new(&self.dev, pd.inner().clone(), init)
     }
-    fn create_qp(&self, init: QpInitAttr) -> Result<Box<dyn QpOps>> {
-        Ok(Box::new(RcQp::create_by_hand(&self.dev, &init)?))
+    /// Creates an RC queue pair in RESET, to be connected by hand (`ibv_create_qp`).
+    pub(crate) fn create_qp(&self, init: VerbsQpInit) -> Result<Qp> {
+        Ok(Qp::Rc(RcQp::create_by_hand(&self.dev, &init)?))
     }
-    fn counters(&self) -> FabricCounters {
+    /// What the device counted so far (regions whose deregistration failed).
+    pub(crate) fn counters(&self) -> FabricCounters {
         FabricCounters { leaked_regions: mr::leaked_regions(), ..FabricCounters::default() }
-    }
-    fn faults(&self) -> Option<Arc<dyn FaultOps>> {
-        None
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Error;
+    use crate::{Error, Fabric, FabricKind};
     use std::net::{IpAddr, Ipv4Addr};
+
+    /// Opens the device `config` selects, as a handle.
+    fn open(config: &FabricConfig) -> Result<Fabric> {
+        super::open(config).map(Fabric::from_verbs)
+    }
 
     fn config() -> FabricConfig {
         let ip = std::env::var("RXE_IP").ok().and_then(|s| s.parse().ok()).unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));

@@ -1,4 +1,4 @@
-//! Protection domains, memory regions and shared receive queues.
+//! The raw protection domain that everything created in it shares, and memory regions.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -7,9 +7,7 @@ use rdma_sys::*;
 
 use super::device::Device;
 use super::os::{errno, last_os};
-use super::post::{post_error, with_sges};
-use crate::provider::{MrOps, PdOps, Sge, SrqOps};
-use crate::{Access, Error, RegisteredBuffer, Result};
+use crate::{Access, RegisteredBuffer, Result};
 
 /// The raw protection domain, shared by everything created in it.
 pub(super) struct PdInner {
@@ -39,6 +37,15 @@ impl PdInner {
     pub(super) fn dev(&self) -> &Arc<Device> {
         &self.dev
     }
+    /// Allocates a PD on `dev`.
+    pub(super) fn new(dev: &Arc<Device>) -> Result<PdInner> {
+        // SAFETY: the context is open while `dev` lives.
+        let pd = unsafe { ibv_alloc_pd(dev.ctx()) };
+        if pd.is_null() {
+            return Err(last_os("ibv_alloc_pd"));
+        }
+        Ok(PdInner { pd, dev: dev.clone() })
+    }
     /// Registers `buffer` with `access`.
     pub(super) fn register(self: &Arc<Self>, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<Mr> {
         // A zero-length region is registered as one byte of its (at least one page) buffer.
@@ -54,54 +61,8 @@ impl PdInner {
     }
 }
 
-/// A protection domain: the provider's [`PdOps`].
-pub(super) struct Pd {
-    inner: Arc<PdInner>,
-}
-
-impl Pd {
-    /// Allocates a PD on `dev`.
-    pub(super) fn new(dev: &Arc<Device>) -> Result<Pd> {
-        // SAFETY: the context is open while `dev` lives.
-        let pd = unsafe { ibv_alloc_pd(dev.ctx()) };
-        if pd.is_null() {
-            return Err(last_os("ibv_alloc_pd"));
-        }
-        Ok(Pd { inner: Arc::new(PdInner { pd, dev: dev.clone() }) })
-    }
-
-    /// The shared raw PD of a provider PD.
-    pub(super) fn downcast(pd: &Arc<dyn PdOps>) -> Result<Arc<PdInner>> {
-        (**pd)
-            .as_any()
-            .downcast_ref::<Pd>()
-            .map(|p| p.inner.clone())
-            .ok_or_else(|| Error::invalid("verbs", "the protection domain belongs to another provider"))
-    }
-}
-
-impl PdOps for Pd {
-    fn register(&self, buffer: Arc<RegisteredBuffer>, access: Access) -> Result<Box<dyn MrOps>> {
-        Ok(Box::new(self.inner.register(buffer, access)?))
-    }
-
-    fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Arc<dyn SrqOps>> {
-        let mut attr = ibv_srq_init_attr {
-            srq_context: std::ptr::null_mut(),
-            attr: ibv_srq_attr { max_wr, max_sge, srq_limit: 0 },
-        };
-        // SAFETY: the PD is live; attr is valid for the call.
-        let srq = unsafe { ibv_create_srq(self.inner.pd, &mut attr) };
-        if srq.is_null() {
-            return Err(last_os("ibv_create_srq"));
-        }
-        // The device may round the depth up; a full queue reports what it allocated.
-        Ok(Arc::new(Srq { srq, max_wr: attr.attr.max_wr.max(max_wr), _pd: self.inner.clone() }))
-    }
-}
-
-/// A registered memory region: the provider's [`MrOps`].
-pub(super) struct Mr {
+/// A registered memory region.
+pub(crate) struct Mr {
     mr: *mut ibv_mr,
     // Released after deregistration (fields drop after `Drop::drop`).
     _pd: Arc<PdInner>,
@@ -146,52 +107,16 @@ fn keep_if_still_registered(rc: i32, buffer: &Arc<RegisteredBuffer>) {
     );
 }
 
-impl MrOps for Mr {
-    fn lkey(&self) -> u32 {
+impl Mr {
+    /// The local key.
+    pub(crate) fn lkey(&self) -> u32 {
         // SAFETY: the MR is live while self is.
         unsafe { (*self.mr).lkey }
     }
-    fn rkey(&self) -> u32 {
+    /// The remote key.
+    pub(crate) fn rkey(&self) -> u32 {
         // SAFETY: as lkey.
         unsafe { (*self.mr).rkey }
-    }
-}
-
-/// A shared receive queue: the provider's [`SrqOps`].
-pub(super) struct Srq {
-    srq: *mut ibv_srq,
-    max_wr: u32,
-    _pd: Arc<PdInner>,
-}
-
-// SAFETY: libibverbs SRQs are thread-safe (posting is locked by the provider).
-unsafe impl Send for Srq {}
-// SAFETY: see Send.
-unsafe impl Sync for Srq {}
-
-impl Srq {
-    /// The raw SRQ (for queue-pair creation).
-    pub(super) fn raw(&self) -> *mut ibv_srq {
-        self.srq
-    }
-}
-
-impl Drop for Srq {
-    fn drop(&mut self) {
-        // SAFETY: queue pairs using the SRQ hold an Arc of it, so none is left.
-        unsafe { ibv_destroy_srq(self.srq) };
-    }
-}
-
-impl SrqOps for Srq {
-    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
-        let rc = with_sges(sges, |sg_list, num_sge| {
-            let mut wr = ibv_recv_wr { wr_id, next: std::ptr::null_mut(), sg_list, num_sge };
-            let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
-            // SAFETY: the SRQ is live; wr and its SGE list are valid for the call.
-            unsafe { ibv_post_srq_recv(self.srq, &mut wr, &mut bad) }
-        });
-        post_error(rc, "ibv_post_srq_recv", "shared receive queue", self.max_wr)
     }
 }
 

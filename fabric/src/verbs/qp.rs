@@ -13,10 +13,12 @@ use super::by_hand::{HandLink, PortInfo};
 use super::cm_id::{next_conn_id, CmId, ConnState, IdCtx};
 use super::cq::Cq;
 use super::device::Device;
-use super::mr::{Pd, PdInner, Srq};
+use super::mr::PdInner;
 use super::os::errno;
+use super::pd::{Pd, Srq};
 use super::post::{post_error, with_sges};
-use crate::provider::*;
+use super::VerbsQpInit;
+use crate::provider::{ConnId, SendRequest, Sge};
 use crate::{Error, QpCaps, QpEndpoint, QpState, QpTransition, Result, SendOp};
 
 /// Sets `min_rnr_timer` (IB encoding) on a queue pair in RTR or RTS.
@@ -64,8 +66,79 @@ impl Binding {
     }
 }
 
-/// A reliable-connected queue pair, on a CM id or connected by hand: the provider's [`QpOps`].
-pub(super) struct RcQp {
+/// A queue pair of the verbs provider: a real one, or the stand-in of a connect that failed
+/// before it had one.
+pub(crate) enum Qp {
+    /// A queue pair on a CM id or connected by hand.
+    Rc(RcQp),
+    /// The queue pair of a connect whose address or route resolution failed.
+    Unreachable(DeadQp),
+}
+
+/// Evaluates `$body` with `$qp` bound to the queue pair inside `$flavor` (a [`Qp`]).
+macro_rules! each_qp {
+    ($flavor:expr, $qp:ident => $body:expr) => {
+        match $flavor {
+            Qp::Rc($qp) => $body,
+            Qp::Unreachable($qp) => $body,
+        }
+    };
+}
+
+impl Qp {
+    /// The queue pair number.
+    pub(crate) fn qp_num(&self) -> u32 {
+        each_qp!(self, qp => qp.qp_num())
+    }
+    /// The connection id that CM events about this queue pair carry.
+    pub(crate) fn conn_id(&self) -> ConnId {
+        each_qp!(self, qp => qp.conn_id())
+    }
+    /// Address of the peer.
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
+        each_qp!(self, qp => qp.peer_addr())
+    }
+    /// Local address of the connection.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        each_qp!(self, qp => qp.local_addr())
+    }
+    /// Posts a receive (fails when the queue pair uses a shared receive queue).
+    pub(crate) fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        each_qp!(self, qp => qp.post_recv(wr_id, sges))
+    }
+    /// Posts a send-queue work request.
+    pub(crate) fn post_send(&self, wr: &SendRequest<'_>) -> Result<()> {
+        each_qp!(self, qp => qp.post_send(wr))
+    }
+    /// Disconnects: outstanding work requests complete flushed. Idempotent.
+    pub(crate) fn disconnect(&self) -> Result<()> {
+        each_qp!(self, qp => qp.disconnect())
+    }
+    /// The queue pair's state (RTS for one the connection manager made, while connected).
+    pub(crate) fn state(&self) -> QpState {
+        match self {
+            Qp::Rc(qp) => qp.state(),
+            Qp::Unreachable(_) => QpState::ReadyToSend,
+        }
+    }
+    /// What a peer needs to connect to this queue pair by hand.
+    pub(crate) fn local_endpoint(&self) -> Result<QpEndpoint> {
+        match self {
+            Qp::Rc(qp) => qp.local_endpoint(),
+            Qp::Unreachable(_) => Err(made_by_cm("local_endpoint")),
+        }
+    }
+    /// Moves a queue pair connected by hand (`ibv_modify_qp`).
+    pub(crate) fn modify(&self, transition: &QpTransition) -> Result<()> {
+        match self {
+            Qp::Rc(qp) => qp.modify(transition),
+            Qp::Unreachable(_) => Err(made_by_cm("modify_qp")),
+        }
+    }
+}
+
+/// A reliable-connected queue pair, on a CM id or connected by hand.
+pub(crate) struct RcQp {
     qp: *mut ibv_qp,
     qp_num: u32,
     caps: QpCaps,
@@ -74,10 +147,10 @@ pub(super) struct RcQp {
     // Dropped in this order after the QP is destroyed in `Drop::drop`: the binding (a CM id),
     // then what the QP used.
     binding: Binding,
-    _srq: Option<Arc<dyn SrqOps>>,
-    _send_cq: Arc<dyn CqOps>,
-    _recv_cq: Arc<dyn CqOps>,
-    _pd: Arc<dyn PdOps>,
+    _srq: Option<Arc<Srq>>,
+    _send_cq: Arc<Cq>,
+    _recv_cq: Arc<Cq>,
+    _pd: Arc<Pd>,
 }
 
 // SAFETY: libibverbs QPs are thread-safe (posting is locked by the provider); the CM id is
@@ -92,9 +165,10 @@ fn made_by_cm(verb: &'static str) -> Error {
 }
 
 impl RcQp {
-    /// Creates the RC queue pair of `id` (bound to `dev`) with `init`.
-    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &QpInitAttr) -> Result<RcQp> {
-        let (pd, mut attr) = qp_init_attr(dev, init)?;
+    /// Creates the RC queue pair of `id` (bound to `dev`) with `init`, for `verb` (connect or
+    /// accept).
+    pub(super) fn create(id: CmId, dev: &Arc<Device>, init: &VerbsQpInit, verb: &'static str) -> Result<RcQp> {
+        let (pd, mut attr) = qp_init_attr(dev, init, verb)?;
         // SAFETY: the id is live and bound to the PD's context; attr is valid for the call.
         if unsafe { rdma_create_qp(id.raw(), pd.raw(), &mut attr) } != 0 {
             return Err(super::os::last_os("rdma_create_qp"));
@@ -108,9 +182,9 @@ impl RcQp {
 
     /// Creates an RC queue pair on `dev` without a CM id, in RESET, to be connected by hand
     /// (`ibv_create_qp`; its endpoint is of the port `dev` was opened on).
-    pub(super) fn create_by_hand(dev: &Arc<Device>, init: &QpInitAttr) -> Result<RcQp> {
+    pub(super) fn create_by_hand(dev: &Arc<Device>, init: &VerbsQpInit) -> Result<RcQp> {
+        let (pd, mut attr) = qp_init_attr(dev, init, "create_qp")?;
         let port = PortInfo::query(dev)?;
-        let (pd, mut attr) = qp_init_attr(dev, init)?;
         // SAFETY: the PD is live and of `dev`'s context, as are the CQs and SRQ attr names;
         // attr is valid for the call.
         let qp = unsafe { ibv_create_qp(pd.raw(), &mut attr) };
@@ -128,7 +202,7 @@ impl RcQp {
     fn assemble(
         qp: *mut ibv_qp,
         attr: &ibv_qp_init_attr,
-        init: &QpInitAttr,
+        init: &VerbsQpInit,
         binding: Binding,
         peer: SocketAddr,
         local: SocketAddr,
@@ -187,25 +261,34 @@ impl RcQp {
     }
 }
 
-/// The `ibv_qp_init_attr` of an RC queue pair of `init` on `dev`, and its protection domain.
-fn qp_init_attr(dev: &Arc<Device>, init: &QpInitAttr) -> Result<(Arc<PdInner>, ibv_qp_init_attr)> {
-    let pd = Pd::downcast(&init.pd)?;
-    if !Arc::ptr_eq(pd.dev(), dev) {
-        return Err(Error::invalid("create queue pair", "the protection domain belongs to another device"));
+/// Checks that the objects of `init` belong to `dev` (`verb` names the call in the error): the
+/// kernel refuses objects of another device context.
+pub(super) fn check_device(dev: &Arc<Device>, init: &VerbsQpInit, verb: &'static str) -> Result<()> {
+    let mismatch = |object| Err(Error::DeviceMismatch { verb, object });
+    if !Arc::ptr_eq(init.pd.inner().dev(), dev) {
+        return mismatch("protection domain");
     }
-    let srq = match &init.srq {
-        Some(s) => (**s)
-            .as_any()
-            .downcast_ref::<Srq>()
-            .ok_or_else(|| Error::invalid("create queue pair", "the SRQ belongs to another provider"))?
-            .raw(),
-        None => std::ptr::null_mut(),
-    };
+    if !Arc::ptr_eq(init.send_cq.dev(), dev) || !Arc::ptr_eq(init.recv_cq.dev(), dev) {
+        return mismatch("completion queue");
+    }
+    if init.srq.as_ref().is_some_and(|srq| !Arc::ptr_eq(srq.dev(), dev)) {
+        return mismatch("shared receive queue");
+    }
+    Ok(())
+}
+
+/// The `ibv_qp_init_attr` of an RC queue pair of `init` on `dev`, and its protection domain.
+/// Objects of another device are refused (`verb` names the call), as the kernel would refuse
+/// them.
+fn qp_init_attr(dev: &Arc<Device>, init: &VerbsQpInit, verb: &'static str) -> Result<(Arc<PdInner>, ibv_qp_init_attr)> {
+    check_device(dev, init, verb)?;
+    let pd = init.pd.inner().clone();
+    let srq = init.srq.as_ref().map_or(std::ptr::null_mut(), |srq| srq.raw());
     let c = init.caps;
     let attr = ibv_qp_init_attr {
         qp_context: std::ptr::null_mut(),
-        send_cq: Cq::downcast(&*init.send_cq)?.raw(),
-        recv_cq: Cq::downcast(&*init.recv_cq)?.raw(),
+        send_cq: init.send_cq.raw(),
+        recv_cq: init.recv_cq.raw(),
         srq,
         cap: ibv_qp_cap {
             max_send_wr: c.max_send_wr,
@@ -243,24 +326,29 @@ impl Drop for RcQp {
     }
 }
 
-impl QpOps for RcQp {
-    fn qp_num(&self) -> u32 {
+impl RcQp {
+    /// The queue pair number.
+    pub(crate) fn qp_num(&self) -> u32 {
         self.qp_num
     }
-    fn conn_id(&self) -> ConnId {
+    /// The connection id that CM events about this queue pair carry.
+    pub(crate) fn conn_id(&self) -> ConnId {
         self.ctx().conn
     }
-    fn peer_addr(&self) -> SocketAddr {
+    /// Address of the peer.
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
         match &self.binding {
             Binding::Hand(link) => link.peer_addr().unwrap_or(self.peer),
             Binding::Cm(_) => self.peer,
         }
     }
-    fn local_addr(&self) -> SocketAddr {
+    /// Local address of the connection.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
     }
 
-    fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+    /// Posts a receive (fails when the queue pair uses a shared receive queue).
+    pub(crate) fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
         if self._srq.is_some() {
             return Err(Error::invalid("post_recv", "the queue pair uses a shared receive queue"));
         }
@@ -279,7 +367,8 @@ impl QpOps for RcQp {
         post_error(rc, "ibv_post_recv", "receive queue", self.caps.max_recv_wr)
     }
 
-    fn post_send(&self, req: &SendRequest<'_>) -> Result<()> {
+    /// Posts a send-queue work request.
+    pub(crate) fn post_send(&self, req: &SendRequest<'_>) -> Result<()> {
         // Only an established connection takes sends: a device may keep a request posted to a
         // queue pair that is not ready (while refusing the post) and flush it later.
         let state = self.ctx().state.read();
@@ -318,7 +407,9 @@ impl QpOps for RcQp {
         post_error(rc, "ibv_post_send", "send queue", self.caps.max_send_wr)
     }
 
-    fn disconnect(&self) -> Result<()> {
+    /// Disconnects: outstanding work requests complete with `WorkRequestFlushed`, both sides
+    /// get a `Disconnected` event. Idempotent.
+    pub(crate) fn disconnect(&self) -> Result<()> {
         let ctx = self.ctx();
         let _alive = ctx.qp_alive.lock();
         *ctx.state.write() = ConnState::Closed;
@@ -344,21 +435,25 @@ impl QpOps for RcQp {
         Ok(())
     }
 
-    fn state(&self) -> QpState {
+    /// The queue pair's state. One the connection manager made is RTS while connected.
+    pub(crate) fn state(&self) -> QpState {
         match &self.binding {
             Binding::Hand(link) => link.state(self.qp),
             Binding::Cm(_) => QpState::ReadyToSend,
         }
     }
 
-    fn local_endpoint(&self) -> Result<QpEndpoint> {
+    /// What a peer needs to connect to this queue pair by hand.
+    pub(crate) fn local_endpoint(&self) -> Result<QpEndpoint> {
         match &self.binding {
             Binding::Hand(link) => Ok(link.endpoint()),
             Binding::Cm(_) => Err(made_by_cm("local_endpoint")),
         }
     }
 
-    fn modify(&self, transition: &QpTransition) -> Result<()> {
+    /// Moves the queue pair (`ibv_modify_qp`); the handle has checked that the move is legal
+    /// from [`state`](Self::state) and its attributes in range.
+    pub(crate) fn modify(&self, transition: &QpTransition) -> Result<()> {
         match (&self.binding, transition) {
             (Binding::Hand(_), QpTransition::Error) => self.disconnect(),
             (Binding::Hand(link), _) => link.modify(self.qp, transition),
@@ -369,7 +464,7 @@ impl QpOps for RcQp {
 
 /// The queue pair of a connect whose address or route resolution failed: the failure is
 /// reported as an `Unreachable` event; every post is refused.
-pub(super) struct DeadQp {
+pub(crate) struct DeadQp {
     conn: ConnId,
     peer: SocketAddr,
     local: SocketAddr,
@@ -385,26 +480,34 @@ impl DeadQp {
     }
 }
 
-impl QpOps for DeadQp {
-    fn qp_num(&self) -> u32 {
+impl DeadQp {
+    /// The queue pair number.
+    pub(crate) fn qp_num(&self) -> u32 {
         0
     }
-    fn conn_id(&self) -> ConnId {
+    /// The connection id that CM events about this queue pair carry.
+    pub(crate) fn conn_id(&self) -> ConnId {
         self.conn
     }
-    fn peer_addr(&self) -> SocketAddr {
+    /// Address of the peer.
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
         self.peer
     }
-    fn local_addr(&self) -> SocketAddr {
+    /// Local address of the connection.
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
     }
-    fn post_recv(&self, _wr_id: u64, _sges: &[Sge<'_>]) -> Result<()> {
+    /// Posts a receive (fails when the queue pair uses a shared receive queue).
+    pub(crate) fn post_recv(&self, _wr_id: u64, _sges: &[Sge<'_>]) -> Result<()> {
         self.refuse("post_recv")
     }
-    fn post_send(&self, _wr: &SendRequest<'_>) -> Result<()> {
+    /// Posts a send-queue work request.
+    pub(crate) fn post_send(&self, _wr: &SendRequest<'_>) -> Result<()> {
         self.refuse("post_send")
     }
-    fn disconnect(&self) -> Result<()> {
+    /// Disconnects: outstanding work requests complete with `WorkRequestFlushed`, both sides
+    /// get a `Disconnected` event. Idempotent.
+    pub(crate) fn disconnect(&self) -> Result<()> {
         Ok(())
     }
 }

@@ -26,7 +26,6 @@ use super::mr::{Mr, PdInner};
 use super::os::{errno, last_os};
 use super::post::post_error;
 use super::sidr::{resolve, SidrListener};
-use crate::provider::{CqOps, MrOps, UdOps};
 use crate::{Access, Datagram, Error, RegisteredBuffer, Result, UdInit, WorkCompletion};
 
 /// Bytes in front of every received datagram (GRH, or the IPv4 header in its last 20 bytes).
@@ -81,8 +80,8 @@ struct SendRing {
     done: u64,
 }
 
-/// A UD multicast endpoint: the provider's [`UdOps`].
-pub(super) struct UdEndpoint {
+/// A UD multicast endpoint.
+pub(crate) struct UdEndpoint {
     port: u16,
     qkey: u32,
     mtu: usize,
@@ -213,7 +212,7 @@ impl UdEndpoint {
         let mut sge = ibv_sge {
             addr: self.recv_buf.addr() + (slot as usize * len) as u64,
             length: len as u32,
-            lkey: MrOps::lkey(&self.recv_mr),
+            lkey: self.recv_mr.lkey(),
         };
         let mut wr = ibv_recv_wr { wr_id: u64::from(slot), next: std::ptr::null_mut(), sg_list: &mut sge, num_sge: 1 };
         let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
@@ -258,7 +257,7 @@ impl UdEndpoint {
         let mut sge = ibv_sge {
             addr: self.send_buf.addr() + offset as u64,
             length: payload.len() as u32,
-            lkey: MrOps::lkey(&self.send_mr),
+            lkey: self.send_mr.lkey(),
         };
         // SAFETY: plain old data.
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -301,8 +300,9 @@ impl Drop for UdEndpoint {
     }
 }
 
-impl UdOps for UdEndpoint {
-    fn join(&self, group: Ipv4Addr) -> Result<()> {
+impl UdEndpoint {
+    /// Joins `group`.
+    pub(crate) fn join(&self, group: Ipv4Addr) -> Result<()> {
         let _serial = self.join_lock.lock();
         if self.groups.lock().contains_key(&group) {
             return Ok(());
@@ -337,7 +337,8 @@ impl UdOps for UdEndpoint {
         Ok(())
     }
 
-    fn leave(&self, group: Ipv4Addr) -> Result<()> {
+    /// Leaves `group`.
+    pub(crate) fn leave(&self, group: Ipv4Addr) -> Result<()> {
         let _serial = self.join_lock.lock();
         let Some(g) = self.groups.lock().remove(&group) else {
             return Ok(());
@@ -352,7 +353,8 @@ impl UdOps for UdEndpoint {
         Ok(())
     }
 
-    fn send_to(&self, group: Ipv4Addr, payload: &[u8]) -> Result<()> {
+    /// Sends `payload` (at most `mtu()` bytes, already checked) to `group`.
+    pub(crate) fn send_to(&self, group: Ipv4Addr, payload: &[u8]) -> Result<()> {
         let groups = self.groups.lock();
         let g = groups.get(&group).ok_or_else(|| {
             Error::invalid("send_to", format!("join {group} first: verbs sends through the group's address handle"))
@@ -360,7 +362,8 @@ impl UdOps for UdEndpoint {
         self.send(g, payload)
     }
 
-    fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
+    /// Sends `payload` to one endpoint by unicast (where multicast is unavailable).
+    pub(crate) fn send_unicast(&self, to: SocketAddrV4, payload: &[u8]) -> Result<()> {
         if let Some(peer) = self.peers.lock().get(&to) {
             return self.send(peer, payload);
         }
@@ -382,7 +385,8 @@ impl UdOps for UdEndpoint {
         self.send(peer, payload)
     }
 
-    fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
+    /// Waits up to `timeout` for a datagram.
+    pub(crate) fn recv(&self, timeout: Duration) -> Result<Option<Datagram>> {
         let deadline = crate::time::deadline_after(timeout);
         // SAFETY: ibv_wc is plain old data; zero is a valid value.
         let mut raw: [ibv_wc; 1] = unsafe { std::mem::zeroed() };
@@ -417,11 +421,13 @@ impl UdOps for UdEndpoint {
         }
     }
 
-    fn mtu(&self) -> usize {
+    /// The largest payload.
+    pub(crate) fn mtu(&self) -> usize {
         self.mtu
     }
 
-    fn local_addr(&self) -> SocketAddr {
+    /// The endpoint's own address (where unicast reaches it).
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
     }
 }

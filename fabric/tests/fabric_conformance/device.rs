@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use rdma_fabric::*;
 
-use crate::common::fabric::read_mr;
+use crate::common::fabric::{next_event, read_mr, Node, WAIT};
 use crate::common::provider::ProviderSpec;
 
 /// Every access combination a region may be registered with (REMOTE_WRITE needs LOCAL_WRITE).
@@ -115,5 +115,55 @@ pub fn remote_write_requires_local_write(spec: &ProviderSpec) {
             Err(Error::InvalidArgument { verb, .. }) => assert_eq!(verb, "register memory"),
             other => panic!("registering with {access:?} gave {other:?}"),
         }
+    }
+}
+
+/// Objects of two opened devices are not mixed, as `ibv_create_qp` refuses objects of another
+/// device context: a queue pair (made by hand, by connect or by accept) with the PD, a CQ or the
+/// SRQ of another device, and a UD endpoint with the PD of another device, are refused with
+/// [`Error::DeviceMismatch`] naming the object, before anything is created or sent.
+pub fn objects_of_another_device_are_refused(spec: &ProviderSpec) {
+    let (a, b) = (Node::open(spec), Node::open(spec));
+    let expect = |result: Result<QueuePair>, verb: &str, object: &str| match result {
+        Err(Error::DeviceMismatch { verb: v, object: o }) => assert_eq!((v, o), (verb, object)),
+        other => panic!("{verb} with the {object} of another device gave {other:?}"),
+    };
+    let foreign_pd = QpInit::new(&b.pd, &a.cq);
+    let foreign_send_cq = QpInit { send_cq: &b.cq, ..a.qp_init() };
+    let foreign_recv_cq = QpInit { recv_cq: &b.cq, ..a.qp_init() };
+    expect(a.fabric.create_qp(foreign_pd.clone()), "create_qp", "protection domain");
+    expect(a.fabric.create_qp(foreign_send_cq), "create_qp", "completion queue");
+    expect(a.fabric.create_qp(foreign_recv_cq), "create_qp", "completion queue");
+    if a.fabric.attributes().max_srq_wr > 0 {
+        let srq = b.pd.create_srq(4, 1).expect("create_srq");
+        let foreign_srq = QpInit { srq: Some(&srq), ..a.qp_init() };
+        expect(a.fabric.create_qp(foreign_srq), "create_qp", "shared receive queue");
+    }
+
+    // Connect and accept: `a` cannot connect with `b`'s PD; `b` cannot accept `a`'s request with
+    // `a`'s CQ.
+    let listener = b.events.listen(spec.listen_addr(), 8).expect("listen");
+    let to = listener.local_addr();
+    expect(a.events.connect(to, &foreign_pd, b"", WAIT), "connect", "protection domain");
+    let client = a.events.connect(to, &a.qp_init(), b"", WAIT).expect("connect");
+    let request = match next_event(&b.events, "the connect request") {
+        CmEvent::ConnectRequest(request) => request,
+        other => panic!("expected a connect request, got {other:?}"),
+    };
+    // A refused accept consumes the request; the connection then fails on the client's side.
+    let foreign_to_b = QpInit { send_cq: &a.cq, ..b.qp_init() };
+    expect(request.accept(&foreign_to_b, b""), "accept", "completion queue");
+    drop(client);
+
+    let init = UdInit {
+        interface: spec.local_ip,
+        port: spec.multicast("device_mismatch").port,
+        unicast_port: 0,
+        recv_depth: 4,
+    };
+    match a.fabric.create_ud(&b.pd, &init) {
+        Err(Error::DeviceMismatch { verb: "create_ud", object: "protection domain" }) => {}
+        Err(e) => panic!("create_ud with the PD of another device gave {e}"),
+        Ok(_) => panic!("create_ud with the PD of another device succeeded"),
     }
 }

@@ -34,7 +34,8 @@ use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, ShmClient};
 use super::timers::TimerKind;
 use super::wire::{FrameType, Header};
 use crate::bootstrap::QpState as IbvState;
-use crate::provider::{CmEventOf, ConnId};
+use crate::cm_event::CmEventOf;
+use crate::provider::ConnId;
 use crate::types::*;
 use out_queue::OutQueue;
 

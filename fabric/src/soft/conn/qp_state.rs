@@ -7,15 +7,14 @@ use std::time::Duration;
 
 use super::out_queue::{FramePayload, OutFrame};
 use crate::error::{Error, Result};
-use crate::provider::QpInitAttr;
-use crate::soft::cq::{CqInner, SoftCq};
+use crate::soft::cq::CqInner;
 use crate::soft::device::DeviceState;
-use crate::soft::pd::SoftPd;
 use crate::soft::recv::{RecvList, RecvWr};
 use crate::soft::seg::Seg;
 use crate::soft::shm::Pool;
-use crate::soft::srq::{SoftSrq, SrqInner};
+use crate::soft::srq::SrqInner;
 use crate::soft::wire::{FrameType, Header};
+use crate::soft::SoftQpInit;
 use crate::types::*;
 
 /// A send-queue work request the peer has not answered yet.
@@ -96,17 +95,22 @@ pub(crate) struct QpState {
 
 impl QpState {
     /// The queue-pair state of a new queue pair with `init`'s settings and a fresh number of
-    /// `device`, its objects checked to be soft ones (`verb` names the call in errors).
-    pub(crate) fn of(init: &QpInitAttr, device: &DeviceState, verb: &'static str) -> Result<QpState> {
-        let foreign = || Error::invalid(verb, "queue pair objects come from another provider");
-        let pd = (*init.pd).as_any().downcast_ref::<SoftPd>().ok_or_else(foreign)?;
-        let send_cq = (*init.send_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
-        let recv_cq = (*init.recv_cq).as_any().downcast_ref::<SoftCq>().ok_or_else(foreign)?;
-        let srq = match &init.srq {
-            Some(s) => Some((**s).as_any().downcast_ref::<SoftSrq>().ok_or_else(foreign)?.inner.clone()),
-            None => None,
-        };
-        Ok(QpState::new(device.next_qpn(), pd.id, (send_cq.inner.clone(), recv_cq.inner.clone()), srq, init))
+    /// `device`, its objects checked to be of that device (`verb` names the call in errors), as
+    /// `ibv_create_qp` refuses objects of another device context.
+    pub(crate) fn of(init: &SoftQpInit, device: &DeviceState, verb: &'static str) -> Result<QpState> {
+        let mismatch = |object| Err(Error::DeviceMismatch { verb, object });
+        if !init.pd.is_of(device) {
+            return mismatch("protection domain");
+        }
+        if !init.send_cq.is_of(device) || !init.recv_cq.is_of(device) {
+            return mismatch("completion queue");
+        }
+        if init.srq.as_ref().is_some_and(|srq| !srq.is_of(device)) {
+            return mismatch("shared receive queue");
+        }
+        let cqs = (init.send_cq.inner.clone(), init.recv_cq.inner.clone());
+        let srq = init.srq.as_ref().map(|srq| srq.inner.clone());
+        Ok(QpState::new(device.next_qpn(), init.pd.id, cqs, srq, init))
     }
 
     /// The queue-pair state of a new connection, with `init`'s settings.
@@ -115,7 +119,7 @@ impl QpState {
         pd: u32,
         (send_cq, recv_cq): (Arc<CqInner>, Arc<CqInner>),
         srq: Option<Arc<SrqInner>>,
-        init: &QpInitAttr,
+        init: &SoftQpInit,
     ) -> Self {
         QpState {
             qp_num,

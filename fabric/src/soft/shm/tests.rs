@@ -14,7 +14,7 @@ use super::proto;
 use crate::memory::sealed_memfd;
 use crate::soft::connections::Connections;
 use crate::soft::handshakes::HANDSHAKE_TIMEOUT;
-use crate::soft::open::open_inspected;
+use crate::soft::open::for_tests::open_inspected;
 use crate::*;
 
 const T: Duration = Duration::from_secs(5);
