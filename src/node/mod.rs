@@ -33,7 +33,6 @@ mod identity;
 mod message_type;
 mod pacing;
 mod publisher;
-mod route;
 mod shared;
 mod single_writer;
 mod spin_permit;
@@ -43,20 +42,16 @@ mod subscription;
 mod topic;
 mod wr_id;
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 use crate::error::Result;
 use crate::fabric::{self, Fabric, FabricConfig, FabricKind, SameHost, SoftOptions};
 use crate::stats;
-use rdma_wire::protocol::{ReplayGuard, Secret};
+use rdma_wire::protocol::Secret;
 
 use identity::epoch_now;
 use shared::NodeShared;
@@ -219,22 +214,8 @@ impl NodeBuilder {
         let listener = channel.listen(SocketAddr::new(self.fabric.bind, self.port), 128)?;
         let addr = listener.local_addr();
         let (id, epoch) = (self.node_id.unwrap_or_else(rand::random), epoch_now());
-        let shared = Arc::new(NodeShared {
-            id,
-            epoch,
-            discovery: discovery::Directory::new(id, self.discovery.domain, epoch, addr, self.discovery.enabled),
-            addr,
-            fabric,
-            pd,
-            channel,
-            publishers: Mutex::new(HashMap::new()),
-            routes: Mutex::new(HashMap::new()),
-            connectors: Mutex::new(Vec::new()),
-            stop: AtomicBool::new(false),
-            counters: NodeCounters::default(),
-            stats: stats_registry::Registry::default(),
-            replay: Mutex::new(ReplayGuard::default()),
-        });
+        let directory = discovery::Directory::new(id, self.discovery.domain, epoch, addr, self.discovery.enabled);
+        let shared = Arc::new(NodeShared::new((id, epoch, addr), (fabric, pd, channel), directory));
         let disc_setup =
             if self.discovery.enabled { Some(discovery::thread::setup(&shared, &self.discovery)?) } else { None };
         let discovery_addr = disc_setup.as_ref().map(|s| s.ud.local_addr());
@@ -259,7 +240,7 @@ impl NodeBuilder {
             node.discovery = Some(spawned);
         }
         node.exporter = self.stats_dir.and_then(|dir| start_exporter(&node.shared, &dir, self.stats_interval));
-        tracing::debug!(node = node.shared.id, %addr, fabric = %node.shared.fabric.kind(), "node started");
+        tracing::debug!(node = node.shared.id(), %addr, fabric = %node.shared.fabric().kind(), "node started");
         Ok(node)
     }
 }
@@ -290,7 +271,7 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("id", &self.shared.id).field("addr", &self.shared.addr).finish()
+        f.debug_struct("Node").field("id", &self.shared.id()).field("addr", &self.shared.addr()).finish()
     }
 }
 
@@ -301,23 +282,23 @@ impl Node {
     }
     /// The node's id.
     pub fn id(&self) -> NodeId {
-        self.shared.id
+        self.shared.id()
     }
     /// The node's epoch (start time in microseconds; a restarted node has a larger one).
     pub fn epoch(&self) -> u64 {
-        self.shared.epoch
+        self.shared.epoch()
     }
     /// Where subscribers connect to this node.
     pub fn local_addr(&self) -> SocketAddr {
-        self.shared.addr
+        self.shared.addr()
     }
     /// The fabric the node runs on.
     pub fn fabric(&self) -> &Fabric {
-        &self.shared.fabric
+        self.shared.fabric()
     }
     /// The node's counters.
     pub fn counters(&self) -> &NodeCounters {
-        &self.shared.counters
+        self.shared.counters()
     }
     /// A snapshot of the counters of the node and of its live publishers and subscriptions.
     pub fn stats(&self) -> stats::Snapshot {
@@ -334,11 +315,11 @@ impl Node {
     }
     /// The other nodes discovery knows now.
     pub fn peers(&self) -> Vec<PeerInfo> {
-        self.shared.discovery.peers()
+        self.shared.discovery().peers()
     }
     /// The discovery counters.
     pub fn discovery_counters(&self) -> &DiscoveryCounters {
-        &self.shared.discovery.counters
+        &self.shared.discovery().counters
     }
     /// Starts configuring the publisher of `topic` on this node: set what differs from the
     /// defaults, then [`create`](PublisherBuilder::create) it.
@@ -357,7 +338,7 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.exporter.take();
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stop();
         if let Some(cm) = self.cm.take() {
             let _ = cm.join();
         }
@@ -372,7 +353,7 @@ impl Drop for Node {
 
 /// Starts the stats exporter; a node without one still works (the failure is logged).
 fn start_exporter(shared: &Arc<NodeShared>, dir: &Path, interval: Duration) -> Option<stats::Exporter> {
-    let name = format!("{}-{:016x}.stats", std::process::id(), shared.id);
+    let name = format!("{}-{:016x}.stats", std::process::id(), shared.id());
     let weak = Arc::downgrade(shared);
     let snapshot = move || weak.upgrade().map(|node| stats_export::snapshot_of(&node));
     match stats::Exporter::start(dir, name, interval, snapshot) {
