@@ -9,22 +9,20 @@
 //! never passes through them: a publisher's thread writes its ring and handles acks inline; a
 //! subscription's thread posts READs and polls its own CQ.
 //!
-//! Files, bottom up: each imports only files of the rows above it or listed before it in its
-//! own row (no two import each other; `scripts/module-cycles.py src --under node`). Shared
-//! state lives in leaves: `NodeShared` names no publisher or subscription
-//! type, and the threads reach those through trait objects (`route.rs`, `shared.rs`).
+//! Files: one type and its impl per file, or one folder when a type's parts carry their own
+//! state. Files of one folder may refer to each other; folders side by side may not form a
+//! cycle (`scripts/layers.py`): `publisher/` and `subscription/` never name each other, and
+//! both may use `discovery/` and the files of this folder.
 //!
-//! | row | files | what |
-//! |---|---|---|
-//! | 1 | `identity`, `topic`, `route`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids, the topic check, the threads' traits, small rules |
-//! | 2 | `discovery/{options, counters, limits, sighting, auth, watcher}`, `publisher/{options, counters, liveness, flow_control}`, `subscription/{options, counters, message, feed}` | each part's options, counters, plain state |
-//! | 3 | `discovery/directory`, `stats_registry`, `subscription/events` | peers and watchers; exported counters; events |
-//! | 4 | `discovery/watch`, `shared` | a subscription's view of its topic; `NodeShared` |
-//! | 5 | `publisher/state`, `subscription/feed_channel`, `stats_export`, `discovery/thread` | what a publisher's parts share; a subscription's event channel; the stats snapshot; the discovery thread |
-//! | 6 | `publisher/{credit, control, accept}`, `subscription/connector` | flow control, control traffic, accepting; the connector thread |
-//! | 7 | `publisher/mod`, `subscription/mod` | the handles `Publisher`, `Subscription` |
-//! | 8 | `publisher/{publish, loan, builder}`, `subscription/{connect, pull, deliver, stream, builder}`, `cm` | the per-message paths, the builders; the CM thread |
-//! | 9 | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
+//! | files | what |
+//! |---|---|
+//! | `identity`, `topic`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids and epochs, the topic check, work-request ids, single-writer counting, the message codec, ack rhythm, READ pacing, the process's spin permits and a subscription's hold on one (`PollPermit`) |
+//! | `shared` | `NodeShared`: the fabric objects and the tables the threads work from (local publishers, connection routes to a `PublisherShared` or a subscription's `FeedSender`, the subscriptions' connectors), called directly |
+//! | `discovery/` | announcing and hearing publishers; each subscription's view of its topic |
+//! | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `Loan`, `Liveness`, the flow-control rules |
+//! | `subscription/` | `Subscription` (`mod.rs`, whole) taking turns over its `Feed`s (`feed.rs`: one publisher's stream, posted, completed, parsed and acked), the `Connector` and its thread, events, the async stream |
+//! | `cm`, `stats_registry`, `stats_export` | the CM thread; the counters exported and the stats snapshot |
+//! | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
 
 mod ack_clock;
 mod cm;

@@ -6,7 +6,8 @@
 //! subscribers of 64 B messages on 2 vCPUs the publisher's thread got 3.6% of a CPU and was
 //! preempted 28,000 times a second. So at most one subscription per CPU but one polls at a
 //! time; the others block at once. Busy-polling subscriptions (`busy_poll`) take no permit:
-//! their owner chose to give them a CPU.
+//! their owner chose to give them a CPU. A subscription holds its permit through a
+//! [`PollPermit`] while it polls.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;

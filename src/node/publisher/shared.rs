@@ -1035,8 +1035,8 @@ impl Drop for Turn<'_> {
 /// When a waiting publisher call gives up, and the timeout it then reports: its own (`flush`)
 /// or the Block policy's (a publishing call).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Deadline {
-    pub(super) at: Instant,
+struct Deadline {
+    at: Instant,
     timeout: Duration,
     call: Call,
 }
@@ -1050,7 +1050,7 @@ enum Call {
 
 impl Deadline {
     /// A publishing call's: the Block timeout from now (DropSlow and Overwrite do not time out).
-    pub(super) fn publish(policy: Policy) -> Deadline {
+    fn publish(policy: Policy) -> Deadline {
         let timeout = match policy {
             Policy::Block { timeout } => timeout,
             _ => Duration::MAX,
@@ -1059,12 +1059,12 @@ impl Deadline {
     }
 
     /// A `flush(timeout)`'s.
-    pub(super) fn flush(timeout: Duration) -> Deadline {
+    fn flush(timeout: Duration) -> Deadline {
         Deadline { at: rdma_fabric::time::deadline_after(timeout), timeout, call: Call::Flush }
     }
 
     /// One that never passes (closing takes the turn however long it takes).
-    pub(super) fn never() -> Deadline {
+    fn never() -> Deadline {
         Deadline::publish(Policy::Overwrite)
     }
 
