@@ -62,6 +62,10 @@ impl<T: ?Sized + MessageType> std::fmt::Debug for Publisher<T> {
 }
 
 impl<T: ?Sized + MessageType> Publisher<T> {
+    /// A publisher of `topic` on `node` (see [`PublisherShared::create`]).
+    ///
+    /// # Errors
+    /// As [`PublisherBuilder::create`].
     pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: PublisherOptions) -> Result<Publisher<T>> {
         Ok(Publisher { shared: PublisherShared::create(node, topic, options)?, _type: PhantomData })
     }

@@ -633,6 +633,8 @@ impl PublisherShared {
         }
     }
 
+    /// Handles completions of the publisher's work: control SENDs done (or failed: the subscriber
+    /// is removed), control messages received (and their receives reposted).
     fn handle_completions(&self, st: &mut PubState, wcs: &[WorkCompletion]) {
         for wc in wcs {
             let Some(id) = WrId::decode(wc.wr_id) else { continue };
@@ -663,6 +665,8 @@ impl PublisherShared {
         }
     }
 
+    /// Posts the receive of control slot `slot` again (on the SRQ, or on its subscriber's queue
+    /// pair while that one lives).
     fn repost_recv(&self, st: &PubState, slot: u32, status: WcStatus) {
         let sge = [self.ctrl.sge(slot as usize * SLOT, SLOT)];
         let result = match &self.srq {
@@ -683,6 +687,8 @@ impl PublisherShared {
         }
     }
 
+    /// A subscriber's control message (`len` bytes in receive slot `slot`): acks and doorbell
+    /// requests; anything else is refused and counted.
     fn on_control(&self, st: &mut PubState, qp_num: u32, slot: u32, len: usize) {
         let mut bytes = [0u8; SLOT];
         let len = len.min(SLOT);
@@ -876,6 +882,7 @@ impl PublisherShared {
         !idle.is_empty()
     }
 
+    /// Forgets subscriber `key`: its credit, its route, and disconnects it.
     fn remove_subscriber(&self, st: &mut PubState, key: usize) {
         if !st.subs.contains(key) {
             return;

@@ -90,16 +90,24 @@ pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     topic: String,
     topic_id: TopicId,
     options: SubscriptionOptions,
+    /// The CQ of every feed's work.
     cq: CompletionQueue,
+    /// One feed per publisher connection, by the key its work-request ids carry.
     feeds: Slab<Feed>,
+    /// The feed of each connection, for its CM events.
     by_conn: HashMap<ConnId, usize>,
+    /// The generation the next feed gets (tells completions of a key's earlier feed apart).
     next_gen: u32,
+    /// What the CM thread and the connector tell the subscription.
     events_rx: Receiver<FeedEvent>,
+    /// The events held for `try_event`.
     user_events: EventQueue,
     /// Messages of failed feeds the application is told about through `recv` (at most
     /// [`MAX_UNDELIVERABLE`]; the events name them all).
     undeliverable: HeldQueue<Error>,
+    /// Where the round-robin over ready feeds goes on.
     cursor: usize,
+    /// It was connected to a publisher once: with none left, `recv` says it is closed.
     ever_connected: bool,
     /// Holds a reassembled message lent by `recv_ref`.
     stash: Vec<u8>,
@@ -124,6 +132,11 @@ impl<T: ?Sized + MessageType> std::fmt::Debug for Subscription<T> {
 }
 
 impl<T: ?Sized + MessageType> Subscription<T> {
+    /// A subscription to `topic` on `node`: its CQ, its event channel and its connector (which
+    /// watches the topic when discovery is on).
+    ///
+    /// # Errors
+    /// An invalid topic or batch size; the fabric's when the CQ cannot be created.
     pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: SubscriptionOptions) -> Result<Subscription<T>> {
         check_topic(topic)?;
         if options.batch < 4096 || options.batch > 64 << 20 {
@@ -571,12 +584,15 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         }
     }
 
+    /// Handles every event other threads sent, without waiting.
     fn drain_feed_events(&mut self) {
         while let Ok(ev) = self.events_rx.try_recv() {
             self.on_feed_event(ev);
         }
     }
 
+    /// Handles one event of the subscription's connections (CM events, connections its connector
+    /// opened, discovery's losses and failed connects).
     fn on_feed_event(&mut self, ev: FeedEvent) {
         match ev {
             FeedEvent::Connection(ConnectionEvent::ConnectRequest(never)) => match never {},
