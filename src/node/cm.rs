@@ -2,33 +2,31 @@
 //! routes every other connection event to the publisher or subscription that owns it, and
 //! services the local publishers every `SERVICE_INTERVAL`.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Instant;
 
 use rdma_fabric::{CmEvent, ConnId, ConnectRequest, ConnectionEvent, Error as FabricError, Listener};
 use rdma_wire::protocol::{ConnectData, ProtocolError, RejectCode};
 
 use super::publisher::SERVICE_INTERVAL;
-use super::route::{LocalPublisher, Route};
-use super::shared::{NodeShared, RECHECK_INTERVAL};
+use super::shared::{NodeShared, Route, RECHECK_INTERVAL};
 
 /// The thread body: runs until the node stops, then closes the listener.
 pub(crate) fn run(node: Arc<NodeShared>, listener: Listener) {
     let mut next_service = Instant::now() + SERVICE_INTERVAL;
-    while !node.stop.load(Ordering::Acquire) {
+    while !node.stopping() {
         let now = Instant::now();
         if now >= next_service {
             service_publishers(&node);
             next_service = now + SERVICE_INTERVAL;
         }
         let wait = next_service.saturating_duration_since(now).min(RECHECK_INTERVAL);
-        match node.channel.get_event(wait) {
+        match node.channel().get_event(wait) {
             Ok(Some(event)) => dispatch(&node, event),
             Ok(None) => {}
             Err(FabricError::Closed) => break,
             Err(e) => {
-                tracing::warn!(node = node.id, "CM event channel: {e}");
+                tracing::warn!(node = node.id(), "CM event channel: {e}");
                 std::thread::sleep(RECHECK_INTERVAL);
             }
         }
@@ -36,17 +34,17 @@ pub(crate) fn run(node: Arc<NodeShared>, listener: Listener) {
     drop(listener);
 }
 
-/// Services every live local publisher (see [`LocalPublisher::service`]), without holding
+/// Services every live local publisher (see `PublisherShared::service`), without holding
 /// the publisher table while doing so.
 fn service_publishers(node: &NodeShared) {
-    let live: Vec<Arc<dyn LocalPublisher>> = node.publishers.lock().values().filter_map(Weak::upgrade).collect();
-    for p in live {
+    for p in node.live_publishers() {
         p.service();
     }
 }
 
+/// The route of `conn`: taken out of the table when the connection ends (`remove`).
 fn route(node: &NodeShared, conn: ConnId, remove: bool) -> Option<Route> {
-    let mut routes = node.routes.lock();
+    let mut routes = node.routes();
     if remove {
         routes.remove(&conn)
     } else {
@@ -54,6 +52,7 @@ fn route(node: &NodeShared, conn: ConnId, remove: bool) -> Option<Route> {
     }
 }
 
+/// Hands a CM event to the owner of its connection (a connect request to its topic's publisher).
 fn dispatch(node: &Arc<NodeShared>, event: CmEvent) {
     let event = match event.into_connection_event() {
         Ok(event) => event,
@@ -63,7 +62,7 @@ fn dispatch(node: &Arc<NodeShared>, event: CmEvent) {
     // Only an established connection keeps its route; every other event ends it.
     let established = matches!(event, ConnectionEvent::Established { .. });
     match route(node, conn, !established) {
-        Some(Route::Feed(sink)) => sink.deliver(event),
+        Some(Route::Feed(events)) => events.connection_event(event),
         Some(Route::Subscriber(p)) => {
             let Some(p) = p.upgrade() else { return };
             match event {
@@ -92,9 +91,8 @@ fn handle_connect_request(node: &NodeShared, req: ConnectRequest) {
             return;
         }
     };
-    let publisher = node.publishers.lock().get(&data.topic).and_then(Weak::upgrade);
-    match publisher {
-        Some(p) => p.answer_connect(req, &data),
+    match node.publisher_of(data.topic) {
+        Some(p) => p.accept(req, &data),
         None => node.reject_connect(req, RejectCode::UnknownTopic, "no publisher of that topic on this node"),
     }
 }

@@ -9,22 +9,20 @@
 //! never passes through them: a publisher's thread writes its ring and handles acks inline; a
 //! subscription's thread posts READs and polls its own CQ.
 //!
-//! Files, bottom up: each imports only files of the rows above it or listed before it in its
-//! own row (no two import each other; `scripts/module-cycles.py src --under node`). Shared
-//! state lives in leaves: `NodeShared` names no publisher or subscription
-//! type, and the threads reach those through trait objects (`route.rs`, `shared.rs`).
+//! Files: one type and its impl per file, or one folder when a type's parts carry their own
+//! state. Files of one folder may refer to each other; folders side by side may not form a
+//! cycle (`scripts/layers.py`): `publisher/` and `subscription/` never name each other, and
+//! both may use `discovery/` and the files of this folder.
 //!
-//! | row | files | what |
-//! |---|---|---|
-//! | 1 | `identity`, `topic`, `route`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids, the topic check, the threads' traits, small rules |
-//! | 2 | `discovery/{options, counters, limits, sighting, auth, watcher}`, `publisher/{options, counters, liveness, flow_control}`, `subscription/{options, counters, message, feed}` | each part's options, counters, plain state |
-//! | 3 | `discovery/directory`, `stats_registry`, `subscription/events` | peers and watchers; exported counters; events |
-//! | 4 | `discovery/watch`, `shared` | a subscription's view of its topic; `NodeShared` |
-//! | 5 | `publisher/state`, `subscription/feed_channel`, `stats_export`, `discovery/thread` | what a publisher's parts share; a subscription's event channel; the stats snapshot; the discovery thread |
-//! | 6 | `publisher/{credit, control, accept}`, `subscription/connector` | flow control, control traffic, accepting; the connector thread |
-//! | 7 | `publisher/mod`, `subscription/mod` | the handles `Publisher`, `Subscription` |
-//! | 8 | `publisher/{publish, loan, builder}`, `subscription/{connect, pull, deliver, stream, builder}`, `cm` | the per-message paths, the builders; the CM thread |
-//! | 9 | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
+//! | files | what |
+//! |---|---|
+//! | `identity`, `topic`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids and epochs, the topic check, work-request ids, single-writer counting, the message codec, ack rhythm, READ pacing, the process's spin permits and a subscription's hold on one (`PollPermit`) |
+//! | `shared` | `NodeShared`: the fabric objects and the tables the threads work from (local publishers, connection routes to a `PublisherShared` or a subscription's `FeedSender`, the subscriptions' connectors), called directly |
+//! | `discovery/` | announcing and hearing publishers; each subscription's view of its topic |
+//! | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `Loan`, `Liveness`, the flow-control rules |
+//! | `subscription/` | `Subscription` (`mod.rs`, whole) taking turns over its `Feed`s (`feed.rs`: one publisher's stream, posted, completed, parsed and acked), the `Connector` and its thread, events, the async stream |
+//! | `cm`, `stats_registry`, `stats_export` | the CM thread; the counters exported and the stats snapshot |
+//! | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
 
 mod ack_clock;
 mod cm;
@@ -33,7 +31,6 @@ mod identity;
 mod message_type;
 mod pacing;
 mod publisher;
-mod route;
 mod shared;
 mod single_writer;
 mod spin_permit;
@@ -43,20 +40,16 @@ mod subscription;
 mod topic;
 mod wr_id;
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-
 use crate::error::Result;
 use crate::fabric::{self, Fabric, FabricConfig, FabricKind, SameHost, SoftOptions};
 use crate::stats;
-use rdma_wire::protocol::{ReplayGuard, Secret};
+use rdma_wire::protocol::Secret;
 
 use identity::epoch_now;
 use shared::NodeShared;
@@ -219,22 +212,8 @@ impl NodeBuilder {
         let listener = channel.listen(SocketAddr::new(self.fabric.bind, self.port), 128)?;
         let addr = listener.local_addr();
         let (id, epoch) = (self.node_id.unwrap_or_else(rand::random), epoch_now());
-        let shared = Arc::new(NodeShared {
-            id,
-            epoch,
-            discovery: discovery::Directory::new(id, self.discovery.domain, epoch, addr, self.discovery.enabled),
-            addr,
-            fabric,
-            pd,
-            channel,
-            publishers: Mutex::new(HashMap::new()),
-            routes: Mutex::new(HashMap::new()),
-            connectors: Mutex::new(Vec::new()),
-            stop: AtomicBool::new(false),
-            counters: NodeCounters::default(),
-            stats: stats_registry::Registry::default(),
-            replay: Mutex::new(ReplayGuard::default()),
-        });
+        let directory = discovery::Directory::new(id, self.discovery.domain, epoch, addr, self.discovery.enabled);
+        let shared = Arc::new(NodeShared::new((id, epoch, addr), (fabric, pd, channel), directory));
         let disc_setup =
             if self.discovery.enabled { Some(discovery::thread::setup(&shared, &self.discovery)?) } else { None };
         let discovery_addr = disc_setup.as_ref().map(|s| s.ud.local_addr());
@@ -259,7 +238,7 @@ impl NodeBuilder {
             node.discovery = Some(spawned);
         }
         node.exporter = self.stats_dir.and_then(|dir| start_exporter(&node.shared, &dir, self.stats_interval));
-        tracing::debug!(node = node.shared.id, %addr, fabric = %node.shared.fabric.kind(), "node started");
+        tracing::debug!(node = node.shared.id(), %addr, fabric = %node.shared.fabric().kind(), "node started");
         Ok(node)
     }
 }
@@ -290,7 +269,7 @@ pub struct Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node").field("id", &self.shared.id).field("addr", &self.shared.addr).finish()
+        f.debug_struct("Node").field("id", &self.shared.id()).field("addr", &self.shared.addr()).finish()
     }
 }
 
@@ -301,23 +280,23 @@ impl Node {
     }
     /// The node's id.
     pub fn id(&self) -> NodeId {
-        self.shared.id
+        self.shared.id()
     }
     /// The node's epoch (start time in microseconds; a restarted node has a larger one).
     pub fn epoch(&self) -> u64 {
-        self.shared.epoch
+        self.shared.epoch()
     }
     /// Where subscribers connect to this node.
     pub fn local_addr(&self) -> SocketAddr {
-        self.shared.addr
+        self.shared.addr()
     }
     /// The fabric the node runs on.
     pub fn fabric(&self) -> &Fabric {
-        &self.shared.fabric
+        self.shared.fabric()
     }
     /// The node's counters.
     pub fn counters(&self) -> &NodeCounters {
-        &self.shared.counters
+        self.shared.counters()
     }
     /// A snapshot of the counters of the node and of its live publishers and subscriptions.
     pub fn stats(&self) -> stats::Snapshot {
@@ -334,11 +313,11 @@ impl Node {
     }
     /// The other nodes discovery knows now.
     pub fn peers(&self) -> Vec<PeerInfo> {
-        self.shared.discovery.peers()
+        self.shared.discovery().peers()
     }
     /// The discovery counters.
     pub fn discovery_counters(&self) -> &DiscoveryCounters {
-        &self.shared.discovery.counters
+        &self.shared.discovery().counters
     }
     /// Starts configuring the publisher of `topic` on this node: set what differs from the
     /// defaults, then [`create`](PublisherBuilder::create) it.
@@ -357,7 +336,7 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.exporter.take();
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stop();
         if let Some(cm) = self.cm.take() {
             let _ = cm.join();
         }
@@ -372,7 +351,7 @@ impl Drop for Node {
 
 /// Starts the stats exporter; a node without one still works (the failure is logged).
 fn start_exporter(shared: &Arc<NodeShared>, dir: &Path, interval: Duration) -> Option<stats::Exporter> {
-    let name = format!("{}-{:016x}.stats", std::process::id(), shared.id);
+    let name = format!("{}-{:016x}.stats", std::process::id(), shared.id());
     let weak = Arc::downgrade(shared);
     let snapshot = move || weak.upgrade().map(|node| stats_export::snapshot_of(&node));
     match stats::Exporter::start(dir, name, interval, snapshot) {

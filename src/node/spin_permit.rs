@@ -6,7 +6,8 @@
 //! subscribers of 64 B messages on 2 vCPUs the publisher's thread got 3.6% of a CPU and was
 //! preempted 28,000 times a second. So at most one subscription per CPU but one polls at a
 //! time; the others block at once. Busy-polling subscriptions (`busy_poll`) take no permit:
-//! their owner chose to give them a CPU.
+//! their owner chose to give them a CPU. A subscription holds its permit through a
+//! [`PollPermit`] while it polls.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -22,11 +23,11 @@ fn limit() -> usize {
 
 /// The right to poll while it is held.
 #[derive(Debug)]
-pub(crate) struct SpinPermit(());
+struct SpinPermit(());
 
 impl SpinPermit {
     /// A permit, if fewer than the limit are polling now.
-    pub(crate) fn try_acquire() -> Option<SpinPermit> {
+    fn try_acquire() -> Option<SpinPermit> {
         Self::try_acquire_within(limit())
     }
 
@@ -41,6 +42,33 @@ impl SpinPermit {
 impl Drop for SpinPermit {
     fn drop(&mut self) {
         POLLING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A subscription's hold on a [`SpinPermit`]: it polls only while it holds one, whether it
+/// spins on its CQ or READs an empty ring again and again. The latter is polling too: on the
+/// same host such a READ is a copy that completes as it is posted, a busy loop of the
+/// subscriber's thread that would take the CPU of the publisher it waits for. So a feed READs
+/// an empty ring again only while the permit is held (else it parks after its first empty
+/// READ). Kept across the rounds of one wait for a message; released before it blocks and
+/// when it returns.
+#[derive(Debug, Default)]
+pub(crate) struct PollPermit {
+    held: Option<SpinPermit>,
+}
+
+impl PollPermit {
+    /// Whether the permit is held, taking it if one is free.
+    pub(crate) fn acquire(&mut self) -> bool {
+        if self.held.is_none() {
+            self.held = SpinPermit::try_acquire();
+        }
+        self.held.is_some()
+    }
+
+    /// Gives the permit back, if held.
+    pub(crate) fn release(&mut self) {
+        self.held = None;
     }
 }
 

@@ -11,16 +11,16 @@ use super::stats_registry::values_of;
 /// A snapshot of everything a node counts.
 pub(crate) fn snapshot_of(node: &NodeShared) -> Snapshot {
     let mut sections = vec![
-        Section { kind: Kind::Node, topic: None, values: values_of(&node.counters) },
-        Section { kind: Kind::Discovery, topic: None, values: values_of(&node.discovery.counters) },
+        Section { kind: Kind::Node, topic: None, values: values_of(node.counters()) },
+        Section { kind: Kind::Discovery, topic: None, values: values_of(&node.discovery().counters) },
     ];
-    sections.extend(node.stats.sections());
+    sections.extend(node.stats().sections());
     Snapshot {
         pid: std::process::id(),
-        node_id: node.id,
-        addr: node.addr.to_string(),
-        fabric: node.fabric.kind().to_string(),
-        epoch_us: node.epoch,
+        node_id: node.id(),
+        addr: node.addr().to_string(),
+        fabric: node.fabric().kind().to_string(),
+        epoch_us: node.epoch(),
         updated_us: now_us(),
         sections,
     }

@@ -9,8 +9,8 @@ use parking_lot::Mutex;
 use crate::counters::CounterSet;
 use crate::stats::{Kind, Section};
 
-use super::publisher::counters::PublisherCounters;
-use super::subscription::counters::SubscriptionCounters;
+use super::publisher::PublisherCounters;
+use super::subscription::SubscriptionCounters;
 
 /// The named values of a counter set, from its descriptor table.
 pub(crate) fn values_of<C: CounterSet>(counters: &C) -> Vec<(String, u64)> {

@@ -173,7 +173,7 @@ impl Directory {
         for (node, epoch, addr) in inner.publishers_of(topic, self.me()) {
             watcher.send(&Sighting::Up { node, epoch, addr });
         }
-        let token = watcher.token;
+        let token = watcher.token();
         inner.watchers.entry(topic).or_default().push(watcher);
         (token, rx)
     }
@@ -187,7 +187,7 @@ impl Directory {
     pub(crate) fn unwatch(&self, topic: TopicId, token: u64) {
         let mut inner = self.inner.lock();
         if let Some(list) = inner.watchers.get_mut(&topic) {
-            list.retain(|w| w.token != token);
+            list.retain(|w| w.token() != token);
             if list.is_empty() {
                 inner.watchers.remove(&topic);
             }

@@ -56,14 +56,14 @@ pub(crate) struct Setup {
 /// Creates the endpoint and joins the group: errors surface from `NodeBuilder::build`.
 pub(crate) fn setup(node: &NodeShared, options: &DiscoveryOptions) -> crate::Result<Setup> {
     options.check()?;
-    let interface = options.interface.unwrap_or(match node.addr.ip() {
+    let interface = options.interface.unwrap_or(match node.addr().ip() {
         std::net::IpAddr::V4(ip) if !ip.is_unspecified() => ip,
         _ => Ipv4Addr::LOCALHOST,
     });
     // Unicast only: peers on other hosts list `interface:port`, so the node is heard there.
     let unicast_port = if options.multicast { 0 } else { options.domain_port() };
     let init = rdma_fabric::UdInit { interface, port: options.domain_port(), unicast_port, recv_depth: RECV_DEPTH };
-    let ud = node.fabric.create_ud(&node.pd, &init)?;
+    let ud = node.fabric().create_ud(node.pd(), &init)?;
     if options.multicast {
         ud.join(options.group)?;
     }
@@ -86,9 +86,9 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
     let mut first = true;
     // When the socket was last read empty or drained by a batch.
     let mut drained_at = Instant::now();
-    while !node.stop.load(Ordering::Acquire) {
+    while !node.stopping() {
         let now = Instant::now();
-        let dirty = node.discovery.take_dirty();
+        let dirty = node.discovery().take_dirty();
         let answer = answer_due.is_some_and(|t| now >= t);
         if dirty || answer || now >= next_heartbeat {
             let kind = if dirty || first { AnnounceKind::Hello } else { AnnounceKind::Heartbeat };
@@ -100,7 +100,7 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
                 answer_due = None;
             }
         }
-        let next_expiry = node.discovery.expire(now, options.expiry());
+        let next_expiry = node.discovery().expire(now, options.expiry());
         if now >= next_forget {
             gate.forget_silent(now);
             next_forget = now + FORGET_INTERVAL;
@@ -118,8 +118,8 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
                     // A full batch was waiting: datagrams may have been dropped since the socket
                     // was last drained, so that time does not count against any peer. A burst
                     // holds expiry only as long as the loop's last wait (at most a slice).
-                    node.discovery.counters.backlogged.fetch_add(1, Ordering::Relaxed);
-                    node.discovery.hold_expiry(now.saturating_duration_since(drained_at), now);
+                    node.discovery().counters.backlogged.fetch_add(1, Ordering::Relaxed);
+                    node.discovery().hold_expiry(now.saturating_duration_since(drained_at), now);
                 }
                 drained_at = now;
                 if newcomer {
@@ -131,7 +131,7 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
             Ok(None) => drained_at = Instant::now(),
             Err(FabricError::Closed) => break,
             Err(e) => {
-                tracing::warn!(node = node.id, "discovery receive: {e}");
+                tracing::warn!(node = node.id(), "discovery receive: {e}");
                 std::thread::sleep(RECHECK_INTERVAL);
             }
         }
@@ -140,7 +140,7 @@ pub(crate) fn run(node: Arc<NodeShared>, setup: Setup) {
     sender.announce(AnnounceKind::Goodbye);
     if options.multicast {
         if let Err(e) = ud.leave(options.group) {
-            tracing::debug!(node = node.id, "leaving the discovery group: {e}");
+            tracing::debug!(node = node.id(), "leaving the discovery group: {e}");
         }
     }
 }
@@ -164,7 +164,7 @@ fn receive_batch(node: &NodeShared, ud: &UdEndpoint, gate: &mut Gate, first: Dat
 /// answered.
 fn handle(node: &NodeShared, gate: &mut Gate, d: Datagram, now: Instant, now_ms: u64) -> bool {
     match gate.admit(&d.data, now_ms, now) {
-        Ok(announcement) => node.discovery.apply(announcement, d.from, now).newcomer,
+        Ok(announcement) => node.discovery().apply(announcement, d.from, now).newcomer,
         Err(refusal) => {
             count_refusal(node, &refusal);
             tracing::trace!(from = %d.from, "discovery datagram dropped: {refusal:?}");
@@ -174,7 +174,7 @@ fn handle(node: &NodeShared, gate: &mut Gate, d: Datagram, now: Instant, now_ms:
 }
 
 fn count_refusal(node: &NodeShared, refusal: &Refusal) {
-    let counters = &node.discovery.counters;
+    let counters = &node.discovery().counters;
     let counter = match refusal {
         Refusal::Unauthenticated => &counters.unauthenticated,
         Refusal::SealedWithoutSecret => &counters.sealed_ignored,
@@ -201,13 +201,13 @@ impl Sender<'_> {
         let datagrams = match self.datagrams(kind) {
             Ok(d) => d,
             Err(e) => {
-                tracing::error!(node = self.node.id, "encoding the announcement: {e}");
+                tracing::error!(node = self.node.id(), "encoding the announcement: {e}");
                 return;
             }
         };
         let mut unicast: Vec<SocketAddrV4> = self.options.peers.clone();
         if !self.options.multicast {
-            unicast.extend(self.node.discovery.learned());
+            unicast.extend(self.node.discovery().learned());
         }
         unicast.sort_unstable();
         unicast.dedup();
@@ -225,9 +225,9 @@ impl Sender<'_> {
 
     /// This node's announcement of `kind`, as datagrams within the MTU (sealed with a secret).
     fn datagrams(&mut self, kind: AnnounceKind) -> Result<Vec<Vec<u8>>, rdma_wire::protocol::ProtocolError> {
-        let topics = if kind == AnnounceKind::Goodbye { Vec::new() } else { self.node.discovery.local_topics() };
+        let topics = if kind == AnnounceKind::Goodbye { Vec::new() } else { self.node.discovery().local_topics() };
         let overhead = if self.sealer.is_some() { SEAL_OVERHEAD } else { 0 };
-        let parts = announcement_parts(&self.node.discovery, kind, &topics, self.ud.mtu().saturating_sub(overhead))?;
+        let parts = announcement_parts(self.node.discovery(), kind, &topics, self.ud.mtu().saturating_sub(overhead))?;
         match &mut self.sealer {
             None => parts.iter().map(Announcement::encode).collect(),
             Some(sealer) => {
@@ -238,7 +238,7 @@ impl Sender<'_> {
     }
 
     fn count(&mut self, r: Result<(), FabricError>, to: &str) {
-        let counters = &self.node.discovery.counters;
+        let counters = &self.node.discovery().counters;
         match r {
             Ok(()) => {
                 counters.sent.fetch_add(1, Ordering::Relaxed);
@@ -247,9 +247,9 @@ impl Sender<'_> {
                 counters.send_errors.fetch_add(1, Ordering::Relaxed);
                 if !self.warned {
                     self.warned = true;
-                    tracing::warn!(node = self.node.id, "sending an announcement to {to}: {e}");
+                    tracing::warn!(node = self.node.id(), "sending an announcement to {to}: {e}");
                 } else {
-                    tracing::debug!(node = self.node.id, "sending an announcement to {to}: {e}");
+                    tracing::debug!(node = self.node.id(), "sending an announcement to {to}: {e}");
                 }
             }
         }

@@ -21,7 +21,8 @@ pub(crate) const WATCH_QUEUE: usize = 4 * MAX_PEERS;
 
 /// The directory's end of one subscription's watch.
 pub(super) struct Watcher {
-    pub(super) token: u64,
+    /// Which watch this is, among those of its topic.
+    token: u64,
     tx: Sender<Sighting>,
     /// The publishers the subscription was told are up (and not told down since).
     told: HashMap<NodeId, (u64, SocketAddr)>,
@@ -32,10 +33,16 @@ pub(super) struct Watcher {
 }
 
 impl Watcher {
+    /// A watcher named `token`, and the channel its subscription receives sightings on.
     pub(super) fn new(token: u64) -> (Watcher, Receiver<Sighting>) {
         let (tx, rx) = channel::bounded(WATCH_QUEUE);
         let watcher = Watcher { token, tx, told: HashMap::new(), lagged: false, missed: HashMap::new() };
         (watcher, rx)
+    }
+
+    /// Which watch this is, among those of its topic.
+    pub(super) fn token(&self) -> u64 {
+        self.token
     }
 
     /// Queues `s`, or notes it for catching up when the channel is full; false once the

@@ -1,7 +1,8 @@
 //! The publisher's flow-control rules as pure functions of positions and times, in the manner
 //! of Aeron's `FlowControl`: which subscribers the DropSlow policy drops while the publisher
 //! waits for credit, and what a blocked publisher asks the laggard to ack. No lock, clock or
-//! fabric here: `credit.rs` applies them under the state lock, off the per-message path.
+//! fabric here: `PublisherShared` (`shared.rs`) applies them under the state lock, off the
+//! per-message path.
 
 use std::time::{Duration, Instant};
 

@@ -9,11 +9,8 @@ use std::ops::{Deref, DerefMut};
 
 use parking_lot::MutexGuard;
 
-use super::credit::{Deadline, Turn};
-use super::state::{PubState, PublisherShared};
-use super::Publisher;
-use crate::error::{Error, Result};
-use crate::node::message_type::MessageType;
+use super::shared::{PubState, PublisherShared, Turn};
+use crate::error::Result;
 use rdma_wire::ring::Claim;
 
 /// A message being written in place in the publisher's ring: `len` bytes, zeroed when the loan
@@ -47,46 +44,15 @@ impl std::fmt::Debug for Loan<'_> {
     }
 }
 
-impl<T: ?Sized + MessageType> Publisher<T> {
-    /// Lends `len` bytes of the ring (at most one ring record) for the next message, zeroed:
-    /// write them through the loan (`&mut [u8]`) and [`send`](Loan::send) it. Under
-    /// [`Policy::Block`](crate::Policy::Block) it first waits for room, up to the timeout.
-    ///
-    /// # Errors
-    /// [`Error::MessageTooLarge`] when `len` exceeds one ring record (publish such messages
-    /// with [`publish`](Self::publish), which fragments them); [`Error::Timeout`] when a Block
-    /// publisher waited its whole timeout for room.
-    pub fn loan(&self, len: usize) -> Result<Loan<'_>> {
-        let shared = &*self.shared;
-        if len > shared.max_record_payload {
-            return Err(Error::MessageTooLarge { len: len as u64, limit: shared.max_record_payload as u64 });
-        }
-        let st = shared.state.lock();
-        if st.may_publish_now() && st.producer.needed_limit(len) <= st.limit {
-            return Loan::new(shared, st, None, len);
-        }
-        let deadline = Deadline::publish(shared.options.policy);
-        let (turn, st) = shared.take_turn(st, deadline)?;
-        match shared.finish_unfinished(st, deadline).and_then(|st| shared.wait_for_room(st, len, deadline)) {
-            Ok(st) => Loan::new(shared, st, Some(turn), len),
-            Err(e) => {
-                drop(turn);
-                Err(e)
-            }
-        }
-    }
-}
-
 impl<'a> Loan<'a> {
     /// Claims the record (room was checked under `state`).
-    fn new(
+    pub(super) fn new(
         shared: &'a PublisherShared,
         mut state: MutexGuard<'a, PubState>,
         turn: Option<Turn<'a>>,
         len: usize,
     ) -> Result<Loan<'a>> {
-        let limit = state.limit;
-        let claim = state.producer.claim(len, limit)?.ok_or(Error::Closed("the ring has no room"))?;
+        let claim = state.claim(len)?;
         Ok(Loan { shared, state, claim: Some(claim), _turn: turn })
     }
 
@@ -98,11 +64,11 @@ impl<'a> Loan<'a> {
     /// Publishes the message; returns its sequence number.
     ///
     /// # Errors
-    /// [`Error::Ring`] if the ring's memory cannot be written (never on a live publisher).
+    /// [`Error::Ring`](crate::Error::Ring) if the ring's memory cannot be written (never on a live publisher).
     pub fn send(mut self) -> Result<u64> {
         let claim = self.claim.take().expect("a loan holds its claim until sent");
         let len = claim.payload_len();
-        let seq = self.state.producer.commit(claim)?;
+        let seq = self.state.commit(claim)?;
         self.shared.after_commit(&mut self.state, len);
         Ok(seq)
     }
@@ -124,7 +90,7 @@ impl DerefMut for Loan<'_> {
 impl Drop for Loan<'_> {
     fn drop(&mut self) {
         if let Some(claim) = self.claim.take() {
-            self.state.producer.abandon(claim);
+            self.state.abandon(claim);
         }
         // Then `state` is released and `turn` given back, in field order.
     }

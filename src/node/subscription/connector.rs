@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::Receiver;
@@ -29,14 +29,13 @@ use super::options::{Start, SubscriptionOptions};
 use crate::error::{Error, Result};
 use crate::node::discovery::{Lost, LostReason, Sighting, Watch};
 use crate::node::identity::publisher_id;
-use crate::node::route::Route;
-use crate::node::shared::{BackgroundConnector, NodeShared, RECHECK_INTERVAL};
+use crate::node::shared::{NodeShared, Route, RECHECK_INTERVAL};
 use rdma_fabric::{Access, CompletionQueue, ConnId, QpCaps, QpInit, RNR_RETRY_INFINITE};
 use rdma_wire::protocol::{wall_clock_ms, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
 
 /// Most connections of one subscription open at once (its feed keys have 24 bits; far fewer
 /// publishers of one topic exist).
-pub(super) const MAX_FEEDS: usize = 1 << 16;
+const MAX_FEEDS: usize = 1 << 16;
 /// How long opening one connection may take (address and route resolution on verbs).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -76,7 +75,8 @@ impl Connector {
         cq: CompletionQueue,
         events: FeedSender,
     ) -> Arc<Connector> {
-        let watch = (options.auto_connect && node.discovery.enabled()).then(|| Watch::new(&node.discovery, topic_id));
+        let discovery = node.discovery();
+        let watch = (options.auto_connect && discovery.enabled()).then(|| Watch::new(discovery, topic_id));
         let connector = Arc::new(Connector {
             expects_publishers: AtomicBool::new(false),
             state: Mutex::new(ConnectorState {
@@ -94,8 +94,7 @@ impl Connector {
             }),
         });
         if connector.state.lock().watch.is_some() {
-            let background: Weak<Connector> = Arc::downgrade(&connector);
-            node.connectors.lock().push(background);
+            node.add_connector(Arc::downgrade(&connector));
         }
         connector
     }
@@ -175,14 +174,8 @@ impl Connector {
         let mut state = self.state.lock();
         state.closed = true;
         if let Some(watch) = state.watch.take() {
-            watch.unwatch(&node.discovery);
+            watch.unwatch(node.discovery());
         }
-    }
-}
-
-impl BackgroundConnector for Connector {
-    fn run_in_background(&self, node: &NodeShared) {
-        self.run(node, false);
     }
 }
 
@@ -236,23 +229,23 @@ impl ConnectorState {
             return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
         }
         let data = self.connect_data(node, start)?;
-        let ctrl = node.pd.register(CTRL_LEN, Access::LOCAL_WRITE)?;
+        let ctrl = node.pd().register(CTRL_LEN, Access::LOCAL_WRITE)?;
         let init = QpInit {
             caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
             rnr_retry: RNR_RETRY_INFINITE,
             // READ depths: the default, within the device's limits.
-            ..QpInit::new(&node.pd, &self.cq)
+            ..QpInit::new(node.pd(), &self.cq)
         };
         // Hold the routes while connecting and handing over, so that the CM thread cannot
         // route an event of the connection before the subscription has it.
-        let mut routes = node.routes.lock();
-        let qp = node.channel.connect(addr, &init, &data, CONNECT_TIMEOUT)?;
+        let mut routes = node.routes();
+        let qp = node.channel().connect(addr, &init, &data, CONNECT_TIMEOUT)?;
         let conn = qp.conn_id();
-        let opened = Box::new(OpenedFeed { qp, conn, addr, ctrl });
+        let opened = Box::new(OpenedFeed::new(qp, conn, addr, ctrl));
         if self.events.send(FeedEvent::Opened(opened)).is_err() {
             return Ok(()); // the subscription is gone; dropping the queue pair disconnects it
         }
-        routes.insert(conn, Route::Feed(Arc::new(self.events.clone())));
+        routes.insert(conn, Route::Feed(self.events.clone()));
         drop(routes);
         self.open.insert(addr, conn);
         Ok(())
@@ -265,7 +258,7 @@ impl ConnectorState {
             topic: self.topic_id,
             start,
             accepts: PolicySet::ALL,
-            node_id: node.id,
+            node_id: node.id(),
             flags: if self.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
             proof: None,
         };
@@ -279,14 +272,9 @@ impl ConnectorState {
 
 /// The node's connector thread: runs every live connector each [`RECHECK_INTERVAL`] until the node stops.
 pub(crate) fn run_all(node: Arc<NodeShared>) {
-    while !node.stop.load(Ordering::Acquire) {
-        let live: Vec<Arc<dyn BackgroundConnector>> = {
-            let mut connectors = node.connectors.lock();
-            connectors.retain(|c| c.strong_count() > 0);
-            connectors.iter().filter_map(Weak::upgrade).collect()
-        };
-        for connector in live {
-            connector.run_in_background(&node);
+    while !node.stopping() {
+        for connector in node.live_connectors() {
+            connector.run(&node, false);
         }
         std::thread::sleep(RECHECK_INTERVAL);
     }

@@ -1,22 +1,45 @@
-//! A subscription's connection to one publisher (a [`Feed`]), its state once established
-//! ([`ActiveFeed`]: the ring reader, the two READ buffers, the messages ready, acks and
-//! parking), and the subscription's hold on the process's spin permit ([`PollPermit`]).
+//! A subscription's connection to one publisher, a [`Feed`] (as Aeron's `Image`): it owns
+//! that publisher's stream, whole. It posts READs of the publisher's ring into two local READ
+//! buffers (one fills while the messages of the other are delivered), handles their
+//! completions, parses what they bring with the wire crate's ring reader (validating and
+//! reassembling records) into the messages ready for delivery, acknowledges consumption with
+//! coalesced SENDs (the publisher's credits), asks for a doorbell and parks when the topic is
+//! idle, and takes the publisher's control messages (doorbells, credit requests, end of
+//! stream, drops).
+//!
+//! The [`Subscription`](super::Subscription) only takes turns over its feeds: it hands each
+//! completion to its feed with a [`FeedContext`] (what the feed's work needs of the
+//! subscription), and does what the feed reports back ([`FeedStep`]): closing it, telling
+//! the application.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::node::pacing::ReadPacer;
-use crate::node::spin_permit::SpinPermit;
-use rdma_fabric::{ConnId, MemoryRegion, QueuePair, ReadBuffer, RemoteAddr};
-use rdma_wire::ring::{ReadPlan, RingReader};
+use rdma_fabric::{
+    ConnId, DataPath, MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode,
+    WcStatus, WorkCompletion,
+};
+use rdma_wire::protocol::{AcceptData, Control, PolicyKind as WirePolicy};
+use rdma_wire::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop, CONTROL_READ_LEN, PROBE_LEN};
 
+use super::counters::SubscriptionCounters;
+use super::events::{EventQueue, SubscriptionEvent};
+use super::feed_channel::OpenedFeed;
 use super::message::PublisherInfo;
 use super::options::SubscriptionOptions;
+use crate::error::{Error, Result};
+use crate::node::pacing::ReadPacer;
+use crate::node::spin_permit::PollPermit;
+use crate::node::wr_id::{WrId, WrKind};
 
-/// Control slots per feed: [ack send, doorbell-request send, receives...].
+/// Receive slots of a feed's control region, which holds [ack send, doorbell-request send,
+/// receives...].
 pub(super) const RECV_SLOTS: usize = 4;
-pub(super) const SLOT: usize = 64;
+/// Bytes of one control slot.
+const SLOT: usize = 64;
+/// Bytes of a feed's control region.
 pub(super) const CTRL_LEN: usize = (2 + RECV_SLOTS) * SLOT;
 /// How long a subscription polls (yielding the CPU between polls) for the completion of a READ
 /// in flight before it blocks: a 1 MiB READ takes a few hundred microseconds on the soft fabric,
@@ -25,52 +48,75 @@ pub(super) const READ_SPIN: Duration = Duration::from_micros(300);
 /// Rounds of completions without a message (empty READs) before the thread yields the CPU.
 pub(super) const PROBES_PER_YIELD: u32 = 16;
 /// Longest a closed feed waits for the flush of its work requests before it is removed.
-pub(super) const FLUSH_GRACE: Duration = Duration::from_secs(2);
+const FLUSH_GRACE: Duration = Duration::from_secs(2);
 /// Longest a parked feed waits before READing anyway (guards against a lost wake-up).
 pub(super) const PARK_RECHECK: Duration = Duration::from_millis(100);
 
+/// What a feed's work needs of its subscription, lent for one turn: the options, the
+/// protection domain (READ buffers grow), the counters, the spin permit, and the events held
+/// for the application.
+pub(super) struct FeedContext<'a> {
+    options: &'a SubscriptionOptions,
+    pd: &'a ProtectionDomain,
+    counters: &'a SubscriptionCounters,
+    permit: &'a mut PollPermit,
+    events: &'a mut EventQueue,
+    /// The topic, for logs.
+    topic: &'a str,
+}
+
+impl<'a> FeedContext<'a> {
+    /// Lends the subscription's parts to its feeds.
+    pub(super) fn new(
+        options: &'a SubscriptionOptions,
+        pd: &'a ProtectionDomain,
+        counters: &'a SubscriptionCounters,
+        permit: &'a mut PollPermit,
+        events: &'a mut EventQueue,
+        topic: &'a str,
+    ) -> FeedContext<'a> {
+        FeedContext { options, pd, counters, permit, events, topic }
+    }
+}
+
+/// What a feed reports to its subscription after a completion.
+#[must_use]
+pub(super) enum FeedStep {
+    /// Nothing for the subscription to do.
+    Continue,
+    /// The feed failed: the subscription tells the application and closes it.
+    Failed(Error),
+    /// The publisher's stream ended and everything up to `final_seq` was read.
+    Ended { publisher: PublisherInfo, final_seq: u64 },
+    /// The publisher dropped this subscription (the event is queued already): close the feed.
+    Dropped,
+}
+
+/// A message taken from a feed for delivery.
+pub(super) enum Delivery<'a> {
+    /// Its payload in the READ buffer it arrived in.
+    InBuffer(&'a [u8]),
+    /// Reassembled from fragments.
+    Reassembled(Vec<u8>),
+}
+
 /// A parsed message waiting for delivery.
-pub(super) enum Payload {
+enum Payload {
     /// In one of the feed's READ buffers.
     Slice { buf: usize, offset: usize, len: usize },
     /// Reassembled from fragments.
     Owned(Vec<u8>),
 }
 
-pub(super) struct Ready {
-    pub(super) seq: u64,
-    pub(super) payload: Payload,
+/// A message ready for delivery, with its sequence number.
+struct Ready {
+    seq: u64,
+    payload: Payload,
 }
 
-/// The subscription's hold on the process's spin permit (`spin_permit`): it polls only while
-/// it holds it, whether it spins on its CQ or READs an empty ring again and again. The latter
-/// is polling too: on the same host such a READ is a copy that completes as it is posted, a
-/// busy loop of the subscriber's thread that would take the CPU of the publisher it waits for.
-/// So a feed READs an empty ring again only while the permit is held (else it parks after its
-/// first empty READ). Kept across the rounds of one `next_ready`; released before it blocks
-/// and when it returns.
-#[derive(Debug, Default)]
-pub(super) struct PollPermit {
-    held: Option<SpinPermit>,
-}
-
-impl PollPermit {
-    /// Whether the permit is held, taking it if one is free.
-    pub(super) fn acquire(&mut self) -> bool {
-        if self.held.is_none() {
-            self.held = SpinPermit::try_acquire();
-        }
-        self.held.is_some()
-    }
-
-    /// Gives the permit back, if held.
-    pub(super) fn release(&mut self) {
-        self.held = None;
-    }
-}
-
+/// Whether a feed READs or waits for a doorbell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Idle {
+enum Idle {
     /// READing.
     Active,
     /// A doorbell was requested; the READ that follows it decides whether to park.
@@ -79,77 +125,582 @@ pub(super) enum Idle {
     Parked { since: Instant },
 }
 
-/// A connection to one publisher.
+/// The posting side of a feed's connection: its queue pair and control region, and the slab
+/// key and generation its work-request ids carry.
+struct Link {
+    key: usize,
+    gen: u32,
+    qp: QueuePair,
+    ctrl: MemoryRegion,
+}
+
+/// A connection to one publisher: the whole of its stream.
 pub(super) struct Feed {
-    pub(super) qp: QueuePair,
-    pub(super) conn: ConnId,
-    pub(super) addr: SocketAddr,
-    pub(super) gen: u32,
-    pub(super) ctrl: MemoryRegion,
-    pub(super) active: Option<Box<ActiveFeed>>,
+    link: Link,
+    conn: ConnId,
+    addr: SocketAddr,
+    /// Its reading state, once the publisher accepted.
+    active: Option<Box<ActiveFeed>>,
     /// No more READs: closed, waiting for its ready messages to be delivered.
-    pub(super) closed: bool,
+    closed: bool,
     /// The provider refuses or flushes this connection's work: post nothing more and let the
     /// CM's `Disconnected` event close the feed (it first handles what the CQ holds, such as
     /// an end-of-stream notice, so an orderly end is not reported as a failure).
-    pub(super) quiesced: bool,
+    quiesced: bool,
     /// Work requests posted and not completed yet: a closed feed is removed only when the
     /// provider has flushed them all (or after [`FLUSH_GRACE`]).
-    pub(super) outstanding: u32,
-    pub(super) closed_at: Option<Instant>,
+    outstanding: u32,
+    closed_at: Option<Instant>,
 }
 
-pub(super) struct ActiveFeed {
-    pub(super) info: PublisherInfo,
-    pub(super) reader: RingReader,
+/// A feed's state once established: the ring reader, the two READ buffers, the messages
+/// ready, acks and parking.
+struct ActiveFeed {
+    info: PublisherInfo,
+    reader: RingReader,
     /// Two READ buffers: one READ lands in one while the messages of the other are delivered.
-    pub(super) landings: [ReadBuffer; 2],
+    landings: [ReadBuffer; 2],
     /// The longest READ this feed can need (the ring's largest record and a header past it):
     /// how far the READ buffers may grow.
-    pub(super) max_read_len: usize,
+    max_read_len: usize,
     /// Queued messages that still point into each buffer.
-    pub(super) pending: [usize; 2],
+    pending: [usize; 2],
     /// The buffer of the READ in flight.
-    pub(super) reading_into: usize,
+    reading_into: usize,
     /// The last READ reached the end of what was written: READ again only once its messages
     /// are delivered (reading ahead then would only bring small batches).
-    pub(super) caught_up: bool,
-    pub(super) ring: RemoteAddr,
-    pub(super) capacity: u64,
+    caught_up: bool,
+    ring: RemoteAddr,
+    capacity: u64,
     /// The READ in flight.
-    pub(super) plan: Option<ReadPlan>,
-    pub(super) ready: VecDeque<Ready>,
-    pub(super) acked: u64,
-    pub(super) ack_in_flight: bool,
+    plan: Option<ReadPlan>,
+    ready: VecDeque<Ready>,
+    acked: u64,
+    ack_in_flight: bool,
     /// The publisher waits for credit and asked for a solicited ack once the consumed position
     /// reaches this (`Control::CreditWanted`).
-    pub(super) credit_wanted: Option<u64>,
-    pub(super) doorbell_req_in_flight: bool,
-    pub(super) idle: Idle,
-    pub(super) empty_since: Option<Instant>,
+    credit_wanted: Option<u64>,
+    doorbell_req_in_flight: bool,
+    idle: Idle,
+    empty_since: Option<Instant>,
     /// The publisher announced the end of its stream after this sequence.
-    pub(super) end: Option<u64>,
+    end: Option<u64>,
     /// The last parse stopped on a lap: READ the control block next.
-    pub(super) need_control: bool,
+    need_control: bool,
     /// Messages up to this sequence were delivered by an earlier connection: skip them.
-    pub(super) skip_through: u64,
+    skip_through: u64,
     /// Delays the next data READ while a trickle comes in (over the network, without
     /// `busy_poll`).
-    pub(super) pacer: ReadPacer,
+    pacer: ReadPacer,
     /// The longest READ of a ring the last READ found empty: a page on the same host, where a
     /// READ is this thread's copy and probing with the whole next record would copy it for
     /// nothing again and again; unbounded over the network (one READ then brings the record).
-    pub(super) empty_probe_len: usize,
+    empty_probe_len: usize,
+}
+
+impl Feed {
+    /// Takes a connection its subscription's connector opened, as feed `key` of the
+    /// subscription in generation `gen`: posts its receives.
+    ///
+    /// # Errors
+    /// The provider's, when a receive cannot be posted (the connection is then dropped).
+    pub(super) fn open(key: usize, gen: u32, opened: OpenedFeed) -> rdma_fabric::Result<Feed> {
+        let (qp, conn, addr, ctrl) = opened.into_parts();
+        let link = Link { key, gen, qp, ctrl };
+        (0..RECV_SLOTS).try_for_each(|slot| link.post_recv(slot))?;
+        Ok(Feed {
+            link,
+            conn,
+            addr,
+            active: None,
+            closed: false,
+            quiesced: false,
+            outstanding: RECV_SLOTS as u32,
+            closed_at: None,
+        })
+    }
+
+    /// Sets up reading of the publisher's ring from its accept data; messages up to
+    /// `skip_through` were delivered already. Counts the connection and the READ buffers.
+    ///
+    /// # Errors
+    /// [`Error::RecordTooLarge`] when the publisher's records exceed the subscription's limit;
+    /// the wire's errors for an unusable ring geometry; the fabric's when the READ buffers
+    /// cannot be registered.
+    pub(super) fn activate(
+        &mut self,
+        accept: &AcceptData,
+        skip_through: u64,
+        options: &SubscriptionOptions,
+        pd: &ProtectionDomain,
+        counters: &SubscriptionCounters,
+    ) -> Result<PublisherInfo> {
+        // The READ buffers grow to the largest record: bounded by this subscription's limit,
+        // never by what the publisher says.
+        let limit = options.max_record_payload;
+        if accept.max_record_payload as usize > limit {
+            let (len, limit) = (accept.max_record_payload.into(), limit as u64);
+            return Err(Error::RecordTooLarge { peer: self.addr, len, limit });
+        }
+        let reader = RingReader::new(accept.reader_config(options.max_message_len))?;
+        // Small until a record needs more: a ring that allows large records costs nothing
+        // while its messages are small.
+        let max_read_len = reader.max_read_len(options.batch);
+        let landing_len = options.batch.max(CONTROL_READ_LEN);
+        let landings = [ReadBuffer::new(pd, landing_len)?, ReadBuffer::new(pd, landing_len)?];
+        let data_path = self.link.qp.data_path();
+        let info = PublisherInfo {
+            id: accept.publisher_id,
+            epoch: accept.epoch,
+            addr: self.addr,
+            policy: accept.policy,
+            data_path,
+        };
+        let connects = match data_path {
+            DataPath::SharedMemory => &counters.shared_memory_connects,
+            DataPath::Network => &counters.network_connects,
+        };
+        connects.fetch_add(1, Ordering::Relaxed);
+        let active = Box::new(ActiveFeed {
+            info,
+            reader,
+            landings,
+            max_read_len,
+            pending: [0, 0],
+            reading_into: 0,
+            caught_up: false,
+            ring: accept.ring,
+            capacity: accept.capacity,
+            plan: None,
+            ready: VecDeque::new(),
+            acked: accept.start_position,
+            ack_in_flight: false,
+            credit_wanted: None,
+            doorbell_req_in_flight: false,
+            idle: Idle::Active,
+            empty_since: None,
+            end: None,
+            need_control: false,
+            skip_through,
+            // Pacing spares the publisher's NIC READs that bring a message or two. On the same
+            // host a READ costs only this thread's copy, and a paced READ would only delay a
+            // trickle (by up to 50 µs a message); a busy-polling subscription wants no delay.
+            pacer: if options.busy_poll || data_path == DataPath::SharedMemory {
+                ReadPacer::unpaced()
+            } else {
+                ReadPacer::default()
+            },
+            empty_probe_len: match data_path {
+                DataPath::SharedMemory => PROBE_LEN,
+                DataPath::Network => usize::MAX,
+            },
+        });
+        counters.read_buffer_bytes.fetch_add(active.read_buffer_bytes(), Ordering::Relaxed);
+        self.active = Some(active);
+        Ok(info)
+    }
+
+    /// The connection's id.
+    pub(super) fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    /// The publisher's node.
+    pub(super) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The publisher, once it accepted.
+    pub(super) fn publisher(&self) -> Option<PublisherInfo> {
+        self.active.as_ref().map(|a| a.info)
+    }
+
+    /// Whether the feed is closed (it READs no more).
+    pub(super) fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Whether the feed READs its publisher's ring: accepted and not closed.
+    pub(super) fn is_reading(&self) -> bool {
+        self.active.is_some() && !self.closed
+    }
+
+    /// Whether a READ of the ring is in flight.
+    pub(super) fn read_in_flight(&self) -> bool {
+        self.active.as_ref().is_some_and(|a| a.plan.is_some())
+    }
+
+    /// Whether a message is ready for delivery.
+    pub(super) fn has_ready(&self) -> bool {
+        self.active.as_ref().is_some_and(|a| !a.ready.is_empty())
+    }
+
+    /// Whether this feed is an open connection to `addr` that, if accepted, reads the
+    /// publisher's `epoch`.
+    pub(super) fn serves(&self, addr: SocketAddr, epoch: u64) -> bool {
+        !self.closed && self.addr == addr && self.active.as_ref().is_none_or(|a| a.info.epoch == epoch)
+    }
+
+    /// The highest sequence this feed read of publisher `id`'s `epoch`, if it reads that.
+    pub(super) fn read_through(&self, id: u64, epoch: u64) -> Option<u64> {
+        let a = self.active.as_ref().filter(|a| a.info.id == id && a.info.epoch == epoch)?;
+        Some(a.reader.next_seq().saturating_sub(1))
+    }
+
+    /// The publisher and the highest sequence read, once it accepted; and the bytes of its
+    /// READ buffers (for the subscription's gauge when the feed is removed).
+    pub(super) fn last_read(&self) -> Option<(PublisherInfo, u64, u64)> {
+        let a = self.active.as_ref()?;
+        Some((a.info, a.reader.next_seq().saturating_sub(1), a.read_buffer_bytes()))
+    }
+
+    /// How soon a READ its pacer holds back may go, if it holds one back (within
+    /// microseconds: see `pacing`).
+    pub(super) fn paced_read_due(&self, now: Instant) -> Option<Duration> {
+        if self.closed || self.quiesced {
+            return None;
+        }
+        self.active.as_ref().filter(|a| a.plan.is_none()).and_then(|a| a.pacer.left(now))
+    }
+
+    /// Whether a closed feed may be removed: its work flushed (or the grace is over) and its
+    /// ready messages delivered.
+    pub(super) fn is_done(&self) -> bool {
+        let flushed = self.outstanding == 0 || self.closed_at.is_some_and(|t| t.elapsed() >= FLUSH_GRACE);
+        self.closed && flushed && self.active.as_ref().is_none_or(|a| a.ready.is_empty())
+    }
+
+    /// What the application is told when the connection goes away while the feed is open:
+    /// the end of the stream when the publisher announced it, else a disconnection. `None`
+    /// once the feed is closed (that was told already).
+    pub(super) fn disconnect_event(&self) -> Option<SubscriptionEvent> {
+        if self.closed {
+            return None;
+        }
+        Some(match &self.active {
+            Some(a) => match a.end {
+                Some(final_seq) => SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: false },
+                None => SubscriptionEvent::Disconnected { addr: self.addr, publisher: Some(a.info) },
+            },
+            None => SubscriptionEvent::Disconnected { addr: self.addr, publisher: None },
+        })
+    }
+
+    /// Posts nothing more: the CM's `Disconnected` event will close the feed.
+    pub(super) fn quiesce(&mut self) {
+        self.quiesced = true;
+    }
+
+    /// Stops READing and disconnects; the feed is removed once its ready messages are
+    /// delivered.
+    pub(super) fn close(&mut self) {
+        self.closed = true;
+        self.closed_at.get_or_insert_with(Instant::now);
+        let _ = self.link.qp.disconnect();
+    }
+
+    /// Takes the next ready message: its publisher, sequence and payload (borrowed from the
+    /// READ buffer it arrived in, or reassembled).
+    pub(super) fn next_message(&mut self) -> Option<(PublisherInfo, u64, Delivery<'_>)> {
+        let a = self.active.as_deref_mut()?;
+        let ready = a.ready.pop_front()?;
+        let data = match ready.payload {
+            Payload::Slice { buf, offset, len } => {
+                a.pending[buf] -= 1;
+                Delivery::InBuffer(&a.landings[buf].bytes()[offset..offset + len])
+            }
+            Payload::Owned(v) => Delivery::Reassembled(v),
+        };
+        Some((a.info, ready.seq, data))
+    }
+
+    /// Posts the READ, ack and doorbell request the feed needs now.
+    ///
+    /// # Errors
+    /// When an ack or a READ cannot be posted: the feed has failed.
+    pub(super) fn housekeep(&mut self, now: Instant, ctx: &mut FeedContext<'_>) -> Result<()> {
+        if self.closed || self.quiesced {
+            return Ok(());
+        }
+        let Feed { link, active, outstanding, .. } = self;
+        let Some(a) = active.as_deref_mut() else { return Ok(()) };
+        let options = ctx.options;
+        // Acks are coalesced to a quarter ring; one more goes out once the feed has found
+        // nothing new for `spin` (parking or busy-polling), so a publisher flushing or
+        // closing sees everything consumed. A feed that merely caught up does not ack at
+        // once: with at most a quarter ring unacknowledged the publisher always has room for
+        // its largest record, so it never waits on such a feed.
+        let idle =
+            a.idle != Idle::Active || a.empty_since.is_some_and(|since| now.duration_since(since) >= options.spin);
+        // A publisher waiting for credit asked for an ack at a position: that one goes out as
+        // soon as it is consumed, solicited (the publisher wakes for it alone).
+        if !a.ack_in_flight {
+            let consumed = a.reader.consumed_position();
+            let wanted = a.credit_wanted.is_some_and(|p| consumed >= p);
+            if wanted || (consumed > a.acked && (idle || consumed - a.acked >= a.capacity / 4)) {
+                link.send_ack(a, wanted)?;
+                *outstanding += 1;
+                ctx.counters.acks.fetch_add(1, Ordering::Relaxed);
+                if wanted {
+                    a.credit_wanted = None;
+                    ctx.counters.solicited_acks.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) {
+            return Ok(());
+        }
+        // A buffer no queued message points into: the READ lands there while the messages
+        // of the other buffer are being delivered.
+        let Some(buf) = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight()) else { return Ok(()) };
+        if let Idle::Parked { since } = a.idle {
+            if now.duration_since(since) < PARK_RECHECK {
+                return Ok(());
+            }
+            a.idle = Idle::Requested;
+        }
+        if !a.need_control && !a.pacer.ready(now) {
+            return Ok(());
+        }
+        let plan = if a.need_control {
+            ReadPlan::control()
+        } else {
+            let most = if a.empty_since.is_some() { a.empty_probe_len } else { usize::MAX };
+            a.reader.next_read_at_most(options.batch, !a.caught_up, most)
+        };
+        link.post_read(a, buf, plan, ctx.pd, ctx.counters)?;
+        *outstanding += 1;
+        ctx.counters.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Handles a completion of this feed's work (`id`, decoded from it); one of an earlier
+    /// occupant of the feed's key is ignored.
+    pub(super) fn complete(&mut self, wc: &WorkCompletion, id: WrId, ctx: &mut FeedContext<'_>) -> FeedStep {
+        if self.link.gen & 0xffff != id.generation {
+            return FeedStep::Continue;
+        }
+        self.outstanding = self.outstanding.saturating_sub(1);
+        match id.kind {
+            WrKind::Read => self.read_completed(wc, ctx),
+            WrKind::Ack => {
+                if let Some(a) = self.active.as_deref_mut() {
+                    a.ack_in_flight = false;
+                }
+                FeedStep::Continue
+            }
+            WrKind::DoorbellRequest => {
+                if let Some(a) = self.active.as_deref_mut() {
+                    a.doorbell_req_in_flight = false;
+                }
+                FeedStep::Continue
+            }
+            WrKind::Recv if wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv && !self.closed => {
+                self.on_control(id.slot, wc.byte_len as usize, ctx)
+            }
+            _ => FeedStep::Continue,
+        }
+    }
+
+    /// The READ in flight completed: posts the next one ahead when the headers show more
+    /// written data, then validates and queues what this one brought.
+    fn read_completed(&mut self, wc: &WorkCompletion, ctx: &mut FeedContext<'_>) -> FeedStep {
+        let Feed { link, active, outstanding, closed, quiesced, .. } = self;
+        let Some(a) = active.as_deref_mut() else { return FeedStep::Continue };
+        let plan = a.plan.take();
+        // SAFETY: a feed has one READ outstanding, into `reading_into`, and `wc` is
+        // its completion (its queue pair's CQ, its kind and generation).
+        unsafe { a.landings[a.reading_into].complete(wc) };
+        if wc.status != WcStatus::Success {
+            if wc.status == WcStatus::WorkRequestFlushed {
+                // Flushed by a disconnect: the CM event decides how it ended.
+                *quiesced = true;
+                return FeedStep::Continue;
+            }
+            let e = rdma_fabric::Error::invalid("RDMA READ", format!("completed with {:?}", wc.status));
+            return FeedStep::Failed(e.into());
+        }
+        let buf = a.reading_into;
+        if *closed {
+            // The stream already ended or failed: what this READ brought is moot.
+            return FeedStep::Continue;
+        }
+        let Some(plan) = plan else { return FeedStep::Continue };
+        // When the headers show more written data, the next READ goes out before
+        // this one is validated (checksums), into the other buffer.
+        let other = 1 - buf;
+        let other_free = a.pending[other] == 0 && !a.landings[other].in_flight();
+        let ahead = (other_free && plan != ReadPlan::control() && !*quiesced)
+            .then(|| a.reader.plan_ahead(a.landings[buf].bytes(), plan.position, ctx.options.batch))
+            .flatten();
+        if let Some(next) = ahead {
+            match link.post_read(a, other, next, ctx.pd, ctx.counters) {
+                Ok(()) => {
+                    *outstanding += 1;
+                    ctx.counters.reads.fetch_add(1, Ordering::Relaxed);
+                    ctx.counters.reads_ahead.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => tracing::debug!(topic = %ctx.topic, "a READ ahead was refused: {e}"),
+            }
+        }
+        match self.on_read(plan, buf, ctx) {
+            Ok(step) => step,
+            Err(e) => FeedStep::Failed(e),
+        }
+    }
+
+    /// A READ into buffer `buf` completed: validate and queue what it brought.
+    fn on_read(&mut self, plan: ReadPlan, buf: usize, ctx: &mut FeedContext<'_>) -> Result<FeedStep> {
+        let Feed { link, active, outstanding, .. } = self;
+        let a = active.as_deref_mut().expect("a READ completes on an active feed");
+        if plan == ReadPlan::control() && a.need_control {
+            let snapshot = ControlSnapshot::decode(a.landings[buf].bytes()).map_err(Error::from)?;
+            a.need_control = false;
+            match a.reader.apply_control(&snapshot)? {
+                ControlOutcome::Retry => a.need_control = true,
+                ControlOutcome::Resync { .. } | ControlOutcome::Behind { .. } => {
+                    // Written data waits past the position: READ at once (the reader makes it a
+                    // whole batch).
+                    a.pacer.reset();
+                    a.note_progress();
+                }
+                ControlOutcome::CaughtUp => {
+                    ctx.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
+                    if a.note_empty(ctx.options, Instant::now(), ctx.permit) {
+                        link.request_doorbell_counted(outstanding, a, ctx.counters)?;
+                    }
+                }
+            }
+            return Ok(FeedStep::Continue);
+        }
+        let bytes = a.landings[buf].bytes();
+        let base = bytes.as_ptr() as usize;
+        let end = base + bytes.len();
+        let ready = &mut a.ready;
+        let pending = &mut a.pending[buf];
+        let skip_through = a.skip_through;
+        let mut skipped = 0u64;
+        let parsed = a
+            .reader
+            .parse(bytes, plan.position, |seq, payload| {
+                if seq <= skip_through {
+                    skipped += 1;
+                    return;
+                }
+                let p = payload.as_ptr() as usize;
+                let payload = if p >= base && p + payload.len() <= end {
+                    *pending += 1;
+                    Payload::Slice { buf, offset: p - base, len: payload.len() }
+                } else {
+                    Payload::Owned(payload.to_vec())
+                };
+                ready.push_back(Ready { seq, payload });
+            })
+            .map_err(Error::from)?;
+        if skipped > 0 {
+            ctx.counters.duplicates.fetch_add(skipped, Ordering::Relaxed);
+        }
+        if parsed.stop == Stop::Stale {
+            // A READ ahead past a record the parse of the previous READ did not accept: it
+            // says nothing about the ring, and the state that parse left stands.
+            return Ok(FeedStep::Continue);
+        }
+        a.caught_up = parsed.stop != Stop::End;
+        a.pacer.after_read(Instant::now(), parsed.consumed, plan.len, !a.caught_up);
+        if parsed.lost > 0 {
+            ctx.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
+            ctx.events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });
+        }
+        if parsed.stop == Stop::Torn {
+            ctx.counters.torn.fetch_add(1, Ordering::Relaxed);
+        }
+        // Only the control block tells "not written yet" from "overwritten by a later lap" when
+        // the publisher may overwrite; otherwise a lap is proven by the record itself.
+        let overwrites = a.info.policy == WirePolicy::Overwrite;
+        a.need_control = match parsed.stop {
+            Stop::NeedControl => true,
+            Stop::NotYetWritten | Stop::Torn => overwrites,
+            Stop::End | Stop::Stale => false,
+        };
+        if parsed.consumed > 0 || parsed.stop != Stop::NotYetWritten {
+            a.note_progress();
+        } else if !a.need_control {
+            ctx.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
+            if a.note_empty(ctx.options, Instant::now(), ctx.permit) {
+                link.request_doorbell_counted(outstanding, a, ctx.counters)?;
+            }
+        }
+        Ok(a.ended())
+    }
+
+    /// A control message from the publisher arrived in receive slot `slot`: reposts the
+    /// receive and acts on the message.
+    fn on_control(&mut self, slot: usize, len: usize, ctx: &mut FeedContext<'_>) -> FeedStep {
+        let offset = (2 + slot) * SLOT;
+        let mut bytes = [0u8; SLOT];
+        let len = len.min(SLOT);
+        let decoded = self
+            .link
+            .ctrl
+            .buffer()
+            .read(offset, &mut bytes[..len])
+            .map_err(Error::from)
+            .and_then(|_| Control::decode(&bytes[..len]).map_err(Error::from));
+        if !self.closed {
+            match self.link.post_recv(slot) {
+                Ok(()) => self.outstanding += 1,
+                Err(e) => tracing::debug!("reposting a receive: {e}"),
+            }
+        }
+        let Some(a) = self.active.as_deref_mut() else { return FeedStep::Continue };
+        match decoded {
+            Ok(Control::Doorbell { .. }) => {
+                ctx.counters.doorbells.fetch_add(1, Ordering::Relaxed);
+                a.idle = Idle::Active;
+                a.empty_since = None;
+                a.pacer.reset();
+            }
+            Ok(Control::CreditWanted { position }) => {
+                ctx.counters.credit_requests.fetch_add(1, Ordering::Relaxed);
+                a.credit_wanted = Some(a.credit_wanted.map_or(position, |p| p.max(position)));
+            }
+            Ok(Control::Dropped { reason }) => {
+                ctx.events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason });
+                return FeedStep::Dropped;
+            }
+            Ok(Control::EndOfStream { final_seq }) => {
+                a.end = Some(final_seq);
+                a.idle = Idle::Active;
+                return a.ended();
+            }
+            Ok(other) => {
+                tracing::debug!(topic = %ctx.topic, ?other, "the publisher sent a subscriber's control message")
+            }
+            Err(e) => tracing::debug!(topic = %ctx.topic, "undecodable control message from the publisher: {e}"),
+        }
+        FeedStep::Continue
+    }
+
+    /// Test support: pretends that the last two READs brought a trickle at `at`, so the pacer
+    /// holds the next READ back.
+    #[cfg(all(test, feature = "async"))]
+    pub(super) fn pace_as_after_a_trickle(&mut self, at: Instant) {
+        let a = self.active.as_deref_mut().expect("an active feed");
+        assert!(a.plan.is_none(), "no READ in flight");
+        for _ in 0..2 {
+            a.pacer.after_read(at, 64, 1 << 20, false);
+        }
+    }
 }
 
 impl ActiveFeed {
     /// Bytes of the feed's READ buffers.
-    pub(super) fn read_buffer_bytes(&self) -> u64 {
+    fn read_buffer_bytes(&self) -> u64 {
         self.landings.iter().map(|b| b.capacity() as u64).sum()
     }
 
     /// A READ brought something (or the control block showed data waiting).
-    pub(super) fn note_progress(&mut self) {
+    fn note_progress(&mut self) {
         self.empty_since = None;
         self.idle = Idle::Active;
     }
@@ -157,7 +708,7 @@ impl ActiveFeed {
     /// A READ found nothing new; returns whether it is time to ask for a doorbell: after
     /// `options.spin` of empty READs, or at once when the subscription may not poll (no spin
     /// permit for it).
-    pub(super) fn note_empty(&mut self, options: &SubscriptionOptions, now: Instant, permit: &mut PollPermit) -> bool {
+    fn note_empty(&mut self, options: &SubscriptionOptions, now: Instant, permit: &mut PollPermit) -> bool {
         match self.idle {
             Idle::Active => {
                 let since = *self.empty_since.get_or_insert(now);
@@ -168,5 +719,104 @@ impl ActiveFeed {
                 false
             }
         }
+    }
+
+    /// [`FeedStep::Ended`] once everything up to the announced end of the stream was read.
+    fn ended(&self) -> FeedStep {
+        match self.end {
+            Some(final_seq) if self.reader.next_seq() > final_seq => {
+                FeedStep::Ended { publisher: self.info, final_seq }
+            }
+            _ => FeedStep::Continue,
+        }
+    }
+}
+
+impl Link {
+    /// The id of this feed's work request of `kind` in `slot`.
+    fn wr_id(&self, kind: WrKind, slot: usize) -> u64 {
+        WrId::feed(self.key, self.gen, kind, slot).encode()
+    }
+
+    /// Posts the receive of control slot `slot`.
+    fn post_recv(&self, slot: usize) -> rdma_fabric::Result<()> {
+        let offset = (2 + slot) * SLOT;
+        self.qp.post_recv(self.wr_id(WrKind::Recv, slot), &[self.ctrl.sge(offset, SLOT)])
+    }
+
+    /// Posts a control SEND from `slot` of the control region (`solicited`: the publisher
+    /// waits for it alone).
+    fn post_control(&self, kind: WrKind, slot: usize, msg: &Control, solicited: bool) -> Result<()> {
+        let bytes = msg.encode()?;
+        let offset = slot * SLOT;
+        self.ctrl.buffer().write(offset, &bytes)?;
+        let sge = [self.ctrl.sge(offset, bytes.len())];
+        self.qp
+            .post_send(&SendRequest { solicited, ..SendRequest::new(self.wr_id(kind, slot), SendOp::Send, &sge) })?;
+        Ok(())
+    }
+
+    /// Posts a READ of the publisher's ring as `plan` says into READ buffer `buf`, which has no
+    /// READ in flight and no queued message pointing into it; it is then the feed's READ in
+    /// flight. A buffer too small for the READ is replaced by a larger one first (at least
+    /// twice its size, at most the feed's longest READ), registered in `pd` and counted in
+    /// `counters`.
+    fn post_read(
+        &self,
+        a: &mut ActiveFeed,
+        buf: usize,
+        plan: ReadPlan,
+        pd: &ProtectionDomain,
+        counters: &SubscriptionCounters,
+    ) -> rdma_fabric::Result<()> {
+        let old = a.landings[buf].capacity();
+        if plan.len > old {
+            let len = (2 * old).min(a.max_read_len).max(plan.len);
+            a.landings[buf] = ReadBuffer::new(pd, len)?;
+            counters.read_buffer_bytes.fetch_add((len - old) as u64, Ordering::Relaxed);
+        }
+        let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
+        a.landings[buf].post_read(&self.qp, self.wr_id(WrKind::Read, 0), remote, plan.len)?;
+        a.plan = Some(plan);
+        a.reading_into = buf;
+        Ok(())
+    }
+
+    /// Acks what the feed consumed (the publisher's credit).
+    fn send_ack(&self, a: &mut ActiveFeed, solicited: bool) -> Result<()> {
+        let position = a.reader.consumed_position();
+        let ack = Control::Ack { position, seq: a.reader.next_seq() };
+        self.post_control(WrKind::Ack, 0, &ack, solicited)?;
+        a.ack_in_flight = true;
+        a.acked = position;
+        Ok(())
+    }
+
+    /// Asks the publisher for a doorbell and counts it; the feed then makes one more READ and
+    /// parks if that finds nothing.
+    fn request_doorbell_counted(
+        &self,
+        outstanding: &mut u32,
+        a: &mut ActiveFeed,
+        counters: &SubscriptionCounters,
+    ) -> Result<()> {
+        if self.request_doorbell(a)? {
+            *outstanding += 1;
+            counters.doorbell_requests.fetch_add(1, Ordering::Relaxed);
+        }
+        a.idle = Idle::Requested;
+        Ok(())
+    }
+
+    /// Asks the publisher for a doorbell; returns whether a request was posted.
+    fn request_doorbell(&self, a: &mut ActiveFeed) -> Result<bool> {
+        if a.doorbell_req_in_flight {
+            return Ok(false);
+        }
+        let position = a.reader.consumed_position();
+        let request = Control::DoorbellRequest { armed: true, position };
+        self.post_control(WrKind::DoorbellRequest, 1, &request, false)?;
+        a.doorbell_req_in_flight = true;
+        Ok(true)
     }
 }

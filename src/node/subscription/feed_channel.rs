@@ -1,5 +1,6 @@
 //! The channel of a subscription's feed events: what other threads (the CM thread, the
-//! connector) tell it ([`FeedEvent`]), and waking its async task
+//! connector) tell it ([`FeedEvent`], among them the connections opened for it,
+//! [`OpenedFeed`]), and waking its async task
 //! ([`Subscription::stream`](super::Subscription), feature `async`) for them: whoever sends
 //! one also wakes the task waiting for it, if any. Without a waiting task a send costs one
 //! uncontended lock more.
@@ -12,7 +13,6 @@ use crossbeam::channel::{SendError, Sender};
 use parking_lot::Mutex;
 
 use crate::node::discovery::Lost;
-use crate::node::route::ConnectionEventSink;
 use rdma_fabric::{ConnId, ConnectionEvent, MemoryRegion, QueuePair};
 
 /// An event delivered to a subscription.
@@ -31,11 +31,34 @@ pub(crate) enum FeedEvent {
 /// A connection opened for a subscription, handed over on its event channel.
 #[derive(Debug)]
 pub(crate) struct OpenedFeed {
-    pub(super) qp: QueuePair,
-    pub(super) conn: ConnId,
-    pub(super) addr: SocketAddr,
+    qp: QueuePair,
+    conn: ConnId,
+    addr: SocketAddr,
     /// The feed's control slots: acks and doorbell requests sent, notices received.
-    pub(super) ctrl: MemoryRegion,
+    ctrl: MemoryRegion,
+}
+
+impl OpenedFeed {
+    /// The connection `conn` to the publisher's node at `addr`, on `qp`, with its control
+    /// region `ctrl`.
+    pub(super) fn new(qp: QueuePair, conn: ConnId, addr: SocketAddr, ctrl: MemoryRegion) -> OpenedFeed {
+        OpenedFeed { qp, conn, addr, ctrl }
+    }
+
+    /// The connection's id.
+    pub(super) fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    /// The publisher's node.
+    pub(super) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its queue pair, id, address and control region.
+    pub(super) fn into_parts(self) -> (QueuePair, ConnId, SocketAddr, MemoryRegion) {
+        (self.qp, self.conn, self.addr, self.ctrl)
+    }
 }
 
 /// The task waiting for a subscription's connection events, if one is.
@@ -84,17 +107,17 @@ impl FeedSender {
         FeedSender { tx, waker }
     }
 
+    /// Hands a CM event of one of the subscription's connections over (the CM thread; dropped
+    /// when the subscription is gone).
+    pub(crate) fn connection_event(&self, event: ConnectionEvent) {
+        let _ = self.send(FeedEvent::Connection(event));
+    }
+
     /// Sends `event` (fails once the subscription is gone), then wakes its waiting task.
     pub(crate) fn send(&self, event: FeedEvent) -> Result<(), SendError<FeedEvent>> {
         self.tx.send(event)?;
         self.waker.wake();
         Ok(())
-    }
-}
-
-impl ConnectionEventSink for FeedSender {
-    fn deliver(&self, event: ConnectionEvent) {
-        let _ = self.send(FeedEvent::Connection(event));
     }
 }
 

@@ -1,38 +1,55 @@
-//! The subscribing side of a topic: one feed per publisher connection, each pulling its
-//! publisher's ring with batched RDMA READs into two local READ buffers (one fills while the
-//! messages of the other are delivered), validating and
-//! reassembling records, acknowledging consumption with coalesced SENDs (the publisher's
-//! credits), and parking on a doorbell when the topic is idle.
+//! The subscribing side of a topic: a [`Subscription`] reads one [`Feed`] per publisher
+//! connection (each pulls its publisher's ring with batched RDMA READs, validates and
+//! reassembles records, acknowledges consumption with coalesced SENDs, the publisher's
+//! credits, and parks on a doorbell when the topic is idle: see `feed.rs`), and takes turns
+//! over them: it hands out the messages they parsed, round-robin, posts their work and hands
+//! each completion to its feed, and follows their connections (CM events, discovery).
 //!
 //! With discovery on, a subscription watches its topic in the node's directory and connects to
-//! every publisher announced, reconnecting when one comes back. Messages are deduplicated by
-//! (publisher id, epoch, seq): a reconnection to an epoch already read starts at the earliest
-//! retained message and skips what was delivered.
+//! every publisher announced, reconnecting when one comes back (its [`Connector`], run by the
+//! node's connector thread too). Messages are deduplicated by (publisher id, epoch, seq): a
+//! reconnection to an epoch already read starts at the earliest retained message and skips
+//! what was delivered.
+//!
+//! Delivery is the hot path: a message already parsed is handed out at once (no clock read,
+//! no housekeeping); only when none is ready does the subscription run its feeds and wait.
+//!
+//! Files: this one (`Subscription`, whole), `feed.rs` (`Feed`), `connector.rs` (opening
+//! connections, the connector thread), `feed_channel.rs` (what other threads tell a
+//! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `stream.rs`
+//! (feature `async`), `builder.rs`, `options.rs`, `message.rs`, `counters.rs`.
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver};
 use slab::Slab;
 
 use crate::error::{Error, Result};
-use rdma_fabric::{CompletionQueue, ConnId};
-use rdma_wire::protocol::TopicId;
+use rdma_fabric::{CompletionQueue, ConnId, ConnectionEvent, RejectReason as CmReject, WorkCompletion};
+use rdma_wire::protocol::{AcceptData, RejectCode, RejectData, TopicId};
+use rdma_wire::ring::RingError;
 
-use super::discovery::Sighting;
+use super::discovery::{Lost, LostReason, Sighting};
 use super::message_type::MessageType;
-use super::shared::NodeShared;
+use super::shared::{NodeShared, RECHECK_INTERVAL};
+use super::spin_permit::PollPermit;
 use super::topic::check_topic;
-use connector::Connector;
+use super::wr_id::WrId;
 use events::{EventQueue, HeldQueue, MAX_UNDELIVERABLE};
-use feed::{Feed, PollPermit};
-use feed_channel::{EventWaker, FeedEvent, FeedSender};
+use feed::{Delivery, Feed, FeedContext, FeedStep, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
+use feed_channel::{EventWaker, FeedEvent, OpenedFeed};
 
 pub use builder::SubscriberBuilder;
 pub(crate) use connector::run_all as run_connectors;
+pub(crate) use connector::Connector;
 pub use counters::SubscriptionCounters;
 pub use events::{SubscriptionEvent, MAX_EVENTS};
+pub(crate) use feed_channel::FeedSender;
 pub use message::{Message, MessageRef, PublisherInfo};
 pub use options::Start;
 pub(crate) use options::SubscriptionOptions;
@@ -40,16 +57,13 @@ pub(crate) use options::SubscriptionOptions;
 pub use stream::MessageStream;
 
 mod builder;
-mod connect;
 mod connector;
-pub(super) mod counters;
-mod deliver;
+mod counters;
 mod events;
 mod feed;
 mod feed_channel;
 mod message;
 mod options;
-mod pull;
 #[cfg(feature = "async")]
 mod stream;
 
@@ -76,16 +90,24 @@ pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     topic: String,
     topic_id: TopicId,
     options: SubscriptionOptions,
+    /// The CQ of every feed's work.
     cq: CompletionQueue,
+    /// One feed per publisher connection, by the key its work-request ids carry.
     feeds: Slab<Feed>,
+    /// The feed of each connection, for its CM events.
     by_conn: HashMap<ConnId, usize>,
+    /// The generation the next feed gets (tells completions of a key's earlier feed apart).
     next_gen: u32,
+    /// What the CM thread and the connector tell the subscription.
     events_rx: Receiver<FeedEvent>,
+    /// The events held for `try_event`.
     user_events: EventQueue,
     /// Messages of failed feeds the application is told about through `recv` (at most
-    /// [`MAX_UNDELIVERABLE`](events::MAX_UNDELIVERABLE); the events name them all).
+    /// [`MAX_UNDELIVERABLE`]; the events name them all).
     undeliverable: HeldQueue<Error>,
+    /// Where the round-robin over ready feeds goes on.
     cursor: usize,
+    /// It was connected to a publisher once: with none left, `recv` says it is closed.
     ever_connected: bool,
     /// Holds a reassembled message lent by `recv_ref`.
     stash: Vec<u8>,
@@ -110,18 +132,23 @@ impl<T: ?Sized + MessageType> std::fmt::Debug for Subscription<T> {
 }
 
 impl<T: ?Sized + MessageType> Subscription<T> {
+    /// A subscription to `topic` on `node`: its CQ, its event channel and its connector (which
+    /// watches the topic when discovery is on).
+    ///
+    /// # Errors
+    /// An invalid topic or batch size; the fabric's when the CQ cannot be created.
     pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: SubscriptionOptions) -> Result<Subscription<T>> {
         check_topic(topic)?;
         if options.batch < 4096 || options.batch > 64 << 20 {
             return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
         }
-        let depth = 4096.min(node.fabric.attributes().max_cqe);
-        let cq = node.fabric.create_cq(depth)?;
+        let depth = 4096.min(node.fabric().attributes().max_cqe);
+        let cq = node.fabric().create_cq(depth)?;
         let (events_tx, events_rx) = channel::unbounded();
         let event_waker = Arc::new(EventWaker::default());
         let events_tx = FeedSender::new(events_tx, event_waker.clone());
         let counters = Arc::new(SubscriptionCounters::default());
-        node.stats.add_subscription(topic, &counters);
+        node.add_subscription_stats(topic, &counters);
         let topic_id = TopicId::of(topic);
         let connector = Connector::new(&node, topic, topic_id, &options, cq.clone(), events_tx);
         let sightings = connector.sightings();
@@ -162,7 +189,672 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     /// Publishers currently connected.
     pub fn publishers(&self) -> Vec<PublisherInfo> {
-        self.feeds.iter().filter(|(_, f)| !f.closed).filter_map(|(_, f)| f.active.as_ref().map(|a| a.info)).collect()
+        self.feeds.iter().filter(|(_, f)| !f.is_closed()).filter_map(|(_, f)| f.publisher()).collect()
+    }
+
+    /// Starts connecting to the publisher of this topic on the node at `addr` (nothing to do
+    /// when a connection to `addr` is open or opening, e.g. made by discovery). The outcome
+    /// arrives as a [`SubscriptionEvent`] (see [`try_event`](Self::try_event)) while receiving,
+    /// or wait for it with [`connect_wait`](Self::connect_wait).
+    ///
+    /// # Errors
+    /// [`Error::Fabric`] when the connection cannot be started (resources, addresses);
+    /// [`Error::InvalidOption`] past 65,536 publishers. Refusals and unreachable nodes arrive
+    /// as events.
+    pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
+        self.connector.connect(&self.node, addr)?;
+        self.drain_feed_events();
+        Ok(())
+    }
+
+    /// Connects to `addr` and waits until the publisher accepted or refused.
+    ///
+    /// # Errors
+    /// [`Error::Rejected`] with the publisher's reason, [`Error::RecordTooLarge`] when its
+    /// records are larger than this subscription READs, [`Error::Unreachable`] when no node
+    /// answers at `addr`, [`Error::Timeout`] when no answer came within `timeout`, and
+    /// [`Error::Closed`] when the connection closed while it was set up.
+    pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
+        self.connect(addr)?;
+        let deadline = rdma_fabric::time::deadline_after(timeout);
+        loop {
+            self.drain_feed_events();
+            let open = self.feeds.iter().find(|(_, f)| !f.is_closed() && f.addr() == addr);
+            if let Some(info) = open.and_then(|(_, f)| f.publisher()) {
+                return Ok(info);
+            }
+            if let Some(event) = self.user_events.take_first(|e| match e {
+                SubscriptionEvent::Connected(info) => info.addr == addr,
+                SubscriptionEvent::Rejected { addr: a, .. }
+                | SubscriptionEvent::Unreachable { addr: a, .. }
+                | SubscriptionEvent::RecordTooLarge { addr: a, .. } => *a == addr,
+                SubscriptionEvent::Disconnected { addr: a, .. } => *a == addr,
+                _ => false,
+            }) {
+                return match event {
+                    SubscriptionEvent::Connected(info) => {
+                        self.user_events.push_back(SubscriptionEvent::Connected(info));
+                        Ok(info)
+                    }
+                    SubscriptionEvent::Rejected { addr, reason, detail } => {
+                        Err(Error::Rejected { peer: addr, reason, detail })
+                    }
+                    SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Unreachable { peer: addr, detail }),
+                    SubscriptionEvent::RecordTooLarge { len, limit, .. } => {
+                        Err(Error::RecordTooLarge { peer: addr, len, limit })
+                    }
+                    _ => Err(Error::Closed("the connection closed while it was being set up")),
+                };
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout { what: "connect", millis: rdma_fabric::time::millis(timeout) });
+            }
+            if let Ok(ev) = self.events_rx.recv_timeout(left.min(RECHECK_INTERVAL)) {
+                self.on_feed_event(ev);
+            }
+        }
+    }
+
+    /// The next event about this subscription's connections, if any.
+    pub fn try_event(&mut self) -> Option<SubscriptionEvent> {
+        self.drain_feed_events();
+        self.poll_discovery();
+        self.user_events.pop_front()
+    }
+
+    /// Waits for the next message (until every publisher has gone: then [`Error::Closed`]).
+    ///
+    /// A typed subscription decodes each message; one that is not a `T` is an
+    /// [`Error::Decode`] naming its publisher and sequence, and the next call goes on with the
+    /// next message.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] for a message that is not a `T`; [`Error::MessageTooLarge`], naming
+    /// both sizes, for a message over the subscription's
+    /// [`max_message_len`](crate::SubscriberBuilder::max_message_len) (its publisher's
+    /// connection is closed: [`SubscriptionEvent::MessageTooLarge`] names it); after either,
+    /// the next call goes on. [`Error::Closed`] when every publisher it was connected to has gone;
+    /// [`Error::NotConnected`] when it has no publisher and discovery is off; [`Error::Fabric`]
+    /// when its completion queue fails.
+    pub fn recv(&mut self) -> Result<Message<T::Owned>> {
+        loop {
+            if let Some(m) = self.recv_timeout(Duration::MAX)? {
+                return Ok(m);
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the next message; `None` on timeout.
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv).
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Option<Message<T::Owned>>> {
+        self.ready_within(Some(timeout))?.map(|key| self.take(key)).transpose()
+    }
+
+    /// Returns a message that has already arrived, making progress without blocking.
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv).
+    pub fn try_recv(&mut self) -> Result<Option<Message<T::Owned>>> {
+        self.ready_within(None)?.map(|key| self.take(key)).transpose()
+    }
+
+    /// An iterator over messages. It ends when the subscription closes (every publisher it
+    /// was connected to has gone, [`Error::Closed`]); a message that cannot be delivered
+    /// ([`Error::Decode`], [`Error::MessageTooLarge`]) is yielded as that error and the
+    /// iteration goes on; any other error is yielded once, then it ends.
+    pub fn iter(&mut self) -> impl Iterator<Item = Result<Message<T::Owned>>> + '_ {
+        let mut ended = false;
+        std::iter::from_fn(move || {
+            if ended {
+                return None;
+            }
+            match self.recv() {
+                Ok(m) => Some(Ok(m)),
+                Err(Error::Closed(_)) => {
+                    ended = true;
+                    None
+                }
+                Err(e) if e.is_undeliverable_message() => Some(Err(e)),
+                Err(e) => {
+                    ended = true;
+                    Some(Err(e))
+                }
+            }
+        })
+    }
+
+    /// The messages of this subscription as an async
+    /// [`Stream`](futures_core::Stream) of `Result<Message>`, for a
+    /// tokio runtime with its I/O driver (feature `async`). The task is woken by the completion
+    /// channel's descriptor through tokio's reactor and by the subscription's connection
+    /// events, never by a thread or a timer of its own.
+    ///
+    /// The stream ends (`None`) when the subscription closes: every publisher it was connected
+    /// to has gone ([`Error::Closed`] for [`recv`](Self::recv)). As with
+    /// [`iter`](Self::iter), a message that cannot be delivered is yielded as that error
+    /// ([`Error::Decode`], [`Error::MessageTooLarge`])
+    /// and the stream goes on; any other error is yielded once, then it ends. Messages are the
+    /// same as `recv`'s; events wait for [`try_event`](Self::try_event) once the stream is
+    /// dropped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_core::Stream;
+    /// use rdma_pubsub::{DiscoveryOptions, Node, Start};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> rdma_pubsub::Result<()> {
+    /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
+    /// let (a, b) = (without_discovery()?, without_discovery()?);
+    /// let publisher = a.publisher("doc-stream").create()?;
+    /// let mut sub = b.subscriber("doc-stream").start(Start::Earliest).create()?;
+    /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
+    /// publisher.publish(b"hello")?;
+    /// let mut stream = sub.stream();
+    /// let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut stream).poll_next(cx));
+    /// let m = next.await.expect("the stream goes on")?;
+    /// assert_eq!(m.data, b"hello");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Items are `Err` as [`recv`](Self::recv) fails, and with [`Error::Fabric`] when the
+    /// stream is polled outside a tokio runtime or the completion channel cannot be registered
+    /// with its reactor.
+    ///
+    /// # Panics
+    /// Polled in a tokio runtime built without its I/O driver (`enable_io`), as tokio's
+    /// `AsyncFd` does.
+    #[cfg(feature = "async")]
+    pub fn stream(&mut self) -> MessageStream<'_, T> {
+        MessageStream::new(self)
+    }
+
+    /// The key of a feed with a message ready: at once when one was parsed already (no clock
+    /// read, no housekeeping), else after running the feeds for up to `timeout` (`None`: one
+    /// pass that does not block).
+    fn ready_within(&mut self, timeout: Option<Duration>) -> Result<Option<usize>> {
+        if let Some(key) = self.pick_ready() {
+            return Ok(Some(key));
+        }
+        self.next_ready(timeout.map(rdma_fabric::time::deadline_after))
+    }
+
+    /// Takes the next message of feed `key`, decoded as a `T`.
+    fn take(&mut self, key: usize) -> Result<Message<T::Owned>> {
+        let (publisher, seq, delivery) = self.feeds[key].next_message().expect("a ready feed has a message");
+        let (data, len) = match delivery {
+            Delivery::InBuffer(bytes) => (T::decode(bytes), bytes.len()),
+            Delivery::Reassembled(v) => {
+                let len = v.len();
+                (T::decode_vec(v), len)
+            }
+        };
+        self.counters.count_delivery(len);
+        let data = data.map_err(|e| match e {
+            Error::Decode(detail) => Error::Decode(format!(
+                "message {seq} of publisher {:016x} at {}: {detail}",
+                publisher.id, publisher.addr
+            )),
+            e => e,
+        })?;
+        Ok(Message { publisher, seq, data })
+    }
+
+    /// The next feed with a message ready, round-robin from the one after the last served.
+    fn pick_ready(&mut self) -> Option<usize> {
+        let n = self.feeds.capacity();
+        let mut key = self.cursor;
+        for _ in 0..n {
+            if key >= n {
+                key = 0;
+            }
+            if self.feeds.get(key).is_some_and(Feed::has_ready) {
+                self.cursor = key + 1;
+                return Some(key);
+            }
+            key += 1;
+        }
+        None
+    }
+
+    /// Runs the feeds until one has a message ready and returns its key; `None` when the
+    /// deadline passes (with no deadline: after one pass that does not block).
+    fn next_ready(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
+        let ready = self.run_feeds(deadline);
+        // Polling ends with the call: another subscription may poll while the caller works.
+        self.permit.release();
+        ready
+    }
+
+    /// The loop of [`next_ready`](Self::next_ready).
+    fn run_feeds(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
+        let mut wcs = [WorkCompletion::default(); 64];
+        // Rounds of completions that made nothing ready (READs of an empty ring).
+        let mut fruitless = 0u32;
+        loop {
+            self.drain_feed_events();
+            self.poll_discovery();
+            self.reap_closed();
+            if let Some(key) = self.pick_ready() {
+                return Ok(Some(key));
+            }
+            if let Some(e) = self.undeliverable.pop_front() {
+                return Err(e);
+            }
+            if fruitless == PROBES_PER_YIELD {
+                // A feed polling an empty ring READs again at once (on the same host every READ
+                // completes as it is posted): now and then let a thread sharing this CPU, such
+                // as the publisher, have it, as `poll_wait` does while it spins.
+                fruitless = 0;
+                // Completions keep this loop from the deadline check below: a record that never
+                // validates (a publisher that writes garbage) is READ again and again, and the
+                // call must still end on time.
+                if deadline.is_none_or(|d| Instant::now() >= d) {
+                    return Ok(None);
+                }
+                std::thread::yield_now();
+            }
+            let may_return = self.connector.expects_publishers();
+            if self.feeds.is_empty() && !may_return {
+                if self.ever_connected {
+                    return Err(Error::Closed("every publisher of this subscription has gone"));
+                }
+                if self.sightings.is_none() {
+                    // Without discovery nothing will ever connect it: waiting would never end.
+                    return Err(Error::NotConnected { topic: self.topic.clone() });
+                }
+            }
+            self.housekeeping();
+            let n = self.cq.poll(&mut wcs)?;
+            if n > 0 {
+                self.handle_completions(&wcs[..n]);
+                // Fruitless unless the top of the loop finds a message ready.
+                fruitless += 1;
+                continue;
+            }
+            let Some(deadline) = deadline else { return Ok(None) };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let wait = deadline.saturating_duration_since(now).min(RECHECK_INTERVAL);
+            let any_active = self.feeds.iter().any(|(_, f)| f.is_reading());
+            if !any_active {
+                self.permit.release();
+                match &self.sightings {
+                    Some(sightings) => {
+                        // Wake on whichever comes first: a connection event or a sighting (it is
+                        // handled by `poll_discovery` at the top of the loop).
+                        let mut select = channel::Select::new();
+                        select.recv(&self.events_rx);
+                        select.recv(sightings);
+                        let _ = select.ready_timeout(wait);
+                    }
+                    None => {
+                        if let Ok(ev) = self.events_rx.recv_timeout(wait) {
+                            self.on_feed_event(ev);
+                        }
+                    }
+                }
+                continue;
+            }
+            let reading = self.feeds.iter().any(|(_, f)| f.read_in_flight());
+            let mut spin = if reading || self.options.busy_poll { READ_SPIN } else { Duration::ZERO };
+            let mut wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
+            // A paced feed READs again within microseconds: poll (yielding) until then rather
+            // than sleep, whose wake-up costs more than the delay.
+            if let Some(left) = self.paced_read_due(now) {
+                spin = spin.max(left);
+                wait = wait.min(left);
+            }
+            // Only so many subscriptions poll at once; the others block at once (see
+            // `spin_permit`). A busy-polling one always polls. A blocking wait holds no permit.
+            if spin > Duration::ZERO && !self.options.busy_poll && !self.permit.acquire() {
+                spin = Duration::ZERO;
+                self.counters.unpolled_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            if spin.is_zero() {
+                self.permit.release();
+            }
+            let n = self.cq.poll_wait(&mut wcs, spin, wait)?;
+            self.permit.release();
+            self.handle_completions(&wcs[..n]);
+        }
+    }
+
+    /// How soon the next READ a feed's pacer holds back may go, if one does (within
+    /// microseconds: see `pacing`); nothing else wakes the subscription for it.
+    fn paced_read_due(&self, now: Instant) -> Option<Duration> {
+        self.feeds.iter().filter_map(|(_, f)| f.paced_read_due(now)).min()
+    }
+
+    /// Posts the READs, acks and doorbell requests each feed needs now.
+    fn housekeeping(&mut self) {
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        let Subscription { feeds, options, node, counters, permit, user_events, topic, .. } = self;
+        let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, topic);
+        for (key, feed) in feeds.iter_mut() {
+            if let Err(e) = feed.housekeep(now, &mut ctx) {
+                failed.push((key, e));
+            }
+        }
+        for (key, e) in failed {
+            self.fail_feed(key, e);
+        }
+    }
+
+    /// Handles every completion already in the CQ, without waiting.
+    fn drain_completions(&mut self) {
+        let mut wcs = [WorkCompletion::default(); 64];
+        let cq = self.cq.clone();
+        if let Err(e) = cq.drain(&mut wcs, |wcs| self.handle_completions(wcs)) {
+            tracing::warn!(topic = %self.topic, "subscription CQ: {e}");
+        }
+    }
+
+    /// Hands each completion to the feed whose work it completes, and does what the feed
+    /// reports.
+    fn handle_completions(&mut self, wcs: &[WorkCompletion]) {
+        for wc in wcs {
+            let Some(id) = WrId::decode(wc.wr_id) else { continue };
+            let key = id.owner;
+            let Subscription { feeds, options, node, counters, permit, user_events, topic, .. } = self;
+            let Some(feed) = feeds.get_mut(key) else { continue };
+            let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, topic);
+            match feed.complete(wc, id, &mut ctx) {
+                FeedStep::Continue => {}
+                FeedStep::Failed(e) => self.fail_feed(key, e),
+                FeedStep::Ended { publisher, final_seq } => self.stream_ended(key, publisher, final_seq),
+                FeedStep::Dropped => self.close_feed(key),
+            }
+        }
+    }
+
+    /// When discovery said something, runs the connector at once (it applies the sightings
+    /// and opens the connections due), then takes what it did.
+    fn poll_discovery(&mut self) {
+        if self.sightings.as_ref().is_some_and(|rx| !rx.is_empty()) {
+            self.connector.run(&self.node, true);
+            self.drain_feed_events();
+        }
+    }
+
+    /// Handles every event other threads sent, without waiting.
+    fn drain_feed_events(&mut self) {
+        while let Ok(ev) = self.events_rx.try_recv() {
+            self.on_feed_event(ev);
+        }
+    }
+
+    /// Handles one event of the subscription's connections (CM events, connections its connector
+    /// opened, discovery's losses and failed connects).
+    fn on_feed_event(&mut self, ev: FeedEvent) {
+        match ev {
+            FeedEvent::Connection(ConnectionEvent::ConnectRequest(never)) => match never {},
+            FeedEvent::Connection(ConnectionEvent::Established { conn, private_data }) => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                match self.activate(key, &private_data) {
+                    Ok(info) => {
+                        self.ever_connected = true;
+                        if self.connector.established(info.addr, info.id) {
+                            self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                        }
+                        self.user_events.push_back(SubscriptionEvent::Connected(info));
+                    }
+                    Err(e) => {
+                        let addr = self.feeds[key].addr();
+                        tracing::warn!(topic = %self.topic, %addr, "unusable accept from publisher: {e}");
+                        let event = match e {
+                            Error::RecordTooLarge { len, limit, .. } => {
+                                SubscriptionEvent::RecordTooLarge { addr, len, limit }
+                            }
+                            e => SubscriptionEvent::Rejected {
+                                addr,
+                                reason: RejectCode::Malformed,
+                                detail: format!("the publisher's accept data is unusable: {e}"),
+                            },
+                        };
+                        self.user_events.push_back(event);
+                        self.remove_feed(key);
+                    }
+                }
+            }
+            FeedEvent::Connection(ConnectionEvent::Rejected { conn, reason, private_data }) => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                let addr = self.feeds[key].addr();
+                let event = match (reason, RejectData::decode(&private_data)) {
+                    (_, Ok(r)) => SubscriptionEvent::Rejected { addr, reason: r.reason, detail: r.detail },
+                    (CmReject::NoListener, Err(_)) => {
+                        SubscriptionEvent::Unreachable { addr, detail: "no node listens at that address".into() }
+                    }
+                    (other, Err(e)) => SubscriptionEvent::Rejected {
+                        addr,
+                        reason: RejectCode::Malformed,
+                        detail: format!("rejected ({other:?}) without a readable reason: {e}"),
+                    },
+                };
+                let end_already_told =
+                    matches!(event, SubscriptionEvent::Rejected { reason: RejectCode::UnknownTopic, .. })
+                        && self.connector.has_ended(addr);
+                if end_already_told {
+                    tracing::debug!(topic = %self.topic, %addr, "the publisher that ended is not there: no event");
+                } else {
+                    self.user_events.push_back(event);
+                }
+                self.remove_feed(key);
+            }
+            FeedEvent::Connection(ConnectionEvent::Unreachable { conn, detail }) => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                let addr = self.feeds[key].addr();
+                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail });
+                self.remove_feed(key);
+            }
+            FeedEvent::Connection(ConnectionEvent::Disconnected { conn }) => {
+                let Some(&key) = self.by_conn.get(&conn) else { return };
+                // What arrived before the disconnect (an end of stream, a drop notice) is in the
+                // CQ already: handle it first, so an orderly end is not reported as a failure.
+                self.drain_completions();
+                // Nothing more to tell of a feed closed already.
+                let Some(event) = self.feeds.get(key).and_then(Feed::disconnect_event) else { return };
+                self.user_events.push_back(event);
+                self.close_feed(key);
+            }
+            FeedEvent::Opened(opened) => self.adopt(*opened),
+            FeedEvent::PublisherLost(lost) => self.publisher_lost(lost),
+            FeedEvent::ConnectFailed { addr, detail } => {
+                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail });
+            }
+        }
+    }
+
+    /// Takes a connection its connector opened: posts its receives and follows it.
+    fn adopt(&mut self, opened: OpenedFeed) {
+        let (conn, addr) = (opened.conn(), opened.addr());
+        let key = self.feeds.vacant_key();
+        let gen = self.next_gen;
+        self.next_gen = self.next_gen.wrapping_add(1);
+        match Feed::open(key, gen, opened) {
+            Ok(feed) => {
+                self.by_conn.insert(conn, key);
+                self.feeds.insert(feed);
+            }
+            Err(e) => {
+                self.node.remove_route(conn);
+                self.connector.removed(addr, conn);
+                self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail: e.to_string() });
+            }
+        }
+    }
+
+    /// Sets up reading of the publisher's ring from its accept data: feed `key` skips what
+    /// earlier connections to the same publisher's epoch delivered (or still hold ready).
+    fn activate(&mut self, key: usize, private_data: &[u8]) -> Result<PublisherInfo> {
+        let accept = AcceptData::decode(private_data)?;
+        if accept.topic != self.topic_id {
+            return Err(Error::Protocol(rdma_wire::protocol::ProtocolError::Malformed {
+                what: "accept private data",
+                detail: "the publisher accepted another topic".into(),
+            }));
+        }
+        let (id, epoch) = (accept.publisher_id, accept.epoch);
+        let skip_through = self
+            .feeds
+            .iter()
+            .filter(|&(k, _)| k != key)
+            .filter_map(|(_, f)| f.read_through(id, epoch))
+            .chain(self.delivered.get(&(id, epoch)).copied())
+            .max()
+            .unwrap_or(0);
+        self.feeds[key].activate(&accept, skip_through, &self.options, self.node.pd(), &self.counters)
+    }
+
+    /// Discovery says a publisher is gone: tells the application, and closes the connection
+    /// to a silent or restarted one.
+    fn publisher_lost(&mut self, l: Lost) {
+        self.user_events.push_back(SubscriptionEvent::PublisherLost {
+            node: l.node,
+            epoch: l.epoch,
+            addr: l.addr,
+            reason: l.reason,
+        });
+        if matches!(l.reason, LostReason::Silent | LostReason::Restarted) {
+            let gone: Vec<usize> =
+                self.feeds.iter().filter(|(_, f)| f.serves(l.addr, l.epoch)).map(|(k, _)| k).collect();
+            for key in gone {
+                self.close_feed(key);
+            }
+        }
+    }
+
+    /// A publisher's stream ended, everything read: reports it and closes the feed. Discovery
+    /// may announce the publisher a little longer, so a reconnection refused with
+    /// `UnknownTopic` before it says anything new is that same end, not reported again.
+    fn stream_ended(&mut self, key: usize, publisher: PublisherInfo, final_seq: u64) {
+        self.user_events.push_back(SubscriptionEvent::Ended { publisher, final_seq, complete: true });
+        self.connector.ended(publisher.addr);
+        self.close_feed(key);
+    }
+
+    /// A feed failed with `e`: tells the application and closes it (unless the connection is
+    /// going away: then the CM's `Disconnected` event closes it).
+    fn fail_feed(&mut self, key: usize, e: Error) {
+        let Some(feed) = self.feeds.get_mut(key) else { return };
+        if feed.is_closed() {
+            return;
+        }
+        let addr = feed.addr();
+        if matches!(e, Error::Fabric(rdma_fabric::Error::NotConnected { .. })) {
+            // The connection is going away: the CM's Disconnected event closes the feed, with
+            // the right event once the CQ was handled.
+            tracing::debug!(topic = %self.topic, %addr, "feed quiesced: {e}");
+            feed.quiesce();
+            return;
+        }
+        tracing::warn!(topic = %self.topic, %addr, "feed failed: {e}");
+        let publisher = feed.publisher();
+        match (&e, publisher) {
+            (Error::Ring(RingError::MessageTooLarge { len, max }), Some(publisher)) => {
+                self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *max });
+                self.undeliverable.push_back(Error::MessageTooLarge { len: *len, limit: *max });
+            }
+            (Error::Ring(RingError::RecordTooLarge { len, max, .. }), _) => {
+                let (len, limit) = (*len, *max);
+                self.user_events.push_back(SubscriptionEvent::RecordTooLarge { addr, len, limit });
+            }
+            _ => {}
+        }
+        self.user_events.push_back(SubscriptionEvent::Disconnected { addr, publisher });
+        self.close_feed(key);
+    }
+
+    /// Stops READing a feed; it is removed once its ready messages are delivered.
+    fn close_feed(&mut self, key: usize) {
+        if let Some(feed) = self.feeds.get_mut(key) {
+            feed.close();
+            self.connector.closed(feed.addr(), feed.conn());
+        }
+    }
+
+    /// Removes a feed: forgets its connection and keeps what it delivered (a reconnection to
+    /// the same epoch skips it).
+    fn remove_feed(&mut self, key: usize) {
+        if self.feeds.contains(key) {
+            let feed = self.feeds.remove(key);
+            self.by_conn.remove(&feed.conn());
+            self.node.remove_route(feed.conn());
+            if let Some((publisher, last, buffer_bytes)) = feed.last_read() {
+                self.counters.read_buffer_bytes.fetch_sub(buffer_bytes, Ordering::Relaxed);
+                let entry = self.delivered.entry((publisher.id, publisher.epoch)).or_insert(0);
+                *entry = (*entry).max(last);
+                // Older epochs of this publisher are never read again.
+                self.delivered.retain(|&(id, epoch), _| id != publisher.id || epoch >= publisher.epoch);
+            }
+            self.connector.removed(feed.addr(), feed.conn());
+        }
+    }
+
+    /// Removes the closed feeds that are done (flushed, everything delivered).
+    fn reap_closed(&mut self) {
+        let done: Vec<usize> = self.feeds.iter().filter(|(_, f)| f.is_done()).map(|(k, _)| k).collect();
+        for key in done {
+            self.remove_feed(key);
+        }
+    }
+
+    /// The subscription's completion queue (the async stream arms it and waits on its
+    /// descriptor).
+    #[cfg(feature = "async")]
+    fn completion_queue(&self) -> &CompletionQueue {
+        &self.cq
+    }
+
+    /// The async task waiting for connection events, woken by whoever sends one.
+    #[cfg(feature = "async")]
+    fn event_waker(&self) -> &EventWaker {
+        &self.event_waker
+    }
+}
+
+impl Subscription<[u8]> {
+    /// Waits up to `timeout` for the next message and lends it without copying: the payload
+    /// stays in the READ buffer it arrived in (reassembled messages in a buffer of the
+    /// subscription) until the next call.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rdma_pubsub::{DiscoveryOptions, Node};
+    ///
+    /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
+    /// let (a, b) = (without_discovery()?, without_discovery()?);
+    /// let publisher = a.publisher("doc-zero-copy").create()?;
+    /// let mut sub = b.subscriber("doc-zero-copy").create()?;
+    /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
+    /// publisher.publish(b"borrowed")?;
+    /// let view = sub.recv_ref(Duration::from_secs(10))?.expect("a message within 10 s");
+    /// assert_eq!(view.data, b"borrowed"); // valid until the next call on `sub`
+    /// # Ok::<(), rdma_pubsub::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`recv`](Self::recv).
+    pub fn recv_ref(&mut self, timeout: Duration) -> Result<Option<MessageRef<'_>>> {
+        let Some(key) = self.ready_within(Some(timeout))? else { return Ok(None) };
+        let Subscription { feeds, stash, counters, .. } = self;
+        let (publisher, seq, delivery) = feeds[key].next_message().expect("a ready feed has a message");
+        let data: &[u8] = match delivery {
+            Delivery::InBuffer(bytes) => bytes,
+            Delivery::Reassembled(v) => {
+                *stash = v;
+                stash
+            }
+        };
+        counters.count_delivery(data.len());
+        Ok(Some(MessageRef { publisher, seq, data }))
     }
 }
 
@@ -174,12 +866,12 @@ impl<T: ?Sized + MessageType> Drop for Subscription<T> {
             .events_rx
             .try_iter()
             .filter_map(|ev| match ev {
-                FeedEvent::Opened(opened) => Some(opened.conn),
+                FeedEvent::Opened(opened) => Some(opened.conn()),
                 _ => None,
             })
             .collect();
-        let mut routes = self.node.routes.lock();
-        for conn in self.feeds.iter().map(|(_, feed)| feed.conn).chain(unopened) {
+        let mut routes = self.node.routes();
+        for conn in self.feeds.iter().map(|(_, feed)| feed.conn()).chain(unopened) {
             routes.remove(&conn);
         }
     }

@@ -49,54 +49,14 @@ pub struct MessageStream<'a, T: ?Sized + MessageType = [u8]> {
 
 impl<T: ?Sized + MessageType> std::fmt::Debug for MessageStream<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MessageStream").field("topic", &self.sub.topic).field("ended", &self.ended).finish()
+        f.debug_struct("MessageStream").field("topic", &self.sub.topic()).field("ended", &self.ended).finish()
     }
 }
 
-impl<T: ?Sized + MessageType> Subscription<T> {
-    /// The messages of this subscription as an async [`Stream`] of `Result<Message>`, for a
-    /// tokio runtime with its I/O driver (feature `async`). The task is woken by the completion
-    /// channel's descriptor through tokio's reactor and by the subscription's connection
-    /// events, never by a thread or a timer of its own (see the module doc).
-    ///
-    /// The stream ends (`None`) when the subscription closes: every publisher it was connected
-    /// to has gone ([`Error::Closed`] for [`recv`](Self::recv)). As with
-    /// [`iter`](Self::iter), a message that cannot be delivered is yielded as that error
-    /// ([`Error::Decode`], [`Error::MessageTooLarge`])
-    /// and the stream goes on; any other error is yielded once, then it ends. Messages are the
-    /// same as `recv`'s; events wait for [`try_event`](Self::try_event) once the stream is
-    /// dropped.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use futures_core::Stream;
-    /// use rdma_pubsub::{DiscoveryOptions, Node, Start};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> rdma_pubsub::Result<()> {
-    /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
-    /// let (a, b) = (without_discovery()?, without_discovery()?);
-    /// let publisher = a.publisher("doc-stream").create()?;
-    /// let mut sub = b.subscriber("doc-stream").start(Start::Earliest).create()?;
-    /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
-    /// publisher.publish(b"hello")?;
-    /// let mut stream = sub.stream();
-    /// let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut stream).poll_next(cx));
-    /// let m = next.await.expect("the stream goes on")?;
-    /// assert_eq!(m.data, b"hello");
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// Items are `Err` as [`recv`](Self::recv) fails, and with [`Error::Fabric`] when the
-    /// stream is polled outside a tokio runtime or the completion channel cannot be registered
-    /// with its reactor.
-    ///
-    /// # Panics
-    /// Polled in a tokio runtime built without its I/O driver (`enable_io`), as tokio's
-    /// `AsyncFd` does.
-    pub fn stream(&mut self) -> MessageStream<'_, T> {
-        MessageStream { sub: self, notifier: None, ended: false }
+impl<'a, T: ?Sized + MessageType> MessageStream<'a, T> {
+    /// The messages of `sub`, once polled ([`Subscription::stream`]).
+    pub(super) fn new(sub: &'a mut Subscription<T>) -> MessageStream<'a, T> {
+        MessageStream { sub, notifier: None, ended: false }
     }
 }
 
@@ -114,7 +74,7 @@ impl<T: ?Sized + MessageType> Stream for MessageStream<'_, T> {
             Poll::Ready(Err(e)) if e.is_undeliverable_message() => Poll::Ready(Some(Err(e))),
             Poll::Ready(Err(e)) => {
                 this.ended = true;
-                this.sub.event_waker.clear();
+                this.sub.event_waker().clear();
                 match e {
                     Error::Closed(_) => Poll::Ready(None),
                     e => Poll::Ready(Some(Err(e))),
@@ -133,14 +93,14 @@ impl<T: ?Sized + MessageType> MessageStream<'_, T> {
         }
         let notifier = match &self.notifier {
             Some(n) => n,
-            None => self.notifier.insert(AsyncNotifier::new(&self.sub.cq)?),
+            None => self.notifier.insert(AsyncNotifier::new(self.sub.completion_queue())?),
         };
         // Registered before the look at the channel (in `try_recv`): an event sent after that
         // look wakes the task.
-        self.sub.event_waker.register(cx.waker());
+        self.sub.event_waker().register(cx.waker());
         // Armed before the look at the CQ: a completion queued before the arm is found by the
         // look, one queued after it raises the notification.
-        self.sub.cq.arm()?;
+        self.sub.completion_queue().arm()?;
         if let Some(m) = self.sub.try_recv()? {
             return Poll::Ready(Ok(m));
         }
@@ -164,7 +124,7 @@ impl<T: ?Sized + MessageType> MessageStream<'_, T> {
 
 impl<T: ?Sized + MessageType> Drop for MessageStream<'_, T> {
     fn drop(&mut self) {
-        self.sub.event_waker.clear();
+        self.sub.event_waker().clear();
     }
 }
 
@@ -210,7 +170,7 @@ mod tests {
         }
         // A READ posted by the last poll completes: handled by a look that blocks for nothing.
         let deadline = Instant::now() + WAIT;
-        while sub.feeds.iter().any(|(_, f)| f.active.as_ref().is_some_and(|a| a.plan.is_some())) {
+        while sub.feeds.iter().any(|(_, f)| f.read_in_flight()) {
             assert!(Instant::now() < deadline, "the READ in flight did not complete");
             assert!(sub.try_recv().expect("try_recv").is_none());
             std::thread::yield_now();
@@ -218,11 +178,7 @@ mod tests {
         // Two small READs in a row, an hour from now: the pacer holds the next READ till then.
         let later = Instant::now() + Duration::from_secs(3600);
         for (_, feed) in sub.feeds.iter_mut() {
-            let active = feed.active.as_deref_mut().expect("an active feed");
-            assert!(active.plan.is_none(), "no READ in flight once parked");
-            for _ in 0..2 {
-                active.pacer.after_read(later, 64, 1 << 20, false);
-            }
+            feed.pace_as_after_a_trickle(later);
         }
         assert!(sub.paced_read_due(Instant::now()).is_some(), "a READ is held back");
         let count = Arc::new(Counting(AtomicUsize::new(0)));
