@@ -35,8 +35,8 @@ pub enum Error {
     InvalidTopic {
         /// The name given.
         topic: String,
-        /// Why.
-        detail: &'static str,
+        /// Which rule it breaks (see [`Topic`](crate::Topic)).
+        detail: String,
     },
     /// This node already publishes the topic.
     #[error(

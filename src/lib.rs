@@ -41,8 +41,8 @@ pub use fabric::FabricKind;
 #[cfg(feature = "async")]
 pub use node::MessageStream;
 pub use node::{
-    DiscoveryCounters, DiscoveryOptions, Loan, LostReason, Message, MessageRef, MessageType, Node, NodeBuilder,
-    NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, Start,
+    DiscoveryCounters, DiscoveryOptions, IntoTopic, Loan, LostReason, Message, MessageRef, MessageType, Node,
+    NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, Start,
     SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
 };
 pub use rdma_wire::protocol::{DropReason, PolicyKind, ProtocolError, RejectCode, Secret};

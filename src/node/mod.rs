@@ -65,6 +65,7 @@ pub use subscription::{
     Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
     SubscriptionEvent, MAX_EVENTS,
 };
+pub use topic::IntoTopic;
 
 /// Builds a [`Node`].
 ///
@@ -321,14 +322,14 @@ impl Node {
     }
     /// Starts configuring the publisher of `topic` on this node: set what differs from the
     /// defaults, then [`create`](PublisherBuilder::create) it.
-    pub fn publisher(&self, topic: &str) -> PublisherBuilder<'_> {
+    pub fn publisher(&self, topic: impl IntoTopic) -> PublisherBuilder<'_> {
         PublisherBuilder::new(&self.shared, topic)
     }
     /// Starts configuring a subscription to `topic`: set what differs from the defaults, then
     /// [`create`](SubscriberBuilder::create) it. With discovery on it connects by itself, in
     /// the background, to every publisher of the topic as they are announced;
     /// [`SubscriberBuilder::connect`] and [`Subscription::connect`] connect by address.
-    pub fn subscriber(&self, topic: &str) -> SubscriberBuilder<'_> {
+    pub fn subscriber(&self, topic: impl IntoTopic) -> SubscriberBuilder<'_> {
         SubscriberBuilder::new(&self.shared, topic)
     }
 }

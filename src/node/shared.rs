@@ -4,6 +4,7 @@
 //! counters. The tables hold the publishers' and subscriptions' own types; the threads call
 //! them directly.
 
+use rdma_wire::Topic;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -150,16 +151,17 @@ impl NodeShared {
     ///
     /// # Errors
     /// [`Error::AlreadyPublishing`] when a live publisher of the topic is there already.
-    pub(crate) fn add_publisher(&self, topic: &str, topic_id: TopicId, publisher: &Arc<PublisherShared>) -> Result<()> {
+    pub(crate) fn add_publisher(&self, topic: &Topic, publisher: &Arc<PublisherShared>) -> Result<()> {
+        let topic_id = topic.id();
         {
             let mut publishers = self.publishers.lock();
             if publishers.get(&topic_id).and_then(Weak::upgrade).is_some() {
-                return Err(Error::AlreadyPublishing { topic: topic.to_owned() });
+                return Err(Error::AlreadyPublishing { topic: topic.to_string() });
             }
             publishers.insert(topic_id, Arc::downgrade(publisher));
         }
-        self.stats.add_publisher(topic, publisher.id(), publisher.counters_arc());
-        self.discovery.publisher_added(topic, topic_id);
+        self.stats.add_publisher(topic.as_str(), publisher.id(), publisher.counters_arc());
+        self.discovery.publisher_added(topic.as_str(), topic_id);
         Ok(())
     }
 

@@ -15,7 +15,7 @@ use super::limits::{MAX_PARTS, MAX_PEERS, MAX_PEER_TOPICS, MAX_TOTAL_TOPICS};
 use super::sighting::{LostReason, Present, Sighting};
 use super::watcher::Watcher;
 use crate::node::identity::NodeId;
-use crate::node::topic::check_topic;
+use crate::node::topic::is_topic;
 use rdma_wire::protocol::{AnnounceKind, Announcement, TopicId};
 
 /// A node known to discovery.
@@ -335,7 +335,7 @@ impl Directory {
     fn topic_counts_within_bounds(inner: &Inner, a: &Announcement, is_new: bool) -> Option<(usize, usize)> {
         if usize::from(a.parts) > MAX_PARTS
             || a.topics.len() > MAX_PEER_TOPICS
-            || a.topics.iter().any(|(name, _)| check_topic(name).is_err())
+            || a.topics.iter().any(|(name, _)| !is_topic(name))
             || (is_new && inner.peers.len() >= MAX_PEERS)
         {
             return None;

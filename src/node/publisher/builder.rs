@@ -8,8 +8,10 @@ use super::{Policy, Publisher, PublisherOptions};
 use crate::error::Result;
 use crate::node::message_type::MessageType;
 use crate::node::shared::NodeShared;
+use crate::node::topic::IntoTopic;
 use rdma_wire::protocol::Secret;
 use rdma_wire::ring::Checksum;
+use rdma_wire::Topic;
 
 /// Configures and creates a [`Publisher`] of one topic; from [`Node::publisher`](crate::Node::publisher).
 ///
@@ -33,7 +35,7 @@ use rdma_wire::ring::Checksum;
 #[must_use = "a builder does nothing until `create` is called"]
 pub struct PublisherBuilder<'n, T: ?Sized + MessageType = [u8]> {
     node: &'n Arc<NodeShared>,
-    topic: String,
+    topic: Result<Topic>,
     options: PublisherOptions,
     _type: PhantomData<fn(&T)>,
 }
@@ -45,8 +47,8 @@ impl<T: ?Sized + MessageType> std::fmt::Debug for PublisherBuilder<'_, T> {
 }
 
 impl<'n> PublisherBuilder<'n> {
-    pub(crate) fn new(node: &'n Arc<NodeShared>, topic: &str) -> Self {
-        PublisherBuilder { node, topic: topic.to_owned(), options: PublisherOptions::default(), _type: PhantomData }
+    pub(crate) fn new(node: &'n Arc<NodeShared>, topic: impl IntoTopic) -> Self {
+        PublisherBuilder { node, topic: topic.into_topic(), options: PublisherOptions::default(), _type: PhantomData }
     }
 }
 
@@ -116,6 +118,6 @@ impl<'n, T: ?Sized + MessageType> PublisherBuilder<'n, T> {
     /// node publishes the topic already, and [`Error::Fabric`](crate::Error::Fabric) when the
     /// ring cannot be registered.
     pub fn create(self) -> Result<Publisher<T>> {
-        Publisher::create(self.node.clone(), &self.topic, self.options)
+        Publisher::create(self.node.clone(), self.topic?, self.options)
     }
 }

@@ -16,6 +16,7 @@ mod loan;
 mod options;
 mod shared;
 
+use rdma_wire::Topic;
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,7 +67,7 @@ impl<T: ?Sized + MessageType> Publisher<T> {
     ///
     /// # Errors
     /// As [`PublisherBuilder::create`].
-    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: PublisherOptions) -> Result<Publisher<T>> {
+    pub(crate) fn create(node: Arc<NodeShared>, topic: Topic, options: PublisherOptions) -> Result<Publisher<T>> {
         Ok(Publisher { shared: PublisherShared::create(node, topic, options)?, _type: PhantomData })
     }
 

@@ -14,6 +14,7 @@
 //! CM thread can accept subscribers meanwhile. The flow-control rules themselves are pure
 //! functions (`flow_control.rs`); a subscriber's activity is its [`Liveness`].
 
+use rdma_wire::Topic;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -27,7 +28,7 @@ use rdma_fabric::{
     SendRequest, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
 };
 use rdma_wire::protocol::{
-    AcceptData, ConnectData, Control, CredentialError, DropReason, RejectCode, StartAt, TopicId, CONTROL_MSG_MAX,
+    AcceptData, ConnectData, Control, CredentialError, DropReason, RejectCode, StartAt, CONTROL_MSG_MAX,
 };
 use rdma_wire::ring::{Append, Checksum, Claim, RingConfig, RingProducer, NO_LIMIT};
 
@@ -41,7 +42,6 @@ use crate::node::ack_clock::{self, AckClock};
 use crate::node::identity::publisher_id;
 use crate::node::shared::{NodeShared, Route, RECHECK_INTERVAL};
 use crate::node::single_writer::add_single_writer;
-use crate::node::topic::check_topic;
 use crate::node::wr_id::{WrId, WrKind, MAX_SLOT};
 
 /// Receive slots kept posted per subscriber (acks are coalesced; a few suffice).
@@ -154,8 +154,7 @@ impl PubState {
 /// What a publisher's handle, its publishing calls and the CM thread share.
 pub(crate) struct PublisherShared {
     node: Arc<NodeShared>,
-    topic: String,
-    topic_id: TopicId,
+    topic: Topic,
     id: u64,
     options: PublisherOptions,
     max_record_payload: usize,
@@ -184,10 +183,9 @@ impl PublisherShared {
     /// registers it with the node (which announces it, with discovery).
     pub(super) fn create(
         node: Arc<NodeShared>,
-        topic: &str,
+        topic: Topic,
         options: PublisherOptions,
     ) -> Result<Arc<PublisherShared>> {
-        check_topic(topic)?;
         if options.max_subscribers == 0 || options.max_subscribers > MAX_SUBSCRIBERS {
             return Err(Error::InvalidOption { option: "max_subscribers", detail: "must be in 1..=4096".into() });
         }
@@ -195,7 +193,7 @@ impl PublisherShared {
             let detail = format!("must be at least {MIN_IDLE_TIMEOUT:?} (Duration::MAX: never)");
             return Err(Error::InvalidOption { option: "idle_timeout", detail });
         }
-        let topic_id = TopicId::of(topic);
+        let topic_id = topic.id();
         let mut config = RingConfig::new(options.ring_capacity, node.epoch());
         if let Some(m) = options.max_record_payload {
             config.max_record_payload = m;
@@ -220,8 +218,7 @@ impl PublisherShared {
         }
         let shared = Arc::new(PublisherShared {
             id: publisher_id(node.id(), topic_id),
-            topic: topic.to_owned(),
-            topic_id,
+            topic: topic.clone(),
             max_record_payload: config.max_record_payload,
             yield_after: if attrs.copies_on_host_cpus { YIELD_AFTER_BYTES } else { usize::MAX },
             remote: ring.remote(),
@@ -249,13 +246,13 @@ impl PublisherShared {
             options,
             node: node.clone(),
         });
-        node.add_publisher(topic, topic_id, &shared)?;
+        node.add_publisher(&topic, &shared)?;
         Ok(shared)
     }
 
     /// The topic.
     pub(super) fn topic(&self) -> &str {
-        &self.topic
+        self.topic.as_str()
     }
 
     /// The publisher's id (what subscribers see in [`crate::PublisherInfo`]).
@@ -397,7 +394,7 @@ impl PublisherShared {
         };
         st.closing = true;
         drop(st);
-        self.node.remove_publisher(self.topic_id, self);
+        self.node.remove_publisher(self.topic.id(), self);
         // Whether or not it could be finished, the subscribers get what is complete.
         if let Ok(st) = self.finish_unfinished(self.state.lock(), linger) {
             drop(st);
@@ -931,7 +928,7 @@ impl PublisherShared {
             StartAt::Earliest => st.producer.earliest(),
         };
         let accept = AcceptData {
-            topic: self.topic_id,
+            topic: self.topic.id(),
             ring: self.remote,
             region_len: self.region_len as u64,
             capacity: st.producer.capacity() as u64,

@@ -1,5 +1,7 @@
 //! [`SubscriberBuilder`]: `node.subscriber("t").start(..).create()`.
 
+use crate::node::topic::IntoTopic;
+use rdma_wire::Topic;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,7 +40,7 @@ use rdma_wire::protocol::Secret;
 #[must_use = "a builder does nothing until `create` is called"]
 pub struct SubscriberBuilder<'n, T: ?Sized + MessageType = [u8]> {
     node: &'n Arc<NodeShared>,
-    topic: String,
+    topic: Result<Topic>,
     options: SubscriptionOptions,
     /// Publishers' nodes to connect to at creation.
     connect: Vec<SocketAddr>,
@@ -56,10 +58,10 @@ impl<T: ?Sized + MessageType> std::fmt::Debug for SubscriberBuilder<'_, T> {
 }
 
 impl<'n> SubscriberBuilder<'n> {
-    pub(crate) fn new(node: &'n Arc<NodeShared>, topic: &str) -> Self {
+    pub(crate) fn new(node: &'n Arc<NodeShared>, topic: impl IntoTopic) -> Self {
         SubscriberBuilder {
             node,
-            topic: topic.to_owned(),
+            topic: topic.into_topic(),
             options: SubscriptionOptions::default(),
             connect: Vec::new(),
             _type: PhantomData,
@@ -135,7 +137,7 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
     /// [`Error::Fabric`](crate::Error::Fabric) when the completion queue or a connection
     /// cannot be created.
     pub fn create(self) -> Result<Subscription<T>> {
-        let mut subscription = Subscription::create(self.node.clone(), &self.topic, self.options)?;
+        let mut subscription = Subscription::create(self.node.clone(), self.topic?, self.options)?;
         for addr in self.connect {
             subscription.connect(addr)?;
         }

@@ -19,6 +19,7 @@
 //! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `stream.rs`
 //! (feature `async`), `builder.rs`, `options.rs`, `message.rs`, `counters.rs`.
 
+use rdma_wire::Topic;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
@@ -31,14 +32,13 @@ use slab::Slab;
 
 use crate::error::{Error, Result};
 use rdma_fabric::{CompletionQueue, ConnId, ConnectionEvent, RejectReason as CmReject, WorkCompletion};
-use rdma_wire::protocol::{AcceptData, RejectCode, RejectData, TopicId};
+use rdma_wire::protocol::{AcceptData, RejectCode, RejectData};
 use rdma_wire::ring::RingError;
 
 use super::discovery::{Lost, LostReason, Sighting};
 use super::message_type::MessageType;
 use super::shared::{NodeShared, RECHECK_INTERVAL};
 use super::spin_permit::PollPermit;
-use super::topic::check_topic;
 use super::wr_id::WrId;
 use events::{EventQueue, HeldQueue, MAX_UNDELIVERABLE};
 use feed::{Delivery, Feed, FeedContext, FeedStep, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
@@ -87,8 +87,7 @@ mod stream;
 pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     _type: PhantomData<fn() -> Box<T>>,
     node: Arc<NodeShared>,
-    topic: String,
-    topic_id: TopicId,
+    topic: Topic,
     options: SubscriptionOptions,
     /// The CQ of every feed's work.
     cq: CompletionQueue,
@@ -137,8 +136,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     ///
     /// # Errors
     /// An invalid topic or batch size; the fabric's when the CQ cannot be created.
-    pub(crate) fn create(node: Arc<NodeShared>, topic: &str, options: SubscriptionOptions) -> Result<Subscription<T>> {
-        check_topic(topic)?;
+    pub(crate) fn create(node: Arc<NodeShared>, topic: Topic, options: SubscriptionOptions) -> Result<Subscription<T>> {
         if options.batch < 4096 || options.batch > 64 << 20 {
             return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
         }
@@ -148,14 +146,12 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         let event_waker = Arc::new(EventWaker::default());
         let events_tx = FeedSender::new(events_tx, event_waker.clone());
         let counters = Arc::new(SubscriptionCounters::default());
-        node.add_subscription_stats(topic, &counters);
-        let topic_id = TopicId::of(topic);
-        let connector = Connector::new(&node, topic, topic_id, &options, cq.clone(), events_tx);
+        node.add_subscription_stats(topic.as_str(), &counters);
+        let connector = Connector::new(&node, topic.as_str(), topic.id(), &options, cq.clone(), events_tx);
         let sightings = connector.sightings();
         Ok(Subscription {
             _type: PhantomData,
-            topic: topic.to_owned(),
-            topic_id,
+            topic,
             node,
             options,
             cq,
@@ -179,7 +175,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     /// The topic.
     pub fn topic(&self) -> &str {
-        &self.topic
+        self.topic.as_str()
     }
 
     /// The counters.
@@ -465,7 +461,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 }
                 if self.sightings.is_none() {
                     // Without discovery nothing will ever connect it: waiting would never end.
-                    return Err(Error::NotConnected { topic: self.topic.clone() });
+                    return Err(Error::NotConnected { topic: self.topic.to_string() });
                 }
             }
             self.housekeeping();
@@ -537,7 +533,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         let now = Instant::now();
         let mut failed = Vec::new();
         let Subscription { feeds, options, node, counters, permit, user_events, topic, .. } = self;
-        let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, topic);
+        let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, topic.as_str());
         for (key, feed) in feeds.iter_mut() {
             if let Err(e) = feed.housekeep(now, &mut ctx) {
                 failed.push((key, e));
@@ -565,7 +561,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             let key = id.owner;
             let Subscription { feeds, options, node, counters, permit, user_events, topic, .. } = self;
             let Some(feed) = feeds.get_mut(key) else { continue };
-            let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, topic);
+            let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, topic.as_str());
             match feed.complete(wc, id, &mut ctx) {
                 FeedStep::Continue => {}
                 FeedStep::Failed(e) => self.fail_feed(key, e),
@@ -695,7 +691,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// earlier connections to the same publisher's epoch delivered (or still hold ready).
     fn activate(&mut self, key: usize, private_data: &[u8]) -> Result<PublisherInfo> {
         let accept = AcceptData::decode(private_data)?;
-        if accept.topic != self.topic_id {
+        if accept.topic != self.topic.id() {
             return Err(Error::Protocol(rdma_wire::protocol::ProtocolError::Malformed {
                 what: "accept private data",
                 detail: "the publisher accepted another topic".into(),
