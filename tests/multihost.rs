@@ -275,7 +275,7 @@ fn multihost_host() {
         .discovery(discovery)
         .build()
         .expect("host node");
-    let publisher = Arc::new(node.publisher(&topic_of(&role)).policy(Policy::Overwrite).create().expect("publisher"));
+    let publisher = Arc::new(node.publisher(topic_of(&role)).policy(Policy::Overwrite).create().expect("publisher"));
     let stop = Arc::new(AtomicBool::new(false));
     let pub_thread = {
         let (publisher, stop) = (publisher.clone(), stop.clone());
@@ -303,7 +303,7 @@ fn multihost_host() {
     }
     let others: Vec<&str> = ROLES.iter().copied().filter(|r| *r != role).collect();
     let mut subs: Vec<_> =
-        others.iter().map(|o| node.subscriber(&topic_of(o)).start(Start::Earliest).create().unwrap()).collect();
+        others.iter().map(|o| node.subscriber(topic_of(o)).start(Start::Earliest).create().unwrap()).collect();
     let mut received = vec![0u64; others.len()];
     let mut last: HashMap<(u64, u64), u64> = HashMap::new();
     let (mut duplicates, mut disorder, mut gaps, mut lost_silent) = (0u64, 0u64, 0u64, 0u64);

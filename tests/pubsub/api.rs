@@ -268,3 +268,29 @@ fn a_publisher_waits_for_its_subscribers_or_says_how_long_it_waited() {
     drop(subs);
     assert_eq!(publisher.counters().accepted(), 2);
 }
+
+#[test]
+fn topics_are_key_expressions_without_wildcards_checked_once_for_publishers_and_subscriptions() {
+    let node = node();
+    for (name, rule) in [("sensors/*", "wildcard"), ("sensors/**", "wildcard"), ("a//b", "empty"), ("", "empty")] {
+        let refused = [
+            node.publisher(name).create().map(|_| ()).unwrap_err(),
+            node.subscriber(name).create().map(|_| ()).unwrap_err(),
+        ];
+        for e in refused {
+            match e {
+                Error::InvalidTopic { topic, detail } => {
+                    assert_eq!(topic, name);
+                    assert!(detail.contains(rule), "{name:?}: {detail}");
+                }
+                other => panic!("{name:?} is not a topic, yet: {other:?}"),
+            }
+        }
+    }
+    // A parsed topic, a String and a &str name the same stream.
+    let topic = rdma_pubsub::Topic::new("sensors/kitchen").unwrap();
+    let publisher = node.publisher(&topic).create().unwrap();
+    assert_eq!(publisher.topic(), "sensors/kitchen");
+    let again = node.publisher(String::from("sensors/kitchen")).create().map(|_| ()).unwrap_err();
+    assert!(matches!(again, Error::AlreadyPublishing { .. }), "{again:?}");
+}
