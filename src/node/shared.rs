@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use rdma_fabric::{ConnId, ConnectRequest, EventChannel, Fabric, ProtectionDomain};
 use rdma_wire::protocol::TopicId;
-use rdma_wire::protocol::{wall_clock_ms, ConnectData, CredentialError, RejectCode, RejectData, ReplayGuard, Secret};
+use rdma_wire::protocol::{RejectCode, RejectData};
 
 use super::discovery::Directory;
 use super::identity::NodeId;
@@ -62,8 +62,6 @@ pub(crate) struct NodeShared {
     stats: Registry,
     /// Local and discovered publishers, and the subscriptions watching them.
     discovery: Directory,
-    /// The nonces of the credential proofs accepted lately (by the CM thread).
-    replay: Mutex<ReplayGuard>,
 }
 
 impl NodeShared {
@@ -87,7 +85,6 @@ impl NodeShared {
             counters: NodeCounters::default(),
             stats: Registry::default(),
             discovery,
-            replay: Mutex::new(ReplayGuard::default()),
         }
     }
 
@@ -211,11 +208,6 @@ impl NodeShared {
         let mut connectors = self.connectors.lock();
         connectors.retain(|c| c.strong_count() > 0);
         connectors.iter().filter_map(Weak::upgrade).collect()
-    }
-
-    /// Checks a subscriber's proof of `secret` in its connect data, refusing replayed nonces.
-    pub(crate) fn check_credential(&self, data: &ConnectData, secret: &Secret) -> Result<(), CredentialError> {
-        data.check_credential(secret, &mut self.replay.lock(), wall_clock_ms())
     }
 
     /// Rejects a connect request with a reason, counting it.

@@ -175,3 +175,46 @@ fn replayed_stale_and_forged_connect_requests_are_rejected_and_never_get_the_rin
     assert_eq!(publisher.counters().accepted(), 1);
     assert_eq!(publisher.subscriber_count(), 1);
 }
+
+#[test]
+fn a_holder_of_one_topics_credential_cannot_fill_the_nonce_set_of_another_topic() {
+    let pub_node = nodes::soft_node_without_discovery();
+    let addr = pub_node.local_addr();
+    let alpha = Secret::new(&b"topic alpha's credential, 16+ bytes"[..]).unwrap();
+    let bravo = Secret::new(&b"topic bravo's credential, 16+ bytes"[..]).unwrap();
+    // Alpha takes one subscriber: every further valid proof is refused for another reason.
+    let alpha_pub = pub_node
+        .publisher("alpha")
+        .credential(alpha.clone())
+        .max_subscribers(1)
+        .ring_capacity(64 << 10)
+        .create()
+        .unwrap();
+    let bravo_pub = pub_node.publisher("bravo").credential(bravo.clone()).ring_capacity(64 << 10).create().unwrap();
+    // The holder of alpha's credential sends more valid proofs, each with a fresh nonce, than
+    // a node-wide set of nonces could hold (4,096): none of them may cost bravo anything.
+    let attacker = Attacker::new();
+    let mut held = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for nonce in 0..4_200u64 {
+        match connect_raw(&attacker, addr, &connect_data("alpha", Some((&alpha, nonce, now_ms())))) {
+            Answer::Accepted(qp, _) => {
+                accepted += 1;
+                held.push(qp);
+            }
+            Answer::Rejected(r) => {
+                refused += 1;
+                assert!(matches!(r.reason, RejectCode::TooManySubscribers | RejectCode::Unauthorized), "{r:?}");
+            }
+        }
+    }
+    assert_eq!((accepted, accepted + refused), (1, 4_200), "alpha takes one subscriber");
+    // Bravo's legitimate subscriber is accepted and served.
+    let sub_node = nodes::soft_node_without_discovery();
+    let mut sub = subscription(&sub_node, "bravo", Some(bravo));
+    sub.connect_wait(addr, WAIT).expect("bravo's subscriber is accepted after the flood of alpha's proofs");
+    let seq = bravo_pub.publish(&payload(1)).unwrap();
+    expect_messages(&mut sub, 1, seq);
+    assert_eq!(bravo_pub.counters().rejected_unauthorized(), 0);
+    assert_eq!(alpha_pub.counters().accepted(), 1);
+}

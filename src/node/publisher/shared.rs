@@ -16,6 +16,7 @@
 
 use rdma_wire::Topic;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -24,11 +25,12 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use slab::Slab;
 
 use rdma_fabric::{
-    Access, CompletionQueue, ConnId, ConnectRequest, MemoryRegion, QpCaps, QpInit, QueuePair, RemoteAddr, SendOp,
-    SendRequest, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
+    Access, CompletionQueue, ConnId, ConnectRequest, MemoryRegion, ProtectionDomain, QpCaps, QpInit, QueuePair,
+    RemoteAddr, SendOp, SendRequest, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
 };
 use rdma_wire::protocol::{
-    AcceptData, ConnectData, Control, CredentialError, DropReason, RejectCode, StartAt, CONTROL_MSG_MAX,
+    wall_clock_ms, AcceptData, Admitted, ConnectData, Control, CredentialError, DropReason, RejectCode, ReplayGuard,
+    StartAt, CONTROL_MSG_MAX,
 };
 use rdma_wire::ring::{Append, Checksum, Claim, RingConfig, RingProducer, NO_LIMIT};
 
@@ -166,6 +168,9 @@ pub(crate) struct PublisherShared {
     cq: CompletionQueue,
     srq: Option<SharedReceiveQueue>,
     ctrl: MemoryRegion,
+    /// The nonces of the credential proofs of the connects this publisher accepted (its own:
+    /// another topic's subscribers cannot fill it).
+    replay: Mutex<ReplayGuard>,
     recv_slots: u32,
     state: Mutex<PubState>,
     /// Signalled when the publishing turn is given back.
@@ -176,6 +181,9 @@ pub(crate) struct PublisherShared {
     // Declared last: deregistered after every queue pair that could READ it is gone. Only
     // held: the producer writes through its buffer.
     _ring: MemoryRegion,
+    /// This publisher's protection domain: its ring, control slots, SRQ and every subscriber's
+    /// queue pair, and nothing else of the node.
+    pd: ProtectionDomain,
 }
 
 impl PublisherShared {
@@ -202,13 +210,16 @@ impl PublisherShared {
         rdma_wire::ring::layout::check_geometry(config.capacity, config.max_record_payload)
             .map_err(|e| Error::InvalidOption { option: "ring_capacity/max_record_payload", detail: e.to_string() })?;
         let attrs = node.fabric().attributes().clone();
-        let ring = node.pd().register(config.region_len(), Access::REMOTE_READ)?;
+        // A protection domain of its own: a connection this publisher accepts reaches only
+        // this publisher's memory, as a queue pair of one PD reaches no region of another.
+        let pd = node.fabric().alloc_pd()?;
+        let ring = pd.register(config.region_len(), Access::REMOTE_READ)?;
         let producer = RingProducer::new(Arc::clone(ring.buffer_arc()), config)?;
         let srq_wanted = (options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER).min(attrs.max_srq_wr);
-        let srq = if attrs.max_srq_wr > 0 { Some(node.pd().create_srq(srq_wanted, 1)?) } else { None };
+        let srq = if attrs.max_srq_wr > 0 { Some(pd.create_srq(srq_wanted, 1)?) } else { None };
         let recv_slots = if srq.is_some() { srq_wanted } else { options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER };
         let send_slots = options.max_subscribers as u32 * SENDS_PER_SUBSCRIBER;
-        let ctrl = node.pd().register((recv_slots + send_slots) as usize * SLOT, Access::LOCAL_WRITE)?;
+        let ctrl = pd.register((recv_slots + send_slots) as usize * SLOT, Access::LOCAL_WRITE)?;
         let cq_depth = (recv_slots + send_slots + 16).min(attrs.max_cqe);
         let cq = node.fabric().create_cq(cq_depth)?;
         if let Some(srq) = &srq {
@@ -225,6 +236,7 @@ impl PublisherShared {
             region_len: ring.len(),
             cq,
             srq,
+            replay: Mutex::new(ReplayGuard::default()),
             recv_slots,
             state: Mutex::new(PubState {
                 producer,
@@ -243,6 +255,7 @@ impl PublisherShared {
             counters: Arc::new(PublisherCounters::default()),
             ctrl,
             _ring: ring,
+            pd,
             options,
             node: node.clone(),
         });
@@ -903,11 +916,14 @@ impl PublisherShared {
     /// CM thread: a subscriber asks to connect. Its credential is checked first: nothing of
     /// the ring (the accept data carries its address and rkey) leaves before it passed.
     pub(crate) fn accept(self: &Arc<Self>, req: ConnectRequest, data: &ConnectData) {
-        if let Err(e) = self.check_credential(data) {
-            self.counters.rejected_unauthorized.fetch_add(1, Ordering::Relaxed);
-            self.node.reject_connect(req, RejectCode::Unauthorized, &e.to_string());
-            return;
-        }
+        let admitted = match self.check_credential(data, req.peer_addr()) {
+            Ok(admitted) => admitted,
+            Err(e) => {
+                self.counters.rejected_unauthorized.fetch_add(1, Ordering::Relaxed);
+                self.node.reject_connect(req, RejectCode::Unauthorized, &e.to_string());
+                return;
+            }
+        };
         let mut st = self.state.lock();
         let refuse = if st.closing {
             Some((RejectCode::ShuttingDown, "the publisher is closing".to_string()))
@@ -959,7 +975,7 @@ impl PublisherShared {
             caps,
             rnr_retry: RNR_RETRY_INFINITE,
             // READ depths: the default, within the device's limits.
-            ..QpInit::new(self.node.pd(), &self.cq)
+            ..QpInit::new(&self.pd, &self.cq)
         };
         let conn = req.conn_id();
         let peer = req.peer_addr();
@@ -973,6 +989,10 @@ impl PublisherShared {
                 return;
             }
         };
+        if let Some(admitted) = admitted {
+            // Only an accepted connect's nonce takes room in the guard.
+            self.replay.lock().remember(admitted);
+        }
         let key = st.subs.vacant_key();
         if self.srq.is_none() {
             for i in 0..RECVS_PER_SUBSCRIBER {
@@ -1003,10 +1023,11 @@ impl PublisherShared {
         tracing::debug!(topic = %self.topic, %peer, position = start.position, "subscriber accepted");
     }
 
-    /// Whether the subscriber proved the topic's credential (always, when the topic has none).
-    fn check_credential(&self, data: &ConnectData) -> Result<(), CredentialError> {
-        let Some(secret) = &self.options.credential else { return Ok(()) };
-        self.node.check_credential(data, secret)
+    /// Whether the subscriber at `peer` proved the topic's credential (always, when the topic
+    /// has none): its nonce, to remember once the connect is accepted.
+    fn check_credential(&self, data: &ConnectData, peer: SocketAddr) -> Result<Option<Admitted>, CredentialError> {
+        let Some(secret) = &self.options.credential else { return Ok(None) };
+        data.check_credential(secret, &mut self.replay.lock(), wall_clock_ms(), peer.ip()).map(Some)
     }
 
     /// CM thread: a subscriber's connection is up.

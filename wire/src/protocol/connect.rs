@@ -4,11 +4,13 @@
 //! 148 bytes).
 #![allow(clippy::missing_errors_doc, reason = "every decode error is a ProtocolError naming the message")]
 
+use std::net::IpAddr;
+
 use serde::{Deserialize, Serialize};
 
 use super::auth::Secret;
 use super::codec::{self, kind};
-use super::credential::{CredentialError, Proof, ReplayGuard};
+use super::credential::{Admitted, CredentialError, Proof, ReplayGuard};
 use super::error::ProtocolError;
 use super::topic::TopicId;
 use crate::ring::{Checksum, ReaderConfig, StartPoint};
@@ -183,17 +185,22 @@ impl ConnectData {
         Ok(ConnectData { proof: Some(Proof::new(secret, &unproven, nonce, timestamp_ms)), ..self })
     }
 
-    /// Checks that the request proves the credential `secret`, with a time within the skew
-    /// allowance of `now_ms` and a nonce `replay` has not seen (it remembers it).
+    /// Checks that the request, sent from `source`, proves the credential `secret`, with a
+    /// time within the skew allowance of `now_ms` and a nonce `replay` has not seen; the
+    /// caller remembers the nonce ([`ReplayGuard::remember`]) once it accepts the connect.
+    ///
+    /// # Errors
+    /// [`CredentialError::Missing`] without a proof; otherwise as [`ReplayGuard::check`].
     pub fn check_credential(
         &self,
         secret: &Secret,
         replay: &mut ReplayGuard,
         now_ms: u64,
-    ) -> Result<(), CredentialError> {
+        source: IpAddr,
+    ) -> Result<Admitted, CredentialError> {
         let proof = self.proof.ok_or(CredentialError::Missing)?;
         let unproven = self.unproven().map_err(|_| CredentialError::Invalid)?;
-        replay.admit(secret, self.topic, &unproven, &proof, now_ms)
+        replay.check(secret, self.topic, &unproven, &proof, now_ms, source)
     }
 
     /// The encoding of this request without its proof: the bytes a proof MACs.

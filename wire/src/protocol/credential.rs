@@ -12,6 +12,7 @@
 //! full of unexpired nonces, further connects are refused until some expire, never stored).
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -96,15 +97,44 @@ pub enum CredentialError {
     },
 }
 
-/// The nonces of the proofs a node accepted within [`MAX_CLOCK_SKEW`], so that none is accepted
-/// twice. Holds at most its capacity: a nonce is forgotten once its proof's time is more than
-/// the skew allowance in the past (a replay of it would be refused as stale), and when the set
-/// is full of unexpired nonces a new one is refused, not stored.
+/// The nonces of the proofs a publisher accepted within [`MAX_CLOCK_SKEW`], so that none is
+/// accepted twice. One guard serves one publisher (one credential), so the holder of another
+/// topic's credential cannot fill it. A proof is checked first ([`check`](Self::check)); its
+/// nonce is remembered only when the caller accepts the connect ([`remember`](Self::remember)),
+/// so refused connects store nothing. Holds at most its capacity in all and
+/// [`MAX_REPLAY_ENTRIES_PER_SOURCE`] per source network (IPv4 /24, IPv6 /64): a nonce is
+/// forgotten once its proof's time is more than the skew allowance in the past (a replay of it
+/// would be refused as stale), and when the set (or the source's share) is full of unexpired
+/// nonces a new one is refused, not stored.
 #[derive(Debug)]
 pub struct ReplayGuard {
-    /// Nonce (with its topic) → the time of its proof.
-    seen: HashMap<(TopicId, u64), u64>,
+    /// Nonce (with its topic) → the time of its proof and the network it came from.
+    seen: HashMap<(TopicId, u64), (u64, IpAddr)>,
+    /// Nonces remembered per source network.
+    per_source: HashMap<IpAddr, usize>,
     capacity: usize,
+    per_source_capacity: usize,
+}
+
+/// A proof that passed [`ReplayGuard::check`]: give it to [`ReplayGuard::remember`] once the
+/// connect it came with is accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "an admitted nonce is replayable until it is remembered"]
+pub struct Admitted {
+    key: (TopicId, u64),
+    time_ms: u64,
+    source: IpAddr,
+}
+
+/// Most nonces a guard remembers from one source network (IPv4 /24, IPv6 /64).
+pub const MAX_REPLAY_ENTRIES_PER_SOURCE: usize = 256;
+
+/// The network of `addr` that per-source bounds count: its /24 (IPv4) or /64 (IPv6).
+pub fn source_network(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V4(v4) => IpAddr::V4(Ipv4Addr::from(u32::from(v4) & 0xffff_ff00)),
+        IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+    }
 }
 
 impl Default for ReplayGuard {
@@ -114,9 +144,15 @@ impl Default for ReplayGuard {
 }
 
 impl ReplayGuard {
-    /// A guard remembering at most `capacity` nonces.
+    /// A guard remembering at most `capacity` nonces (and at most
+    /// [`MAX_REPLAY_ENTRIES_PER_SOURCE`], or `capacity` if smaller, per source network).
     pub fn with_capacity(capacity: usize) -> ReplayGuard {
-        ReplayGuard { seen: HashMap::new(), capacity }
+        ReplayGuard {
+            seen: HashMap::new(),
+            per_source: HashMap::new(),
+            capacity,
+            per_source_capacity: MAX_REPLAY_ENTRIES_PER_SOURCE.min(capacity),
+        }
     }
 
     /// Nonces remembered now.
@@ -125,23 +161,24 @@ impl ReplayGuard {
         self.seen.len()
     }
 
-    /// Checks `proof` (for the connect data encoded without it as `unproven`) against `secret`
-    /// and the clock, then remembers its nonce; any failure leaves the guard as it was.
+    /// Checks `proof` (for the connect data encoded without it as `unproven`), sent from
+    /// `source`, against `secret`, the clock and the nonces remembered; stores nothing.
     ///
     /// # Errors
     /// [`CredentialError::Invalid`] for a proof that does not verify,
     /// [`CredentialError::ClockSkew`] for one too far from `now_ms`,
-    /// [`CredentialError::Replayed`] for a nonce seen before and
-    /// [`CredentialError::ReplayWindowFull`] when the guard holds its capacity of unexpired
-    /// nonces.
-    pub fn admit(
+    /// [`CredentialError::Replayed`] for a nonce remembered and
+    /// [`CredentialError::ReplayWindowFull`] when the guard, or the source network's share of
+    /// it, holds its capacity of unexpired nonces.
+    pub fn check(
         &mut self,
         secret: &Secret,
         topic: TopicId,
         unproven: &[u8],
         proof: &Proof,
         now_ms: u64,
-    ) -> Result<(), CredentialError> {
+        source: IpAddr,
+    ) -> Result<Admitted, CredentialError> {
         if !proof.verifies(secret, unproven) {
             return Err(CredentialError::Invalid);
         }
@@ -154,18 +191,71 @@ impl ReplayGuard {
         if self.seen.contains_key(&key) {
             return Err(CredentialError::Replayed);
         }
-        if self.seen.len() >= self.capacity {
-            // Forget the nonces whose proofs are too old to be accepted again anyway.
-            self.seen.retain(|_, &mut time| time.saturating_add(max_ms) >= now_ms);
-            if self.seen.len() >= self.capacity {
-                return Err(CredentialError::ReplayWindowFull {
-                    capacity: self.capacity,
-                    window_s: MAX_CLOCK_SKEW.as_secs(),
-                });
+        let source = source_network(source);
+        let from_source = |guard: &ReplayGuard| guard.per_source.get(&source).copied().unwrap_or(0);
+        if self.seen.len() >= self.capacity || from_source(self) >= self.per_source_capacity {
+            self.forget_expired(now_ms, max_ms);
+            let full = if self.seen.len() >= self.capacity {
+                Some(self.capacity)
+            } else {
+                (from_source(self) >= self.per_source_capacity).then_some(self.per_source_capacity)
+            };
+            if let Some(capacity) = full {
+                return Err(CredentialError::ReplayWindowFull { capacity, window_s: MAX_CLOCK_SKEW.as_secs() });
             }
         }
-        self.seen.insert(key, proof.timestamp_ms);
+        Ok(Admitted { key, time_ms: proof.timestamp_ms, source })
+    }
+
+    /// Remembers an admitted nonce: its connect was accepted. A nonce already remembered, or
+    /// one past the bounds (a `check` whose room another connect took since), is not stored
+    /// twice nor over the bound.
+    pub fn remember(&mut self, admitted: Admitted) {
+        let from_source = self.per_source.get(&admitted.source).copied().unwrap_or(0);
+        if self.seen.contains_key(&admitted.key)
+            || self.seen.len() >= self.capacity
+            || from_source >= self.per_source_capacity
+        {
+            return;
+        }
+        self.seen.insert(admitted.key, (admitted.time_ms, admitted.source));
+        *self.per_source.entry(admitted.source).or_default() += 1;
+    }
+
+    /// [`check`](Self::check), then [`remember`](Self::remember): for a connect accepted as
+    /// soon as its proof passes.
+    ///
+    /// # Errors
+    /// As [`check`](Self::check).
+    pub fn admit(
+        &mut self,
+        secret: &Secret,
+        topic: TopicId,
+        unproven: &[u8],
+        proof: &Proof,
+        now_ms: u64,
+        source: IpAddr,
+    ) -> Result<(), CredentialError> {
+        let admitted = self.check(secret, topic, unproven, proof, now_ms, source)?;
+        self.remember(admitted);
         Ok(())
+    }
+
+    /// Forgets the nonces whose proofs are too old to be accepted again anyway.
+    fn forget_expired(&mut self, now_ms: u64, max_ms: u64) {
+        let per_source = &mut self.per_source;
+        self.seen.retain(|_, &mut (time, source)| {
+            let keep = time.saturating_add(max_ms) >= now_ms;
+            if !keep {
+                if let Some(n) = per_source.get_mut(&source) {
+                    *n -= 1;
+                    if *n == 0 {
+                        per_source.remove(&source);
+                    }
+                }
+            }
+            keep
+        });
     }
 }
 
@@ -191,6 +281,17 @@ mod fixed_u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the tests' connects come from.
+    const SRC: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
+
+    /// Checks `data`'s proof from [`SRC`] and, when it passes, remembers its nonce (the
+    /// publisher accepted the connect).
+    fn accept(data: &ConnectData, secret: &Secret, guard: &mut ReplayGuard, now: u64) -> Result<(), CredentialError> {
+        let admitted = data.check_credential(secret, guard, now, SRC)?;
+        guard.remember(admitted);
+        Ok(())
+    }
     use crate::protocol::{ConnectData, ConnectFlags, PolicySet, StartAt};
 
     const NOW: u64 = 1_767_225_600_000;
@@ -217,7 +318,7 @@ mod tests {
 
     /// Checks `data` against secret 1 at `now` with a fresh guard.
     fn check(data: &ConnectData, now: u64) -> Result<(), CredentialError> {
-        data.check_credential(&secret(1), &mut ReplayGuard::default(), now)
+        accept(data, &secret(1), &mut ReplayGuard::default(), now)
     }
 
     #[test]
@@ -227,7 +328,7 @@ mod tests {
         assert_eq!(decoded, data);
         assert_eq!(check(&decoded, NOW), Ok(()));
         let mut guard = ReplayGuard::default();
-        assert_eq!(decoded.check_credential(&secret(2), &mut guard, NOW), Err(CredentialError::Invalid));
+        assert_eq!(accept(&decoded, &secret(2), &mut guard, NOW), Err(CredentialError::Invalid));
         assert_eq!(guard.len(), 0, "a refused proof leaves nothing behind");
         assert_eq!(check(&request("prices"), NOW), Err(CredentialError::Missing));
         // Any field changed after the proof was made: another topic, subscriber, start, flags,
@@ -270,14 +371,14 @@ mod tests {
     fn a_nonce_is_accepted_once_per_topic_within_the_window() {
         let mut guard = ReplayGuard::default();
         let data = proven("prices", 42, NOW);
-        assert_eq!(data.check_credential(&secret(1), &mut guard, NOW), Ok(()));
-        assert_eq!(data.check_credential(&secret(1), &mut guard, NOW + 1), Err(CredentialError::Replayed));
-        assert_eq!(data.check_credential(&secret(1), &mut guard, NOW + SKEW_MS), Err(CredentialError::Replayed));
+        assert_eq!(accept(&data, &secret(1), &mut guard, NOW), Ok(()));
+        assert_eq!(accept(&data, &secret(1), &mut guard, NOW + 1), Err(CredentialError::Replayed));
+        assert_eq!(accept(&data, &secret(1), &mut guard, NOW + SKEW_MS), Err(CredentialError::Replayed));
         // Once the proof is too old for the window, it is refused as such.
         let late = NOW + SKEW_MS + 1;
-        assert!(matches!(data.check_credential(&secret(1), &mut guard, late), Err(CredentialError::ClockSkew { .. })));
+        assert!(matches!(accept(&data, &secret(1), &mut guard, late), Err(CredentialError::ClockSkew { .. })));
         // The same nonce for another topic is another proof.
-        assert_eq!(proven("orders", 42, NOW).check_credential(&secret(1), &mut guard, NOW), Ok(()));
+        assert_eq!(accept(&proven("orders", 42, NOW), &secret(1), &mut guard, NOW), Ok(()));
         assert_eq!(guard.len(), 2);
     }
 
@@ -286,7 +387,7 @@ mod tests {
         let capacity = 8;
         let mut guard = ReplayGuard::with_capacity(capacity);
         let admit = |guard: &mut ReplayGuard, nonce: u64, time: u64, now: u64| {
-            proven("prices", nonce, time).check_credential(&secret(1), guard, now)
+            accept(&proven("prices", nonce, time), &secret(1), guard, now)
         };
         for nonce in 0..capacity as u64 {
             assert_eq!(admit(&mut guard, nonce, NOW, NOW), Ok(()));
@@ -308,5 +409,32 @@ mod tests {
             assert!(guard.len() <= capacity);
         }
         assert_eq!(guard.len(), capacity);
+    }
+
+    #[test]
+    fn a_nonce_is_stored_only_for_an_accepted_connect_and_each_source_network_has_its_share() {
+        let mut guard = ReplayGuard::with_capacity(1024);
+        // Checked but not accepted (refused for another reason): nothing stored, and the same
+        // proof passes again.
+        let data = proven("prices", 7, NOW);
+        assert!(data.check_credential(&secret(1), &mut guard, NOW, SRC).is_ok());
+        assert_eq!(guard.len(), 0);
+        assert_eq!(accept(&data, &secret(1), &mut guard, NOW), Ok(()));
+        assert_eq!(accept(&data, &secret(1), &mut guard, NOW), Err(CredentialError::Replayed));
+        // One /24 fills its share; another network is still admitted.
+        for nonce in 100..100 + MAX_REPLAY_ENTRIES_PER_SOURCE as u64 {
+            let _ = accept(&proven("prices", nonce, NOW), &secret(1), &mut guard, NOW);
+        }
+        assert_eq!(guard.len(), MAX_REPLAY_ENTRIES_PER_SOURCE);
+        let neighbour = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 200));
+        let refused = proven("prices", 5000, NOW).check_credential(&secret(1), &mut guard, NOW, neighbour);
+        let full = CredentialError::ReplayWindowFull {
+            capacity: MAX_REPLAY_ENTRIES_PER_SOURCE,
+            window_s: MAX_CLOCK_SKEW.as_secs(),
+        };
+        assert_eq!(refused, Err(full), "the same /24 shares one bound");
+        let elsewhere = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1));
+        assert!(proven("prices", 5000, NOW).check_credential(&secret(1), &mut guard, NOW, elsewhere).is_ok());
+        assert_eq!(source_network("2001:db8::1:2:3:4".parse().unwrap()), "2001:db8::".parse::<IpAddr>().unwrap());
     }
 }

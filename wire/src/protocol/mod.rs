@@ -42,7 +42,7 @@ pub use auth::Secret;
 pub use connect::{AcceptData, ConnectData, ConnectFlags, PolicyKind, PolicySet, RejectCode, RejectData, StartAt};
 pub use control::{Control, DropReason, CONTROL_MSG_MAX};
 pub use credential::CredentialError;
-pub use credential::{wall_clock_ms, ReplayGuard};
+pub use credential::{source_network, wall_clock_ms, Admitted, ReplayGuard, MAX_REPLAY_ENTRIES_PER_SOURCE};
 pub use error::ProtocolError;
 pub use topic::TopicId;
 
