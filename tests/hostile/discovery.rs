@@ -344,3 +344,42 @@ fn an_unauthenticated_flood_does_not_expire_a_real_peer() {
     assert_eq!(counters.expired(), 0, "the real peer expired: {counters:?}");
     assert_eq!(victim.peers(), vec![PeerInfo { topics: Vec::new(), ..known }], "the real peer, as it announced itself");
 }
+
+/// An attacker replays a node's genuine announcements a few seconds after the node left, with
+/// the node's address taken over. A node that starts afterwards never heard the node, so no
+/// replay window protects it: the first datagram of a sender must be fresh within
+/// `FIRST_SIGHT_SKEW` (3 s), so these are refused as stale, counted, and nothing connects to
+/// the taken-over address.
+#[test]
+fn announcements_replayed_after_their_node_left_do_not_misdirect_a_new_subscriber() {
+    let options = sealed_domain(6);
+    let taken_over = std::net::TcpListener::bind("127.0.0.1:0").expect("the taken-over address");
+    taken_over.set_nonblocking(true).expect("O_NONBLOCK");
+    let gone = Announcement {
+        kind: AnnounceKind::Heartbeat,
+        domain: 0,
+        node_id: rand::random::<u64>() | 1,
+        epoch: 1,
+        connect: taken_over.local_addr().expect("address"),
+        part: 0,
+        parts: 1,
+        topics: vec![("replayed".into(), rdma_wire::protocol::TopicId::of("replayed"))],
+    };
+    // What the node sent about 6 s ago, sealed with the domain secret as it sealed it then.
+    let sent_6s_ago =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 - 6_000;
+    let captured: Vec<Vec<u8>> =
+        (1..=16).map(|seq| gone.seal(&secret(), seq, sent_6s_ago + seq * 10).expect("seal")).collect();
+
+    let sub_node = discovering_node(&options);
+    let mut sub = sub_node.subscriber("replayed").create().expect("subscription");
+    let sock = attacker_socket();
+    for d in &captured {
+        sock.send_to(d, options.group_addr()).expect("replay");
+    }
+    let counters = sub_node.discovery_counters();
+    wait_count(counters, "stale datagrams", captured.len() as u64, |c| c.stale());
+    assert!(sub_node.peers().iter().all(|p| p.node != gone.node_id), "the replayed node was listed");
+    assert!(matches!(sub.try_recv(), Ok(None)), "nothing to receive");
+    assert!(taken_over.accept().is_err(), "the subscriber connected to the taken-over address");
+}

@@ -25,6 +25,13 @@ use rdma_wire::protocol::{Announcement, OpenError, ProtocolError, Secret, TopicI
 /// until it is this old, and by the clock check after.
 pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(60);
 
+/// How far the clock of a sender's first datagram (of a node, or of a new epoch of it, that
+/// this gate holds no window for) may be from the receiver's. Much tighter than
+/// [`MAX_CLOCK_SKEW`]: a genuine node's first datagram heard is one it has just sent (a hello,
+/// or the next heartbeat of a node heard for the first time), while a replay of a node that
+/// left is older. Replays of what a node sent since are the window's business.
+pub const FIRST_SIGHT_SKEW: Duration = Duration::from_secs(3);
+
 /// Most senders whose replay windows are kept (twice the peers the directory keeps: room for
 /// the peers that left recently). Only holders of the secret create windows.
 const MAX_WINDOWS: usize = 2 * MAX_PEERS;
@@ -138,9 +145,8 @@ impl Gate {
                     return Err(Refusal::Stale);
                 }
                 let a = sealed.announcement;
-                if !self.fresh(a.node_id, a.epoch, sealed.seq, now) {
-                    return Err(Refusal::Replayed);
-                }
+                let first_sight_fresh = now_ms.abs_diff(sealed.sent_ms) <= FIRST_SIGHT_SKEW.as_millis() as u64;
+                self.fresh(a.node_id, a.epoch, sealed.seq, first_sight_fresh, now)?;
                 a
             }
         };
@@ -153,8 +159,22 @@ impl Gate {
         }
     }
 
-    /// Records `seq` of `node`'s `epoch`; false if it is a replay (or of an older epoch).
-    fn fresh(&mut self, node: NodeId, epoch: u64, seq: u64, now: Instant) -> bool {
+    /// Records `seq` of `node`'s `epoch`: [`Refusal::Replayed`] for a replay (or an older
+    /// epoch), [`Refusal::Stale`] for the first datagram of a sender (or of its new epoch) sent
+    /// longer than [`FIRST_SIGHT_SKEW`] ago (`first_sight_fresh` false).
+    fn fresh(
+        &mut self,
+        node: NodeId,
+        epoch: u64,
+        seq: u64,
+        first_sight_fresh: bool,
+        now: Instant,
+    ) -> Result<(), Refusal> {
+        let known_epoch = self.senders.get(&node).is_some_and(|h| h.epoch == epoch && h.window.seen != 0);
+        if !known_epoch && !first_sight_fresh {
+            let older = self.senders.get(&node).is_some_and(|h| epoch < h.epoch);
+            return Err(if older { Refusal::Replayed } else { Refusal::Stale });
+        }
         if !self.senders.contains_key(&node) && self.senders.len() >= MAX_WINDOWS {
             self.forget_least_recent();
         }
@@ -164,18 +184,18 @@ impl Gate {
             last_heard: now,
         });
         if epoch < heard.epoch {
-            return false;
+            return Err(Refusal::Replayed);
         }
         if epoch > heard.epoch || heard.window.seen == 0 {
             // A new sender, or a new incarnation of it: its numbering starts again.
             *heard = Heard { epoch, window: ReplayWindow::starting_at(seq), last_heard: now };
-            return true;
+            return Ok(());
         }
-        let fresh = heard.window.accept(seq);
-        if fresh {
-            heard.last_heard = now;
+        if !heard.window.accept(seq) {
+            return Err(Refusal::Replayed);
         }
-        fresh
+        heard.last_heard = now;
+        Ok(())
     }
 
     /// Forgets the windows of senders silent for longer than anything they sent stays fresh.
@@ -271,6 +291,25 @@ mod tests {
         assert_eq!(gate.admit(&seal(&hello, 6, NOW_MS), NOW_MS, now), Err(Refusal::Replayed));
         // Numbers are per sender.
         assert!(gate.admit(&seal(&announcement(AnnounceKind::Hello, 8, 1), 1, NOW_MS), NOW_MS, now).is_ok());
+    }
+
+    #[test]
+    fn a_senders_first_datagram_must_be_fresh_within_the_tight_first_sight_window() {
+        let (mut gate, now) = (Gate::new(Some(secret(1))), Instant::now());
+        let seal = |a: &Announcement, seq, ms| a.seal(&secret(1), seq, ms).unwrap();
+        let tight = FIRST_SIGHT_SKEW.as_millis() as u64;
+        // A node that left, its announcements replayed 6 s later to a gate that never heard it.
+        let gone = announcement(AnnounceKind::Heartbeat, 9, 1);
+        assert_eq!(gate.admit(&seal(&gone, 40, NOW_MS - 6_000), NOW_MS, now), Err(Refusal::Stale));
+        assert_eq!(gate.admit(&seal(&gone, 41, NOW_MS - tight - 1), NOW_MS, now), Err(Refusal::Stale));
+        // Its next datagram sent now is admitted, and from then on the replay window and the
+        // wide clock allowance apply to it.
+        assert!(gate.admit(&seal(&gone, 42, NOW_MS), NOW_MS, now).is_ok());
+        assert!(gate.admit(&seal(&gone, 43, NOW_MS - 6_000), NOW_MS, now).is_ok());
+        // A new epoch is a first sight again: it must be fresh too.
+        let reborn = announcement(AnnounceKind::Hello, 9, 2);
+        assert_eq!(gate.admit(&seal(&reborn, 1, NOW_MS - 6_000), NOW_MS, now), Err(Refusal::Stale));
+        assert!(gate.admit(&seal(&reborn, 1, NOW_MS - tight), NOW_MS, now).is_ok());
     }
 
     #[test]
