@@ -222,25 +222,6 @@ impl ReplayGuard {
         *self.per_source.entry(admitted.source).or_default() += 1;
     }
 
-    /// [`check`](Self::check), then [`remember`](Self::remember): for a connect accepted as
-    /// soon as its proof passes.
-    ///
-    /// # Errors
-    /// As [`check`](Self::check).
-    pub fn admit(
-        &mut self,
-        secret: &Secret,
-        topic: TopicId,
-        unproven: &[u8],
-        proof: &Proof,
-        now_ms: u64,
-        source: IpAddr,
-    ) -> Result<(), CredentialError> {
-        let admitted = self.check(secret, topic, unproven, proof, now_ms, source)?;
-        self.remember(admitted);
-        Ok(())
-    }
-
     /// Forgets the nonces whose proofs are too old to be accepted again anyway.
     fn forget_expired(&mut self, now_ms: u64, max_ms: u64) {
         let per_source = &mut self.per_source;
