@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 
 use crate::fabric;
-use rdma_wire::protocol::{ProtocolError, RejectCode};
+use crate::reasons::RejectCode;
+use rdma_wire::protocol::ProtocolError;
 use rdma_wire::ring::RingError;
 
 /// Result alias of the public API.
@@ -16,12 +17,23 @@ pub enum Error {
     /// The transport failed.
     #[error("fabric: {0}")]
     Fabric(#[from] fabric::Error),
-    /// Bytes from a peer did not decode.
-    #[error("protocol: {0}")]
-    Protocol(#[from] ProtocolError),
-    /// A ring record or control block broke the layout rules, or an option does not fit it.
-    #[error("ring: {0}")]
-    Ring(#[from] RingError),
+    /// A peer sent what the protocol does not allow: bytes that do not decode, or a ring
+    /// whose records or control block break the layout's rules. The connection to it ends.
+    #[error("a peer broke the protocol: {detail}")]
+    PeerMisbehaved {
+        /// What it sent, and which rule it broke.
+        detail: String,
+    },
+    /// A broken invariant of this library (a bug, to report with the detail): a message of
+    /// its own that does not encode, a ring write out of its own bounds.
+    #[error("internal error of rdma-pubsub (please report): {detail}")]
+    Internal {
+        /// What broke.
+        detail: String,
+    },
+    /// A [`Loan`](crate::Loan) of this publisher is outstanding: send or drop it first.
+    #[error("a loan of this publisher is outstanding: send or drop it first")]
+    LoanOutstanding,
     /// A blocking call ran out of time.
     #[error("{what} timed out after {millis} ms")]
     Timeout {
@@ -102,21 +114,68 @@ pub enum Error {
         /// The subscription's topic.
         topic: String,
     },
-    /// A message could not be serialized.
-    #[error("serializing a message failed: {0}")]
-    Encode(String),
-    /// A message could not be deserialized into the requested type.
-    #[error("deserializing a message failed: {0}")]
-    Decode(String),
+    /// A value could not be serialized into a message.
+    #[error("serializing a message failed: {detail}")]
+    Encode {
+        /// What the codec said.
+        detail: String,
+    },
+    /// A message could not be deserialized into the subscription's type; the next receive
+    /// goes on with the next message.
+    #[error("message {seq} of publisher {publisher:016x} does not decode: {detail}")]
+    Decode {
+        /// The id of the publisher that sent it ([`PublisherInfo::id`](crate::PublisherInfo::id)).
+        publisher: u64,
+        /// Its sequence number.
+        seq: u64,
+        /// What the codec said.
+        detail: String,
+    },
     /// The subscription has no publisher left and nothing more to deliver, or the node is closed.
     #[error("closed: {0}")]
     Closed(&'static str),
 }
 
 impl Error {
+    /// The API's error for what the ring layer says: a configuration it refuses is an option
+    /// out of range, a record or control block that breaks the layout is the peer's doing.
+    pub(crate) fn from_ring(e: RingError) -> Error {
+        match e {
+            RingError::InvalidConfig(detail) => {
+                Error::InvalidOption { option: "ring_capacity/max_record_payload", detail }
+            }
+            RingError::MessageTooLarge { len, max } => Error::MessageTooLarge { len, limit: max },
+            RingError::ClaimOutstanding => Error::LoanOutstanding,
+            RingError::Memory(e) => Error::Fabric(e),
+            e @ (RingError::RecordTooLarge { .. } | RingError::BadControl(_) | RingError::Corrupt { .. }) => {
+                Error::PeerMisbehaved { detail: e.to_string() }
+            }
+            e => Error::Internal { detail: e.to_string() },
+        }
+    }
+
+    /// The API's error for what the ring layer says of the ring of the publisher at `peer`: a
+    /// record larger than the subscription reads is [`Error::RecordTooLarge`] naming it.
+    pub(crate) fn from_peer_ring(e: RingError, peer: SocketAddr) -> Error {
+        match e {
+            RingError::RecordTooLarge { len, max, .. } => Error::RecordTooLarge { peer, len, limit: max },
+            e => Error::from_ring(e),
+        }
+    }
+
+    /// The API's error for bytes from a peer that do not decode.
+    pub(crate) fn from_peer_bytes(e: ProtocolError) -> Error {
+        Error::PeerMisbehaved { detail: e.to_string() }
+    }
+
+    /// The API's error for a message of this node's own that does not encode (a bug).
+    pub(crate) fn from_own_encoding(e: ProtocolError) -> Error {
+        Error::Internal { detail: e.to_string() }
+    }
+
     /// Whether this error is about one message the subscription could not deliver (it does
     /// not decode, or it is over the subscription's limit): the next receive goes on.
     pub(crate) fn is_undeliverable_message(&self) -> bool {
-        matches!(self, Error::Decode(_) | Error::MessageTooLarge { .. })
+        matches!(self, Error::Decode { .. } | Error::MessageTooLarge { .. })
     }
 }

@@ -30,6 +30,7 @@
 pub mod counters;
 pub mod error;
 pub mod node;
+mod reasons;
 pub mod stats;
 
 /// The fabric this crate runs on (the crate `rdma-fabric`): its configuration types are part
@@ -45,9 +46,10 @@ pub use node::{
     NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, Start,
     SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
 };
-pub use rdma_wire::protocol::{DropReason, PolicyKind, ProtocolError, RejectCode, Secret};
+pub use rdma_wire::protocol::Secret;
 pub use rdma_wire::ring::{Checksum, RingError};
 pub use rdma_wire::{KeyExpr, KeyExprError, Topic, TopicError, MAX_KEY_EXPR_LEN, MAX_TOPIC_LEN};
+pub use reasons::{DropReason, PolicyKind, RejectCode};
 
 /// The README's usage example, compiled and run as a doc test so that it stays true.
 #[cfg(doctest)]

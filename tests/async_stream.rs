@@ -211,7 +211,7 @@ async fn a_typed_stream_yields_values_and_goes_on_after_one_that_does_not_decode
         .expect("subscribe");
     raw.publish(b"\xff not a quote").expect("publish");
     let mut stream = quotes.stream();
-    assert!(matches!(next(&mut stream).await, Some(Err(Error::Decode(_)))), "the raw bytes are no Quote");
+    assert!(matches!(next(&mut stream).await, Some(Err(Error::Decode { .. }))), "the raw bytes are no Quote");
     // Published once the decode error was yielded: the same stream goes on to it.
     let quote = Quote { symbol: "RDMA".into(), price: 42.5 };
     typed.publish(&quote).expect("publish");

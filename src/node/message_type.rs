@@ -69,15 +69,15 @@ impl<T: Serialize + DeserializeOwned> MessageType for T {
     fn encode_into(value: &Self, out: &mut [u8]) -> Result<()> {
         let written = bincode::serde::encode_into_slice(value, out, config()).map_err(encode_error)?;
         if written != out.len() {
-            return Err(Error::Encode(format!("encoded {written} bytes, {} expected", out.len())));
+            return Err(Error::Encode { detail: format!("encoded {written} bytes, {} expected", out.len()) });
         }
         Ok(())
     }
     fn decode(bytes: &[u8]) -> Result<T> {
         let (value, read) = bincode::serde::decode_from_slice(bytes, config())
-            .map_err(|e| Error::Decode(format!("{e} ({} bytes)", bytes.len())))?;
+            .map_err(|e| decode_error(format!("{e} ({} bytes)", bytes.len())))?;
         if read != bytes.len() {
-            return Err(Error::Decode(format!("{} bytes left after the value", bytes.len() - read)));
+            return Err(decode_error(format!("{} bytes left after the value", bytes.len() - read)));
         }
         Ok(value)
     }
@@ -92,7 +92,13 @@ fn config() -> bincode::config::Configuration {
 }
 
 fn encode_error(e: bincode::error::EncodeError) -> Error {
-    Error::Encode(e.to_string())
+    Error::Encode { detail: e.to_string() }
+}
+
+/// A message that does not decode; the subscription names its publisher and sequence when it
+/// delivers the error.
+fn decode_error(detail: String) -> Error {
+    Error::Decode { publisher: 0, seq: 0, detail }
 }
 
 mod private {
@@ -118,10 +124,10 @@ mod tests {
         let mut out = vec![0; Quote::encoded_len(&q).unwrap()];
         Quote::encode_into(&q, &mut out).unwrap();
         assert_eq!(Quote::decode(&out).unwrap(), q);
-        assert!(matches!(Quote::decode(&out[..out.len() - 1]), Err(Error::Decode(_))));
+        assert!(matches!(Quote::decode(&out[..out.len() - 1]), Err(Error::Decode { .. })));
         let mut longer = out.clone();
         longer.push(0);
-        assert!(matches!(Quote::decode(&longer), Err(Error::Decode(_))), "trailing bytes are an error");
+        assert!(matches!(Quote::decode(&longer), Err(Error::Decode { .. })), "trailing bytes are an error");
     }
 
     #[test]

@@ -94,7 +94,7 @@ fn subscribers_without_or_with_a_wrong_credential_are_rejected_counted_and_expor
     {
         let mut sub = subscribe(credential);
         match sub.connect_wait(pub_node.local_addr(), WAIT) {
-            Err(Error::Rejected { reason: RejectCode::Unauthorized, detail, .. }) => {
+            Err(Error::Rejected { reason: rdma_pubsub::RejectCode::Unauthorized, detail, .. }) => {
                 assert!(detail.contains(why), "{who}: the detail names the reason: {detail:?}")
             }
             other => panic!("{who}: expected Rejected(Unauthorized), got {other:?}"),

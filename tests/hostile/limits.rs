@@ -8,8 +8,8 @@ use super::*;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use rdma_pubsub::PolicyKind;
 use rdma_pubsub::SubscriptionEvent;
+use rdma_wire::protocol::PolicyKind;
 
 /// What a hostile publisher advertises and writes.
 #[derive(Clone, Copy)]

@@ -11,6 +11,7 @@ fn bad_private_data_is_rejected_with_a_reason_and_counted() {
     let pd = fabric.alloc_pd().unwrap();
     let cq = fabric.create_cq(64).unwrap();
     let channel = fabric.create_event_channel().unwrap();
+    use rdma_wire::protocol::RejectCode;
     let cases: Vec<(Vec<u8>, RejectCode)> = vec![
         (vec![0xff; 40], RejectCode::VersionMismatch),
         (vec![PROTOCOL_VERSION, 0xff, 0xff, 0xff], RejectCode::Malformed),

@@ -64,7 +64,7 @@ impl<'a> Loan<'a> {
     /// Publishes the message; returns its sequence number.
     ///
     /// # Errors
-    /// [`Error::Ring`](crate::Error::Ring) if the ring's memory cannot be written (never on a live publisher).
+    /// [`Error::Fabric`](crate::Error::Fabric) if the ring's memory cannot be written (never on a live publisher).
     pub fn send(mut self) -> Result<u64> {
         let claim = self.claim.take().expect("a loan holds its claim until sent");
         let len = claim.payload_len();

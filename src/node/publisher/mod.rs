@@ -85,7 +85,7 @@ impl<T: ?Sized + MessageType> Publisher<T> {
     ///
     /// # Errors
     /// [`Error::Timeout`](crate::Error::Timeout) when a Block publisher waited its whole timeout for credit;
-    /// [`Error::Encode`](crate::Error::Encode) when a value does not serialize; [`Error::Ring`](crate::Error::Ring) for a message over
+    /// [`Error::Encode`](crate::Error::Encode) when a value does not serialize; [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) for a message over
     /// 4 GiB.
     pub fn publish(&self, message: &T) -> Result<u64> {
         if let Some(bytes) = T::as_raw(message) {

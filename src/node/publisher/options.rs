@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use rdma_wire::protocol::{PolicyKind, Secret};
+use crate::reasons::PolicyKind;
+use rdma_wire::protocol::Secret;
 use rdma_wire::ring::Checksum;
 
 /// What a publisher does when a subscriber falls behind by a whole ring.
@@ -70,11 +71,11 @@ pub(crate) struct PublisherOptions {
     /// stops calling `recv` on a subscription that is behind is dropped after this long; it
     /// is told why and may reconnect.
     ///
-    /// [`DropReason::Idle`]: rdma_wire::protocol::DropReason::Idle
+    /// [`DropReason::Idle`]: crate::DropReason::Idle
     pub idle_timeout: Duration,
     /// The topic's credential: when set, only subscribers that prove they hold the same secret
     /// ([`SubscriberBuilder::credential`](crate::SubscriberBuilder::credential)) are
-    /// accepted; the others are rejected with [`RejectCode::Unauthorized`](rdma_wire::protocol::RejectCode::Unauthorized)
+    /// accepted; the others are rejected with [`RejectCode::Unauthorized`](crate::RejectCode::Unauthorized)
     /// before they learn anything of the ring, and counted
     /// ([`PublisherCounters::rejected_unauthorized`](super::PublisherCounters::rejected_unauthorized)). Default `None`: anyone who can reach the
     /// node may subscribe.

@@ -139,12 +139,12 @@ impl PubState {
     /// Claims a record of `len` payload bytes under the publisher limit (room was checked).
     pub(super) fn claim(&mut self, len: usize) -> Result<Claim> {
         let limit = self.limit;
-        self.producer.claim(len, limit)?.ok_or(Error::Closed("the ring has no room"))
+        self.producer.claim(len, limit).map_err(Error::from_ring)?.ok_or(Error::Closed("the ring has no room"))
     }
 
     /// Commits a claimed record; returns its sequence number.
     pub(super) fn commit(&mut self, claim: Claim) -> Result<u64> {
-        Ok(self.producer.commit(claim)?)
+        self.producer.commit(claim).map_err(Error::from_ring)
     }
 
     /// Gives a claimed record back unpublished.
@@ -214,7 +214,7 @@ impl PublisherShared {
         // this publisher's memory, as a queue pair of one PD reaches no region of another.
         let pd = node.fabric().alloc_pd()?;
         let ring = pd.register(config.region_len(), Access::REMOTE_READ)?;
-        let producer = RingProducer::new(Arc::clone(ring.buffer_arc()), config)?;
+        let producer = RingProducer::new(Arc::clone(ring.buffer_arc()), config).map_err(Error::from_ring)?;
         let srq_wanted = (options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER).min(attrs.max_srq_wr);
         let srq = if attrs.max_srq_wr > 0 { Some(pd.create_srq(srq_wanted, 1)?) } else { None };
         let recv_slots = if srq.is_some() { srq_wanted } else { options.max_subscribers as u32 * RECVS_PER_SUBSCRIBER };
@@ -328,7 +328,7 @@ impl PublisherShared {
         let mut st = self.state.lock();
         if st.may_publish_now() {
             let limit = st.limit;
-            if let Append::Complete { seq } = st.producer.append(payload, limit)? {
+            if let Append::Complete { seq } = st.producer.append(payload, limit).map_err(Error::from_ring)? {
                 self.after_commit(&mut st, payload.len());
                 return Ok(seq);
             }
@@ -466,7 +466,7 @@ impl PublisherShared {
         loop {
             self.progress(&mut st);
             let limit = st.limit;
-            match st.producer.append(payload, limit)? {
+            match st.producer.append(payload, limit).map_err(Error::from_ring)? {
                 Append::Complete { seq } => {
                     self.after_commit(&mut st, payload.len());
                     return Ok((seq, st));
@@ -783,7 +783,7 @@ impl PublisherShared {
             }
         };
         let slot = key as u32 * SENDS_PER_SUBSCRIBER + bit;
-        let bytes = msg.encode()?;
+        let bytes = msg.encode().map_err(Error::from_own_encoding)?;
         debug_assert!(bytes.len() <= CONTROL_MSG_MAX);
         let offset = (self.recv_slots + slot) as usize * SLOT;
         let result = self.ctrl.buffer().write(offset, &bytes).map_err(Error::from).and_then(|_| {
@@ -929,7 +929,7 @@ impl PublisherShared {
             Some((RejectCode::ShuttingDown, "the publisher is closing".to_string()))
         } else if st.subs.len() >= self.options.max_subscribers {
             Some((RejectCode::TooManySubscribers, format!("limit {}", self.options.max_subscribers)))
-        } else if !data.accepts.contains(self.options.policy.kind()) {
+        } else if !data.accepts.contains(self.options.policy.kind().into()) {
             Some((RejectCode::PolicyNotAccepted, format!("{:?}", self.options.policy.kind())))
         } else {
             None
@@ -950,7 +950,7 @@ impl PublisherShared {
             capacity: st.producer.capacity() as u64,
             epoch: self.node.epoch(),
             publisher_id: self.id,
-            policy: self.options.policy.kind(),
+            policy: self.options.policy.kind().into(),
             max_record_payload: self.max_record_payload as u32,
             start_position: start.position,
             start_seq: start.seq,

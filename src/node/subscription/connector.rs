@@ -263,10 +263,12 @@ impl ConnectorState {
             proof: None,
         };
         let data = match &self.credential {
-            Some(secret) => data.with_proof(secret, rand::random(), wall_clock_ms())?,
+            Some(secret) => {
+                data.with_proof(secret, rand::random(), wall_clock_ms()).map_err(Error::from_own_encoding)?
+            }
             None => data,
         };
-        Ok(data.encode()?)
+        data.encode().map_err(Error::from_own_encoding)
     }
 }
 

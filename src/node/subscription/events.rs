@@ -13,7 +13,7 @@ use super::counters::SubscriptionCounters;
 use super::message::PublisherInfo;
 use crate::node::discovery::LostReason;
 use crate::node::identity::NodeId;
-use rdma_wire::protocol::{DropReason, RejectCode};
+use crate::reasons::{DropReason, RejectCode};
 
 /// Something that happened to a subscription's connections.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,11 +17,12 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::reasons::PolicyKind;
 use rdma_fabric::{
     ConnId, DataPath, MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode,
     WcStatus, WorkCompletion,
 };
-use rdma_wire::protocol::{AcceptData, Control, PolicyKind as WirePolicy};
+use rdma_wire::protocol::{AcceptData, Control};
 use rdma_wire::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop, CONTROL_READ_LEN, PROBE_LEN};
 
 use super::counters::SubscriptionCounters;
@@ -242,7 +243,9 @@ impl Feed {
             let (len, limit) = (accept.max_record_payload.into(), limit as u64);
             return Err(Error::RecordTooLarge { peer: self.addr, len, limit });
         }
-        let reader = RingReader::new(accept.reader_config(options.max_message_len))?;
+        let reader = RingReader::new(accept.reader_config(options.max_message_len)).map_err(|e| {
+            Error::PeerMisbehaved { detail: format!("its accept data describes no ring this subscription reads: {e}") }
+        })?;
         // Small until a record needs more: a ring that allows large records costs nothing
         // while its messages are small.
         let max_read_len = reader.max_read_len(options.batch);
@@ -253,7 +256,7 @@ impl Feed {
             id: accept.publisher_id,
             epoch: accept.epoch,
             addr: self.addr,
-            policy: accept.policy,
+            policy: accept.policy.into(),
             data_path,
         };
         let connects = match data_path {
@@ -551,12 +554,13 @@ impl Feed {
 
     /// A READ into buffer `buf` completed: validate and queue what it brought.
     fn on_read(&mut self, plan: ReadPlan, buf: usize, ctx: &mut FeedContext<'_>) -> Result<FeedStep> {
-        let Feed { link, active, outstanding, .. } = self;
+        let Feed { link, active, outstanding, addr, .. } = self;
+        let peer = *addr;
         let a = active.as_deref_mut().expect("a READ completes on an active feed");
         if plan == ReadPlan::control() && a.need_control {
-            let snapshot = ControlSnapshot::decode(a.landings[buf].bytes()).map_err(Error::from)?;
+            let snapshot = ControlSnapshot::decode(a.landings[buf].bytes()).map_err(Error::from_ring)?;
             a.need_control = false;
-            match a.reader.apply_control(&snapshot)? {
+            match a.reader.apply_control(&snapshot).map_err(Error::from_ring)? {
                 ControlOutcome::Retry => a.need_control = true,
                 ControlOutcome::Resync { .. } | ControlOutcome::Behind { .. } => {
                     // Written data waits past the position: READ at once (the reader makes it a
@@ -596,7 +600,7 @@ impl Feed {
                 };
                 ready.push_back(Ready { seq, payload });
             })
-            .map_err(Error::from)?;
+            .map_err(|e| Error::from_peer_ring(e, peer))?;
         if skipped > 0 {
             ctx.counters.duplicates.fetch_add(skipped, Ordering::Relaxed);
         }
@@ -616,7 +620,7 @@ impl Feed {
         }
         // Only the control block tells "not written yet" from "overwritten by a later lap" when
         // the publisher may overwrite; otherwise a lap is proven by the record itself.
-        let overwrites = a.info.policy == WirePolicy::Overwrite;
+        let overwrites = a.info.policy == PolicyKind::Overwrite;
         a.need_control = match parsed.stop {
             Stop::NeedControl => true,
             Stop::NotYetWritten | Stop::Torn => overwrites,
@@ -645,7 +649,7 @@ impl Feed {
             .buffer()
             .read(offset, &mut bytes[..len])
             .map_err(Error::from)
-            .and_then(|_| Control::decode(&bytes[..len]).map_err(Error::from));
+            .and_then(|_| Control::decode(&bytes[..len]).map_err(Error::from_peer_bytes));
         if !self.closed {
             match self.link.post_recv(slot) {
                 Ok(()) => self.outstanding += 1,
@@ -665,7 +669,7 @@ impl Feed {
                 a.credit_wanted = Some(a.credit_wanted.map_or(position, |p| p.max(position)));
             }
             Ok(Control::Dropped { reason }) => {
-                ctx.events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason });
+                ctx.events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason: reason.into() });
                 return FeedStep::Dropped;
             }
             Ok(Control::EndOfStream { final_seq }) => {
@@ -747,7 +751,7 @@ impl Link {
     /// Posts a control SEND from `slot` of the control region (`solicited`: the publisher
     /// waits for it alone).
     fn post_control(&self, kind: WrKind, slot: usize, msg: &Control, solicited: bool) -> Result<()> {
-        let bytes = msg.encode()?;
+        let bytes = msg.encode().map_err(Error::from_own_encoding)?;
         let offset = slot * SLOT;
         self.ctrl.buffer().write(offset, &bytes)?;
         let sge = [self.ctrl.sge(offset, bytes.len())];

@@ -3,8 +3,8 @@
 
 use std::net::SocketAddr;
 
+use crate::reasons::PolicyKind;
 use rdma_fabric::DataPath;
-use rdma_wire::protocol::PolicyKind;
 
 /// Who published a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -31,9 +31,9 @@ use crossbeam::channel::{self, Receiver};
 use slab::Slab;
 
 use crate::error::{Error, Result};
+use crate::reasons::RejectCode;
 use rdma_fabric::{CompletionQueue, ConnId, ConnectionEvent, RejectReason as CmReject, WorkCompletion};
-use rdma_wire::protocol::{AcceptData, RejectCode, RejectData};
-use rdma_wire::ring::RingError;
+use rdma_wire::protocol::{AcceptData, RejectData};
 
 use super::discovery::{Lost, LostReason, Sighting};
 use super::message_type::MessageType;
@@ -391,10 +391,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         };
         self.counters.count_delivery(len);
         let data = data.map_err(|e| match e {
-            Error::Decode(detail) => Error::Decode(format!(
-                "message {seq} of publisher {:016x} at {}: {detail}",
-                publisher.id, publisher.addr
-            )),
+            Error::Decode { detail, .. } => {
+                Error::Decode { publisher: publisher.id, seq, detail: format!("{detail} (from {})", publisher.addr) }
+            }
             e => e,
         })?;
         Ok(Message { publisher, seq, data })
@@ -624,7 +623,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 let Some(&key) = self.by_conn.get(&conn) else { return };
                 let addr = self.feeds[key].addr();
                 let event = match (reason, RejectData::decode(&private_data)) {
-                    (_, Ok(r)) => SubscriptionEvent::Rejected { addr, reason: r.reason, detail: r.detail },
+                    (_, Ok(r)) => SubscriptionEvent::Rejected { addr, reason: r.reason.into(), detail: r.detail },
                     (CmReject::NoListener, Err(_)) => {
                         SubscriptionEvent::Unreachable { addr, detail: "no node listens at that address".into() }
                     }
@@ -690,12 +689,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// Sets up reading of the publisher's ring from its accept data: feed `key` skips what
     /// earlier connections to the same publisher's epoch delivered (or still hold ready).
     fn activate(&mut self, key: usize, private_data: &[u8]) -> Result<PublisherInfo> {
-        let accept = AcceptData::decode(private_data)?;
+        let accept = AcceptData::decode(private_data).map_err(Error::from_peer_bytes)?;
         if accept.topic != self.topic.id() {
-            return Err(Error::Protocol(rdma_wire::protocol::ProtocolError::Malformed {
-                what: "accept private data",
-                detail: "the publisher accepted another topic".into(),
-            }));
+            return Err(Error::PeerMisbehaved { detail: "the publisher accepted another topic".into() });
         }
         let (id, epoch) = (accept.publisher_id, accept.epoch);
         let skip_through = self
@@ -754,12 +750,12 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         tracing::warn!(topic = %self.topic, %addr, "feed failed: {e}");
         let publisher = feed.publisher();
         match (&e, publisher) {
-            (Error::Ring(RingError::MessageTooLarge { len, max }), Some(publisher)) => {
-                self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *max });
-                self.undeliverable.push_back(Error::MessageTooLarge { len: *len, limit: *max });
+            (Error::MessageTooLarge { len, limit }, Some(publisher)) => {
+                self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *limit });
+                self.undeliverable.push_back(Error::MessageTooLarge { len: *len, limit: *limit });
             }
-            (Error::Ring(RingError::RecordTooLarge { len, max, .. }), _) => {
-                let (len, limit) = (*len, *max);
+            (Error::RecordTooLarge { len, limit, .. }, _) => {
+                let (len, limit) = (*len, *limit);
                 self.user_events.push_back(SubscriptionEvent::RecordTooLarge { addr, len, limit });
             }
             _ => {}

@@ -31,7 +31,6 @@ pub enum StartAt {
 ///
 /// On the wire (bincode) it is the variant's index: Block 0, DropSlow 1, Overwrite 2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[non_exhaustive]
 pub enum PolicyKind {
     /// The publisher waits for the slowest subscriber (no loss).
     Block,
@@ -314,7 +313,6 @@ impl AcceptData {
 
 /// Why a publisher refused a subscription.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[non_exhaustive]
 pub enum RejectCode {
     /// No publisher of that topic on this node.
     UnknownTopic,

@@ -12,7 +12,6 @@ pub const CONTROL_MSG_MAX: usize = 64;
 
 /// Why a publisher dropped a subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[non_exhaustive]
 pub enum DropReason {
     /// DropSlow policy: the subscriber fell `lag` bytes behind (a whole ring).
     TooSlow {
