@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use crate::fabric;
 use crate::reasons::RejectCode;
-use rdma_wire::protocol::ProtocolError;
+use rdma_wire::protocol::{ProtocolError, SecretError};
 use rdma_wire::ring::RingError;
 
 /// Result alias of the public API.
@@ -24,6 +24,9 @@ pub enum Error {
         /// What it sent, and which rule it broke.
         detail: String,
     },
+    /// A secret (a domain secret or a topic credential) could not be made or read.
+    #[error(transparent)]
+    InvalidSecret(#[from] SecretError),
     /// A broken invariant of this library (a bug, to report with the detail): a message of
     /// its own that does not encode, a ring write out of its own bounds.
     #[error("internal error of rdma-pubsub (please report): {detail}")]

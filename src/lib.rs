@@ -46,7 +46,7 @@ pub use node::{
     NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, Start,
     SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
 };
-pub use rdma_wire::protocol::Secret;
+pub use rdma_wire::protocol::{Secret, SecretError};
 pub use rdma_wire::ring::{Checksum, RingError};
 pub use rdma_wire::{KeyExpr, KeyExprError, Topic, TopicError, MAX_KEY_EXPR_LEN, MAX_TOPIC_LEN};
 pub use reasons::{DropReason, PolicyKind, RejectCode};

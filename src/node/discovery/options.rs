@@ -242,7 +242,7 @@ fn secret_from_file_named(path: Option<std::ffi::OsString>) -> crate::Result<Opt
     let Some(path) = path else { return Ok(None) };
     Secret::from_file(&path).map(Some).map_err(|e| crate::Error::InvalidOption {
         option: SECRET_FILE_ENV,
-        detail: format!("reading the domain secret from {}: {e}", std::path::Path::new(&path).display()),
+        detail: format!("reading the domain secret: {e}"),
     })
 }
 

@@ -4,13 +4,11 @@
 //! purpose passes its own label, which is MACed first, so a tag made for one purpose never
 //! verifies for another.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
-
-use super::error::ProtocolError;
 
 /// Bytes of a full HMAC-SHA256 tag.
 pub const MAC_LEN: usize = 32;
@@ -34,19 +32,40 @@ impl PartialEq for Secret {
 
 impl Eq for Secret {}
 
+/// Why a secret could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretError {
+    /// A secret has [`MIN_SECRET_LEN`] to [`MAX_SECRET_LEN`] bytes.
+    #[error("a secret of {len} bytes: it must have {min} to {max}")]
+    Length {
+        /// The bytes given.
+        len: usize,
+        /// [`MIN_SECRET_LEN`].
+        min: usize,
+        /// [`MAX_SECRET_LEN`].
+        max: usize,
+    },
+    /// The secret file could not be read, or holds no valid secret.
+    #[error("secret file {}: {detail}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong (the operating system's error, or the length rule).
+        detail: String,
+    },
+}
+
 impl Secret {
     /// A secret of `bytes`; fewer than 16 (`MIN_SECRET_LEN`) or more than 4096
     /// (`MAX_SECRET_LEN`) bytes is an error.
     ///
     /// # Errors
-    /// [`ProtocolError::Malformed`] when `bytes` is shorter than 16 or longer than 4096 bytes.
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Secret, ProtocolError> {
+    /// [`SecretError::Length`] when `bytes` is shorter than 16 or longer than 4096 bytes.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Secret, SecretError> {
         let bytes = bytes.into();
         if !(MIN_SECRET_LEN..=MAX_SECRET_LEN).contains(&bytes.len()) {
-            return Err(ProtocolError::Malformed {
-                what: "secret",
-                detail: format!("{} bytes, expected {MIN_SECRET_LEN} to {MAX_SECRET_LEN}", bytes.len()),
-            });
+            return Err(SecretError::Length { len: bytes.len(), min: MIN_SECRET_LEN, max: MAX_SECRET_LEN });
         }
         Ok(Secret(bytes))
     }
@@ -55,20 +74,17 @@ impl Secret {
     /// newline) removed.
     ///
     /// # Errors
-    /// The [`std::io::Error`] of opening or reading the file, or one of kind
-    /// [`InvalidData`](std::io::ErrorKind::InvalidData) naming the file when it holds no valid
-    /// secret (too short or too long).
-    pub fn from_file(path: impl AsRef<Path>) -> std::io::Result<Secret> {
+    /// [`SecretError::File`] naming the file, with the operating system's error of opening or
+    /// reading it, or the length rule when it holds no valid secret.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Secret, SecretError> {
         use std::io::Read;
         let path = path.as_ref();
-        let file = std::fs::File::open(path)?;
+        let failed = |detail: String| SecretError::File { path: path.to_path_buf(), detail };
+        let file = std::fs::File::open(path).map_err(|e| failed(e.to_string()))?;
         let mut bytes = Vec::new();
         // One byte more than allowed tells a too-long file from a full-length one.
-        file.take(MAX_SECRET_LEN as u64 + 1).read_to_end(&mut bytes)?;
-        let trimmed = bytes.trim_ascii();
-        Secret::new(trimmed.to_vec()).map_err(|e| {
-            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("secret file {}: {e}", path.display()))
-        })
+        file.take(MAX_SECRET_LEN as u64 + 1).read_to_end(&mut bytes).map_err(|e| failed(e.to_string()))?;
+        Secret::new(bytes.trim_ascii().to_vec()).map_err(|e| failed(e.to_string()))
     }
 
     /// The HMAC-SHA256 of `label` followed by each of `parts`, each preceded by its length (so
@@ -138,7 +154,13 @@ mod tests {
         std::fs::write(&path, b"0123456789abcdef-domain\n").unwrap();
         assert_eq!(Secret::from_file(&path).unwrap(), Secret::new(&b"0123456789abcdef-domain"[..]).unwrap());
         std::fs::write(&path, b"short\n").unwrap();
-        assert_eq!(Secret::from_file(&path).unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+        let short = Secret::from_file(&path).unwrap_err().to_string();
+        assert!(short.contains(&path.display().to_string()) && short.contains("5 bytes"), "{short}");
+        // A missing file: the error names it.
+        let missing = dir.join("no-such-secret");
+        let e = Secret::from_file(&missing).unwrap_err();
+        assert!(matches!(&e, SecretError::File { path, .. } if *path == missing), "{e:?}");
+        assert!(e.to_string().contains("no-such-secret"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

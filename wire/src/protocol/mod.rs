@@ -38,7 +38,7 @@ mod golden;
 mod tests;
 
 pub use announce::{AnnounceKind, Announcement, OpenError, SEAL_OVERHEAD};
-pub use auth::Secret;
+pub use auth::{Secret, SecretError};
 pub use connect::{AcceptData, ConnectData, ConnectFlags, PolicyKind, PolicySet, RejectCode, RejectData, StartAt};
 pub use control::{Control, DropReason, CONTROL_MSG_MAX};
 pub use credential::CredentialError;
