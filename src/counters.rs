@@ -4,51 +4,6 @@
 //! the struct of atomics the code increments and the API reads, its [`Descriptor`] table, and
 //! the iteration over both that the stats file is written from, so a counter declared is a
 //! counter exported.
-//!
-//! # Counters and the stats file (`src/counters.rs`, `src/stats/`, `node/stats_export.rs`)
-//!
-//! Each set of counters is declared once with `counter_set!` (`src/counters.rs`), as a table of
-//! name, kind (total or gauge), unit and meaning, in the manner of Aeron's counters: the macro makes
-//! the struct of relaxed atomics the code increments and the API reads, and its `Descriptor` table
-//! (`CounterSet::DESCRIPTORS`, `values()`), from which the stats file is written, so every counter
-//! declared reaches the file (`stats_export::tests::every_declared_counter_reaches_the_stats_file`).
-//! The format (`stats/snapshot.rs`), the directory (`stats/directory.rs`) and the writer thread
-//! (`stats/writer.rs`) know nothing of nodes; the node's exporter (`node/stats_export.rs`) fills the
-//! snapshots.
-//!
-//! Counters are updated on the paths they count: `NodeCounters`
-//! (`rejected_connects`), `DiscoveryCounters` (sent, received, expired, refused, unauthenticated,
-//! replayed, stale, bad_datagrams, ...), `PublisherCounters` (published, bytes, acks, bad_acks, doorbells,
-//! accepted, dropped, rejected_unauthorized, waits, solicited_waits, credit_requests, and the gauges subscribers,
-//! position, slowest_ack), `SubscriptionCounters` (delivered, bytes, reads, empty_reads,
-//! reads_ahead, torn, lost, acks, doorbell_requests, doorbells, ..., unpolled_waits,
-//! credit_requests, solicited_acks, events_dropped, and the gauge read_buffer_bytes). They are readable through the API, and from outside the
-//! process: each node's exporter thread (`pubsub-stats`) rewrites every 100 ms a text file
-//! `<pid>-<node id, 16 hex digits>.stats` in `$RDMA_PUBSUB_STATS_DIR`, else
-//! `/dev/shm/rdma-pubsub-<uid>/` (else `<tmp>/rdma-pubsub-<uid>/`; created 0700, and not used if
-//! another user owns it or others may write it), written to `.<name>.tmp` (opened with
-//! `O_EXCL | O_NOFOLLOW`) and renamed over the file, removed when the node drops (`NodeBuilder::stats_dir(None)` turns it off). Format, version 1, one record per
-//! line:
-//!
-//! ```text
-//! rdma-pubsub-stats 1
-//! pid 19327
-//! node 3cb612c901be4984
-//! addr 127.0.0.1:33665
-//! fabric soft
-//! epoch_us 1795308040232044
-//! updated_us 1795308046232044
-//! counters node rejected_connects=0
-//! counters disc sent=12 received=30 ... bad_datagrams=0
-//! counters pub published=1411 bytes=722432 ... lag_bytes=50048 topic=demo
-//! counters sub delivered=1361 bytes=696832 reads=1339 ... topic=demo
-//! ```
-//!
-//! Values are unsigned decimals; on `pub`/`sub` lines `topic=` is last and takes the rest of the
-//! line. Readers ignore unknown lines, kinds and names. `pubsub-demo stat` lists the files of live
-//! processes (skipping those whose pid is gone) and shows the counters with per-second rates, as
-//! aeron-stat does.
-//!
 
 /// How a counter's value moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

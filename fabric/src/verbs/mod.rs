@@ -40,44 +40,6 @@
 //! | 6 | `qp`, `ud` | reliable-connected queue pairs on CM ids or connected by hand (`Qp`); UD endpoints |
 //! | 7 | `cm` | the provider's event channel: listen, connect, accept, reject, events |
 //! | 8 | `mod` | the provider's device object (`VerbsFabric`) and `open` |
-//!
-//! # How it works
-//!
-//! libibverbs and librdmacm through `rdma-sys` 0.3 (dynamically linked). Device by name or by the
-//! bind address (`rdma_bind_addr` on a temporary id); QPs with `rdma_create_qp` on CM ids; address
-//! and route resolution synchronous inside `connect` (a private channel, then `rdma_migrate_id`);
-//! completion channels with `poll(2)` on their fds for timed waits; UD multicast through
-//! `rdma_join_multicast` with the address handle from the join event. With no device, or no
-//! `/dev/infiniband/rdma_cm`, opening fails with `Error::NoDevice` naming the cause. Received private
-//! data is padded by the CM (56/196/148 bytes): the protocol layer's decoders accept trailing zero
-//! padding. It is tested for real on Soft-RoCE inside a qemu guest (`scripts/verbs-vm-tests.sh`).
-//!
-//! A queue pair connected by hand has no CM id: `ibv_create_qp` on the PD and CQs (RC, RESET),
-//! `ibv_destroy_qp` when dropped, and the posts and completions of a CM-made one (`RcQp` is bound
-//! either by a CM id or by a `HandLink`, `by_hand.rs`). Its endpoint is that of the port the device
-//! was opened on: the LID, the port's active MTU (`ibv_query_port`), a random 24-bit PSN, and the
-//! source GID rxe needs. On RoCE that is the entry whose type is RoCE v2 and whose GID is the
-//! IPv4-mapped address of the device's netdev (the bind address, when the device was selected by
-//! one). rdma-sys 0.3 has no `ibv_query_gid_type`, so the types are read from
-//! `/sys/class/infiniband/<dev>/ports/<port>/gid_attrs/types/<index>` (`gid.rs`). On InfiniBand
-//! the GID is index 0. The moves use the manual's attribute masks (`qp_attr.rs`). The address
-//! vector is global (the peer's GID, hop limit 64). `min_rnr_timer` becomes its 5-bit code, the
-//! nearest not below. A failing `ibv_modify_qp` is `Error::Os` naming the move and its errno.
-//!
-//! Its files, bottom up; each imports only files listed before it:
-//!
-//! | module | job |
-//! |---|---|
-//! | `verbs/os.rs`, `addr.rs`, `qp_attr.rs`, `gid.rs` | errors from errno, non-blocking descriptors and poll(2); C socket addresses; the attributes and masks of each `ibv_modify_qp` move, RNR timer codes, MTUs; the RoCE v2 source GID from the kernel's GID table |
-//! | `verbs/post.rs`, `stoppable.rs`, `cm_id.rs` | SGEs in the verbs form and post return codes; helper threads stopped by an eventfd; librdmacm event channels and CM ids with the context their events carry |
-//! | `verbs/events.rs`, `sidr.rs` | the async event thread (CQ overruns); UD unicast address resolution (SIDR) |
-//! | `verbs/device.rs` | device discovery and the opened device's context, found through a CM id: what every object holds |
-//! | `verbs/cq.rs`, `mr.rs`, `by_hand.rs` | completion queues with their channels; the raw protection domain and memory regions; what a queue pair connected by hand has instead of a CM id (its port's endpoint, its state, the INIT/RTR/RTS moves) |
-//! | `verbs/pd.rs` | protection domains (registering, creating SRQs) and shared receive queues |
-//! | `verbs/qp.rs`, `ud.rs` | reliable-connected queue pairs, on CM ids or connected by hand, or the stand-in of an unreachable connect (`Qp`); UD endpoints (multicast and unicast) |
-//! | `verbs/cm.rs` | the provider's event channel: listen, connect, accept, reject, librdmacm events as `CmEventOf<ConnRequest>` |
-//! | `verbs/mod.rs` | the provider's device object (`VerbsFabric`) and `open` |
-//!
 
 mod addr;
 mod by_hand;
