@@ -38,7 +38,8 @@
 //! one `sched_yield`, so that the NIC thread that must copy those bytes gets a turn on a
 //! machine with fewer CPUs than busy threads (64 KiB in one process on 2 vCPUs: 2.28 → 2.75
 //! GB/s). A serde value is sized first and encoded straight into a loan when it fits one
-//! record. A loan's bytes are written without atomics, which is sound because no other Rust
+//! record. A message larger than the ring is written fragment by fragment as credit allows
+//! (`pubsub::streams::a_sixteen_mib_message_passes_through_a_one_mib_ring`). A loan's bytes are written without atomics, which is sound because no other Rust
 //! code of the process touches them before the commit.
 //!
 //! # Credits, the limit and the turn
