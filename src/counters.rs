@@ -4,6 +4,12 @@
 //! the struct of atomics the code increments and the API reads, its [`Descriptor`] table, and
 //! the iteration over both that the stats file is written from, so a counter declared is a
 //! counter exported.
+//!
+//! Counters are relaxed atomics, updated on the paths they count and readable through the API
+//! (`Node::counters`, `Publisher::counters`, `Subscription::counters`, ...) and from outside
+//! the process through the stats file ([`crate::stats`]).
+//! `node::stats_export::tests::every_declared_counter_reaches_the_stats_file` checks that each
+//! declared counter reaches the file.
 
 /// How a counter's value moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

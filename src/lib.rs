@@ -24,6 +24,81 @@
 //! assert_eq!(message.data, b"hello");
 //! # Ok(()) }
 //! ```
+//!
+//! # Threat model
+//!
+//! The attacker is on the same network: it can send any datagram to the discovery port, open
+//! TCP connections to a node's CM port, complete the connect handshake, and then speak the
+//! fabric protocol as it likes (raw frames on soft). It may listen on the discovery group. It
+//! does not run as the same user on the same host (such a process can read the node's memory
+//! anyway).
+//!
+//! | mode | trusted | not trusted |
+//! |---|---|---|
+//! | no secrets (the default) | every host that can reach the discovery port (it may announce any node id, epoch, address and topics) and the CM port (it may subscribe to any topic and READ its ring) | nothing: use it on trusted networks only |
+//! | domain secret ([`NodeBuilder::domain_secret`], `RDMA_PUBSUB_DOMAIN_SECRET_FILE`, demo `--secret-file`) | holders of the domain secret, for what they announce (any holder can announce any node id) | everyone else on the discovery port: their datagrams fail the tag and are dropped and counted (`unauthenticated`); captured datagrams of real nodes replayed later are dropped (`replayed`, `stale`) |
+//! | topic credential ([`PublisherBuilder::credential`]) | subscribers that hold the topic's secret | everyone else on the CM port: `Unauthorized` before any accept data (so no rkey) leaves the publisher; a captured connect request replayed is refused (nonce seen, or time out of the 30 s window) |
+//!
+//! In every mode, whatever a peer sends is bounded before it is used, no queue grows with what
+//! a peer sends, and the soft NIC keeps the limits hardware has.
+//!
+//! Not protected, in any mode: confidentiality (announcements, accept data with the rkey, and
+//! the messages themselves travel unencrypted: soft's TCP, RoCE's UDP); an on-path attacker
+//! that modifies or injects into an established connection (the fabric has no integrity of
+//! its own beyond RC's sequence numbers); a captured connect request used once before the
+//! genuine one arrives; floods of the link itself. Clocks of hosts must agree within 60 s
+//! (discovery) and 30 s (credentials).
+//!
+//! ## Each bound and the test that shows it
+//!
+//! Tests are named as `cargo test` lists them: an integration test by its file under `tests/`
+//! (`hostile::nic::...` is `tests/hostile/nic.rs`), a unit test by its module path in its
+//! crate, a conformance case by its name in `fabric/tests/fabric_conformance/`.
+//!
+//! | attack | bound | test |
+//! |---|---|---|
+//! | a forged Hello reusing a real publisher's node id with a newer epoch | with a domain secret: dropped, counted; the real publisher stays and keeps delivering | `hostile::discovery::a_forged_hello_with_a_real_publishers_id_and_a_newer_epoch_is_dropped_and_counted` |
+//! | replayed Hello, Heartbeat or Goodbye of a real node | 64-entry replay window per node and epoch (kept until the peer's datagrams are stale), 60 s clock window | `hostile::discovery::replayed_heartbeats_hellos_and_goodbyes_of_a_real_node_are_dropped_and_counted` |
+//! | a flood of node ids, parts and topics | `MAX_PEERS` 1,024, `MAX_PARTS` 256, `MAX_PEER_TOPICS` 8,192, `MAX_TOTAL_TOPICS` 65,536; refused and counted; RSS asserted in a child process | `hostile::discovery::a_discovery_flood_of_ids_parts_and_topics_stays_within_bounded_memory`; one by one: `node::discovery::directory::tests::floods_of_peers_parts_and_topics_are_refused_and_counted` |
+//! | a datagram flood that would hide real heartbeats | datagrams read in batches of 64; a round that finds a full batch waiting does not count the time since the socket was last drained (`backlogged`) | `hostile::discovery::an_unauthenticated_flood_does_not_expire_a_real_peer` |
+//! | unicast to the group port from anywhere | a multicast endpoint binds the group address: unicast never reaches it | `discovery::datagrams::unicast_to_the_group_port_does_not_reach_a_multicast_node` |
+//! | an application that never takes its subscription's events (while peers make them) | at most [`MAX_EVENTS`](node::MAX_EVENTS) (1,024) held; the oldest dropped and counted (`events_dropped`) | `node::subscription::events::tests::a_full_queue_drops_and_counts_the_oldest` |
+//! | a subscription that stops reading its discovery updates | its queue is bounded (4,096), then it catches up with the difference | `node::discovery::watch::tests::a_subscription_that_does_not_drain_gets_a_bounded_queue_then_catches_up` |
+//! | subscribing without the credential, with a wrong one, or replaying a captured connect | `Unauthorized`, counted in `rejected_unauthorized` (stats file, `pubsub-demo stat`); the replay set holds at most 4,096 nonces and refuses rather than grows | `hostile::access::*` |
+//! | a publisher advertising, or a record claiming, more than the subscriber reads | READ buffers bounded by [`SubscriberBuilder::max_record_payload`] (16 MiB); `RecordTooLarge` naming both sizes; RSS asserted in a child process | `hostile::limits::*` |
+//! | a record that never validates | `recv_timeout` still returns on time | `hostile::limits::a_record_that_never_validates_does_not_hold_recv_past_its_timeout` |
+//! | subscribers that post no receives and ask for doorbells (SENDs wait on RNR forever) | 4 control send slots per subscriber: others still get doorbells and `Ended { complete: true }` | `hostile::node::subscribers_that_take_no_sends_pin_only_their_own_control_slots` |
+//! | silent subscribers holding a `Block` publisher | dropped after `idle_timeout` (default 30 s) with `DropReason::Idle` | `hostile::node::silent_subscribers_holding_a_blocked_publisher_are_dropped_after_the_idle_timeout` |
+//! | a flood of control SENDs at an idle publisher | the CM thread's service tick drains the CQ and reposts receives every 20 ms | `hostile::node::an_idle_publishers_receive_queue_is_refilled_without_its_application` |
+//! | READs outside the ring, with forged or foreign rkeys | `RemoteAccessError`, nothing moves | `hostile::reads_outside_the_ring_or_with_foreign_keys_are_refused` |
+//! | forged acks, garbage control messages | refused, counted (`bad_acks`), no credit | `hostile::acks_for_unpublished_positions_are_refused_counted_and_grant_no_credit` |
+//! | a peer pipelines READs beyond the responder resources it was granted (raw wire) | READ depths negotiated in the connect (16 and 16 by default, as RDMA-CM's); the responder cuts a peer that exceeds them, counted; RSS asserted in a child process | `hostile::nic::a_read_flood_beyond_the_responder_resources_is_cut_and_memory_stays_bounded` |
+//! | a peer that never reads its answers | 1 MiB of queued answer frames per connection (`OUT_CAP`); the NIC stops reading that peer, and cuts it after 2 s without progress, counted | `hostile::nic::a_peer_that_never_reads_its_answers_is_paused_then_cut_with_bounded_memory` |
+//! | rkey guessing on one connection | the first remote access error moves the responder's queue pair to the error state: later requests are refused; the publisher removes the subscriber (a probe after 250 ms of silence fails on it) | `hostile::nic::after_a_remote_access_error_the_responder_refuses_the_connections_requests`, `hostile::node::a_subscriber_whose_queue_pair_failed_is_removed_and_holds_nothing_back`, conformance `remote_access_error_fails_the_responders_queue_pair` |
+//! | a flood of connections that never finish the handshake | 64 pending per source IP, 1,024 in all, 5 s handshake timeout; the rest closed at once and counted | `hostile::nic::a_handshake_flood_from_one_source_is_capped_counted_and_spares_other_sources` |
+//! | streams to the data port of queue pairs connected by hand: floods, silence, malformed or forged hellos | the same handshake limits and timeout; a stream reads one 56-byte hello and no more until it is bound; a hello out of bounds, of another peer or for no queue pair in RTR is closed and counted (`rejected_hellos`) | `rdma-fabric`'s `soft::hand_tests::*`, `soft::hello::tests::*` |
+//! | local processes on the same-host path's socket: no hello, forged inbox entries, claims or bells | a stream without a hello for an offered nonce is closed, at most 64 wait; inbox entries checked, the queue pair failed on anything else; forged claims or bells only delay or wake | `rdma-fabric`'s `soft::shm::tests::*` |
+//! | the READ buffer of a READ in flight read from safe code | [`fabric::ReadBuffer::complete`] is `unsafe`, taking the READ's completion (its one caller, the subscription's feed, states why it holds) | compile-time |
+//! | `ibv_dereg_mr` failing | the buffer is leaked (never freed while it may still be registered) and counted | `rdma-fabric`'s `verbs::mr::tests::a_failed_deregistration_leaks_the_memory_and_counts_it` |
+//! | a stats directory another user controls, or a link planted as its temporary file | per-user directory created 0700, refused if it is a link, another user's or writable by others; temporaries `O_EXCL \| O_NOFOLLOW` | `stats::tests::the_directory_is_created_private_and_refused_when_others_control_it`, `stats::tests::a_link_planted_as_the_temporary_file_is_not_followed` |
+//! | arbitrary bytes in any decoder | no panic; fuzz targets over every format (sealed announcements and credential proofs included) | the proptests of `tests/hostile.rs`, `fuzz/` |
+//!
+//! # Failures
+//!
+//! What the user sees on each failure, and the test that shows it (the guarantees of each
+//! policy are at [`Policy`]).
+//!
+//! | failure | what the user sees | test |
+//! |---|---|---|
+//! | a subscriber's connection is cut mid-READ | the victim: an intact gap-free prefix, one `Disconnected`, then `Closed` (or, with discovery, a reconnection); the other subscribers lose nothing; the publisher never errors | `faults::a_subscriber_connection_cut_mid_read_surfaces_and_spares_the_others` |
+//! | the publisher's side of connections is cut while acks flow | every subscriber gets `Disconnected`; the publisher drops them and keeps publishing; a new subscriber joins | `faults::publisher_side_cuts_mid_ack_surface_to_every_subscriber_and_publishing_goes_on` |
+//! | a subscriber process is SIGKILLed | the publisher drops it and continues; survivors lose nothing | `faults::a_subscriber_process_killed_mid_stream_is_dropped_and_the_others_lose_nothing` |
+//! | a publisher process is SIGKILLed mid-write (fragmented messages) | an intact prefix, never a partial message, then `Disconnected` and `Closed`; with discovery, `PublisherLost{Silent}` and a reconnection when it restarts, without duplicates | `faults::a_publisher_process_killed_mid_write_leaves_an_intact_prefix_and_a_disconnect`, `discovery::a_crashed_publisher_is_detected_and_its_restart_reconnected` |
+//! | a READ races a rewrite of the record | the checksum fails, the record is re-read; never delivered damaged | `torn_reads::overwritten_records_are_never_delivered_torn` (on both soft paths) |
+//! | bad or foreign connect private data | rejected with a reason, counted | `pubsub::connect_data::bad_private_data_is_rejected_with_a_reason_and_counted` |
+//! | junk datagrams on the discovery group | counted, dropped, discovery goes on | `discovery::datagrams::junk_datagrams_are_counted_and_dropped` |
+//! | a network partition (a host's link down, then up) | the others continue; all report `PublisherLost{Silent}`, reconnect and catch up | `multihost::three_namespaced_hosts_discover_each_other_and_survive_a_link_cut` |
+//! | hostile peers (READs outside the ring, rkey guessing, floods, forged acks, missing credentials, oversized records) | see the table above | `hostile::*` |
 #![warn(missing_docs)]
 #![warn(clippy::missing_errors_doc)]
 

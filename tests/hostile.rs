@@ -209,6 +209,10 @@ fn reads_outside_the_ring_or_with_foreign_keys_are_refused() {
             Box::new(move |a| RemoteAddr { addr: other.ring.addr, rkey: a.ring.rkey }),
             8,
         ),
+        // A captured accept of another topic (accepts travel in clear): that ring's own
+        // address and rkey, READ from a connection this publisher accepted. Each publisher has
+        // its own protection domain, so the key does not reach across.
+        ("another topic's ring, with its own address and rkey", Box::new(move |_| other.ring), 8),
     ];
     for (what, remote, len) in &cases {
         let status = attacker.read(addr, "guarded", remote, *len);

@@ -6,6 +6,14 @@
 //! ([`RtsAttr`]). The handles check every transition and attribute before a provider sees it,
 //! so an illegal one is the same typed error on every provider, as `ibv_modify_qp` returns
 //! `EINVAL`.
+//!
+//! No CM event concerns such a queue pair: moving it to ERROR (or dropping it) flushes what it
+//! has outstanding, and its peer learns of it only through failed requests. The examples
+//! `fabric/examples/rc_ops.rs` and `rdma_write.rs` take `--bootstrap cm|tcp`; `tcp` follows the
+//! seed flow step by step (`fabric/examples/common/bootstrap.rs`: a TCP socket, a fixed-size
+//! `ConData` with the endpoint and the buffer's address, rkey and length, decoded with length
+//! and range checks since the peer is not trusted, INIT, RTR, RTS, and a one-byte sync before
+//! and after the operations).
 
 use std::time::Duration;
 

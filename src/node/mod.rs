@@ -5,9 +5,11 @@
 //! events to subscriptions), one discovery thread (announces the node's publishers over UD
 //! multicast or unicast, hears the other nodes', tells subscriptions: see [`discovery`]) and,
 //! with discovery, one connector thread (opens the subscriptions' connections to the
-//! publishers discovery announces, without any call of the application). Data
-//! never passes through them: a publisher's thread writes its ring and handles acks inline; a
-//! subscription's thread posts READs and polls its own CQ.
+//! publishers discovery announces, without any call of the application, every 20 ms), and,
+//! unless `stats_dir(None)`, the stats exporter (rewrites the node's stats file every 100 ms:
+//! [`crate::stats`]). Data never passes through them: a publisher's thread writes its ring and
+//! handles acks inline; a subscription's thread posts READs and polls its own CQ. There is no
+//! thread per publisher or subscription.
 //!
 //! Files: one type and its impl per file, or one folder when a type's parts carry their own
 //! state. Files of one folder may refer to each other; folders side by side may not form a

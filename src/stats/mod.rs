@@ -1,8 +1,10 @@
 //! Counters readable from outside the process: each node periodically writes a snapshot of its
 //! counters (node, discovery, publishers, subscriptions) to a small text file under a
-//! well-known directory, and removes it when it is dropped. `pubsub-demo stat` lists and shows
-//! them. This module is the file format, the directory and the writer; it knows nothing of
-//! nodes (the node's exporter, `node/stats_export.rs`, fills the snapshots).
+//! well-known directory (every 100 ms by default; `NodeBuilder::stats_dir(None)` turns it off),
+//! and removes it when it is dropped. `pubsub-demo stat` lists the files of live processes
+//! (skipping those whose pid is gone) and shows their counters with per-second rates, as
+//! aeron-stat does. This module is the file format, the directory and the writer; it knows
+//! nothing of nodes (the node's exporter, `node/stats_export.rs`, fills the snapshots).
 //!
 //! | file | job |
 //! |---|---|

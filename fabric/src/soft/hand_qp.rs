@@ -8,6 +8,23 @@
 //! then on the stream is an RC connection like one the connection manager made: RNR, flushes,
 //! disconnects, the remote checks and the same-host path work as there. RTS sends the peer
 //! this end's RNR retries (the peer applies them to this end's SENDs).
+//!
+//! The endpoint names the device's data port: the GID is the device's address IPv4-mapped (or
+//! IPv6), the LID the data port's port, the port 1, the MTU 4096, the PSN random (24 bits).
+//! The hello names both queue pairs by number and PSN (and carries the same-host offer, as a
+//! CONNECT_REQ does); a hello for a queue pair not yet in RTR waits for it. INIT's access flags
+//! bound what the peer may do; the READ depths are RTR's `max_dest_rd_atomic` and RTS's
+//! `max_rd_atomic`, not negotiated (as on verbs). Requests posted in RTS before the stream is
+//! bound wait in the send queue; if it is not bound within RTS's `timeout` and `retry_count`
+//! (4.096 µs × 2^timeout per try, at most 30 s; `timeout` 0 takes the 30 s) they fail with
+//! `TransportRetryExceeded` and the queue pair goes to ERROR, as requests nobody answers do. A
+//! dialer whose stream is refused or lost before it is bound does not dial again, so a peer
+//! must reach RTR within the handshake timeout of this end's RTR, as the seed programs' flow
+//! does. The data port's streams count as connect handshakes (64 per source, 1,024 in all,
+//! 5 s); a malformed or unmatched hello is closed and counted (`rejected_hellos`). As on RDMA,
+//! the numbers and PSNs are the only credential: whoever knows both endpoints can open the
+//! stream first. A device bound to the unspecified address names it in its GID, which reaches
+//! it from its own host only.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;

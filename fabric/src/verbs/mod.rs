@@ -1,5 +1,15 @@
 //! The verbs provider: libibverbs and librdmacm through `rdma-sys`.
 //!
+//! Dynamically linked (feature `verbs`). A device is opened by name or by the bind address
+//! (`rdma_bind_addr` on a temporary CM id); with no device, or no `/dev/infiniband/rdma_cm`,
+//! opening fails with `Error::NoDevice` naming the cause. Queue pairs are made with
+//! `rdma_create_qp` on CM ids; address and route resolution run synchronously inside `connect`
+//! (on a private channel, then `rdma_migrate_id`); timed waits use `poll(2)` on the completion
+//! channels' descriptors; UD multicast goes through `rdma_join_multicast`, with the address
+//! handle from the join event. It is tested for real on Soft-RoCE inside a qemu guest
+//! (`scripts/verbs-vm-tests.sh`: the conformance suite, `verbs_smoke`, the pub/sub and
+//! discovery tests, the examples).
+//!
 //! Every verbs object is a Rust struct whose `Drop` releases it, and each holds `Arc`s of what
 //! it depends on (a queue pair holds its CQs, PD, CM event channel and device), so teardown runs
 //! in the reverse order of creation on every path: disconnect, destroy the QP, deregister

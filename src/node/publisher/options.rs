@@ -8,6 +8,17 @@ use rdma_wire::protocol::Secret;
 use rdma_wire::ring::Checksum;
 
 /// What a publisher does when a subscriber falls behind by a whole ring.
+///
+/// | policy | publisher | subscriber |
+/// |---|---|---|
+/// | `Block{timeout}` | waits for the slowest subscriber's credit up to `timeout`, then `Error::Timeout`: nothing of that message was published (a message larger than the free space that was partly written is finished by the next call) | every message exactly once, in order per publisher (`pubsub::policies::block_delivers_a_million_mixed_messages_exactly_once_in_order_to_four_subscribers`: about 1 GiB) |
+/// | `DropSlow{grace}` | a subscriber that holds the publisher up longer than `grace` is told `Dropped{TooSlow{lag}}` and disconnected; the others are not slowed further | what it received is complete and in order; then `Dropped` |
+/// | `Overwrite` | never waits | in order, no duplicates; after an overrun, `Lost{count}` says exactly how many messages are missing, then it continues from the oldest retained one (`pubsub::policies::overwrite_reports_exact_lost_counts`) |
+///
+/// Under every policy a publisher that is dropped ends its stream: subscribers get every
+/// message up to `final_seq` and exactly one `Ended{complete: true}` (never `Disconnected`),
+/// then `recv` returns `Closed` (`pubsub::streams::a_dropped_publisher_ends_the_stream_after_its_last_message`,
+/// `pubsub::streams::an_orderly_end_is_reported_once_and_never_as_a_disconnect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
     /// Lossless: `publish` waits for the slowest subscriber up to `timeout`, then returns

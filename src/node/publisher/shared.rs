@@ -13,6 +13,92 @@
 //! interleaves with a message it wrote partly) and releases the lock while it waits, so the
 //! CM thread can accept subscribers meanwhile. The flow-control rules themselves are pure
 //! functions (`flow_control.rs`); a subscriber's activity is its [`Liveness`].
+//!
+//! # Creating and accepting
+//!
+//! Creating registers the ring's region (remote read only), a shared receive queue with 4
+//! receives per subscriber (per-QP receives where the device has no SRQ) and one CQ. The CM
+//! thread decodes a connect request and finds the topic's publisher; [`PublisherShared::accept`]
+//! then checks the topic credential first (`rdma_wire::protocol::credential`: an HMAC proof
+//! over the request, a nonce and the subscriber's clock; a missing or wrong proof, a time more
+//! than 30 s off, or a nonce seen within that window is `Unauthorized`, counted in
+//! `rejected_unauthorized`), so no `AcceptData` (the ring's address and rkey) exists before it
+//! passed; then closing, `max_subscribers` and the policies the subscriber accepts. It accepts
+//! under the state lock: the subscriber's start point (latest = tail, earliest = head) and its
+//! credit are consistent with the producer.
+//!
+//! # The hot path
+//!
+//! `publish_bytes`: no clock read, no allocation, no system call and no locked
+//! read-modify-write (counters written only under the lock are a load and a store); the CQ is
+//! looked at with a one-entry poll, and a batch is set up only when it holds something. Measured
+//! on 64 B messages with the publisher alone on a CPU: about 0.08 µs of CPU per message, of
+//! which the record checksum is about 15 ns. On a fabric whose NIC copies on this host's CPUs
+//! (`DeviceAttributes::copies_on_host_cpus`: soft), a commit of 16 KiB or more is followed by
+//! one `sched_yield`, so that the NIC thread that must copy those bytes gets a turn on a
+//! machine with fewer CPUs than busy threads (64 KiB in one process on 2 vCPUs: 2.28 → 2.75
+//! GB/s). A serde value is sized first and encoded straight into a loan when it fits one
+//! record. A message larger than the ring is written fragment by fragment as credit allows
+//! (`pubsub::streams::a_sixteen_mib_message_passes_through_a_one_mib_ring`). A loan's bytes are written without atomics, which is sound because no other Rust
+//! code of the process touches them before the commit.
+//!
+//! # Credits, the limit and the turn
+//!
+//! Credit is each subscriber's acked position. The publisher limit (`PubState::limit`,
+//! Aeron's) is `min(acked) + capacity` under Block and DropSlow, none under Overwrite or with
+//! no subscriber; it is recomputed when an ack arrives or a subscriber comes or goes
+//! (`PubState::refresh_credit`), never per message. Acks arrive as SENDs into the shared
+//! receive queue; the CQ is drained after every commit and while a call waits for credit. An
+//! ack outside `[acked, tail]`, or a control message only a publisher sends, is refused and
+//! counted (`bad_acks`).
+//!
+//! A call that cannot publish under the limit takes the publishing turn ([`Turn`]: a flag and
+//! a condition variable) and releases the lock while it waits; the other publishing calls wait
+//! for the turn, so no call's message lands between the fragments of another's. Calls that fit
+//! never touch it.
+//!
+//! With several subscribers, a call waiting for credit asks the one that will probably ack
+//! last (`node/ack_clock.rs`) with `CreditWanted{position}`: the floor it needs, or a quarter
+//! ring past that subscriber's last ack if further, never past the tail. That subscriber acks
+//! with a solicited SEND once it has consumed that far, and the publisher waits with its CQ
+//! armed for solicited completions only (`poll_wait_solicited`; counters `solicited_waits`,
+//! `credit_requests`); if it wakes still short it asks the next one. With one subscriber it
+//! waits on every ack. Before, a publisher blocked by 16 subscribers woke 1.9 times per 64 KiB
+//! message and 3.5 per 1 MiB one, against 0.3 and 0.6 now
+//! (`pubsub::policies::a_publisher_blocked_by_several_subscribers_does_not_wake_for_every_ack`).
+//!
+//! # Doorbells and control SENDs
+//!
+//! A parked subscriber sends `DoorbellRequest{position}`; a commit that moves the tail past the
+//! lowest armed position (`doorbell_floor`, one comparison per commit) SENDs `Doorbell{tail}`
+//! to every armed subscriber the tail passed (`ring_doorbells`). Control SENDs to a subscriber
+//! (doorbells, `CreditWanted`, `Dropped`, `EndOfStream`) use 4 send slots of its own
+//! ([`Liveness`]): a subscriber that posts no receives pins only its own 4 (its SENDs wait on
+//! RNR), and the others still get theirs. A completion frees a slot only when it comes from
+//! the queue pair of the subscriber that owns the slot now; a control SEND that completes in
+//! error removes its subscriber at once.
+//!
+//! # The service tick, idle subscribers, parting
+//!
+//! Every `SERVICE_INTERVAL` (20 ms) the CM thread calls [`PublisherShared::service`]: unless a
+//! publishing call holds the state (it drains the CQ itself), it drains the CQ, so receives
+//! are reposted and acks and doorbell requests handled while the application publishes
+//! nothing, and drops idle subscribers.
+//!
+//! A subscriber that holds credit back (acked behind the tail, under Block or DropSlow) and
+//! sends nothing, or takes none of the publisher's SENDs, for `idle_timeout` (default 30 s) is
+//! dropped with `DropReason::Idle`: silent subscribers hold a Block publisher at most that
+//! long. Sampled at service ticks and credit waits; the hot path only counts control messages
+//! received. One silent while holding credit for 250 ms is probed once with `CreditWanted`: a
+//! live one takes it, a failed queue pair (after a remote access error) fails the SEND, which
+//! removes it.
+//!
+//! Parting notices (`part_with`): dropped subscribers get `Dropped{reason}` and, at close,
+//! every subscriber `EndOfStream{final_seq}`; all notices are posted first, then one bounded
+//! wait for all of them (100 ms for drops, `NOTICE_TIMEOUT` 2 s at close), then the
+//! disconnects, so subscribers that take no SENDs cost one wait, not one each. Dropping the
+//! publisher stops accepting, waits up to `linger` (default 2 s) for subscribers to consume
+//! everything (finishing a partly written message, dropping idle subscribers), then parts.
 
 use rdma_wire::Topic;
 use std::collections::HashMap;

@@ -11,6 +11,57 @@
 //! completion to its feed with a [`FeedContext`] (what the feed's work needs of the
 //! subscription), and does what the feed reports back ([`FeedStep`]): closing it, telling
 //! the application.
+//!
+//! # Pulling
+//!
+//! One READ at a time per feed brings up to `batch` bytes (default 256 KiB) from the feed's
+//! position, never past the end of the data area; complete messages are queued as slices of
+//! the READ buffer (zero copy) or, when reassembled from fragments, as owned buffers. A READ is
+//! posted only into a buffer no queued message points into, so while the messages of one
+//! buffer are delivered the next READ lands in the other. When a completed READ's headers show
+//! a written record continuing past it (`RingReader::plan_ahead`, headers only), the next READ
+//! goes out at once, before this one is validated, and the checksums are computed while it
+//! travels (a READ ahead that validation then makes stale is discarded; counter
+//! `reads_ahead`); otherwise once the messages are delivered, so a subscriber that keeps up
+//! does not spend the publisher's NIC on tiny READs. How long each READ is, behind or caught
+//! up, is the ring reader's plan (`RingReader::next_read` in `rdma_wire::ring`).
+//!
+//! READ buffers start at `batch` bytes and grow when a READ needs more (at least doubling, at
+//! most `RingReader::max_read_len`: the ring's largest record and a header), so a ring that
+//! allows 4 MiB records costs its subscribers 512 KiB each while its messages are small (gauge
+//! `read_buffer_bytes`). The largest record is the publisher's word, so the subscription bounds
+//! it by its own `max_record_payload` (16 MiB): a publisher advertising more is refused before
+//! any READ buffer exists, and a header claiming more than the publisher advertised, READ
+//! twice at the same position (so not torn), ends the feed (`RecordTooLarge`).
+//!
+//! # Acks
+//!
+//! Coalesced, at most one in flight per feed: when the consumed position moved a quarter ring
+//! since the last ack, and whenever the feed goes idle (so a Block publisher is never left
+//! waiting on an idle subscriber). After a `CreditWanted{position}`, the first ack at or past
+//! that position goes out as soon as it is consumed, as a solicited SEND (`solicited_acks`).
+//!
+//! # Pacing, polling an empty ring, parking
+//!
+//! A caught-up feed fed a trickle waits a little before its next READ (`node/pacing.rs`: 2 µs
+//! doubling up to 50 µs, polling, not sleeping), so each READ brings a batch; without it a few
+//! caught-up subscribers kept the publisher's NIC (and, on 2 vCPUs, both CPUs) busy serving
+//! READs while the publisher starved. `busy_poll` and same-host feeds are unpaced: a same-host
+//! READ costs only the subscriber's own copy (pacing cost a 64 B message sent alone 50 µs where
+//! it now takes 0.5 µs, p50 in process).
+//!
+//! READing an empty ring again and again is polling too, and on the same host a busy loop
+//! (each READ is a copy that completes as it is posted). So a feed keeps READing an empty ring
+//! for `spin` (200 µs) only while its subscription holds the process's spin permit
+//! ([`PollPermit`]), and the thread yields after `PROBES_PER_YIELD` (16) rounds of completions
+//! that brought no message; without a permit the feed parks after its first empty READ. A
+//! same-host READ of a ring the last READ found empty is at most a page (`empty_probe_len`,
+//! `RingReader::next_read_at_most`), not the whole next record.
+//!
+//! Parking: after `spin` of empty READs the feed sends `DoorbellRequest{position}` followed by
+//! one more READ (RC ordering puts the READ after the request, so a commit after that READ
+//! finds the request armed); if that READ is empty the feed parks until a `Doorbell` arrives,
+//! with a `PARK_RECHECK` (100 ms) safety READ. `busy_poll` never parks.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -14,6 +14,29 @@
 //! Delivery is the hot path: a message already parsed is handed out at once (no clock read,
 //! no housekeeping); only when none is ready does the subscription run its feeds and wait.
 //!
+//! # Delivery and waiting
+//!
+//! `recv`, `recv_timeout`, `try_recv`, `iter`, `recv_ref` (a borrowed zero-copy view, raw
+//! only) and the async `stream` share one path. A message already parsed (a READ validates its
+//! whole batch in one pass and queues every message in it) is handed out at once; connection
+//! events, discovery, acks and the next READ are the business of the call that finds no message
+//! ready, so they run at least once per READ batch. `recv_ref` allocates nothing, `recv` only
+//! the payload. Measured on 64 B messages: about 0.05 µs of CPU per message, most of it the
+//! checksum of bytes another core has just landed. Feeds are served round-robin; order is kept
+//! per publisher. A typed subscription decodes each message; one that does not decode is an
+//! `Error::Decode` naming publisher and sequence, and delivery goes on. `recv_timeout` and
+//! `try_recv` return on time even while a record that never validates is READ again and again
+//! (the deadline is checked every 16 fruitless rounds of completions).
+//!
+//! A call with nothing to deliver spins on the subscription's CQ (for its READ, or a paced
+//! READ's time) only while it holds one of the process's spin permits (`node/spin_permit.rs`:
+//! as many as CPUs less one), gives it back before it blocks and when it returns, and without
+//! one blocks at once (`unpolled_waits`). `busy_poll` subscriptions take no permit.
+//!
+//! What happens to the connections reaches the application as [`SubscriptionEvent`]s
+//! (`try_event`), held in bounded queues (`events.rs`). A closed feed is removed once its
+//! queued messages were delivered and the provider flushed its work requests.
+//!
 //! Files: this one (`Subscription`, whole), `feed.rs` (`Feed`), `connector.rs` (opening
 //! connections, the connector thread), `feed_channel.rs` (what other threads tell a
 //! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `stream.rs`
