@@ -31,6 +31,9 @@ pub enum Checksum {
     XxHash64,
 }
 
+/// Longest header and payload [`Checksum::of_pair`] checksums in one pass over a stack copy.
+pub const ONE_PASS_MAX: usize = 256;
+
 /// Bytes [`Checksum::fastest_here`] times each function on.
 const CALIBRATION_LEN: usize = 64 * 1024;
 
@@ -46,10 +49,30 @@ impl Checksum {
         })
     }
 
-    /// The checksum of `bytes` in one go.
+    /// The checksum of `bytes` in one go (no digest set up: the one-shot functions).
     pub fn of(self, bytes: &[u8]) -> u32 {
+        match self {
+            Checksum::Crc32c => crc_fast::crc32_iscsi(bytes),
+            Checksum::XxHash64 => xxhash_rust::xxh64::xxh64(bytes, 0) as u32,
+        }
+    }
+
+    /// The checksum of `first` followed by `second` (a record's header and payload). When both
+    /// together are at most [`ONE_PASS_MAX`] bytes, they are copied side by side on the stack
+    /// and checksummed in one go: setting a streaming digest up costs more than the whole
+    /// computation for small records (measured: a 64-byte record's CRC-32C through the
+    /// streaming digest was about 40 % of the publisher's CPU per message).
+    pub fn of_pair(self, first: &[u8], second: &[u8]) -> u32 {
+        let len = first.len() + second.len();
+        if len <= ONE_PASS_MAX {
+            let mut joined = [0u8; ONE_PASS_MAX];
+            joined[..first.len()].copy_from_slice(first);
+            joined[first.len()..len].copy_from_slice(second);
+            return self.of(&joined[..len]);
+        }
         let mut crc = self.start();
-        crc.update(bytes);
+        crc.update(first);
+        crc.update(second);
         crc.finish()
     }
 
@@ -146,6 +169,7 @@ mod tests {
                 (Checksum::XxHash64, xxhash_rust::xxh64::xxh64(&bytes, 0) as u32),
             ] {
                 prop_assert_eq!(checksum.of(&bytes), reference);
+                prop_assert_eq!(checksum.of_pair(&bytes[..cut], &bytes[cut..]), reference);
                 let mut pieces = checksum.start();
                 pieces.update(&bytes[..cut]);
                 pieces.update(&bytes[cut..]);
