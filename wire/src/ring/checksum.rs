@@ -34,6 +34,10 @@ pub enum Checksum {
 /// Longest header and payload [`Checksum::of_pair`] checksums in one pass over a stack copy.
 pub const ONE_PASS_MAX: usize = 256;
 
+/// The stack copy of [`Checksum::of_pair`], word-aligned.
+#[repr(align(8))]
+struct Joined([u8; ONE_PASS_MAX]);
+
 /// Bytes [`Checksum::fastest_here`] times each function on.
 const CALIBRATION_LEN: usize = 64 * 1024;
 
@@ -65,10 +69,11 @@ impl Checksum {
     pub fn of_pair(self, first: &[u8], second: &[u8]) -> u32 {
         let len = first.len() + second.len();
         if len <= ONE_PASS_MAX {
-            let mut joined = [0u8; ONE_PASS_MAX];
-            joined[..first.len()].copy_from_slice(first);
-            joined[first.len()..len].copy_from_slice(second);
-            return self.of(&joined[..len]);
+            // 8-aligned: the CRC instructions then take whole words from the first byte.
+            let mut joined = Joined([0u8; ONE_PASS_MAX]);
+            joined.0[..first.len()].copy_from_slice(first);
+            joined.0[first.len()..len].copy_from_slice(second);
+            return self.of(&joined.0[..len]);
         }
         let mut crc = self.start();
         crc.update(first);

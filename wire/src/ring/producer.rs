@@ -116,6 +116,9 @@ pub struct RingProducer {
     in_progress: Option<InProgress>,
     /// A claim is outstanding: nothing else is written until it is committed or abandoned.
     claimed: bool,
+    /// Headers read back from the ring (what the head walk costs), for the tests.
+    #[cfg(test)]
+    header_reads: std::sync::atomic::AtomicU64,
 }
 
 #[allow(clippy::missing_errors_doc, reason = "the publisher documents its errors")]
@@ -151,6 +154,8 @@ impl RingProducer {
             floor: start,
             in_progress: None,
             claimed: false,
+            #[cfg(test)]
+            header_reads: Default::default(),
         };
         p.store(ctrl::VERSION, layout::LAYOUT_VERSION)?;
         p.store(ctrl::CAPACITY, config.capacity as u64)?;
@@ -437,6 +442,8 @@ impl RingProducer {
     /// A header the producer wrote earlier (only the producer writes the ring): its words
     /// loaded one by one (a record is 32-aligned).
     fn read_header(&self, position: u64) -> Result<RecordHeader, RingError> {
+        #[cfg(test)]
+        self.header_reads.fetch_add(1, Ordering::Relaxed);
         let off = layout::data_offset(position, self.capacity);
         let mut b = [0u8; HEADER_LEN];
         for (i, word) in b.chunks_exact_mut(8).enumerate() {
@@ -476,6 +483,14 @@ impl RingProducer {
     fn store(&self, offset: usize, value: u64) -> Result<(), RingError> {
         self.buf.atomic_u64(offset)?.store(value.to_le(), Ordering::Release);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl RingProducer {
+    /// Headers read back from the ring so far.
+    pub(crate) fn header_reads(&self) -> u64 {
+        self.header_reads.load(Ordering::Relaxed)
     }
 }
 
