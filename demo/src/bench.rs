@@ -13,7 +13,11 @@
 //!    the rest of `--seconds` (at least 200, at most 10 000 messages); each message carries its
 //!    send time on `CLOCK_MONOTONIC` (one clock for every process of the host) and each
 //!    subscriber records receipt time − send time in an HDR histogram.
+//!
+//! Before the table it prints the machine's own limits, measured by the tool (see [`limits`];
+//! `--no-limits` skips them): memcpy of each message size, and one TCP stream over `--bind`.
 
+mod limits;
 mod plot;
 mod processes;
 mod receive;
@@ -289,6 +293,12 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
         args.policy.name(),
         pub_node.local_addr(),
     );
+    // The machine's own limits, beside the figures (measured on the CPUs every thread but the
+    // publishing one runs on, with --pin-publisher).
+    let note = match args.no_limits {
+        true => note,
+        false => format!("{note}\n{}", limits::Limits::measure(&args.sizes, args.bind).note(args.bind)),
+    };
     if args.json {
         eprintln!("{note}");
     } else {

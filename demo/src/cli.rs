@@ -328,6 +328,10 @@ pub struct BenchArgs {
     /// its own) instead of a thread of this process, as peers such as ZeroMQ are measured.
     #[arg(long)]
     pub separate_processes: bool,
+    /// Do not measure and print the machine's own limits beside the figures (memcpy of each
+    /// size, one TCP stream over --bind; about 0.2 s plus 20 ms per size).
+    #[arg(long)]
+    pub no_limits: bool,
     /// Also draw msgs/s and MB/s against message size, one line per subscriber count, as an
     /// SVG chart in this file.
     #[arg(long, value_name = "FILE.svg")]

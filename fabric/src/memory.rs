@@ -100,6 +100,7 @@ impl RegisteredBuffer {
     ///
     /// # Errors
     /// [`Error::LocalBounds`] when the range is not inside the buffer.
+    #[inline]
     pub fn check_range(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
@@ -119,6 +120,7 @@ impl RegisteredBuffer {
     }
 
     /// The atomic byte at `offset` (bounds already checked by the caller).
+    #[inline]
     fn byte(&self, offset: usize) -> &AtomicU8 {
         debug_assert!(offset < self.map_len);
         // SAFETY: in bounds of the live allocation; AtomicU8 has the layout of u8 and all
@@ -127,6 +129,7 @@ impl RegisteredBuffer {
     }
 
     /// The atomic word at an 8-aligned offset (bounds already checked by the caller).
+    #[inline]
     fn word(&self, offset: usize) -> &AtomicU64 {
         debug_assert!(offset % 8 == 0 && offset + 8 <= self.map_len);
         // SAFETY: in bounds, 8-aligned (the base is page-aligned), and all concurrent accesses
@@ -139,6 +142,7 @@ impl RegisteredBuffer {
     /// # Errors
     /// [`Error::LocalBounds`] out of bounds; [`Error::InvalidArgument`] when `offset` is not
     /// 8-aligned.
+    #[inline]
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64> {
         self.check_range(offset, 8)?;
         if offset % 8 != 0 {
@@ -166,6 +170,7 @@ impl RegisteredBuffer {
     ///
     /// # Errors
     /// [`Error::LocalBounds`] when `src` does not fit at `offset`; nothing is written then.
+    #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check_range(offset, src.len())?;
         let mut i = 0;
@@ -191,6 +196,7 @@ impl RegisteredBuffer {
     ///
     /// # Errors
     /// [`Error::LocalBounds`] when the range is not inside the buffer; `dst` is untouched then.
+    #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(offset, dst.len())?;
         let mut i = 0;

@@ -5,8 +5,19 @@ use super::*;
 #[test]
 fn bench_prints_the_matrix_as_json() {
     let dir = stats_dir("bench");
-    let args =
-        ["bench", "--sizes", "64,4096", "--subscribers", "1,2", "--messages", "2000", "--seconds", "0.3", "--json"];
+    let args = [
+        "bench",
+        "--sizes",
+        "64,4096",
+        "--subscribers",
+        "1,2",
+        "--messages",
+        "2000",
+        "--seconds",
+        "0.3",
+        "--json",
+        "--no-limits",
+    ];
     let out = run(&dir, &args, Duration::from_secs(90));
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let points: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).expect("stdout is a JSON array");
@@ -35,6 +46,7 @@ fn bench_prints_the_matrix_as_json() {
     assert_eq!(points[3]["size"], 4096);
     assert_eq!(points[3]["subscribers"], 2);
     assert!(out.stderr.contains("taskset"), "the thread placement note: {}", out.stderr);
+    assert!(!out.stderr.contains("memcpy"), "--no-limits measures no limits: {}", out.stderr);
 }
 
 /// The non-comment, non-empty lines of a `bench` table, split into fields.
@@ -54,6 +66,12 @@ fn bench_table_header_names_every_column() {
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let lines = table(&out.stdout);
     assert_eq!(lines.len(), 3, "a header and two rows:\n{}", out.stdout);
+    // The machine's own limits, in comment lines before the table.
+    let limits: Vec<&str> =
+        out.stdout.lines().filter(|l| l.starts_with("# limits") || l.starts_with("# one TCP")).collect();
+    assert_eq!(limits.len(), 2, "{}", out.stdout);
+    assert!(limits[0].contains("memcpy GB/s 64 B "), "{}", limits[0]);
+    assert!(limits[1].contains("one TCP stream over 127.0.0.1: ") && limits[1].ends_with("GB/s."), "{}", limits[1]);
     let header = &lines[0];
     for name in ["size", "subs", "msgs/s", "MB/s", "lost", "doorbells/msg", "pub_cpu_us", "sub_cpu_us"] {
         assert!(header.contains(&name), "{name} in the header {header:?}");

@@ -44,6 +44,7 @@ impl CompletionQueue {
     /// # Errors
     /// [`Error::CqOverrun`](crate::Error::CqOverrun) once more completions arrived than the queue holds (sticky: the
     /// queue is unusable after it).
+    #[inline]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         dispatch!(CqFlavor, &self.flavor, cq => cq.poll(out))
     }

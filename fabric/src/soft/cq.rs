@@ -86,11 +86,19 @@ impl CqInner {
     /// were written since the last look (or some waited for receives then). The NIC calls it
     /// (holding no connection's lock) before it retries a stream SEND that found every receive
     /// claimed: inbox SENDs hold the claims until placed, and the owner may be asleep.
+    #[inline]
     pub(crate) fn drain_inboxes(&self) {
         let pending = self.bell.pending();
         if pending == self.drained_at.load(Ordering::Relaxed) && !self.backlog.load(Ordering::Relaxed) {
             return;
         }
+        self.drain_inboxes_now(pending);
+    }
+
+    /// [`drain_inboxes`](Self::drain_inboxes) once the bell says there is something to place
+    /// (out of line: an empty poll, the publisher's look after each message, stays a few loads).
+    #[cold]
+    fn drain_inboxes_now(&self, pending: u64) {
         let mut sources = self.sources.lock();
         self.drained_at.store(pending, Ordering::Relaxed);
         let mut waiting = false;
@@ -127,6 +135,7 @@ impl CqInner {
     /// Moves completions into `out`, after placing the SENDs waiting in inboxes. An empty queue
     /// with nothing new in the inboxes is seen from a few atomic loads, without the
     /// lock; the poller never yields here (waiting is `poll_wait`'s business).
+    #[inline]
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         self.drain_inboxes();
         if self.overrun.load(Ordering::Acquire) {
@@ -135,13 +144,18 @@ impl CqInner {
         if out.is_empty() || self.queued.load(Ordering::Acquire) == 0 {
             return Ok(0);
         }
+        Ok(self.take(out))
+    }
+
+    /// Moves up to `out.len()` queued completions into `out` (under the lock); returns how many.
+    fn take(&self, out: &mut [WorkCompletion]) -> usize {
         let mut st = self.st.lock();
         let n = out.len().min(st.queue.len());
         for (slot, wc) in out.iter_mut().zip(st.queue.drain(..n)) {
             *slot = wc;
         }
         self.queued.store(st.queue.len(), Ordering::Release);
-        Ok(n)
+        n
     }
 
     fn arm(&self) {
@@ -176,6 +190,7 @@ impl SoftCq {
         std::ptr::eq(&*self.dev.state, state)
     }
     /// Moves up to `out.len()` completions into `out`; returns how many.
+    #[inline]
     pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         self.inner.poll(out)
     }

@@ -832,13 +832,19 @@ impl PublisherShared {
     }
 
     /// Sends a doorbell to every parked subscriber whose position the tail has passed, and
-    /// lowers the doorbell floor to the lowest one still armed. Nothing to do (one comparison)
-    /// while the tail has not passed the floor.
+    /// lowers the doorbell floor to the lowest one still armed. Nothing to do (one comparison,
+    /// inlined into the publishing call) while the tail has not passed the floor.
+    #[inline]
     fn ring_doorbells(&self, st: &mut PubState) {
-        let tail = st.producer.tail();
-        if tail <= st.doorbell_floor {
-            return;
+        if st.producer.tail() > st.doorbell_floor {
+            self.ring_passed_doorbells(st);
         }
+    }
+
+    /// [`ring_doorbells`](Self::ring_doorbells) once the tail has passed the floor.
+    #[cold]
+    fn ring_passed_doorbells(&self, st: &mut PubState) {
+        let tail = st.producer.tail();
         // A doorbell request handled while this loop sends (a send drains the CQ when its
         // subscriber's slots are busy) lowers the floor from here: kept by the `min` below.
         st.doorbell_floor = u64::MAX;

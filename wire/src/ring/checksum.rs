@@ -31,6 +31,49 @@ pub enum Checksum {
     XxHash64,
 }
 
+/// Longest header and payload [`Checksum::of_pair`] checksums in one pass over a stack copy
+/// (a 64-byte message's record is 96 bytes).
+pub const ONE_PASS_MAX: usize = 512;
+
+/// The smaller stack copy, for records of up to 96 payload bytes: less to zero.
+const ONE_PASS_SMALL: usize = 128;
+
+/// Bytes from which CRC-32C is continued through crc-fast's folding (whose digest set-up then
+/// pays) rather than the crc32c crate's word-at-a-time instructions.
+const CRC_FAST_FROM: usize = 512;
+
+/// The CRC-32C of the bytes whose CRC-32C is `crc`, followed by `bytes`.
+fn crc32c_continue(crc: u32, bytes: &[u8]) -> u32 {
+    if bytes.len() < CRC_FAST_FROM {
+        return crc32c::crc32c_append(crc, bytes);
+    }
+    // crc-fast's register is the finished CRC inverted (initial value and final XOR all ones).
+    let mut digest = crc_fast::Digest::new_with_init_state(crc_fast::CrcAlgorithm::Crc32Iscsi, u64::from(!crc));
+    digest.update(bytes);
+    digest.finalize() as u32
+}
+
+/// The stack copy of [`Checksum::of_pair`], word-aligned: the CRC instructions (or the hash)
+/// then take whole words from the first byte.
+#[repr(align(8))]
+struct Joined<const N: usize>([u8; N]);
+
+impl<const N: usize> Joined<N> {
+    /// The checksum of `first` followed by `second` (at most `N` bytes in all), in one pass over
+    /// a copy of both side by side.
+    fn checksum(checksum: Checksum, first: &[u8], second: &[u8]) -> u32 {
+        let len = first.len() + second.len();
+        let mut joined = Joined([0u8; N]);
+        match <&[u8; 32]>::try_from(first) {
+            // A record header: a copy of known length, no call.
+            Ok(header) => joined.0[..32].copy_from_slice(header),
+            Err(_) => joined.0[..first.len()].copy_from_slice(first),
+        }
+        joined.0[first.len()..len].copy_from_slice(second);
+        checksum.of(&joined.0[..len])
+    }
+}
+
 /// Bytes [`Checksum::fastest_here`] times each function on.
 const CALIBRATION_LEN: usize = 64 * 1024;
 
@@ -41,16 +84,46 @@ impl Checksum {
     /// Starts a checksum.
     pub fn start(self) -> RecordCrc {
         RecordCrc(match self {
-            Checksum::Crc32c => Digest::Crc32c(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)),
+            // The CRC of nothing: the next bytes continue from it.
+            Checksum::Crc32c => Digest::Crc32c(0),
             Checksum::XxHash64 => Digest::XxHash64(Xxh64::new(0)),
         })
     }
 
-    /// The checksum of `bytes` in one go.
+    /// The checksum of `bytes` in one go (no digest set up: the one-shot functions).
     pub fn of(self, bytes: &[u8]) -> u32 {
-        let mut crc = self.start();
-        crc.update(bytes);
-        crc.finish()
+        match self {
+            Checksum::Crc32c => crc_fast::crc32_iscsi(bytes),
+            Checksum::XxHash64 => xxhash_rust::xxh64::xxh64(bytes, 0) as u32,
+        }
+    }
+
+    /// The checksum of `first` followed by `second` (a record's header and payload) without
+    /// setting a streaming digest up, which costs more than the whole computation for small
+    /// records (measured: a 64-byte record's CRC-32C through crc-fast's digest was about 40 %
+    /// of the publisher's CPU per message). Up to [`ONE_PASS_MAX`] bytes in all, both are
+    /// copied side by side on the stack and checksummed in one call: each call of either
+    /// CRC-32C crate costs about as much as a 64-byte record's CRC instructions (measured here:
+    /// 96 bytes copied and checksummed in one call, 37 ns; the header's CRC continued over the
+    /// payload in two calls, 59 ns). Longer, CRC-32C continues from the CRC of `first`, and
+    /// XXH64 streams.
+    pub fn of_pair(self, first: &[u8], second: &[u8]) -> u32 {
+        let len = first.len() + second.len();
+        if len <= ONE_PASS_SMALL {
+            return Joined::<ONE_PASS_SMALL>::checksum(self, first, second);
+        }
+        if len <= ONE_PASS_MAX {
+            return Joined::<ONE_PASS_MAX>::checksum(self, first, second);
+        }
+        match self {
+            Checksum::Crc32c => crc32c_continue(crc32c_continue(0, first), second),
+            Checksum::XxHash64 => {
+                let mut hash = Xxh64::new(0);
+                hash.update(first);
+                hash.update(second);
+                hash.digest() as u32
+            }
+        }
     }
 
     /// The faster function on this CPU, timed once per process (the best of three passes over
@@ -87,11 +160,11 @@ impl Checksum {
     }
 }
 
-// Unboxed: a digest lives on the stack for one record, and boxing it would allocate per record.
-#[allow(clippy::large_enum_variant)]
+/// A checksum in progress: CRC-32C as the CRC so far (continued by each update), XXH64 as its
+/// streaming state.
 #[derive(Clone)]
 enum Digest {
-    Crc32c(crc_fast::Digest),
+    Crc32c(u32),
     XxHash64(Xxh64),
 }
 
@@ -113,7 +186,7 @@ impl RecordCrc {
     /// Adds the next bytes.
     pub fn update(&mut self, bytes: &[u8]) {
         match &mut self.0 {
-            Digest::Crc32c(d) => d.update(bytes),
+            Digest::Crc32c(crc) => *crc = crc32c_continue(*crc, bytes),
             Digest::XxHash64(d) => d.update(bytes),
         }
     }
@@ -121,7 +194,7 @@ impl RecordCrc {
     /// The checksum of everything added.
     pub fn finish(&self) -> u32 {
         match &self.0 {
-            Digest::Crc32c(d) => d.finalize() as u32,
+            Digest::Crc32c(crc) => *crc,
             Digest::XxHash64(d) => d.digest() as u32,
         }
     }
@@ -146,10 +219,29 @@ mod tests {
                 (Checksum::XxHash64, xxhash_rust::xxh64::xxh64(&bytes, 0) as u32),
             ] {
                 prop_assert_eq!(checksum.of(&bytes), reference);
+                // Both implementations of CRC-32C (crc-fast's and the crc32c crate's) agree.
+                if checksum == Checksum::Crc32c {
+                    prop_assert_eq!(crc_fast::crc32_iscsi(&bytes), reference);
+                }
+                prop_assert_eq!(checksum.of_pair(&bytes[..cut], &bytes[cut..]), reference);
                 let mut pieces = checksum.start();
                 pieces.update(&bytes[..cut]);
                 pieces.update(&bytes[cut..]);
                 prop_assert_eq!(pieces.finish(), reference);
+            }
+        }
+    }
+
+    #[test]
+    fn a_pair_is_checksummed_as_its_concatenation_on_each_side_of_the_stack_copy_limits() {
+        let bytes: Vec<u8> = (0..2 * ONE_PASS_MAX).map(|i| (i * 31 + 7) as u8).collect();
+        for first in [0, 5, 32, 33] {
+            for second in [0, 64, 96, 97, ONE_PASS_MAX - 32, ONE_PASS_MAX - 31, ONE_PASS_MAX + 100] {
+                let (a, b) = bytes[..first + second].split_at(first);
+                let whole = &bytes[..first + second];
+                assert_eq!(Checksum::Crc32c.of_pair(a, b), crc32c::crc32c(whole), "{first} + {second}");
+                let xxh = xxhash_rust::xxh64::xxh64(whole, 0) as u32;
+                assert_eq!(Checksum::XxHash64.of_pair(a, b), xxh, "{first} + {second}");
             }
         }
     }

@@ -176,9 +176,9 @@ impl RecordHeader {
 
     /// The `checksum` of this header (its `crc` field taken as 0) with `payload` appended.
     pub fn compute_crc(&self, checksum: Checksum, payload: &[u8]) -> u32 {
-        let mut crc = self.crc_start(checksum);
-        crc.update(payload);
-        crc.finish()
+        let mut h = *self;
+        h.crc = 0;
+        checksum.of_pair(&h.encode(), payload)
     }
 
     /// The `checksum` computation over the header with `crc = 0`, to continue with the

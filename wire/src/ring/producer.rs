@@ -108,11 +108,17 @@ pub struct RingProducer {
     head_seq: u64,
     /// Whether the record at `head` is (or will be) the first fragment of its message.
     head_first: bool,
+    /// The header of the record at `head` when it is written (read once, when head moved
+    /// there): the next advance starts from it without reading it again.
+    head_header: Option<RecordHeader>,
     /// Every byte below this position may have been overwritten.
     floor: u64,
     in_progress: Option<InProgress>,
     /// A claim is outstanding: nothing else is written until it is committed or abandoned.
     claimed: bool,
+    /// Headers read back from the ring (what the head walk costs), for the tests.
+    #[cfg(test)]
+    header_reads: std::sync::atomic::AtomicU64,
 }
 
 #[allow(clippy::missing_errors_doc, reason = "the publisher documents its errors")]
@@ -144,9 +150,12 @@ impl RingProducer {
             head: start,
             head_seq: 1,
             head_first: true,
+            head_header: None,
             floor: start,
             in_progress: None,
             claimed: false,
+            #[cfg(test)]
+            header_reads: Default::default(),
         };
         p.store(ctrl::VERSION, layout::LAYOUT_VERSION)?;
         p.store(ctrl::CAPACITY, config.capacity as u64)?;
@@ -399,12 +408,12 @@ impl RingProducer {
         Ok(())
     }
 
-    /// Moves `head` to the first message start at or after `keep_from`.
+    /// Moves `head` to the first message start at or after `keep_from`. Once the ring is full
+    /// this runs for every record written: one header read (the record head lands on; the one
+    /// it leaves was read when head got there).
     fn advance_head(&mut self, keep_from: u64, rec_start: u64, rec_seq: u64, rec_first: bool) -> Result<(), RingError> {
         let mut head = self.head;
-        while head < keep_from && head < self.tail {
-            head += self.read_header(head)?.size();
-        }
+        let mut known = self.head_header.take().filter(|h| h.position == head);
         loop {
             if head >= self.tail {
                 self.head = rec_start;
@@ -412,11 +421,15 @@ impl RingProducer {
                 self.head_first = rec_first;
                 break;
             }
-            let h = self.read_header(head)?;
-            if h.is_first() && !h.is_padding() {
+            let h = match known.take() {
+                Some(h) => h,
+                None => self.read_header(head)?,
+            };
+            if head >= keep_from && h.is_first() && !h.is_padding() {
                 self.head = head;
                 self.head_seq = h.seq;
                 self.head_first = true;
+                self.head_header = Some(h);
                 break;
             }
             head += h.size();
@@ -426,24 +439,34 @@ impl RingProducer {
         Ok(())
     }
 
-    /// A header the producer wrote earlier (only the producer writes the ring).
+    /// A header the producer wrote earlier (only the producer writes the ring): its words
+    /// loaded one by one (a record is 32-aligned).
     fn read_header(&self, position: u64) -> Result<RecordHeader, RingError> {
+        #[cfg(test)]
+        self.header_reads.fetch_add(1, Ordering::Relaxed);
+        let off = layout::data_offset(position, self.capacity);
         let mut b = [0u8; HEADER_LEN];
-        self.buf.read(layout::data_offset(position, self.capacity), &mut b)?;
+        for (i, word) in b.chunks_exact_mut(8).enumerate() {
+            word.copy_from_slice(&self.buf.atomic_u64(off + 8 * i)?.load(Ordering::Relaxed).to_ne_bytes());
+        }
         match RecordHeader::decode(&b) {
             Some(h) if h.position == position => Ok(h),
             _ => Err(RingError::Corrupt { position, detail: "producer lost track of its own records".into() }),
         }
     }
 
-    /// Writes a header after its payload; its position word goes last.
+    /// Writes a header after its payload, a word at a time (a record is 32-aligned); its
+    /// position word goes last.
     fn write_header(&self, h: &RecordHeader) -> Result<(), RingError> {
         let off = layout::data_offset(h.position, self.capacity);
         let b = h.encode();
+        let word = |i: usize| u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
         fence(Ordering::Release);
-        self.buf.write(off + 8, &b[8..])?;
+        for i in 1..HEADER_LEN / 8 {
+            self.buf.atomic_u64(off + 8 * i)?.store(word(i), Ordering::Relaxed);
+        }
         fence(Ordering::Release);
-        self.buf.write(off, &b[..8])?;
+        self.buf.atomic_u64(off)?.store(word(0), Ordering::Relaxed);
         Ok(())
     }
 
@@ -460,6 +483,14 @@ impl RingProducer {
     fn store(&self, offset: usize, value: u64) -> Result<(), RingError> {
         self.buf.atomic_u64(offset)?.store(value.to_le(), Ordering::Release);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl RingProducer {
+    /// Headers read back from the ring so far.
+    pub(crate) fn header_reads(&self) -> u64 {
+        self.header_reads.load(Ordering::Relaxed)
     }
 }
 

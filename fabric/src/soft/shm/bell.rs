@@ -168,6 +168,7 @@ impl Bell {
     }
 
     /// The count of SENDs peers say they wrote for this queue (it only tells when to look).
+    #[inline]
     pub(crate) fn pending(&self) -> u64 {
         self.page.atomic_u64(PENDING).expect("the bell page holds its words").load(Ordering::SeqCst)
     }
