@@ -180,7 +180,7 @@ impl Device {
         let waker = mio::Waker::new(poll.registry(), WAKER).map_err(|e| Error::os("soft open: eventfd", None, e))?;
         let shm = match o.same_host {
             SameHost::Off => None,
-            SameHost::Auto => match shm::Endpoint::open() {
+            SameHost::Auto => match shm::Endpoint::open(o.same_host_group) {
                 Ok(ep) => {
                     let fd = ep.listener_fd();
                     registry

@@ -257,7 +257,12 @@ impl SoftUd {
                         counters.ud_kernel_drops.fetch_add(u64::from(new), Ordering::Relaxed);
                     }
                     if r.len > self.mtu {
-                        tracing::debug!("soft UD: dropped a {}-byte datagram from {} (MTU {})", r.len, r.from, self.mtu);
+                        tracing::debug!(
+                            "soft UD: dropped a {}-byte datagram from {} (MTU {})",
+                            r.len,
+                            r.from,
+                            self.mtu
+                        );
                         SoftCounters::bump(&counters.ud_oversized_datagrams);
                         continue;
                     }

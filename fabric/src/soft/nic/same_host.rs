@@ -5,7 +5,7 @@ use std::os::fd::OwnedFd;
 
 use crate::provider::ConnId;
 use crate::soft::connections::Connections;
-use crate::soft::device::DeviceState;
+use crate::soft::device::{DeviceState, SoftCounters};
 use crate::soft::shm::{self, Endpoint, Owner};
 
 /// The device's state and connections, as the same-host streams see them.
@@ -33,6 +33,9 @@ impl Owner for StreamOwner<'_> {
             (pd, allowed, c.responder_slot(&mut st)?)
         };
         self.device.regions.grant(rkey, pd, allowed, live)
+    }
+    fn refused_peer(&self) {
+        SoftCounters::bump(&self.device.counters.refused_same_host_peers);
     }
     fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], shm::Answer)> {
         let c = self.conns.open.lock().get(&conn).cloned()?;

@@ -38,6 +38,8 @@ pub(crate) trait Owner {
     /// eventfd, and an answer naming the connection's key slot. `None` unless the connection
     /// is established and has no inbox yet.
     fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], Answer)>;
+    /// A stream was refused: its peer runs as another user (counted).
+    fn refused_peer(&self);
 }
 
 struct Stream {
@@ -82,6 +84,11 @@ impl Streams {
                     return;
                 }
             };
+            if let Some(why) = owner.endpoint().refuses_peer_of(sock.as_fd()) {
+                tracing::debug!("soft same-host: refused a stream: {why}");
+                owner.refused_peer();
+                continue;
+            }
             if sock.set_nonblocking(true).is_err() {
                 continue;
             }

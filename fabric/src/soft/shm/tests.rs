@@ -123,7 +123,7 @@ fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_se
 
 #[test]
 fn a_nonce_opens_one_stream_once() {
-    let ep = Endpoint::open().unwrap();
+    let ep = Endpoint::open(None).unwrap();
     let offer = ep.offer(7).expect("an offer");
     let mut h = crate::soft::wire::Header::new(crate::soft::wire::FrameType::ConnectReq);
     offer.stamp(&mut h);
@@ -316,4 +316,110 @@ fn a_request_waiting_for_the_peer_holds_up_no_copy_or_send() {
     drop(peer);
     asking.join().unwrap();
     assert_eq!(client.copy(7, 0, &[], true), WcStatus::TransportRetryExceeded, "the stream broke");
+}
+
+/// What the same-host socket of a device owned by root lets a process of user `nobody` do,
+/// with a nonce really offered for a live connection: the device closes the stream before it
+/// reads anything (counted), so no region's memory object reaches that process. Runs the
+/// other user's process as a forked child (the test runs as root; skipped otherwise).
+#[test]
+fn a_process_of_another_user_gets_no_stream() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: switching to another user takes root");
+        return;
+    }
+    // A connection whose B end has no same-host stream yet (A's device has the path off), as a
+    // stranger would find one to bind to.
+    let fab_a = open(&FabricConfig {
+        soft: SoftOptions::default().same_host(SameHost::Off),
+        ..FabricConfig::new(FabricKind::Soft)
+    })
+    .unwrap();
+    let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let ends = Ends::new(&fab_a, &fab_b);
+    let (a, b) = ends.connect(|i| i, |i| i);
+    let secret = ends.pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    let ep = device_b.shm.as_ref().expect("same-host path on by default");
+    let offer = ep.offer(b.conn_id()).expect("an offer");
+
+    // Everything the child uses is made before the fork: it only makes system calls.
+    let name = ep.abstract_name();
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (i, &c) in name.iter().enumerate() {
+        addr.sun_path[1 + i] = c as libc::c_char;
+    }
+    let addr_len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+    let mut msgs = [0u8; 2 * proto::MSG_LEN];
+    msgs[..proto::MSG_LEN].copy_from_slice(&proto::hello(offer.nonce));
+    msgs[proto::MSG_LEN..].copy_from_slice(&proto::Request::Region { rkey: secret.rkey(), flags: 0 }.encode());
+
+    // SAFETY: the child makes only async-signal-safe system calls on memory prepared above,
+    // then leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: plain system calls on valid, prepared buffers (see above).
+        unsafe {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                libc::_exit(3);
+            }
+            let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            let tv = libc::timeval { tv_sec: 5, tv_usec: 0 };
+            libc::setsockopt(
+                s,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            );
+            if libc::connect(s, (&addr as *const libc::sockaddr_un).cast(), addr_len) != 0 {
+                libc::_exit(4);
+            }
+            libc::send(s, msgs.as_ptr().cast(), msgs.len(), libc::MSG_NOSIGNAL);
+            let mut answer = [0u8; proto::ANSWER_LEN];
+            let n = libc::recv(s, answer.as_mut_ptr().cast(), answer.len(), libc::MSG_WAITALL);
+            // 0: the device closed the stream; 1: it answered (granted or not); 2: anything else.
+            let code = match n {
+                0 => 0,
+                n if n == answer.len() as isize => 1,
+                _ if *libc::__errno_location() == libc::ECONNRESET => 0,
+                _ => 2,
+            };
+            libc::_exit(code);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "the child ended by a signal: {status}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "the device must close the stream of another user's process");
+    assert_eq!(fab_b.counters().refused_same_host_peers, 1, "the refusal is counted");
+
+    // The connection still reads.
+    let local = ends.pd_a.register(64, Access::LOCAL_WRITE).unwrap();
+    secret.buffer().write(0, b"ours").unwrap();
+    let sge = [local.sge(0, 4)];
+    a.post_send(&SendRequest::new(1, SendOp::RdmaRead(secret.remote()), &sge)).unwrap();
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(ends.cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+}
+
+#[test]
+fn only_the_same_user_or_the_allowed_group_may_be_at_the_other_end() {
+    use super::endpoint::{PeerCred, PeerRule};
+    let rule = PeerRule { uid: 1000, group: None };
+    let cred = |uid, gid| PeerCred { pid: 42, uid, gid };
+    assert_eq!(rule.refuses(&cred(1000, 5)), None);
+    let why = rule.refuses(&cred(1001, 5)).expect("another user is refused");
+    assert!(why.contains("1001") && why.contains("1000"), "the reason names both users: {why}");
+    let grouped = PeerRule { uid: 1000, group: Some(5) };
+    assert_eq!(grouped.refuses(&cred(1001, 5)), None, "the allowed group is let in");
+    assert!(grouped.refuses(&cred(1001, 6)).is_some());
+    // A real socket: both ends are this process.
+    let (x, _y) = UnixStream::pair().unwrap();
+    assert_eq!(PeerRule::own(None).refuses_peer_of(x.as_fd()), None);
 }
