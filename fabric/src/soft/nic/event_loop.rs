@@ -20,6 +20,9 @@ use crate::soft::timers::{TimerKind, Timers};
 
 /// Pause instructions between two polls of the sockets while the NIC thread spins.
 const SPIN_PAUSES: u32 = 64;
+/// How long after refusing a same-host region request the connection's queue pair fails, unless
+/// the request reached this NIC to be judged in order before (see `shm::serve`).
+const REFUSED_REGION_GRACE: Duration = Duration::from_secs(1);
 
 /// The NIC thread's main loop.
 pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: Poll) {
@@ -110,8 +113,12 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
             }
             if Streams::owns(ev.token()) {
                 if nic.device.shm.is_some() {
-                    let owner = StreamOwner { device: &nic.device, conns: &nic.conns };
+                    let owner = StreamOwner { device: &nic.device, conns: &nic.conns, refused: Default::default() };
                     nic.streams.on_event(ev.token(), &owner, &nic.device.registry);
+                    let at = Instant::now() + REFUSED_REGION_GRACE;
+                    for conn in owner.refused.into_inner() {
+                        nic.timers.schedule(at, conn, TimerKind::RefusedRegion);
+                    }
                 }
                 continue;
             }

@@ -1,6 +1,7 @@
 //! What the NIC thread tells the same-host streams of its device: whether a connection is
 //! open, what a peer's connection is given of a region, and a connection's inbox.
 
+use std::cell::RefCell;
 use std::os::fd::OwnedFd;
 
 use crate::provider::ConnId;
@@ -12,6 +13,9 @@ use crate::soft::shm::{self, Endpoint, Owner};
 pub(super) struct StreamOwner<'a> {
     pub(super) device: &'a DeviceState,
     pub(super) conns: &'a Connections,
+    /// Connections whose region request was refused during this event (their timers are
+    /// set by the NIC thread afterwards).
+    pub(super) refused: RefCell<Vec<ConnId>>,
 }
 
 impl Owner for StreamOwner<'_> {
@@ -33,6 +37,9 @@ impl Owner for StreamOwner<'_> {
             (pd, allowed, c.responder_slot(&mut st)?)
         };
         self.device.regions.grant(rkey, pd, allowed, live)
+    }
+    fn refused_region(&self, conn: ConnId) {
+        self.refused.borrow_mut().push(conn);
     }
     fn refused_peer(&self) {
         SoftCounters::bump(&self.device.counters.refused_same_host_peers);

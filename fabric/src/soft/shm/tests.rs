@@ -423,3 +423,46 @@ fn only_the_same_user_or_the_allowed_group_may_be_at_the_other_end() {
     let (x, _y) = UnixStream::pair().unwrap();
     assert_eq!(PeerRule::own(None).refuses_peer_of(x.as_fd()), None);
 }
+
+/// A region request for an rkey the connection may not have (here, one of another protection
+/// domain of the device) is refused once: the stream closes after the answer, and the
+/// connection's queue pair fails as for a remote access error (its receive is flushed),
+/// counted. On the stream there is no second guess.
+#[test]
+fn a_refused_region_request_ends_the_stream_and_fails_the_queue_pair() {
+    let fab_a = open(&FabricConfig {
+        soft: SoftOptions::default().same_host(SameHost::Off),
+        ..FabricConfig::new(FabricKind::Soft)
+    })
+    .unwrap();
+    let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let ends = Ends::new(&fab_a, &fab_b);
+    let (_a, b) = ends.connect(|i| i, |i| i);
+    let rbuf = ends.pd_b.register(64, Access::LOCAL_WRITE).unwrap();
+    b.post_recv(7, &[rbuf.sge(0, 64)]).unwrap();
+    let other_pd = fab_b.alloc_pd().unwrap();
+    let secret = other_pd.register(4096, Access::REMOTE_READ).unwrap();
+    let own = ends.pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    let ep = device_b.shm.as_ref().expect("same-host path on by default");
+    let offer = ep.offer(b.conn_id()).expect("an offer");
+
+    let mut s = attach(ep);
+    s.write_all(&proto::hello(offer.nonce)).unwrap();
+    s.write_all(&proto::Request::Region { rkey: secret.rkey(), flags: 0 }.encode()).unwrap();
+    let mut answer = [0u8; proto::ANSWER_LEN];
+    s.read_exact(&mut answer).expect("the refusal");
+    assert!(!proto::Answer::decode(&answer).expect("an answer").granted, "another domain's region is refused");
+    // A second guess, even a right one, gets no answer: the stream is closed.
+    let _ = s.write_all(&proto::Request::Region { rkey: own.rkey(), flags: 0 }.encode());
+    let mut buf = [0u8; 64];
+    let end = s.read(&mut buf);
+    assert!(
+        matches!(&end, Ok(0)) || matches!(&end, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the stream ends after a refusal: {end:?}"
+    );
+
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(ends.cq_b.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1, "the queue pair failed");
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::WorkRequestFlushed));
+    assert_eq!(fab_b.counters().remote_access_errors, 1, "counted as a remote access error");
+}
