@@ -185,25 +185,22 @@ fn a_stream_without_a_hello_is_closed_after_the_handshake_timeout_and_counted() 
 }
 
 #[test]
-fn streams_of_one_source_beyond_the_handshake_limit_are_closed_at_once_and_counted() {
+fn a_stream_of_a_source_at_the_handshake_limit_takes_the_place_of_its_oldest_silent_one() {
     let (fab, _) = device(Duration::from_secs(30));
     let q = hand_qp(&fab);
-    let waiting: Vec<TcpStream> = (0..MAX_PENDING_HANDSHAKES_PER_SOURCE).map(|_| dial(&q.qp)).collect();
-    let mut over = dial(&q.qp);
-    expect_closed(&mut over, "a stream beyond the limit");
-    assert_eq!(fab.counters().refused_handshakes, 1);
-    // Those within the limit still wait.
-    let mut first = &waiting[0];
-    first.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let r = first.read(&mut [0u8; 1]);
-    assert!(matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "{r:?}");
-    // A slot given back (a stream closed) is taken again.
-    drop(waiting);
-    eventually("a stream admitted again", || {
-        let mut s = dial(&q.qp);
+    let mut waiting: Vec<TcpStream> = (0..MAX_PENDING_HANDSHAKES_PER_SOURCE).map(|_| dial(&q.qp)).collect();
+    // The device accepts them in the order they connected: the first is the oldest.
+    let newcomer = dial(&q.qp);
+    expect_closed(&mut waiting[0], "the oldest silent stream");
+    let c = fab.counters();
+    assert_eq!((c.evicted_handshakes, c.refused_handshakes), (1, 0));
+    // The newcomer and the others still wait.
+    for s in waiting[1..].iter().chain([&newcomer]) {
+        let mut s = s;
         s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-        matches!(s.read(&mut [0u8; 1]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-    });
+        let r = s.read(&mut [0u8; 1]);
+        assert!(matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "{r:?}");
+    }
 }
 
 #[test]

@@ -507,7 +507,7 @@ impl Conn {
     /// holds one (it was accepted, rejected or closed).
     pub(crate) fn end_handshake(&self, st: &mut ConnState) {
         if std::mem::take(&mut st.handshake_slot) {
-            self.device.handshakes.lock().release(self.peer().ip());
+            self.device.handshakes.lock().release(self.id);
         }
     }
 
