@@ -42,10 +42,10 @@ pub(crate) trait Owner {
     /// the connection's queue pair and grants remote access, and the queue pair is live.
     fn grant(&self, conn: ConnId, rkey: u32) -> Option<(OwnedFd, Answer)>;
     /// Opens the inbox of connection `conn` for the peer's SENDs: the descriptors of the inbox,
-    /// the receive pool (counts, claims) and the bell of the queue pair's receive CQ with its
-    /// eventfd, and an answer naming the connection's key slot. `None` unless the connection
-    /// is established and has no inbox yet.
-    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], Answer)>;
+    /// the peer's receive credits (read-only) and the bell of the queue pair's receive CQ with
+    /// its eventfd, and an answer naming the connection's key slot. `None` unless the
+    /// connection is established and has no inbox yet.
+    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 4], Answer)>;
     /// A stream was refused: its peer runs as another user (counted).
     fn refused_peer(&self);
     /// A region request of connection `conn` was refused: the connection's queue pair fails
