@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::endpoint::{Endpoint, Offer};
 use super::keys::{KeyTable, PeerKeys};
@@ -465,4 +465,135 @@ fn a_refused_region_request_ends_the_stream_and_fails_the_queue_pair() {
     assert_eq!(ends.cq_b.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1, "the queue pair failed");
     assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::WorkRequestFlushed));
     assert_eq!(fab_b.counters().remote_access_errors, 1, "counted as a remote access error");
+}
+
+/// A same-host sender writes `u64::MAX` into every word of shared memory it can write (its
+/// inbox, the bell of the receiver's CQ; its credit page it cannot even map writable), over
+/// and over while the others send: the SENDs of the other senders of the same shared receive
+/// queue, one on the same-host path and one over TCP, all land within a bound; the poisoner's
+/// connection fails and is counted.
+#[test]
+fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const SENDS: u64 = 200;
+    let network = || FabricConfig { soft: SoftOptions::default().same_host(SameHost::Off), ..FabricConfig::new(FabricKind::Soft) };
+    let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let pd_b = fab_b.alloc_pd().unwrap();
+    let cq_b = fab_b.create_cq(1024).unwrap();
+    let srq = pd_b.create_srq(1024, 1).unwrap();
+    let ch_b = fab_b.create_event_channel().unwrap();
+    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 8).unwrap();
+    // Senders: the poisoner's device has the path off (the test plays its same-host end), the
+    // honest one has it on, the third is on the network path.
+    let senders = [open(&network()).unwrap(), open(&FabricConfig::new(FabricKind::Soft)).unwrap(), open(&network()).unwrap()];
+    let mut ends = Vec::new();
+    for fab in &senders {
+        let pd = fab.alloc_pd().unwrap();
+        let cq = fab.create_cq(1024).unwrap();
+        let ch = fab.create_event_channel().unwrap();
+        let qp = ch.connect(listener.local_addr(), &QpInit { rnr_retry: RNR_RETRY_INFINITE, ..QpInit::new(&pd, &cq) }, &[], T).unwrap();
+        let req = loop {
+            if let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") {
+                break req;
+            }
+        };
+        let qp_b = req
+            .accept(&QpInit { srq: Some(&srq), min_rnr_timer: Duration::from_millis(1), ..QpInit::new(&pd_b, &cq_b) }, &[])
+            .unwrap();
+        while !matches!(ch.get_event(T).unwrap(), Some(CmEvent::Established { .. })) {}
+        ends.push((pd, cq, ch, qp, qp_b));
+    }
+    assert_eq!(ends[1].3.data_path(), DataPath::SharedMemory);
+    assert_eq!(ends[2].3.data_path(), DataPath::Network);
+    let rbuf = pd_b.register(64 * 64, Access::LOCAL_WRITE).unwrap();
+    for i in 0..64u64 {
+        srq.post_recv(i, &[rbuf.sge(i as usize * 64, 64)]).unwrap();
+    }
+
+    // The poisoner opens the same-host stream of its connection and asks for the inbox.
+    let ep = device_b.shm.as_ref().expect("same-host path on by default");
+    let offer = ep.offer(ends[0].4.conn_id()).expect("an offer");
+    let mut s = attach(ep);
+    s.write_all(&proto::hello(offer.nonce)).unwrap();
+    s.write_all(&proto::Request::Inbox { flags: proto::WANT_KEYS }.encode()).unwrap();
+    let mut answer = [0u8; proto::ANSWER_LEN];
+    let mut fds = Vec::new();
+    let mut got = 0;
+    while got < answer.len() {
+        let (n, more) = super::fds::recv_with_fds(&s, &mut answer[got..]).unwrap();
+        assert!(n > 0, "the device answers the inbox request");
+        got += n;
+        fds.extend(more);
+    }
+    assert!(proto::Answer::decode(&answer).unwrap().granted);
+    // Every page it was given that it can map writable, it poisons: its inbox and the bell.
+    let writable: Vec<Arc<PeerMapping>> =
+        fds.iter().filter_map(|fd| PeerMapping::new(fd.as_fd(), 4096, true).ok()).map(Arc::new).collect();
+    assert_eq!(writable.len(), 2, "only the inbox and the bell are writable (not the credit page)");
+    let poisoning = Arc::new(AtomicBool::new(true));
+    let poisoner = {
+        let (writable, poisoning) = (writable.clone(), poisoning.clone());
+        std::thread::spawn(move || {
+            while poisoning.load(Ordering::Relaxed) {
+                for page in &writable {
+                    for at in (0..4096).step_by(8) {
+                        page.word(at).unwrap().store(u64::MAX, Ordering::SeqCst);
+                    }
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+
+    // The others send, in turn; every SEND lands, within a bound.
+    let sbufs: Vec<MemoryRegion> = ends.iter().map(|e| e.0.register(8, Access::NONE).unwrap()).collect();
+    let mut received = [0u64; 3];
+    let mut completed = [0u64; 3];
+    let mut wcs = [WorkCompletion::default(); 64];
+    let reap = |received: &mut [u64; 3], wait: Duration| {
+        let mut wcs = [WorkCompletion::default(); 64];
+        let n = cq_b.poll_wait(&mut wcs, Duration::from_micros(50), wait).unwrap();
+        for wc in &wcs[..n] {
+            if wc.opcode == WcOpcode::Recv {
+                assert!(wc.status.is_success(), "a receive failed: {wc:?}");
+                received[(wc.imm.expect("an immediate") >> 16) as usize] += 1;
+                srq.post_recv(wc.wr_id, &[rbuf.sge(wc.wr_id as usize * 64, 64)]).unwrap();
+            }
+        }
+    };
+    let deadline = Instant::now() + T;
+    let mut next = [0u64; 3];
+    while received[1] < SENDS || received[2] < SENDS {
+        assert!(Instant::now() < deadline, "SENDs received {received:?} of {SENDS} each within {T:?}");
+        for k in 1..3 {
+            let (_, cq, _, qp, _) = &ends[k];
+            let n = cq.poll(&mut wcs).unwrap();
+            for wc in &wcs[..n] {
+                assert!(wc.status.is_success(), "sender {k}: {wc:?}");
+            }
+            completed[k] += n as u64;
+            // At most 32 SENDs outstanding per sender.
+            while next[k] < SENDS && next[k] - completed[k] < 32 {
+                let imm = (k as u32) << 16 | next[k] as u32;
+                qp.post_send(&SendRequest::new(next[k], SendOp::SendWithImm(imm), &[sbufs[k].sge(0, 8)])).unwrap();
+                next[k] += 1;
+            }
+        }
+        reap(&mut received, Duration::from_millis(1));
+    }
+    assert_eq!(received, [0, SENDS, SENDS], "every SEND of the others landed, none of the poisoner's");
+    eprintln!("received {received:?} in {:?}; {:?}", T - deadline.saturating_duration_since(Instant::now()), fab_b.counters());
+    poisoning.store(false, Ordering::Relaxed);
+    poisoner.join().unwrap();
+
+    // The poisoner's connection failed and was counted.
+    assert_eq!(fab_b.counters().shared_page_violations, 1, "{:?}", fab_b.counters());
+    let qp_p = &ends[0].4;
+    let sb = pd_b.register(8, Access::NONE).unwrap();
+    if qp_p.post_send(&SendRequest::new(99, SendOp::Send, &[sb.sge(0, 8)])).is_ok() {
+        let n = cq_b.poll_wait(&mut wcs, Duration::ZERO, T).unwrap();
+        assert!(n >= 1);
+        assert_eq!((wcs[0].wr_id, wcs[0].status), (99, WcStatus::WorkRequestFlushed), "its queue pair is in error");
+    }
 }
