@@ -477,7 +477,10 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     const SENDS: u64 = 200;
-    let network = || FabricConfig { soft: SoftOptions::default().same_host(SameHost::Off), ..FabricConfig::new(FabricKind::Soft) };
+    let network = || FabricConfig {
+        soft: SoftOptions::default().same_host(SameHost::Off),
+        ..FabricConfig::new(FabricKind::Soft)
+    };
     let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
     let pd_b = fab_b.alloc_pd().unwrap();
     let cq_b = fab_b.create_cq(1024).unwrap();
@@ -486,20 +489,26 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
     let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 8).unwrap();
     // Senders: the poisoner's device has the path off (the test plays its same-host end), the
     // honest one has it on, the third is on the network path.
-    let senders = [open(&network()).unwrap(), open(&FabricConfig::new(FabricKind::Soft)).unwrap(), open(&network()).unwrap()];
+    let senders =
+        [open(&network()).unwrap(), open(&FabricConfig::new(FabricKind::Soft)).unwrap(), open(&network()).unwrap()];
     let mut ends = Vec::new();
     for fab in &senders {
         let pd = fab.alloc_pd().unwrap();
         let cq = fab.create_cq(1024).unwrap();
         let ch = fab.create_event_channel().unwrap();
-        let qp = ch.connect(listener.local_addr(), &QpInit { rnr_retry: RNR_RETRY_INFINITE, ..QpInit::new(&pd, &cq) }, &[], T).unwrap();
+        let qp = ch
+            .connect(listener.local_addr(), &QpInit { rnr_retry: RNR_RETRY_INFINITE, ..QpInit::new(&pd, &cq) }, &[], T)
+            .unwrap();
         let req = loop {
             if let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") {
                 break req;
             }
         };
         let qp_b = req
-            .accept(&QpInit { srq: Some(&srq), min_rnr_timer: Duration::from_millis(1), ..QpInit::new(&pd_b, &cq_b) }, &[])
+            .accept(
+                &QpInit { srq: Some(&srq), min_rnr_timer: Duration::from_millis(1), ..QpInit::new(&pd_b, &cq_b) },
+                &[],
+            )
             .unwrap();
         while !matches!(ch.get_event(T).unwrap(), Some(CmEvent::Established { .. })) {}
         ends.push((pd, cq, ch, qp, qp_b));
@@ -583,7 +592,11 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
         reap(&mut received, Duration::from_millis(1));
     }
     assert_eq!(received, [0, SENDS, SENDS], "every SEND of the others landed, none of the poisoner's");
-    eprintln!("received {received:?} in {:?}; {:?}", T - deadline.saturating_duration_since(Instant::now()), fab_b.counters());
+    eprintln!(
+        "received {received:?} in {:?}; {:?}",
+        T - deadline.saturating_duration_since(Instant::now()),
+        fab_b.counters()
+    );
     poisoning.store(false, Ordering::Relaxed);
     poisoner.join().unwrap();
 
