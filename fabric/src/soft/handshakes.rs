@@ -3,13 +3,13 @@
 //! many, and how long one may stay silent.
 //!
 //! Sources are grouped by network prefix (/24 for IPv4, /64 for IPv6), since one host easily
-//! holds many addresses of its prefix. When a prefix or the whole table is full, the newcomer
-//! is admitted and the oldest handshake that has not spoken yet (no connect request or hello
-//! arrived or waiting) gives way: within a full prefix, one of the address holding the most
-//! there; in a full table, one of the prefix holding the most. A flood of half-open
-//! connections then evicts itself, while a peer that holds few and speaks at once gets
-//! through. Only when every handshake in the way has spoken (they wait for the application) is
-//! the newcomer refused. Under pressure (more than half of the table held) the time a new handshake may
+//! holds many addresses of its prefix. When a prefix or the whole table is full, a newcomer
+//! whose address (within the prefix) or prefix (in the table) holds fewer handshakes than the
+//! heaviest holder is admitted, and the oldest handshake of that holder that has not spoken
+//! yet (no connect request or hello arrived or waiting) gives way. A newcomer of the heaviest
+//! holder itself is refused: a flood is capped and refused, while a peer that holds few and
+//! speaks at once gets through. A newcomer is also refused when every handshake that could
+//! give way has spoken (they wait for the application). Under pressure (more than half of the table held) the time a new handshake may
 //! stay silent shrinks, down to a tenth of the timeout when the table is full.
 
 use std::collections::{BTreeMap, HashMap};
@@ -65,6 +65,7 @@ pub(crate) struct Handshakes {
     /// Admission order of each id.
     by_id: HashMap<u64, u64>,
     by_prefix: HashMap<IpAddr, usize>,
+    by_addr: HashMap<IpAddr, usize>,
     next: u64,
 }
 
@@ -103,14 +104,15 @@ impl Handshakes {
         mut spoken: impl FnMut(u64, Kind) -> bool,
     ) -> Admission {
         let prefix = prefix(source);
-        let mine = self.by_prefix.get(&prefix).copied().unwrap_or(0);
-        let evict = if mine >= MAX_PENDING_HANDSHAKES_PER_SOURCE {
-            match self.oldest_silent(Some(prefix), &mut spoken) {
+        let in_prefix = self.by_prefix.get(&prefix).copied().unwrap_or(0);
+        let evict = if in_prefix >= MAX_PENDING_HANDSHAKES_PER_SOURCE {
+            let mine = self.by_addr.get(&source).copied().unwrap_or(0);
+            match self.oldest_silent(Some(prefix), mine, &mut spoken) {
                 Some(seq) => Some(seq),
                 None => return Admission::Refused,
             }
         } else if self.entries.len() >= MAX_PENDING_HANDSHAKES {
-            match self.oldest_silent(None, &mut spoken) {
+            match self.oldest_silent(None, in_prefix, &mut spoken) {
                 Some(seq) => Some(seq),
                 None => return Admission::Refused,
             }
@@ -123,6 +125,7 @@ impl Handshakes {
         self.entries.insert(seq, Entry { id, kind, addr: source, prefix, spoke: false });
         self.by_id.insert(id, seq);
         *self.by_prefix.entry(prefix).or_insert(0) += 1;
+        *self.by_addr.entry(source).or_insert(0) += 1;
         Admission::Admitted { timeout: self.timeout(base), evict }
     }
 
@@ -153,11 +156,17 @@ impl Handshakes {
         }
     }
 
-    /// The admission order of the handshake that gives way: within `prefix` (if given) the
-    /// oldest silent one of the address holding the most, else the oldest silent one of the
-    /// prefix holding the most; those found to have spoken on the way are marked. So a flood
-    /// evicts itself before a source that holds few.
-    fn oldest_silent(&mut self, prefix: Option<IpAddr>, spoken: &mut impl FnMut(u64, Kind) -> bool) -> Option<u64> {
+    /// The admission order of the handshake that gives way to a newcomer whose address (within
+    /// `prefix`, if given) or prefix (in the whole table) holds `mine`: the oldest silent one
+    /// of the address (prefix) holding the most silent ones, if that is more than `mine`;
+    /// those found to have spoken on the way are marked. So a newcomer that holds less than
+    /// the heaviest holder takes a place of it, and the heaviest holder itself is refused.
+    fn oldest_silent(
+        &mut self,
+        prefix: Option<IpAddr>,
+        mine: usize,
+        spoken: &mut impl FnMut(u64, Kind) -> bool,
+    ) -> Option<u64> {
         let group = |e: &Entry| if prefix.is_some() { e.addr } else { e.prefix };
         let candidate = |e: &Entry| !e.spoke && prefix.is_none_or(|p| e.prefix == p);
         let mut held: HashMap<IpAddr, usize> = HashMap::new();
@@ -165,7 +174,7 @@ impl Handshakes {
             *held.entry(group(e)).or_insert(0) += 1;
         }
         loop {
-            let most = held.values().copied().max().filter(|&n| n > 0)?;
+            let most = held.values().copied().max().filter(|&n| n > mine)?;
             let (&seq, e) = self.entries.iter_mut().find(|(_, e)| candidate(e) && held[&group(e)] == most)?;
             if !spoken(e.id, e.kind) {
                 return Some(seq);
@@ -178,10 +187,12 @@ impl Handshakes {
     fn remove_seq(&mut self, seq: u64) -> Option<(u64, Kind)> {
         let e = self.entries.remove(&seq)?;
         self.by_id.remove(&e.id);
-        if let Some(n) = self.by_prefix.get_mut(&e.prefix) {
-            *n -= 1;
-            if *n == 0 {
-                self.by_prefix.remove(&e.prefix);
+        for (map, key) in [(&mut self.by_prefix, e.prefix), (&mut self.by_addr, e.addr)] {
+            if let Some(n) = map.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(&key);
+                }
             }
         }
         Some((e.id, e.kind))
@@ -224,6 +235,9 @@ mod tests {
         assert_eq!(admitted(h.admit(ip(251), per + 1, Kind::Conn, BASE, |_, _| false)), Some((2, Kind::Conn)));
         // One found to have its request waiting (3) is marked and passed over.
         assert_eq!(admitted(h.admit(ip(252), per + 2, Kind::Conn, BASE, |id, _| id == 3)), Some((4, Kind::Conn)));
+        // A newcomer whose address holds as many as the heaviest holder is refused: every
+        // address holds one here, ip 9 too.
+        assert_eq!(h.admit(ip(9), 7000, Kind::Conn, BASE, |_, _| false), Admission::Refused, "ip 9 holds the most");
         // Another prefix is not affected.
         assert_eq!(admitted(h.admit(IpAddr::from([10, 0, 1, 1]), 999, Kind::Conn, BASE, |_, _| false)), None);
         // When all of the prefix has spoken, the newcomer is refused.
