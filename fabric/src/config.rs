@@ -56,6 +56,7 @@ pub struct SoftOptions {
     pub(super) max_mr_size: u64,
     pub(super) nic_spin: Duration,
     pub(super) same_host: SameHost,
+    pub(super) same_host_group: Option<u32>,
 }
 
 impl Default for SoftOptions {
@@ -68,6 +69,7 @@ impl Default for SoftOptions {
             max_mr_size: 1 << 32,
             nic_spin: Duration::from_micros(50),
             same_host: SameHost::Auto,
+            same_host_group: None,
         }
     }
 }
@@ -116,6 +118,16 @@ impl SoftOptions {
         self.same_host = same_host;
         self
     }
+
+    /// A group whose processes may open same-host streams to this device besides those of its
+    /// own user (default none: only processes of the same effective user id). A process of
+    /// any other user is refused (counted in `FabricCounters::refused_same_host_peers`) and
+    /// its connections use the network path, where READs and WRITEs are checked by the NIC
+    /// thread and never see the device's memory objects.
+    pub fn same_host_group(mut self, gid: Option<u32>) -> Self {
+        self.same_host_group = gid;
+        self
+    }
 }
 
 #[cfg(test)]
@@ -132,7 +144,8 @@ mod tests {
             .max_srq_wr(0)
             .max_mr_size(1 << 20)
             .nic_spin(Duration::ZERO)
-            .same_host(SameHost::Off);
+            .same_host(SameHost::Off)
+            .same_host_group(Some(7));
         let expected = SoftOptions {
             ud_mtu: 512,
             max_qp_wr: 3,
@@ -141,6 +154,7 @@ mod tests {
             max_mr_size: 1 << 20,
             nic_spin: Duration::ZERO,
             same_host: SameHost::Off,
+            same_host_group: Some(7),
         };
         assert_eq!(set, expected);
     }

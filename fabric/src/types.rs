@@ -144,6 +144,22 @@ pub struct FabricCounters {
     /// Streams to the data port of queue pairs connected by hand closed because their hello was
     /// malformed, ended early, or named no queue pair waiting for that peer (soft).
     pub rejected_hellos: u64,
+    /// Connect handshakes in progress closed to make room for a newcomer while the table of
+    /// handshakes in progress was full: the oldest gives way (soft).
+    pub evicted_handshakes: u64,
+    /// Same-host peers cut for writing into shared memory what the protocol forbids: a SEND
+    /// in the inbox without a receive credit, or an inbox that breaks its invariants (soft).
+    pub shared_page_violations: u64,
+    /// Same-host streams refused because the peer process runs as another user (and in no
+    /// group the device allows): the connection then uses the network path (soft).
+    pub refused_same_host_peers: u64,
+    /// UD datagrams dropped because they were larger than the UD MTU (soft).
+    pub ud_oversized_datagrams: u64,
+    /// UD datagrams the kernel dropped because a socket's receive buffer was full, as
+    /// `SO_RXQ_OVFL` reports them (soft).
+    pub ud_kernel_drops: u64,
+    /// UD datagrams dropped because as many as the receive depth were waiting (soft).
+    pub ud_queue_drops: u64,
     /// Memory regions whose deregistration failed: their memory is never freed or reused,
     /// since the device may still access it (verbs).
     pub leaked_regions: u64,

@@ -101,6 +101,7 @@ macro_rules! for_each_case {
             rc_errors::read_without_remote_read,
             rc_errors::write_without_remote_write,
             rc_errors::read_of_region_in_another_pd,
+            rc_errors::pd_isolation_fails_the_responders_queue_pair_and_moves_nothing,
             rc_errors::read_after_remote_deregistered,
             rc_errors::read_from_a_peer_process_killed_mid_read,
             rc_errors::read_into_region_without_local_write,

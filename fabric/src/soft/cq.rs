@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -56,7 +56,14 @@ pub(crate) struct CqInner {
     drained_at: AtomicU64,
     /// SENDs were left waiting for receives: look again at the next poll.
     backlog: AtomicBool,
+    /// Looks that skipped the inboxes because the bell's count had not moved: every
+    /// [`RECHECK_EVERY`]th looks anyway, since a peer may write that count (it is a hint).
+    skipped: AtomicU32,
 }
+
+/// How often a look at the inboxes happens although the bell's count (which any peer of the
+/// CQ can write) says nothing new was written.
+const RECHECK_EVERY: u32 = 64;
 
 #[derive(Default)]
 struct CqState {
@@ -74,6 +81,7 @@ impl CqInner {
             sources: Mutex::new(Vec::new()),
             drained_at: AtomicU64::new(0),
             backlog: AtomicBool::new(false),
+            skipped: AtomicU32::new(0),
         })
     }
 
@@ -89,7 +97,10 @@ impl CqInner {
     #[inline]
     pub(crate) fn drain_inboxes(&self) {
         let pending = self.bell.pending();
-        if pending == self.drained_at.load(Ordering::Relaxed) && !self.backlog.load(Ordering::Relaxed) {
+        if pending == self.drained_at.load(Ordering::Relaxed)
+            && !self.backlog.load(Ordering::Relaxed)
+            && (self.skipped.fetch_add(1, Ordering::Relaxed) + 1) % RECHECK_EVERY != 0
+        {
             return;
         }
         self.drain_inboxes_now(pending);

@@ -80,6 +80,12 @@ pub(crate) struct SoftCounters {
     pub(crate) output_stalls: AtomicU64,
     pub(crate) remote_access_errors: AtomicU64,
     pub(crate) rejected_hellos: AtomicU64,
+    pub(crate) evicted_handshakes: AtomicU64,
+    pub(crate) shared_page_violations: AtomicU64,
+    pub(crate) refused_same_host_peers: AtomicU64,
+    pub(crate) ud_oversized_datagrams: AtomicU64,
+    pub(crate) ud_kernel_drops: AtomicU64,
+    pub(crate) ud_queue_drops: AtomicU64,
 }
 
 impl SoftCounters {
@@ -98,6 +104,12 @@ impl SoftCounters {
             output_stalls: get(&self.output_stalls),
             remote_access_errors: get(&self.remote_access_errors),
             rejected_hellos: get(&self.rejected_hellos),
+            evicted_handshakes: get(&self.evicted_handshakes),
+            shared_page_violations: get(&self.shared_page_violations),
+            refused_same_host_peers: get(&self.refused_same_host_peers),
+            ud_oversized_datagrams: get(&self.ud_oversized_datagrams),
+            ud_kernel_drops: get(&self.ud_kernel_drops),
+            ud_queue_drops: get(&self.ud_queue_drops),
             leaked_regions: 0,
         }
     }
@@ -168,7 +180,7 @@ impl Device {
         let waker = mio::Waker::new(poll.registry(), WAKER).map_err(|e| Error::os("soft open: eventfd", None, e))?;
         let shm = match o.same_host {
             SameHost::Off => None,
-            SameHost::Auto => match shm::Endpoint::open() {
+            SameHost::Auto => match shm::Endpoint::open(o.same_host_group) {
                 Ok(ep) => {
                     let fd = ep.listener_fd();
                     registry

@@ -207,6 +207,28 @@ fn streams_of_one_source_beyond_the_handshake_limit_are_closed_at_once_and_count
 }
 
 #[test]
+fn a_stream_of_another_address_of_a_full_prefix_takes_the_place_of_the_oldest_silent_one() {
+    let (fab, _) = device(Duration::from_secs(30));
+    let q = hand_qp(&fab);
+    let mut waiting: Vec<TcpStream> = (0..MAX_PENDING_HANDSHAKES_PER_SOURCE).map(|_| dial(&q.qp)).collect();
+    // Another address of the same /24, holding none: the oldest silent stream gives way to it.
+    let port = data_port_of(&q.qp.local_endpoint().unwrap()).unwrap();
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&SocketAddr::from(([127, 0, 0, 2], 0)).into()).unwrap();
+    sock.connect(&port.into()).unwrap();
+    let newcomer = TcpStream::from(sock);
+    expect_closed(&mut waiting[0], "the oldest silent stream");
+    let c = fab.counters();
+    assert_eq!((c.evicted_handshakes, c.refused_handshakes), (1, 0));
+    for s in waiting[1..].iter().chain([&newcomer]) {
+        let mut s = s;
+        s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        let r = s.read(&mut [0u8; 1]);
+        assert!(matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "{r:?}");
+    }
+}
+
+#[test]
 fn requests_wait_for_the_stream_only_as_long_as_rts_allows() {
     let (fab, _) = device(Duration::from_secs(30));
     let q = hand_qp(&fab);

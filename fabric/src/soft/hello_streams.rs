@@ -111,6 +111,12 @@ impl HelloStreams {
         self.streams.iter().filter(|(_, s)| names(s)).map(|(&id, _)| id).collect()
     }
 
+    /// Bytes stream `id` has sent: read of its hello so far, and waiting in its socket
+    /// (`peek` says how many).
+    pub(crate) fn pending_bytes(&self, id: u64, peek: impl FnOnce(&TcpStream) -> usize) -> usize {
+        self.streams.get(&id).map_or(0, |s| s.have + peek(&s.sock))
+    }
+
     /// Every stream's id.
     pub(crate) fn ids(&self) -> Vec<u64> {
         self.streams.keys().copied().collect()

@@ -1,12 +1,12 @@
 //! Posted receives: the receive list of a queue pair or of a shared receive queue, in order,
-//! with the credits a same-host sender claims from; and the local check of a work request's
+//! with the credits same-host senders fill them with; and the local check of a work request's
 //! SGEs against the regions they name.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::os::fd::OwnedFd;
 
 use super::seg::Seg;
-use super::shm::Pool;
+use super::shm::{Credits, NoCredit};
 use crate::error::{Error, Result};
 use crate::provider::Sge;
 use crate::region::MrFlavor;
@@ -27,53 +27,80 @@ pub(crate) fn sge_segment(sge: &Sge<'_>, pd: u32, need: Access) -> Option<Seg> {
     Seg::new(sge.mr.buffer_arc().clone(), sge.offset, sge.len).ok()
 }
 
-/// Posted receives in order and, once a same-host sender asked for them, their credits: the
-/// receive list of a queue pair or of a shared receive queue.
+/// Posted receives in order and the credits same-host senders fill them with: the receive
+/// list of a queue pair or of a shared receive queue.
 #[derive(Default)]
 pub(crate) struct RecvList {
     wrs: VecDeque<RecvWr>,
-    pool: Option<Arc<Pool>>,
+    credits: Credits,
+}
+
+/// Whose SEND takes a receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taker {
+    /// A SEND of the inbox of same-host sender `id`, which must hold a credit.
+    Inbox(u64),
+    /// A SEND of a stream; `own` is the stream's connection's sender id when its inbox is
+    /// empty (its unused credits may be taken back).
+    Stream { own: Option<u64> },
 }
 
 impl RecvList {
+    /// The receive list of a shared receive queue (`shared`: half of it stays for streams)
+    /// or of a queue pair.
+    pub(crate) fn new(shared: bool) -> RecvList {
+        RecvList { wrs: VecDeque::new(), credits: Credits::new(shared) }
+    }
+
     /// Receives posted and not taken.
     pub(crate) fn len(&self) -> usize {
         self.wrs.len()
     }
 
-    /// Adds a posted receive (and its credit).
+    /// Adds a posted receive (and credits for it).
     pub(crate) fn push(&mut self, wr: RecvWr) {
-        if let Some(pool) = &self.pool {
-            pool.posted(wr.cap);
-        }
+        let cap = wr.cap;
         self.wrs.push_back(wr);
+        self.credits.posted(cap, self.wrs.len());
     }
 
-    /// Takes the oldest receive, for a SEND that claimed it from the pool (`claimed`, from an
-    /// inbox) or one that came over a stream (never a receive promised to an inbox SEND).
-    pub(crate) fn take(&mut self, claimed: bool) -> Option<RecvWr> {
+    /// Takes the oldest receive for a SEND of `taker`: `Ok(None)` when there is none it may
+    /// take (a stream SEND then waits as for a missing receive, RNR), `Err` when an inbox SEND
+    /// came without a credit (its sender broke the protocol).
+    pub(crate) fn take(&mut self, taker: Taker) -> std::result::Result<Option<RecvWr>, NoCredit> {
         if self.wrs.is_empty() {
-            return None;
+            return match taker {
+                // A credit promises a receive; none left means the receives were flushed.
+                Taker::Inbox(id) => self.credits.use_credit(id).map(|()| None),
+                Taker::Stream { .. } => Ok(None),
+            };
         }
-        if let (false, Some(pool)) = (claimed, &self.pool) {
-            if !pool.claim_for_stream() {
-                return None;
+        match taker {
+            Taker::Inbox(id) => self.credits.use_credit(id)?,
+            Taker::Stream { own } => {
+                if !self.credits.take_for_stream(self.wrs.len(), own) {
+                    return Ok(None);
+                }
             }
         }
-        self.wrs.pop_front()
+        let wr = self.wrs.pop_front();
+        self.credits.refill(self.wrs.len());
+        Ok(wr)
     }
 
-    /// Takes the oldest receive whatever was claimed (to flush it).
+    /// Takes the oldest receive whatever was promised (to flush it).
     pub(crate) fn take_any(&mut self) -> Option<RecvWr> {
         self.wrs.pop_front()
     }
 
-    /// The credits a same-host sender claims from, made on first use.
-    pub(crate) fn pool(&mut self) -> Option<Arc<Pool>> {
-        if self.pool.is_none() {
-            self.pool = Some(Arc::new(Pool::new(self.wrs.iter().map(|w| w.cap)).ok()?));
-        }
-        self.pool.clone()
+    /// A new same-host sender: its id and its credit page (read-only).
+    pub(crate) fn attach(&mut self) -> Option<(u64, OwnedFd)> {
+        self.credits.attach(self.wrs.len()).ok()
+    }
+
+    /// Same-host sender `id` is gone: its unused credits come back.
+    pub(crate) fn detach(&mut self, id: u64) {
+        self.credits.detach(id, self.wrs.len());
     }
 }
 

@@ -1,13 +1,14 @@
 //! Shared receive queues of the soft provider: one receive list that several queue pairs take
 //! their receives from.
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::device::{Device, DeviceState};
-use super::recv::{RecvList, RecvWr};
-use super::shm::Pool;
+use super::recv::{RecvList, RecvWr, Taker};
+use super::shm::NoCredit;
 use crate::error::{Error, Result};
 use crate::provider::Sge;
 
@@ -21,13 +22,18 @@ pub(crate) struct SrqInner {
 
 impl SrqInner {
     /// Takes the oldest posted receive (see [`RecvList::take`]).
-    pub(crate) fn take(&self, claimed: bool) -> Option<RecvWr> {
-        self.queue.lock().take(claimed)
+    pub(crate) fn take(&self, taker: Taker) -> std::result::Result<Option<RecvWr>, NoCredit> {
+        self.queue.lock().take(taker)
     }
 
-    /// The receive credits of this queue, made on first use.
-    pub(crate) fn pool(&self) -> Option<Arc<Pool>> {
-        self.queue.lock().pool()
+    /// A new same-host sender of this queue (see [`RecvList::attach`]).
+    pub(crate) fn attach(&self) -> Option<(u64, OwnedFd)> {
+        self.queue.lock().attach()
+    }
+
+    /// Same-host sender `id` is gone (see [`RecvList::detach`]).
+    pub(crate) fn detach(&self, id: u64) {
+        self.queue.lock().detach(id);
     }
 }
 
@@ -40,7 +46,7 @@ pub(crate) struct SoftSrq {
 impl SoftSrq {
     /// A shared receive queue of `dev` in protection domain `pd`.
     pub(crate) fn new(dev: Arc<Device>, pd: u32, max_wr: u32, max_sge: u32) -> Self {
-        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(RecvList::default()) }), dev }
+        SoftSrq { inner: Arc::new(SrqInner { pd, max_wr, max_sge, queue: Mutex::new(RecvList::new(true)) }), dev }
     }
 
     /// Whether the queue belongs to the device of `state`.

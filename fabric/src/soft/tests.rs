@@ -7,6 +7,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use super::handshakes::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
 use crate::*;
 
 const T: Duration = Duration::from_secs(5);
@@ -458,4 +459,124 @@ fn a_unicast_port_in_use_is_addr_in_use_naming_the_local_address() {
     assert!(matches!(err, Error::AddrInUse { addr, .. } if addr == taken), "{err:?}");
     let text = err.to_string();
     assert!(text.contains(&taken.to_string()) && !text.contains("peer"), "{text}");
+}
+
+/// Half-open connects that hold the handshake table, each reopened as soon as it is closed:
+/// 16 sources with 64 each, first all in one /24 (the legitimate client's own), then in 16
+/// different /24s (1,024: the whole table). A legitimate client connecting through the
+/// contract meanwhile gets through every time, within a bound: the oldest silent handshake
+/// gives way to it, and its own handshake, which speaks at once, never does.
+#[test]
+fn a_flood_of_half_open_connects_from_16_sources_does_not_shut_out_a_legitimate_client() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const BOUND: Duration = Duration::from_secs(3);
+    let config = FabricConfig::new(FabricKind::Soft);
+    let (fab, device, _) = super::open::for_tests::open_inspected(&config, HANDSHAKE_TIMEOUT).unwrap();
+    let ch = fab.create_event_channel().unwrap();
+    let listener = ch.listen(loopback(), 4096).unwrap();
+    let addr = listener.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    // The application accepts every request.
+    let acceptor = {
+        let (fab, stop) = (fab.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let pd = fab.alloc_pd().unwrap();
+            let cq = fab.create_cq(16).unwrap();
+            let mut accepted = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(CmEvent::ConnectRequest(req)) = ch.get_event(Duration::from_millis(50)).unwrap() {
+                    accepted.push(req.accept(&QpInit::new(&pd, &cq), &[]).unwrap());
+                }
+            }
+            drop(listener);
+        })
+    };
+    for (phase, sources) in [
+        ("one /24", (2..18u8).map(|i| Ipv4Addr::new(127, 0, 0, i)).collect::<Vec<_>>()),
+        ("16 /24s", (1..17u8).map(|i| Ipv4Addr::new(127, 0, i, 2)).collect()),
+    ] {
+        let flooding = Arc::new(AtomicBool::new(true));
+        let opened = Arc::new(AtomicUsize::new(0));
+        let all = sources.len() * MAX_PENDING_HANDSHAKES_PER_SOURCE;
+        let flooder = {
+            let (flooding, opened) = (flooding.clone(), opened.clone());
+            std::thread::spawn(move || flood(addr, &sources, MAX_PENDING_HANDSHAKES_PER_SOURCE, &flooding, &opened))
+        };
+        // Let the NIC take in the whole flood first: every connect holds a slot, or gave way
+        // to a later one, or was refused.
+        assert_eq!(MAX_PENDING_HANDSHAKES, all, "16 sources of 64 fill the table");
+        let turned_away = || {
+            let c = fab.counters();
+            (c.evicted_handshakes + c.refused_handshakes) as usize
+        };
+        let before = turned_away();
+        let deadline = Instant::now() + T;
+        while device.handshakes.lock().len() + turned_away() - before < all {
+            assert!(Instant::now() < deadline, "{phase}: the NIC did not take the flood in in time");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pd = fab.alloc_pd().unwrap();
+        let cq = fab.create_cq(16).unwrap();
+        let client = fab.create_event_channel().unwrap();
+        for trial in 0..2 {
+            let start = Instant::now();
+            let qp = client.connect(addr, &QpInit::new(&pd, &cq), &[], BOUND).unwrap();
+            let ev = loop {
+                let left = BOUND.saturating_sub(start.elapsed());
+                match client.get_event(left).unwrap() {
+                    Some(CmEvent::Disconnected { .. }) => continue,
+                    other => break other,
+                }
+            };
+            assert!(
+                matches!(&ev, Some(CmEvent::Established { conn, .. }) if *conn == qp.conn_id()),
+                "{phase}, trial {trial}: {ev:?} after {:?}; {} handshakes held; {:?}",
+                start.elapsed(),
+                device.handshakes.lock().len(),
+                fab.counters()
+            );
+        }
+        flooding.store(false, Ordering::Relaxed);
+        flooder.join().unwrap();
+        let c = fab.counters();
+        let opened = opened.load(Ordering::Relaxed);
+        assert!(c.evicted_handshakes > 0, "{phase}: the flood ({opened} connects) was evicting: {c:?}");
+        eprintln!("{phase}: {opened} half-open connects; {c:?}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    acceptor.join().unwrap();
+}
+
+/// Keeps `per_source` silent TCP connections to `addr` open from each of `sources`, opening a
+/// new one as soon as one is closed, until `flooding` turns false; counts them in `opened`.
+fn flood(
+    addr: SocketAddr,
+    sources: &[Ipv4Addr],
+    per_source: usize,
+    flooding: &std::sync::atomic::AtomicBool,
+    opened: &std::sync::atomic::AtomicUsize,
+) {
+    use socket2::{Domain, Socket, Type};
+    let mut held: Vec<Vec<Socket>> = sources.iter().map(|_| Vec::new()).collect();
+    while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+        for (source, socks) in sources.iter().zip(&mut held) {
+            socks.retain(|s| {
+                let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+                match s.peek(&mut b) {
+                    Err(e) => matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::NotConnected),
+                    Ok(_) => false,
+                }
+            });
+            while socks.len() < per_source {
+                let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+                s.bind(&SocketAddr::from((*source, 0)).into()).unwrap();
+                s.set_nonblocking(true).unwrap();
+                let _ = s.connect(&addr.into());
+                socks.push(s);
+                opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }

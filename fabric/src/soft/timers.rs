@@ -30,11 +30,14 @@ pub(crate) enum TimerKind {
     /// A stream of the data port has sent no hello, or found no queue pair, in time (the id is
     /// the stream's).
     HelloTimeout,
+    /// A same-host region request of the connection was refused: its queue pair fails unless
+    /// the request was judged by the NIC meanwhile.
+    RefusedRegion,
 }
 
 impl TimerKind {
     /// Every kind.
-    const ALL: [TimerKind; 7] = [
+    const ALL: [TimerKind; 8] = [
         TimerKind::ConnectTimeout,
         TimerKind::HandshakeTimeout,
         TimerKind::Rnr,
@@ -42,6 +45,7 @@ impl TimerKind {
         TimerKind::OutputStall,
         TimerKind::TransportTimeout,
         TimerKind::HelloTimeout,
+        TimerKind::RefusedRegion,
     ];
 }
 

@@ -23,6 +23,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,7 +33,7 @@ use parking_lot::Mutex;
 use rand::RngExt;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::device::Device;
+use super::device::{Device, SoftCounters};
 use crate::error::{Error, Result};
 use crate::types::{Datagram, UdInit};
 
@@ -61,6 +62,8 @@ pub(crate) struct SoftUd {
 struct GroupSocket {
     group: Ipv4Addr,
     socket: UdpSocket,
+    /// The socket's count of kernel drops as last seen.
+    drops: u32,
 }
 
 struct UdRx {
@@ -68,6 +71,8 @@ struct UdRx {
     /// `depth`.
     pending: VecDeque<(Instant, Datagram)>,
     buf: Vec<u8>,
+    /// The unicast socket's count of kernel drops as last seen.
+    unicast_drops: u32,
     /// Readiness of every socket (edge-triggered: waited on only once all are drained).
     poll: Poll,
     events: Events,
@@ -105,6 +110,7 @@ fn group_socket(group: Ipv4Addr, port: u16, interface: Ipv4Addr, buffer: usize) 
     // while any socket of the host is a member of it.
     s.set_multicast_all_v4(false).map_err(os("ud join: IP_MULTICAST_ALL"))?;
     let _ = s.set_recv_buffer_size(buffer);
+    report_drops(&s);
     // The group's address, not 0.0.0.0: only datagrams sent to the group arrive here.
     let at = SocketAddr::from((group, port));
     s.bind(&at.into()).map_err(|e| Error::os_local("ud join: bind the group address", at, e))?;
@@ -122,6 +128,7 @@ fn group_socket(group: Ipv4Addr, port: u16, interface: Ipv4Addr, buffer: usize) 
 fn unicast_socket(interface: Ipv4Addr, port: u16, buffer: usize) -> Result<UdpSocket> {
     let s = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).map_err(os("create_ud: socket"))?;
     let _ = s.set_recv_buffer_size(buffer);
+    report_drops(&s);
     let at = SocketAddr::from((interface, port));
     s.bind(&at.into()).map_err(|e| match e.kind() {
         io::ErrorKind::AddrInUse => Error::AddrInUse { verb: "create_ud: bind", addr: at },
@@ -166,6 +173,7 @@ impl SoftUd {
             rx: Mutex::new(UdRx {
                 pending: VecDeque::with_capacity(depth),
                 buf: vec![0; mtu + 1],
+                unicast_drops: 0,
                 poll,
                 events: Events::with_capacity(8),
                 first: 0,
@@ -205,6 +213,7 @@ impl SoftUd {
     /// posted: dropped).
     fn queue(&self, rx: &mut UdRx, at: Instant, d: Datagram) {
         if rx.pending.len() >= self.depth {
+            SoftCounters::bump(&self.dev.state.counters.ud_queue_drops);
             tracing::trace!("soft UD: dropped a datagram from {}: {} waiting", d.from, self.depth);
             return;
         }
@@ -214,13 +223,18 @@ impl SoftUd {
     /// Reads one datagram from any socket without blocking, starting with a different socket
     /// each time; `Ok(false)` when all are drained.
     fn read_one(&self, rx: &mut UdRx) -> Result<bool> {
-        let groups = self.groups.lock();
+        let mut groups = self.groups.lock();
         let count = 1 + groups.len();
         let first = rx.first % count;
         rx.first = first + 1;
         for i in (first..count).chain(0..first) {
-            let sock = if i == 0 { &self.unicast } else { &groups[i - 1].socket };
-            if let Some(d) = self.read_from(sock, &mut rx.buf)? {
+            let (sock, drops) = if i == 0 {
+                (&self.unicast, &mut rx.unicast_drops)
+            } else {
+                let g = &mut groups[i - 1];
+                (&g.socket, &mut g.drops)
+            };
+            if let Some(d) = self.read_from(sock, drops, &mut rx.buf)? {
                 drop(groups);
                 self.admit(rx, d);
                 return Ok(true);
@@ -229,19 +243,103 @@ impl SoftUd {
         Ok(false)
     }
 
-    /// The next datagram of `sock` within the MTU, if any (larger ones are dropped).
-    fn read_from(&self, sock: &UdpSocket, buf: &mut [u8]) -> Result<Option<Datagram>> {
+    /// The next datagram of `sock` within the MTU, if any. Larger ones are dropped and
+    /// counted, and so are the datagrams the kernel dropped before this one (`SO_RXQ_OVFL`:
+    /// `drops` is the socket's count as last seen).
+    fn read_from(&self, sock: &UdpSocket, drops: &mut u32, buf: &mut [u8]) -> Result<Option<Datagram>> {
+        let counters = &self.dev.state.counters;
         loop {
-            match sock.recv_from(buf) {
-                Ok((n, from)) if n > self.mtu => {
-                    tracing::debug!("soft UD: dropped a {n}-byte datagram from {from} (MTU {})", self.mtu);
+            match recv_counted(sock, buf) {
+                Ok(r) => {
+                    if let Some(now) = r.kernel_drops {
+                        let new = now.wrapping_sub(*drops);
+                        *drops = now;
+                        counters.ud_kernel_drops.fetch_add(u64::from(new), Ordering::Relaxed);
+                    }
+                    if r.len > self.mtu {
+                        tracing::debug!(
+                            "soft UD: dropped a {}-byte datagram from {} (MTU {})",
+                            r.len,
+                            r.from,
+                            self.mtu
+                        );
+                        SoftCounters::bump(&counters.ud_oversized_datagrams);
+                        continue;
+                    }
+                    return Ok(Some(Datagram { from: r.from, data: buf[..r.len].to_vec() }));
                 }
-                Ok((n, from)) => return Ok(Some(Datagram { from, data: buf[..n].to_vec() })),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::os("ud recv", None, e)),
             }
         }
+    }
+}
+
+/// A datagram as [`recv_counted`] read it.
+struct Received {
+    /// Its full length (larger than the buffer when it was truncated).
+    len: usize,
+    from: SocketAddr,
+    /// The socket's count of datagrams the kernel dropped so far (`SO_RXQ_OVFL`), when given.
+    kernel_drops: Option<u32>,
+}
+
+/// Control-message space for one `SO_RXQ_OVFL` count (a generous constant).
+const OVFL_CMSG: usize = 32;
+
+/// Reads one datagram of `sock` into `buf` without blocking, with its full length (even when
+/// truncated) and the kernel's drop count.
+fn recv_counted(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<Received> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; OVFL_CMSG / 8];
+    // SAFETY: all-zero is a valid (empty) socket address buffer.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    // SAFETY: an all-zero msghdr is a valid "no address, no control data" header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut addr as *mut libc::sockaddr_storage).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = OVFL_CMSG as _;
+    // SAFETY: `msg` points at the caller's buffer, the address and the control buffer, all
+    // alive and writable for the call. MSG_TRUNC makes the call return the datagram's length.
+    let r = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut kernel_drops = None;
+    // SAFETY: the kernel filled `msg_controllen` bytes of the control buffer with well-formed
+    // headers; an SO_RXQ_OVFL header carries one u32.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SO_RXQ_OVFL {
+                kernel_drops = Some(libc::CMSG_DATA(cmsg).cast::<u32>().read_unaligned());
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    // SAFETY: the kernel wrote a socket address of `msg_namelen` bytes into `addr`.
+    let from = unsafe { socket2::SockAddr::new(addr, msg.msg_namelen) }
+        .as_socket()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a datagram from no IP address"))?;
+    Ok(Received { len: r as usize, from, kernel_drops })
+}
+
+/// Asks the kernel to report the datagrams it drops on `s` (`SO_RXQ_OVFL`); best effort.
+fn report_drops(s: &Socket) {
+    let on: libc::c_int = 1;
+    // SAFETY: a plain setsockopt of an int option on a socket we own.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RXQ_OVFL,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
     }
 }
 
@@ -256,7 +354,7 @@ impl SoftUd {
         self.registry
             .register(&mut SourceFd(&socket.as_raw_fd()), GROUP, Interest::READABLE)
             .map_err(os("ud join: epoll_ctl"))?;
-        groups.push(GroupSocket { group, socket });
+        groups.push(GroupSocket { group, socket, drops: 0 });
         Ok(())
     }
 
@@ -408,5 +506,44 @@ mod tests {
         }
         let expected: Vec<Vec<u8>> = (0..DEPTH as u8).map(|i| vec![0, i]).collect();
         assert_eq!(delivered, expected, "the first {DEPTH} waited; the rest found the queue full");
+    }
+
+    /// A datagram larger than the UD MTU is dropped and counted, and the ones after it still
+    /// arrive; datagrams the kernel drops for a full receive buffer are counted too (reported
+    /// by `SO_RXQ_OVFL` with the next datagram queued after them).
+    #[test]
+    fn every_dropped_datagram_is_counted() {
+        let (fabric, ep) = endpoint(0, 64);
+        let to = match ep.local_addr() {
+            SocketAddr::V4(v4) => v4,
+            other => panic!("IPv6 address {other}"),
+        };
+        let mtu = fabric.attributes().ud_mtu;
+        let sender = raw_sender();
+        sender.send_to(&vec![7u8; mtu + 1], to).unwrap();
+        sender.send_to(&vec![9u8; 4 * mtu], to).unwrap();
+        sender.send_to(b"small", to).unwrap();
+        assert_eq!(ep.recv(T).unwrap().expect("the small datagram").data, b"small");
+        assert_eq!(fabric.counters().ud_oversized_datagrams, 2, "both oversized datagrams are counted");
+        // Flood the socket (its buffer holds a few datagrams of the receive depth) without
+        // reading: the kernel drops most, and the next read reports how many.
+        let flood = 2000;
+        for _ in 0..flood {
+            sender.send_to(&[1u8; 64], to).unwrap();
+        }
+        let mut delivered = 0u64;
+        while ep.recv(Duration::from_millis(200)).unwrap().is_some() {
+            delivered += 1;
+        }
+        // The kernel reports its drops with the next datagram it queues.
+        sender.send_to(b"after", to).unwrap();
+        assert_eq!(ep.recv(T).unwrap().expect("the datagram after the flood").data, b"after");
+        let c = fabric.counters();
+        assert!(c.ud_kernel_drops > 0, "the kernel dropped some of {flood}: {delivered} delivered, {c:?}");
+        assert_eq!(
+            delivered + c.ud_kernel_drops + c.ud_queue_drops,
+            flood,
+            "every datagram is delivered or counted: {c:?}"
+        );
     }
 }

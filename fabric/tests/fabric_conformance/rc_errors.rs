@@ -114,6 +114,41 @@ pub fn read_of_region_in_another_pd(spec: &ProviderSpec) {
     read_expecting_access_error(&p, remote.remote(), 64);
 }
 
+/// Isolation by protection domain, as on hardware: a queue pair of one protection domain
+/// reaches no region of another domain of the same device, even with that region's real rkey.
+/// A READ and a WRITE (each on a fresh connection) fail with a remote access error at the
+/// requester, the responder's queue pair goes to the error state (its posted receive is
+/// flushed), and no byte moves either way.
+pub fn pd_isolation_fails_the_responders_queue_pair_and_moves_nothing(spec: &ProviderSpec) {
+    for write in [false, true] {
+        let p = Pair::connect(spec);
+        let rbuf = p.server.register(64, Access::LOCAL_WRITE);
+        p.server_qp.post_recv(7, &[rbuf.sge(0, 64)]).expect("post_recv");
+        let other_pd = p.server.fabric.alloc_pd().expect("alloc_pd");
+        let secret = other_pd
+            .register(4096, Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE)
+            .expect("register");
+        secret.buffer().fill(0, 4096, 0x5E).expect("fill");
+        let local = p.client.register(64, Access::LOCAL_WRITE);
+        local.buffer().fill(0, 64, 0xAB).expect("fill");
+        let op = if write { SendOp::RdmaWrite(secret.remote()) } else { SendOp::RdmaRead(secret.remote()) };
+        p.client_qp.post_send(&wr(1, op, &[local.sge(0, 64)])).expect("post");
+        expect_failed(&p.client.cq, 1, WcStatus::RemoteAccessError, p.client_qp.qp_num());
+        expect_failed(&p.server.cq, 7, WcStatus::WorkRequestFlushed, p.server_qp.qp_num());
+        assert!(read_mr(&local, 0, 64).iter().all(|&b| b == 0xAB), "write {write}: bytes reached the requester");
+        assert!(
+            read_mr(&secret, 0, 4096).iter().all(|&b| b == 0x5E),
+            "write {write}: the other domain's region changed"
+        );
+        // The requester's queue pair is in error too: a valid READ of its own domain is flushed.
+        let own = p.server.register(64, Access::REMOTE_READ);
+        if p.client_qp.post_send(&wr(2, SendOp::RdmaRead(own.remote()), &[local.sge(0, 64)])).is_ok() {
+            expect_failed(&p.client.cq, 2, WcStatus::WorkRequestFlushed, p.client_qp.qp_num());
+        }
+        assert!(read_mr(&local, 0, 64).iter().all(|&b| b == 0xAB), "a flushed READ brought bytes");
+    }
+}
+
 /// Once the owner drops (deregisters) a region, READs with its old rkey fail.
 pub fn read_after_remote_deregistered(spec: &ProviderSpec) {
     let p = Pair::connect(spec);

@@ -28,9 +28,11 @@ pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpState};
 pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState};
 
 use super::cq::{Drain, InboxSource};
+use super::device::SoftCounters;
 use super::device::{DeviceState, NicCommand};
 use super::events::{ChannelEvent, EventQueue};
-use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, Offer, ShmClient};
+use super::recv::Taker;
+use super::shm::{Corrupt, HeldSlot, Inbox, KeySlot, NoCredit, Offer, ShmClient};
 use super::timers::TimerKind;
 use super::wire::{FrameType, Header};
 use crate::bootstrap::QpState as IbvState;
@@ -110,7 +112,7 @@ pub(crate) struct ConnState {
     /// The peer's same-host offer (passive side, from its connect request).
     pub(crate) peer_offer: Option<Offer>,
     /// Same-host path: the inbox the peer writes its SENDs into (once it asked for it).
-    inbox: Option<Inbox>,
+    inbox: Option<OpenInbox>,
     /// Same-host path: SENDs this end wrote into the peer's inbox.
     pub(crate) inbox_sends: u64,
     /// Same-host path: this end's key slot for the connection, live while its queue pair
@@ -120,6 +122,14 @@ pub(crate) struct ConnState {
     /// A queue pair connected by hand: its state machine and endpoints (`None`: the connection
     /// manager made this connection).
     pub(crate) hand: Option<HandState>,
+}
+
+/// The inbox a same-host peer writes its SENDs into, with its sender id in the receive
+/// list's credits, and the device that counts its violations.
+struct OpenInbox {
+    inbox: Inbox,
+    sender: u64,
+    device: Arc<DeviceState>,
 }
 
 impl ConnState {
@@ -247,29 +257,59 @@ impl ConnState {
     /// the receive and the queue pair, as on the network path; an inbox found corrupt (the
     /// peer wrote garbage into it) is dropped and the queue pair fails.
     pub(crate) fn drain_inbox(&mut self) -> bool {
-        let ConnState { inbox: Some(inbox), qp: Some(qp), .. } = self else { return false };
-        if qp.error || !inbox.has_entries() {
+        let ConnState { inbox: Some(open), qp: Some(qp), .. } = self else { return false };
+        if qp.error || !open.inbox.has_entries() {
             return false;
         }
+        let mut violation = false;
         loop {
-            let entry = match inbox.peek() {
+            let entry = match open.inbox.peek() {
                 Ok(Some(entry)) => entry,
                 Ok(None) => return false,
-                Err(Corrupt) => break,
+                Err(Corrupt) => {
+                    violation = true;
+                    break;
+                }
             };
-            let Some(recv) = qp.take_recv(true) else { return true };
-            if recv.cap < entry.len as usize || !inbox.copy_to(&entry, &recv.segs) {
-                inbox.consume(&entry);
+            let recv = match qp.take_recv(Taker::Inbox(open.sender)) {
+                Ok(Some(recv)) => recv,
+                // The credit's receive was flushed.
+                Ok(None) => break,
+                Err(NoCredit) => {
+                    violation = true;
+                    break;
+                }
+            };
+            if recv.cap < entry.len as usize || !open.inbox.copy_to(&entry, &recv.segs) {
+                open.inbox.consume(&entry);
                 qp.complete_recv(recv.wr_id, WcStatus::LocalLengthError, 0, None);
                 break;
             }
-            inbox.consume(&entry);
+            open.inbox.consume(&entry);
             qp.complete_recv_solicited(recv.wr_id, WcStatus::Success, entry.len, entry.imm, entry.solicited);
         }
-        tracing::debug!("soft same-host: an inbox SEND of queue pair {} cannot be placed", qp.qp_num);
-        self.inbox = None;
+        if violation {
+            tracing::debug!("soft same-host: the peer of queue pair {} broke its inbox or credits: cut", qp.qp_num);
+            SoftCounters::bump(&open.device.counters.shared_page_violations);
+        } else {
+            tracing::debug!("soft same-host: an inbox SEND of queue pair {} cannot be placed", qp.qp_num);
+        }
+        self.drop_inbox();
         self.qp_error();
         false
+    }
+
+    /// Drops the inbox, giving its sender's unused credits back to the receive list.
+    fn drop_inbox(&mut self) {
+        if let (Some(open), Some(qp)) = (self.inbox.take(), self.qp.as_mut()) {
+            qp.detach_sender(open.sender);
+        }
+    }
+
+    /// The sender id of the peer's inbox when it holds no SEND: a SEND of the stream may then
+    /// take that sender's unused credits back.
+    pub(crate) fn idle_sender(&self) -> Option<u64> {
+        self.inbox.as_ref().filter(|o| !o.inbox.has_entries()).map(|o| o.sender)
     }
 
     /// Sends a CM event to the connection's channel.
@@ -412,7 +452,7 @@ impl Conn {
 
     /// Ends the same-host path, unmapping the peer's regions (the connection closed).
     pub(crate) fn drop_same_host(&self, st: &mut ConnState) {
-        st.inbox = None;
+        st.drop_inbox();
         st.live = None;
         if let Some(client) = self.shm.get() {
             client.close();
@@ -422,7 +462,7 @@ impl Conn {
     /// Opens this end's inbox for the peer's SENDs (once, on a live queue pair) and
     /// makes polls of the receive CQ drain it: the descriptors of the inbox, the receive pool
     /// (counts read-only, claims) and the CQ's bell (page and eventfd), for the peer to map.
-    pub(crate) fn open_inbox(self: &Arc<Self>) -> Option<([OwnedFd; 5], KeySlot)> {
+    pub(crate) fn open_inbox(self: &Arc<Self>) -> Option<([OwnedFd; 4], KeySlot)> {
         let (fds, cq, live) = {
             let mut st = self.st.lock();
             if st.inbox.is_some() {
@@ -430,19 +470,14 @@ impl Conn {
             }
             let live = self.responder_slot(&mut st)?;
             let qp = st.qp.as_mut().filter(|q| !q.error)?;
-            let pool = qp.pool()?;
             let cq = qp.recv_cq.clone();
             let inbox = Inbox::new().ok()?;
-            let [info, claims] = pool.fds();
-            let fds = [
-                inbox.fd().try_clone_to_owned().ok()?,
-                info.try_clone_to_owned().ok()?,
-                claims.try_clone_to_owned().ok()?,
-                cq.bell.fd().try_clone_to_owned().ok()?,
-                cq.bell.event_fd().ok()?.try_clone_to_owned().ok()?,
-            ];
-            st.inbox = Some(inbox);
-            (fds, cq, live)
+            let bell = cq.bell.fd().try_clone_to_owned().ok()?;
+            let event = cq.bell.event_fd().ok()?.try_clone_to_owned().ok()?;
+            let inbox_fd = inbox.fd().try_clone_to_owned().ok()?;
+            let (sender, credits) = qp.attach_sender()?;
+            st.inbox = Some(OpenInbox { inbox, sender, device: self.device.clone() });
+            ([inbox_fd, credits, bell, event], cq, live)
         };
         let source: Weak<dyn InboxSource> = Arc::downgrade(self) as Weak<Conn>;
         cq.attach(source);
@@ -507,7 +542,7 @@ impl Conn {
     /// holds one (it was accepted, rejected or closed).
     pub(crate) fn end_handshake(&self, st: &mut ConnState) {
         if std::mem::take(&mut st.handshake_slot) {
-            self.device.handshakes.lock().release(self.peer().ip());
+            self.device.handshakes.lock().release(self.id);
         }
     }
 

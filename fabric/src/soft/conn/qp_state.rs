@@ -2,6 +2,7 @@
 //! behind the initiator depth), the receive list, the READ depths and the error state.
 
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,9 +10,9 @@ use super::out_queue::{FramePayload, OutFrame};
 use crate::error::{Error, Result};
 use crate::soft::cq::CqInner;
 use crate::soft::device::DeviceState;
-use crate::soft::recv::{RecvList, RecvWr};
+use crate::soft::recv::{RecvList, RecvWr, Taker};
 use crate::soft::seg::Seg;
-use crate::soft::shm::Pool;
+use crate::soft::shm::NoCredit;
 use crate::soft::srq::SrqInner;
 use crate::soft::wire::{FrameType, Header};
 use crate::soft::SoftQpInit;
@@ -137,7 +138,7 @@ impl QpState {
             unreaped: 0,
             inflight: VecDeque::new(),
             next_psn: 0,
-            rq: RecvList::default(),
+            rq: RecvList::new(false),
             error: false,
             remote_access: Access::REMOTE_READ | Access::REMOTE_WRITE,
         }
@@ -149,20 +150,27 @@ impl QpState {
     }
 
     /// Takes the receive the next SEND is placed into, from the shared receive queue or the
-    /// queue pair's own list: for a SEND that claimed it (`claimed`, from the inbox) or one
-    /// that came over the stream.
-    pub(crate) fn take_recv(&mut self, claimed: bool) -> Option<RecvWr> {
+    /// queue pair's own list, for a SEND of `taker` (see [`RecvList::take`]).
+    pub(crate) fn take_recv(&mut self, taker: Taker) -> std::result::Result<Option<RecvWr>, NoCredit> {
         match &self.srq {
-            Some(srq) => srq.take(claimed),
-            None => self.rq.take(claimed),
+            Some(srq) => srq.take(taker),
+            None => self.rq.take(taker),
         }
     }
 
-    /// The receive credits a same-host sender claims from (made on first use).
-    pub(super) fn pool(&mut self) -> Option<Arc<Pool>> {
+    /// A new same-host sender of the receive list: its id and credit page (read-only).
+    pub(super) fn attach_sender(&mut self) -> Option<(u64, OwnedFd)> {
         match &self.srq {
-            Some(srq) => srq.pool(),
-            None => self.rq.pool(),
+            Some(srq) => srq.attach(),
+            None => self.rq.attach(),
+        }
+    }
+
+    /// Same-host sender `id` is gone: its unused credits come back.
+    pub(super) fn detach_sender(&mut self, id: u64) {
+        match &self.srq {
+            Some(srq) => srq.detach(id),
+            None => self.rq.detach(id),
         }
     }
 

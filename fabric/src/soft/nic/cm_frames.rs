@@ -7,30 +7,40 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::state::{Nic, ReadOutcome};
+use super::state::{Nic, ReadOutcome, ACCEPT_BATCH};
 use crate::soft::conn::{connect_failure, Conn, ConnState, IncomingRequest, NicCmEvent, Phase, ReceiveState};
+use crate::soft::connections::Connections;
 use crate::soft::device::SoftCounters;
+use crate::soft::handshakes::{Admission, Kind};
+use crate::soft::hello_streams::HelloStreams;
 use crate::soft::shm::Offer;
 use crate::soft::timers::TimerKind;
-use crate::soft::wire::{CmParams, FrameType, Header};
+use crate::soft::wire::{CmParams, FrameType, Header, HEADER_LEN};
 use crate::types::*;
 
 impl Nic {
     /// Accepts the TCP connections waiting on listener `id`, within the handshake limits.
     pub(super) fn accept(&mut self, id: u64) {
         let Some(entry) = self.conns.listeners.lock().get(&id).cloned() else { return };
-        loop {
+        for _ in 0..ACCEPT_BATCH {
             match entry.sock.accept() {
                 Ok((s, peer)) => {
-                    if !self.device.handshakes.lock().admit(peer.ip()) {
-                        tracing::debug!("soft NIC: too many connect handshakes in progress, closing one from {peer}");
-                        drop(s);
-                        SoftCounters::bump(&self.device.counters.refused_handshakes);
-                        continue;
-                    }
                     let set_up = s.set_nonblocking(true).and_then(|_| s.set_nodelay(true));
                     let conn =
                         Conn::new(self.device.clone(), s, peer, Phase::Incoming, None, Some(entry.channel.clone()));
+                    let base = self.device.handshake_timeout;
+                    let admission =
+                        self.device.handshakes.lock().admit(peer.ip(), conn.id, Kind::Conn, base, |id, kind| {
+                            has_spoken(&self.conns, &self.hello_streams, id, kind)
+                        });
+                    let Admission::Admitted { timeout, evict } = admission else {
+                        tracing::debug!("soft NIC: too many connect handshakes in progress, closing one from {peer}");
+                        SoftCounters::bump(&self.device.counters.refused_handshakes);
+                        continue;
+                    };
+                    if let Some(evicted) = evict {
+                        self.evict_handshake(evicted);
+                    }
                     let mut st = conn.st.lock();
                     st.handshake_slot = true;
                     if let Err(e) = set_up.and_then(|_| conn.register(&mut st, false)) {
@@ -39,8 +49,7 @@ impl Nic {
                         continue;
                     }
                     self.conns.open.lock().insert(conn.id, conn.clone());
-                    let at = Instant::now() + self.device.handshake_timeout;
-                    self.timers.schedule(at, conn.id, TimerKind::HandshakeTimeout);
+                    self.timers.schedule(Instant::now() + timeout, conn.id, TimerKind::HandshakeTimeout);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -48,6 +57,25 @@ impl Nic {
                     tracing::warn!("soft NIC: accept failed: {e}");
                     return;
                 }
+            }
+        }
+        self.accept_again.push(id);
+    }
+
+    /// Closes a handshake that gave way to a newcomer (the table or its prefix was full and
+    /// it was the oldest that had not spoken), counted.
+    pub(super) fn evict_handshake(&mut self, (id, kind): (u64, Kind)) {
+        SoftCounters::bump(&self.device.counters.evicted_handshakes);
+        match kind {
+            Kind::Conn => {
+                if let Some(c) = self.conn(id) {
+                    tracing::debug!("soft NIC: a silent connect handshake from {} gives way to a newcomer", c.peer());
+                    let mut rx = c.rx.lock();
+                    self.close_disconnected(&c, &mut rx);
+                }
+            }
+            Kind::Stream => {
+                self.drop_stream(id);
             }
         }
     }
@@ -103,6 +131,7 @@ impl Nic {
                 st.peer_offer = Offer::from_header(&hdr);
                 st.phase = Phase::Requested;
                 self.timers.cancel(c.id, TimerKind::HandshakeTimeout);
+                self.device.handshakes.lock().spoke(c.id);
                 let ch = st.channel.clone();
                 drop(st);
                 if let Some(ch) = ch {
@@ -155,5 +184,20 @@ impl Nic {
             }
             (ty, phase) => ReadOutcome::Broken(format!("{ty:?} frame from {} while {}", c.peer(), phase.name())),
         }
+    }
+}
+
+/// Whether handshake `id` (of `kind`) has at least a frame header waiting to be read: it has
+/// spoken, and must not give way to a newcomer (the NIC may take in many connections before
+/// it reads any of them).
+pub(super) fn has_spoken(conns: &Connections, streams: &HelloStreams, id: u64, kind: Kind) -> bool {
+    let mut buf = [0u8; HEADER_LEN];
+    let peeked = |sock: &std::net::TcpStream| sock.peek(&mut buf).unwrap_or(0);
+    match kind {
+        Kind::Conn => {
+            let conn = conns.open.lock().get(&id).cloned();
+            conn.and_then(|c| c.sock().map(peeked)).unwrap_or(0) >= HEADER_LEN
+        }
+        Kind::Stream => streams.pending_bytes(id, peeked) >= HEADER_LEN,
     }
 }

@@ -11,6 +11,7 @@ use crate::soft::conn::{
     AfterPayload, Conn, ConnState, Destination, Expecting, FramePayload, OutFrame, Phase, ReceiveState,
 };
 use crate::soft::device::SoftCounters;
+use crate::soft::recv::Taker;
 use crate::soft::timers::TimerKind;
 use crate::soft::wire::{FrameType, Header, Status, AUX_SOLICITED};
 use crate::types::*;
@@ -186,6 +187,7 @@ impl Nic {
     pub(super) fn place_send(&mut self, st: &mut ConnState, rx: &mut ReceiveState, hdr: Header) -> bool {
         // SENDs the peer wrote into the inbox before this one go first.
         st.drain_inbox();
+        let own = st.idle_sender();
         let Some(qp) = st.qp.as_mut() else {
             Self::discard(rx, &hdr, AfterPayload::Nothing);
             return true;
@@ -194,7 +196,7 @@ impl Nic {
             Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::OperationError });
             return true;
         }
-        let Some(recv) = qp.take_recv(false) else {
+        let Some(recv) = qp.take_recv(Taker::Stream { own }).ok().flatten() else {
             if rx.peer_closed {
                 Self::discard(rx, &hdr, AfterPayload::Nothing);
                 return true;

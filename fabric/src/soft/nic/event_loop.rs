@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll};
 
 use super::same_host::StreamOwner;
-use super::state::Nic;
+use super::state::{Nic, DATA_PORT_AGAIN};
 use crate::provider::ConnId;
 use crate::soft::conn::{Conn, Phase};
 use crate::soft::connections::Connections;
@@ -20,6 +20,9 @@ use crate::soft::timers::{TimerKind, Timers};
 
 /// Pause instructions between two polls of the sockets while the NIC thread spins.
 const SPIN_PAUSES: u32 = 64;
+/// How long after refusing a same-host region request the connection's queue pair fails, unless
+/// the request reached this NIC to be judged in order before (see `shm::serve`).
+const REFUSED_REGION_GRACE: Duration = Duration::from_secs(1);
 
 /// The NIC thread's main loop.
 pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: Poll) {
@@ -31,6 +34,7 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
         ready: Vec::new(),
         streams: Streams::default(),
         hello_streams: HelloStreams::default(),
+        accept_again: Vec::new(),
     };
     let mut events = Events::with_capacity(256);
     let mut last_busy = Instant::now();
@@ -65,13 +69,22 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
                 nic.drive(&c);
             }
         }
+        let again = std::mem::take(&mut nic.accept_again);
+        busy |= !again.is_empty();
+        for id in again {
+            if id == DATA_PORT_AGAIN {
+                nic.accept_hello_streams();
+            } else {
+                nic.accept(id);
+            }
+        }
         busy |= nic.fire_timers();
         nic.device.timers_pending.store(nic.timers.len(), std::sync::atomic::Ordering::Relaxed);
         let now = Instant::now();
         if busy {
             last_busy = now;
         }
-        let timeout = if !nic.ready.is_empty() {
+        let timeout = if !nic.ready.is_empty() || !nic.accept_again.is_empty() {
             Some(Duration::ZERO)
         } else if now.duration_since(last_busy) < spin {
             // Pause between two polls of the sockets (a system call each), then yield once: a
@@ -110,8 +123,12 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
             }
             if Streams::owns(ev.token()) {
                 if nic.device.shm.is_some() {
-                    let owner = StreamOwner { device: &nic.device, conns: &nic.conns };
+                    let owner = StreamOwner { device: &nic.device, conns: &nic.conns, refused: Default::default() };
                     nic.streams.on_event(ev.token(), &owner, &nic.device.registry);
+                    let at = Instant::now() + REFUSED_REGION_GRACE;
+                    for conn in owner.refused.into_inner() {
+                        nic.timers.schedule(at, conn, TimerKind::RefusedRegion);
+                    }
                 }
                 continue;
             }

@@ -9,11 +9,12 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::state::{Nic, ReadOutcome};
+use super::state::{Nic, ReadOutcome, ACCEPT_BATCH, DATA_PORT_AGAIN};
 use crate::bootstrap::QpState as IbvState;
 use crate::provider::ConnId;
 use crate::soft::conn::{Conn, ConnState, FramePayload, OutFrame, Phase};
 use crate::soft::device::{NicCommand, SoftCounters};
+use crate::soft::handshakes::{Admission, Kind};
 use crate::soft::hello::Hello;
 use crate::soft::hello_streams::{HelloRead, HelloStream};
 use crate::soft::shm::Offer;
@@ -53,7 +54,7 @@ impl Nic {
     /// Accepts the streams waiting on the data port, within the handshake limits.
     pub(super) fn accept_hello_streams(&mut self) {
         let Some(port) = self.conns.data_port.lock().clone() else { return };
-        loop {
+        for _ in 0..ACCEPT_BATCH {
             match port.sock.accept() {
                 Ok((s, peer)) => self.admit_hello_stream(s, peer),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
@@ -64,24 +65,32 @@ impl Nic {
                 }
             }
         }
+        self.accept_again.push(DATA_PORT_AGAIN);
     }
 
     /// Takes a stream of the data port as a handshake of its source (or closes it, counted,
     /// when the source or the device has as many as allowed) and reads its hello.
     fn admit_hello_stream(&mut self, s: TcpStream, peer: SocketAddr) {
-        if !self.device.handshakes.lock().admit(peer.ip()) {
+        let id = self.device.next_id();
+        let base = self.device.handshake_timeout;
+        let admission = self.device.handshakes.lock().admit(peer.ip(), id, Kind::Stream, base, |id, kind| {
+            super::cm_frames::has_spoken(&self.conns, &self.hello_streams, id, kind)
+        });
+        let Admission::Admitted { timeout, evict } = admission else {
             tracing::debug!("soft NIC: too many handshakes in progress, closing a stream of the data port from {peer}");
             SoftCounters::bump(&self.device.counters.refused_handshakes);
             return;
+        };
+        if let Some(evicted) = evict {
+            self.evict_handshake(evicted);
         }
-        let id = self.device.next_id();
         let set_up = s.set_nonblocking(true).and_then(|()| s.set_nodelay(true));
         if let Err(e) = set_up.and_then(|()| self.hello_streams.insert(id, s, peer, &self.device.registry)) {
             tracing::debug!("soft NIC: setting up a stream of the data port from {peer}: {e}");
-            self.device.handshakes.lock().release(peer.ip());
+            self.device.handshakes.lock().release(id);
             return;
         }
-        self.timers.schedule(Instant::now() + self.device.handshake_timeout, id, TimerKind::HelloTimeout);
+        self.timers.schedule(Instant::now() + timeout, id, TimerKind::HelloTimeout);
         // Edge-triggered poll: the hello may be in already.
         self.read_hello(id);
     }
@@ -92,7 +101,10 @@ impl Nic {
         match self.hello_streams.read(id) {
             None | Some(HelloRead::Incomplete) => {}
             Some(HelloRead::Refused(why)) => self.refuse_stream(id, &why),
-            Some(HelloRead::Complete(hdr, hello)) => self.offer_stream(id, &hdr, &hello),
+            Some(HelloRead::Complete(hdr, hello)) => {
+                self.device.handshakes.lock().spoke(id);
+                self.offer_stream(id, &hdr, &hello)
+            }
         }
     }
 
@@ -170,9 +182,9 @@ impl Nic {
     }
 
     /// Takes stream `id` out of the waiting ones, giving back its handshake slot.
-    fn drop_stream(&mut self, id: u64) -> Option<HelloStream> {
+    pub(super) fn drop_stream(&mut self, id: u64) -> Option<HelloStream> {
         let s = self.hello_streams.remove(id, &self.device.registry)?;
-        self.device.handshakes.lock().release(s.peer.ip());
+        self.device.handshakes.lock().release(id);
         self.timers.cancel(id, TimerKind::HelloTimeout);
         Some(s)
     }

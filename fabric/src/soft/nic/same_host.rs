@@ -1,17 +1,21 @@
 //! What the NIC thread tells the same-host streams of its device: whether a connection is
 //! open, what a peer's connection is given of a region, and a connection's inbox.
 
+use std::cell::RefCell;
 use std::os::fd::OwnedFd;
 
 use crate::provider::ConnId;
 use crate::soft::connections::Connections;
-use crate::soft::device::DeviceState;
+use crate::soft::device::{DeviceState, SoftCounters};
 use crate::soft::shm::{self, Endpoint, Owner};
 
 /// The device's state and connections, as the same-host streams see them.
 pub(super) struct StreamOwner<'a> {
     pub(super) device: &'a DeviceState,
     pub(super) conns: &'a Connections,
+    /// Connections whose region request was refused during this event (their timers are
+    /// set by the NIC thread afterwards).
+    pub(super) refused: RefCell<Vec<ConnId>>,
 }
 
 impl Owner for StreamOwner<'_> {
@@ -34,7 +38,13 @@ impl Owner for StreamOwner<'_> {
         };
         self.device.regions.grant(rkey, pd, allowed, live)
     }
-    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], shm::Answer)> {
+    fn refused_region(&self, conn: ConnId) {
+        self.refused.borrow_mut().push(conn);
+    }
+    fn refused_peer(&self) {
+        SoftCounters::bump(&self.device.counters.refused_same_host_peers);
+    }
+    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 4], shm::Answer)> {
         let c = self.conns.open.lock().get(&conn).cloned()?;
         let (fds, live) = c.open_inbox()?;
         Some((fds, shm::Answer { granted: true, conn_slot: live.index, conn_word: live.word, ..Default::default() }))

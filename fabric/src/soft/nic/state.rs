@@ -55,7 +55,16 @@ pub(super) struct Nic {
     pub(super) streams: Streams,
     /// Streams of the data port waiting for their hello or their queue pair.
     pub(super) hello_streams: HelloStreams,
+    /// Listeners (by id; the data port as [`DATA_PORT_AGAIN`]) that had more connections to
+    /// accept than one turn takes: accepted again next turn, after the other work.
+    pub(super) accept_again: Vec<u64>,
 }
+
+/// Connections one listener accepts in one turn of the NIC's loop: a flood of connects cannot
+/// keep the NIC from reading the connections it has.
+pub(super) const ACCEPT_BATCH: usize = 64;
+/// The data port in [`Nic::accept_again`].
+pub(super) const DATA_PORT_AGAIN: u64 = u64::MAX;
 
 impl Nic {
     /// The open connection `id`.

@@ -51,6 +51,13 @@ impl Nic {
                 TimerKind::Rnr => self.rnr_retry(&c),
                 TimerKind::OutputStall => self.check_stall(&c),
                 TimerKind::TransportTimeout => self.transport_timeout(&c),
+                TimerKind::RefusedRegion => {
+                    let mut st = c.st.lock();
+                    if st.qp.as_ref().is_some_and(|q| !q.error) && st.phase != Phase::Closed {
+                        tracing::debug!("soft same-host: {} asked for a region it may not have", c.peer());
+                        self.remote_access_error(&mut st);
+                    }
+                }
                 TimerKind::HelloTimeout => {}
             }
         }

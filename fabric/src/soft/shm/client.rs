@@ -15,7 +15,7 @@ use super::fds::recv_with_fds;
 use super::inbox::InboxWriter;
 use super::keys::{KeySlot, PeerKeys};
 use super::map::PeerMapping;
-use super::pool::PeerPool;
+use super::pool::PeerCredits;
 use super::proto::{Answer, Request, ANSWER_LEN, WANT_KEYS};
 use crate::memory::{send_vectored, IoPart};
 use crate::soft::seg::Seg;
@@ -33,10 +33,11 @@ struct PeerRegion {
     slot: KeySlot,
 }
 
-/// The responder's inbox, receive pool and bell, as this end writes SENDs into them.
+/// The responder's inbox, this end's receive credits and the responder's bell, as this end
+/// writes SENDs into them.
 struct Outbox {
     inbox: InboxWriter,
-    pool: PeerPool,
+    credits: PeerCredits,
     bell: PeerBell,
 }
 
@@ -80,9 +81,9 @@ impl ShmClient {
         );
     }
 
-    /// Writes a SEND of `len` bytes gathered from `segs` into the responder's inbox, after
-    /// claiming one of its posted receives large enough, and rings its bell. False when that
-    /// cannot be done now (no inbox, no receive to claim, no room): the SEND then takes the
+    /// Writes a SEND of `len` bytes gathered from `segs` into the responder's inbox with one of
+    /// the receive credits it granted this end, and rings its bell. False when that cannot be
+    /// done now (no inbox, no credit, receives too small, no room): the SEND then takes the
     /// connection's stream.
     pub(crate) fn send(&self, segs: &[Seg], len: usize, imm: Option<u32>, solicited: bool) -> bool {
         let mut mapped = self.mapped.lock();
@@ -95,9 +96,12 @@ impl ShmClient {
         if !keys.live(conn) {
             return false;
         }
-        let Some(room) = out.inbox.reserve(len).filter(|_| out.pool.try_claim(len)) else { return false };
-        // A copy refused by our own registered buffer or the mapping would lose the claim; the
-        // SEND was checked against both when posted.
+        let Some(room) = out.inbox.reserve(len) else { return false };
+        if !out.credits.try_claim(len) {
+            return false;
+        }
+        // A copy refused by our own registered buffer or the mapping would lose the credit;
+        // the SEND was checked against both when posted.
         if !out.inbox.write(room, segs, imm, solicited) {
             return false;
         }
@@ -247,17 +251,17 @@ fn open_inbox(answer: Answer, fds: Vec<OwnedFd>, want_keys: bool) -> io::Result<
     if !answer.granted {
         return Ok(None);
     }
-    let expected = 5 + usize::from(want_keys);
+    let expected = 4 + usize::from(want_keys);
     if fds.len() != expected {
         return Err(invalid("inbox answer with the wrong number of descriptors"));
     }
     let mut fds = fds.into_iter();
     let mut next = || fds.next().expect("counted above");
-    let (inbox, info, claims, bell, event) = (next(), next(), next(), next(), next());
+    let (inbox, credits, bell, event) = (next(), next(), next(), next());
     let keys = want_keys.then(|| PeerKeys::map(next().as_fd()).map_err(io::Error::other)).transpose()?;
     let outbox = Outbox {
         inbox: InboxWriter::map(inbox.as_fd()).map_err(io::Error::other)?,
-        pool: PeerPool::map(info.as_fd(), claims.as_fd()).map_err(io::Error::other)?,
+        credits: PeerCredits::map(credits.as_fd()).map_err(io::Error::other)?,
         bell: PeerBell::map(bell.as_fd(), event).map_err(io::Error::other)?,
     };
     Ok(Some(Granted { object: outbox, conn: conn_slot(&answer)?, keys }))

@@ -2,7 +2,7 @@
 //! its offers, and opening a stream to a peer device that offered one.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +55,79 @@ pub(crate) struct Endpoint {
     pub(crate) keys: Arc<KeyTable>,
     /// Nonces handed out in offers, each good for one stream of one connection.
     nonces: Mutex<HashMap<u64, ConnId>>,
+    /// Who may be at the other end of a stream, either way.
+    peers: PeerRule,
+}
+
+/// The credentials of the process at the other end of a Unix socket (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerCred {
+    pub(crate) pid: i32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+impl PeerCred {
+    /// The credentials of the peer of `sock` (for a connected socket: of the process that
+    /// listened; for an accepted one: of the process that connected).
+    pub(crate) fn of(sock: BorrowedFd<'_>) -> std::io::Result<PeerCred> {
+        let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` and `len` are valid output buffers of the sizes given.
+        let r = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                (&mut cred as *mut libc::ucred).cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(PeerCred { pid: cred.pid, uid: cred.uid, gid: cred.gid })
+    }
+}
+
+/// Which processes a device lets to the other end of its same-host streams: those of its own
+/// effective user, and those whose effective group is the one allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerRule {
+    pub(crate) uid: u32,
+    pub(crate) group: Option<u32>,
+}
+
+impl PeerRule {
+    /// The rule of this process: its effective user, and `group` if given.
+    pub(crate) fn own(group: Option<u32>) -> PeerRule {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        PeerRule { uid: unsafe { libc::geteuid() }, group }
+    }
+
+    /// Why `peer` may not be at the other end of a stream, if it may not.
+    pub(crate) fn refuses(&self, peer: &PeerCred) -> Option<String> {
+        if peer.uid == self.uid || self.group == Some(peer.gid) {
+            return None;
+        }
+        Some(format!(
+            "process {} runs as user {} (group {}), not as user {}{}",
+            peer.pid,
+            peer.uid,
+            peer.gid,
+            self.uid,
+            self.group.map(|g| format!(" or in group {g}")).unwrap_or_default()
+        ))
+    }
+
+    /// Why the peer of `sock` may not be at the other end of a stream, if it may not (also
+    /// when its credentials cannot be read).
+    pub(crate) fn refuses_peer_of(&self, sock: BorrowedFd<'_>) -> Option<String> {
+        match PeerCred::of(sock) {
+            Ok(cred) => self.refuses(&cred),
+            Err(e) => Some(format!("SO_PEERCRED: {e}")),
+        }
+    }
 }
 
 /// Nonces one device may have outstanding (connections being set up at once); more offers are
@@ -62,8 +135,9 @@ pub(crate) struct Endpoint {
 const MAX_NONCES: usize = 4096;
 
 impl Endpoint {
-    /// Opens the endpoint: a key table and an abstract Unix socket with a fresh token.
-    pub(crate) fn open() -> Result<Endpoint> {
+    /// Opens the endpoint: a key table and an abstract Unix socket with a fresh token. Streams
+    /// are opened only with processes of this process's effective user, or of `group`.
+    pub(crate) fn open(group: Option<u32>) -> Result<Endpoint> {
         let boot = boot_identity()?;
         let keys = Arc::new(KeyTable::new()?);
         let mut rng = rand::rng();
@@ -80,7 +154,8 @@ impl Endpoint {
             sock.listen(128).map_err(|e| Error::os("same-host: listen", None, e))?;
             sock.set_nonblocking(true).map_err(|e| Error::os("same-host: O_NONBLOCK", None, e))?;
             let listener = UnixListener::from(OwnedFd::from(sock));
-            return Ok(Endpoint { token, boot, listener, keys, nonces: Mutex::new(HashMap::new()) });
+            let peers = PeerRule::own(group);
+            return Ok(Endpoint { token, boot, listener, keys, nonces: Mutex::new(HashMap::new()), peers });
         }
         Err(Error::invalid("same-host", "no free socket name after 8 tries"))
     }
@@ -128,6 +203,11 @@ impl Endpoint {
             sock.set_nonblocking(true)?;
             let name = socket_name(offer.token).map_err(std::io::Error::other)?;
             sock.connect(&name)?;
+            // The socket may be anyone's (abstract names have no permissions): the device at
+            // the other end must run as our user too, or it would see our memory objects.
+            if let Some(why) = self.peers.refuses_peer_of(sock.as_fd()) {
+                return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, why));
+            }
             let stream = UnixStream::from(OwnedFd::from(sock));
             let hello = proto::hello(offer.nonce);
             if send_vectored(stream.as_fd(), &[IoPart::Bytes(&hello)])? != hello.len() {
@@ -150,6 +230,11 @@ impl Endpoint {
     #[cfg(test)]
     pub(crate) fn abstract_name(&self) -> Vec<u8> {
         abstract_name(self.token).into_bytes()
+    }
+
+    /// Why the peer of an accepted stream may not use it, if it may not.
+    pub(crate) fn refuses_peer_of(&self, sock: BorrowedFd<'_>) -> Option<String> {
+        self.peers.refuses_peer_of(sock)
     }
 
     /// The listener's raw descriptor (registered with the NIC's poll).

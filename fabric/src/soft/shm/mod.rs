@@ -19,8 +19,9 @@
 //!   bytes). Mappings are checked to be sealed and large enough, so the owner's exit or
 //!   deregistration never faults the requester.
 //! - **SENDs** of at most [`inbox::MAX_INLINE`] bytes with nothing in flight before them are
-//!   written by the posting thread into the responder's inbox ([`inbox`]) after claiming one
-//!   of its posted receives ([`pool`]), and ring its CQ's [`bell`]; the others take the stream.
+//!   written by the posting thread into the responder's inbox ([`inbox`]) with one of the
+//!   receive credits the responder granted to this sender alone ([`pool`]), and ring its CQ's
+//!   [`bell`]; the others take the stream.
 //! - **Ordering**: a copy runs when it is posted if nothing is in flight before it, else once
 //!   the requests before it have completed (on the NIC thread), as RC executes requests in
 //!   order at the responder; the responder places inbox SENDs before anything that could see
@@ -104,6 +105,6 @@ pub(crate) use endpoint::{Endpoint, Offer};
 pub(crate) use inbox::{Corrupt, Inbox, MAX_INLINE};
 pub(crate) use keys::{HeldSlot, KeySlot, SLOTS as KEY_SLOTS};
 pub(crate) use map::reopen_read_only;
-pub(crate) use pool::Pool;
+pub(crate) use pool::{Credits, NoCredit};
 pub(crate) use proto::Answer;
 pub(crate) use serve::{Owner, Streams, LISTENER_TOKEN};

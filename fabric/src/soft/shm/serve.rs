@@ -1,7 +1,15 @@
-//! The responder's side, run by the NIC thread: accepting streams on the device's socket,
-//! binding each to a connection by the nonce of its hello, and answering region requests with
-//! the region's descriptor and inbox requests with the inbox, receive pool and bell (its page
-//! and eventfd).
+//! The responder's side, run by the NIC thread: accepting streams on the device's socket (of
+//! processes of the device's user only), binding each to a connection by the nonce of its
+//! hello, and answering region requests with the region's descriptor and inbox requests with
+//! the inbox, receive credits and bell (its page and eventfd).
+//!
+//! A region request refused (no such rkey in the protection domain of the connection's queue
+//! pair, or no remote access) is answered, then the stream is closed and the connection's
+//! queue pair fails shortly after, as a remote access error, counted. The delay lets an
+//! honest requester's request reach its turn: it then goes to this NIC to be judged in order
+//! with the requests before it (failing the queue pair there, as on the network path), so
+//! requests posted before it are not failed early. A peer that guesses rkeys thus gets one
+//! guess per connection, as on the network path.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Read};
@@ -34,10 +42,16 @@ pub(crate) trait Owner {
     /// the connection's queue pair and grants remote access, and the queue pair is live.
     fn grant(&self, conn: ConnId, rkey: u32) -> Option<(OwnedFd, Answer)>;
     /// Opens the inbox of connection `conn` for the peer's SENDs: the descriptors of the inbox,
-    /// the receive pool (counts, claims) and the bell of the queue pair's receive CQ with its
-    /// eventfd, and an answer naming the connection's key slot. `None` unless the connection
-    /// is established and has no inbox yet.
-    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], Answer)>;
+    /// the peer's receive credits (read-only) and the bell of the queue pair's receive CQ with
+    /// its eventfd, and an answer naming the connection's key slot. `None` unless the
+    /// connection is established and has no inbox yet.
+    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 4], Answer)>;
+    /// A stream was refused: its peer runs as another user (counted).
+    fn refused_peer(&self);
+    /// A region request of connection `conn` was refused: the connection's queue pair fails
+    /// as a remote access error, unless the peer's NIC judges that request before (see
+    /// [`Streams`]).
+    fn refused_region(&self, conn: ConnId);
 }
 
 struct Stream {
@@ -82,6 +96,11 @@ impl Streams {
                     return;
                 }
             };
+            if let Some(why) = owner.endpoint().refuses_peer_of(sock.as_fd()) {
+                tracing::debug!("soft same-host: refused a stream: {why}");
+                owner.refused_peer();
+                continue;
+            }
             if sock.set_nonblocking(true).is_err() {
                 continue;
             }
@@ -148,6 +167,7 @@ impl Streams {
     fn answer(&mut self, id: u64, conn: ConnId, msg: &[u8; MSG_LEN], owner: &dyn Owner) -> bool {
         let Some(req) = Request::decode(msg) else { return false };
         let Some(s) = self.streams.get(&id) else { return false };
+        let region = matches!(req, Request::Region { .. });
         let (granted, flags) = match req {
             Request::Region { rkey, flags } => (owner.grant(conn, rkey).map(|(fd, a)| (vec![fd], a)), flags),
             Request::Inbox { flags } => (owner.open_inbox(conn).map(|(fds, a)| (fds.into(), a)), flags),
@@ -163,7 +183,14 @@ impl Streams {
         let borrowed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
         // The requester waits for this answer with nothing else outstanding, so the socket
         // has room; a full one means a peer that does not read: drop it.
-        matches!(send_with_fds(&s.sock, &bytes, &borrowed), Ok(n) if n == bytes.len())
+        let sent = matches!(send_with_fds(&s.sock, &bytes, &borrowed), Ok(n) if n == bytes.len());
+        if region && !answer.granted {
+            // A wrong rkey (or one of another protection domain) ends the stream, as a remote
+            // access error ends a connection on hardware: no second guess on it.
+            owner.refused_region(conn);
+            return false;
+        }
+        sent
     }
 
     /// Closes the stream bound to connection `conn` (the connection is gone).

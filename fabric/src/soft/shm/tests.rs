@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::endpoint::{Endpoint, Offer};
 use super::keys::{KeyTable, PeerKeys};
@@ -123,7 +123,7 @@ fn garbage_unknown_nonces_and_silent_streams_are_dropped_and_the_device_keeps_se
 
 #[test]
 fn a_nonce_opens_one_stream_once() {
-    let ep = Endpoint::open().unwrap();
+    let ep = Endpoint::open(None).unwrap();
     let offer = ep.offer(7).expect("an offer");
     let mut h = crate::soft::wire::Header::new(crate::soft::wire::FrameType::ConnectReq);
     offer.stamp(&mut h);
@@ -316,4 +316,297 @@ fn a_request_waiting_for_the_peer_holds_up_no_copy_or_send() {
     drop(peer);
     asking.join().unwrap();
     assert_eq!(client.copy(7, 0, &[], true), WcStatus::TransportRetryExceeded, "the stream broke");
+}
+
+/// What the same-host socket of a device owned by root lets a process of user `nobody` do,
+/// with a nonce really offered for a live connection: the device closes the stream before it
+/// reads anything (counted), so no region's memory object reaches that process. Runs the
+/// other user's process as a forked child (the test runs as root; skipped otherwise).
+#[test]
+fn a_process_of_another_user_gets_no_stream() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: switching to another user takes root");
+        return;
+    }
+    // A connection whose B end has no same-host stream yet (A's device has the path off), as a
+    // stranger would find one to bind to.
+    let fab_a = open(&FabricConfig {
+        soft: SoftOptions::default().same_host(SameHost::Off),
+        ..FabricConfig::new(FabricKind::Soft)
+    })
+    .unwrap();
+    let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let ends = Ends::new(&fab_a, &fab_b);
+    let (a, b) = ends.connect(|i| i, |i| i);
+    let secret = ends.pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    let ep = device_b.shm.as_ref().expect("same-host path on by default");
+    let offer = ep.offer(b.conn_id()).expect("an offer");
+
+    // Everything the child uses is made before the fork: it only makes system calls.
+    let name = ep.abstract_name();
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (i, &c) in name.iter().enumerate() {
+        addr.sun_path[1 + i] = c as libc::c_char;
+    }
+    let addr_len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+    let mut msgs = [0u8; 2 * proto::MSG_LEN];
+    msgs[..proto::MSG_LEN].copy_from_slice(&proto::hello(offer.nonce));
+    msgs[proto::MSG_LEN..].copy_from_slice(&proto::Request::Region { rkey: secret.rkey(), flags: 0 }.encode());
+
+    // SAFETY: the child makes only async-signal-safe system calls on memory prepared above,
+    // then leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: plain system calls on valid, prepared buffers (see above).
+        unsafe {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                libc::_exit(3);
+            }
+            let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            let tv = libc::timeval { tv_sec: 5, tv_usec: 0 };
+            libc::setsockopt(
+                s,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            );
+            if libc::connect(s, (&addr as *const libc::sockaddr_un).cast(), addr_len) != 0 {
+                libc::_exit(4);
+            }
+            libc::send(s, msgs.as_ptr().cast(), msgs.len(), libc::MSG_NOSIGNAL);
+            let mut answer = [0u8; proto::ANSWER_LEN];
+            let n = libc::recv(s, answer.as_mut_ptr().cast(), answer.len(), libc::MSG_WAITALL);
+            // 0: the device closed the stream; 1: it answered (granted or not); 2: anything else.
+            let code = match n {
+                0 => 0,
+                n if n == answer.len() as isize => 1,
+                _ if *libc::__errno_location() == libc::ECONNRESET => 0,
+                _ => 2,
+            };
+            libc::_exit(code);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "the child ended by a signal: {status}");
+    assert_eq!(libc::WEXITSTATUS(status), 0, "the device must close the stream of another user's process");
+    assert_eq!(fab_b.counters().refused_same_host_peers, 1, "the refusal is counted");
+
+    // The connection still reads.
+    let local = ends.pd_a.register(64, Access::LOCAL_WRITE).unwrap();
+    secret.buffer().write(0, b"ours").unwrap();
+    let sge = [local.sge(0, 4)];
+    a.post_send(&SendRequest::new(1, SendOp::RdmaRead(secret.remote()), &sge)).unwrap();
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(ends.cq_a.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+}
+
+#[test]
+fn only_the_same_user_or_the_allowed_group_may_be_at_the_other_end() {
+    use super::endpoint::{PeerCred, PeerRule};
+    let rule = PeerRule { uid: 1000, group: None };
+    let cred = |uid, gid| PeerCred { pid: 42, uid, gid };
+    assert_eq!(rule.refuses(&cred(1000, 5)), None);
+    let why = rule.refuses(&cred(1001, 5)).expect("another user is refused");
+    assert!(why.contains("1001") && why.contains("1000"), "the reason names both users: {why}");
+    let grouped = PeerRule { uid: 1000, group: Some(5) };
+    assert_eq!(grouped.refuses(&cred(1001, 5)), None, "the allowed group is let in");
+    assert!(grouped.refuses(&cred(1001, 6)).is_some());
+    // A real socket: both ends are this process.
+    let (x, _y) = UnixStream::pair().unwrap();
+    assert_eq!(PeerRule::own(None).refuses_peer_of(x.as_fd()), None);
+}
+
+/// A region request for an rkey the connection may not have (here, one of another protection
+/// domain of the device) is refused once: the stream closes after the answer, and the
+/// connection's queue pair fails as for a remote access error (its receive is flushed),
+/// counted. On the stream there is no second guess.
+#[test]
+fn a_refused_region_request_ends_the_stream_and_fails_the_queue_pair() {
+    let fab_a = open(&FabricConfig {
+        soft: SoftOptions::default().same_host(SameHost::Off),
+        ..FabricConfig::new(FabricKind::Soft)
+    })
+    .unwrap();
+    let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let ends = Ends::new(&fab_a, &fab_b);
+    let (_a, b) = ends.connect(|i| i, |i| i);
+    let rbuf = ends.pd_b.register(64, Access::LOCAL_WRITE).unwrap();
+    b.post_recv(7, &[rbuf.sge(0, 64)]).unwrap();
+    let other_pd = fab_b.alloc_pd().unwrap();
+    let secret = other_pd.register(4096, Access::REMOTE_READ).unwrap();
+    let own = ends.pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    let ep = device_b.shm.as_ref().expect("same-host path on by default");
+    let offer = ep.offer(b.conn_id()).expect("an offer");
+
+    let mut s = attach(ep);
+    s.write_all(&proto::hello(offer.nonce)).unwrap();
+    s.write_all(&proto::Request::Region { rkey: secret.rkey(), flags: 0 }.encode()).unwrap();
+    let mut answer = [0u8; proto::ANSWER_LEN];
+    s.read_exact(&mut answer).expect("the refusal");
+    assert!(!proto::Answer::decode(&answer).expect("an answer").granted, "another domain's region is refused");
+    // A second guess, even a right one, gets no answer: the stream is closed.
+    let _ = s.write_all(&proto::Request::Region { rkey: own.rkey(), flags: 0 }.encode());
+    let mut buf = [0u8; 64];
+    let end = s.read(&mut buf);
+    assert!(
+        matches!(&end, Ok(0)) || matches!(&end, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the stream ends after a refusal: {end:?}"
+    );
+
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(ends.cq_b.poll_wait(&mut wc, Duration::ZERO, T).unwrap(), 1, "the queue pair failed");
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::WorkRequestFlushed));
+    assert_eq!(fab_b.counters().remote_access_errors, 1, "counted as a remote access error");
+}
+
+/// A same-host sender writes `u64::MAX` into every word of shared memory it can write (its
+/// inbox, the bell of the receiver's CQ; its credit page it cannot even map writable), over
+/// and over while the others send: the SENDs of the other senders of the same shared receive
+/// queue, one on the same-host path and one over TCP, all land within a bound; the poisoner's
+/// connection fails and is counted.
+#[test]
+fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const SENDS: u64 = 200;
+    let network = || FabricConfig {
+        soft: SoftOptions::default().same_host(SameHost::Off),
+        ..FabricConfig::new(FabricKind::Soft)
+    };
+    let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let pd_b = fab_b.alloc_pd().unwrap();
+    let cq_b = fab_b.create_cq(1024).unwrap();
+    let srq = pd_b.create_srq(1024, 1).unwrap();
+    let ch_b = fab_b.create_event_channel().unwrap();
+    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 8).unwrap();
+    // Senders: the poisoner's device has the path off (the test plays its same-host end), the
+    // honest one has it on, the third is on the network path.
+    let senders =
+        [open(&network()).unwrap(), open(&FabricConfig::new(FabricKind::Soft)).unwrap(), open(&network()).unwrap()];
+    let mut ends = Vec::new();
+    for fab in &senders {
+        let pd = fab.alloc_pd().unwrap();
+        let cq = fab.create_cq(1024).unwrap();
+        let ch = fab.create_event_channel().unwrap();
+        let qp = ch
+            .connect(listener.local_addr(), &QpInit { rnr_retry: RNR_RETRY_INFINITE, ..QpInit::new(&pd, &cq) }, &[], T)
+            .unwrap();
+        let req = loop {
+            if let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") {
+                break req;
+            }
+        };
+        let qp_b = req
+            .accept(
+                &QpInit { srq: Some(&srq), min_rnr_timer: Duration::from_millis(1), ..QpInit::new(&pd_b, &cq_b) },
+                &[],
+            )
+            .unwrap();
+        while !matches!(ch.get_event(T).unwrap(), Some(CmEvent::Established { .. })) {}
+        ends.push((pd, cq, ch, qp, qp_b));
+    }
+    assert_eq!(ends[1].3.data_path(), DataPath::SharedMemory);
+    assert_eq!(ends[2].3.data_path(), DataPath::Network);
+    let rbuf = pd_b.register(64 * 64, Access::LOCAL_WRITE).unwrap();
+    for i in 0..64u64 {
+        srq.post_recv(i, &[rbuf.sge(i as usize * 64, 64)]).unwrap();
+    }
+
+    // The poisoner opens the same-host stream of its connection and asks for the inbox.
+    let ep = device_b.shm.as_ref().expect("same-host path on by default");
+    let offer = ep.offer(ends[0].4.conn_id()).expect("an offer");
+    let mut s = attach(ep);
+    s.write_all(&proto::hello(offer.nonce)).unwrap();
+    s.write_all(&proto::Request::Inbox { flags: proto::WANT_KEYS }.encode()).unwrap();
+    let mut answer = [0u8; proto::ANSWER_LEN];
+    let mut fds = Vec::new();
+    let mut got = 0;
+    while got < answer.len() {
+        let (n, more) = super::fds::recv_with_fds(&s, &mut answer[got..]).unwrap();
+        assert!(n > 0, "the device answers the inbox request");
+        got += n;
+        fds.extend(more);
+    }
+    assert!(proto::Answer::decode(&answer).unwrap().granted);
+    // Every page it was given that it can map writable, it poisons: its inbox and the bell.
+    let writable: Vec<Arc<PeerMapping>> =
+        fds.iter().filter_map(|fd| PeerMapping::new(fd.as_fd(), 4096, true).ok()).map(Arc::new).collect();
+    assert_eq!(writable.len(), 2, "only the inbox and the bell are writable (not the credit page)");
+    let poisoning = Arc::new(AtomicBool::new(true));
+    let poisoner = {
+        let (writable, poisoning) = (writable.clone(), poisoning.clone());
+        std::thread::spawn(move || {
+            while poisoning.load(Ordering::Relaxed) {
+                for page in &writable {
+                    for at in (0..4096).step_by(8) {
+                        page.word(at).unwrap().store(u64::MAX, Ordering::SeqCst);
+                    }
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+
+    // The others send, in turn; every SEND lands, within a bound.
+    let sbufs: Vec<MemoryRegion> = ends.iter().map(|e| e.0.register(8, Access::NONE).unwrap()).collect();
+    let mut received = [0u64; 3];
+    let mut completed = [0u64; 3];
+    let mut wcs = [WorkCompletion::default(); 64];
+    let reap = |received: &mut [u64; 3], wait: Duration| {
+        let mut wcs = [WorkCompletion::default(); 64];
+        let n = cq_b.poll_wait(&mut wcs, Duration::from_micros(50), wait).unwrap();
+        for wc in &wcs[..n] {
+            if wc.opcode == WcOpcode::Recv {
+                assert!(wc.status.is_success(), "a receive failed: {wc:?}");
+                received[(wc.imm.expect("an immediate") >> 16) as usize] += 1;
+                srq.post_recv(wc.wr_id, &[rbuf.sge(wc.wr_id as usize * 64, 64)]).unwrap();
+            }
+        }
+    };
+    let deadline = Instant::now() + T;
+    let mut next = [0u64; 3];
+    while received[1] < SENDS || received[2] < SENDS {
+        assert!(Instant::now() < deadline, "SENDs received {received:?} of {SENDS} each within {T:?}");
+        for k in 1..3 {
+            let (_, cq, _, qp, _) = &ends[k];
+            let n = cq.poll(&mut wcs).unwrap();
+            for wc in &wcs[..n] {
+                assert!(wc.status.is_success(), "sender {k}: {wc:?}");
+            }
+            completed[k] += n as u64;
+            // At most 32 SENDs outstanding per sender.
+            while next[k] < SENDS && next[k] - completed[k] < 32 {
+                let imm = (k as u32) << 16 | next[k] as u32;
+                qp.post_send(&SendRequest::new(next[k], SendOp::SendWithImm(imm), &[sbufs[k].sge(0, 8)])).unwrap();
+                next[k] += 1;
+            }
+        }
+        reap(&mut received, Duration::from_millis(1));
+    }
+    assert_eq!(received, [0, SENDS, SENDS], "every SEND of the others landed, none of the poisoner's");
+    eprintln!(
+        "received {received:?} in {:?}; {:?}",
+        T - deadline.saturating_duration_since(Instant::now()),
+        fab_b.counters()
+    );
+    poisoning.store(false, Ordering::Relaxed);
+    poisoner.join().unwrap();
+
+    // The poisoner's connection failed and was counted.
+    assert_eq!(fab_b.counters().shared_page_violations, 1, "{:?}", fab_b.counters());
+    let qp_p = &ends[0].4;
+    let sb = pd_b.register(8, Access::NONE).unwrap();
+    if qp_p.post_send(&SendRequest::new(99, SendOp::Send, &[sb.sge(0, 8)])).is_ok() {
+        let n = cq_b.poll_wait(&mut wcs, Duration::ZERO, T).unwrap();
+        assert!(n >= 1);
+        assert_eq!((wcs[0].wr_id, wcs[0].status), (99, WcStatus::WorkRequestFlushed), "its queue pair is in error");
+    }
 }
