@@ -663,8 +663,8 @@ fn a_device_opens_no_stream_to_a_socket_of_another_user() {
     assert_eq!(unsafe { libc::read(ready[0], b.as_mut_ptr().cast(), 1) }, 1, "the child listens");
     let offer = Offer { token, boot: own.boot, nonce: 7 };
     let client = ep.connect(&offer);
-    // SAFETY: writes one byte from a live buffer; then waits for our own child.
     let mut status = 0;
+    // SAFETY: writes one byte from a live buffer, waits for our own child, closes our pipes.
     unsafe {
         libc::write(done[1], b.as_ptr().cast(), 1);
         assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
