@@ -138,8 +138,10 @@ pub struct FabricCounters {
     pub read_depth_violations: u64,
     /// Connections cut because the peer left its answers unread for too long (soft).
     pub output_stalls: u64,
-    /// READs and WRITEs of peers refused with a remote access error, each of which moved the
-    /// responder's queue pair to the error state (soft).
+    /// READs and WRITEs of peers refused with a remote access error, and same-host requests
+    /// for a region the connection may not reach (an rkey of no region of its queue pair's
+    /// protection domain), each of which moved the responder's queue pair to the error state
+    /// (soft).
     pub remote_access_errors: u64,
     /// Streams to the data port of queue pairs connected by hand closed because their hello was
     /// malformed, ended early, or named no queue pair waiting for that peer (soft).

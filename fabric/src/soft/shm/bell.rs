@@ -15,8 +15,10 @@
 //! arming); a bell that is never armed, as a busy poller's, never writes anything.
 //!
 //! A peer may write anything into the page: the worst it can do is wake the owner for nothing
-//! or keep it from being woken (its waits then end at their timeouts), as a peer flooding or
-//! withholding SENDs could anyway. The eventfd it holds gives it no more: writing it is a
+//! or keep it from being woken (its waits then end at their timeouts). The count of SENDs
+//! written is only a hint of when to look at the inboxes: an owner's poll looks anyway every
+//! so often (see `cq`), so a forged count delays SENDs, never stalls them. (Keeping a peer
+//! from delaying the wake-ups of the others' SENDs takes a bell per sender: not done yet.) The eventfd it holds gives it no more: writing it is a
 //! wake-up for nothing, reading it steals one, as resetting the armed word would. A peer's
 //! descriptor is used only once checked to be an eventfd, and is never blocked on.
 

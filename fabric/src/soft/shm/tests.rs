@@ -610,3 +610,68 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
         assert_eq!((wcs[0].wr_id, wcs[0].status), (99, WcStatus::WorkRequestFlushed), "its queue pair is in error");
     }
 }
+
+/// The other way round: a device of root offered to open a same-host stream to a socket that
+/// a process of user `nobody` listens on (any process can take an abstract name) does not:
+/// the connecting end checks who listens, and the connection keeps the network path. Runs the
+/// other user's listener as a forked child (the test runs as root; skipped otherwise).
+#[test]
+fn a_device_opens_no_stream_to_a_socket_of_another_user() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: switching to another user takes root");
+        return;
+    }
+    let ep = Endpoint::open(None).unwrap();
+    let own = ep.offer(1).expect("an offer");
+    let token = own.token ^ 0x5A5A_0000_0000_0001;
+    let name = format!("rdma-pubsub/soft/{token:016x}");
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (i, &c) in name.as_bytes().iter().enumerate() {
+        addr.sun_path[1 + i] = c as libc::c_char;
+    }
+    let addr_len = (std::mem::size_of::<libc::sa_family_t>() + 1 + name.len()) as libc::socklen_t;
+    let mut ready = [0i32; 2];
+    let mut done = [0i32; 2];
+    // SAFETY: plain pipe creation into valid arrays.
+    assert!(unsafe { libc::pipe(ready.as_mut_ptr()) == 0 && libc::pipe(done.as_mut_ptr()) == 0 });
+    // SAFETY: the child makes only async-signal-safe system calls on memory prepared above,
+    // then leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY: plain system calls on valid, prepared buffers.
+        unsafe {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                libc::_exit(3);
+            }
+            let s = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            if libc::bind(s, (&addr as *const libc::sockaddr_un).cast(), addr_len) != 0 || libc::listen(s, 4) != 0 {
+                libc::_exit(4);
+            }
+            libc::write(ready[1], [1u8].as_ptr().cast(), 1);
+            let mut b = [0u8; 1];
+            // Waits until the parent is done (or gone).
+            libc::read(done[0], b.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    let mut b = [0u8; 1];
+    // SAFETY: reads one byte into a live buffer from our pipe.
+    assert_eq!(unsafe { libc::read(ready[0], b.as_mut_ptr().cast(), 1) }, 1, "the child listens");
+    let offer = Offer { token, boot: own.boot, nonce: 7 };
+    let client = ep.connect(&offer);
+    let mut status = 0;
+    // SAFETY: writes one byte from a live buffer, waits for our own child, closes our pipes.
+    unsafe {
+        libc::write(done[1], b.as_ptr().cast(), 1);
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+        for fd in ready.into_iter().chain(done) {
+            libc::close(fd);
+        }
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child failed: {status}");
+    assert!(client.is_none(), "a stream was opened to another user's socket");
+}
