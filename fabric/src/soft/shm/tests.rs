@@ -34,6 +34,13 @@ fn closed_by_the_device(mut s: UnixStream) -> bool {
 
 /// Two devices' protection domains, CQs and event channels, and a listener on B: what the
 /// tests need to connect queue pairs from A to B.
+/// A soft device with the same-host path off: the end a test plays by hand (a stranger, a
+/// poisoner), whose peer finds no same-host stream to use.
+fn network_only_fabric() -> Fabric {
+    open(&FabricConfig { soft: SoftOptions::default().same_host(SameHost::Off), ..FabricConfig::new(FabricKind::Soft) })
+        .unwrap()
+}
+
 struct Ends {
     pd_a: ProtectionDomain,
     pd_b: ProtectionDomain,
@@ -331,11 +338,7 @@ fn a_process_of_another_user_gets_no_stream() {
     }
     // A connection whose B end has no same-host stream yet (A's device has the path off), as a
     // stranger would find one to bind to.
-    let fab_a = open(&FabricConfig {
-        soft: SoftOptions::default().same_host(SameHost::Off),
-        ..FabricConfig::new(FabricKind::Soft)
-    })
-    .unwrap();
+    let fab_a = network_only_fabric();
     let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
     let ends = Ends::new(&fab_a, &fab_b);
     let (a, b) = ends.connect(|i| i, |i| i);
@@ -430,11 +433,7 @@ fn only_the_same_user_or_the_allowed_group_may_be_at_the_other_end() {
 /// counted. On the stream there is no second guess.
 #[test]
 fn a_refused_region_request_ends_the_stream_and_fails_the_queue_pair() {
-    let fab_a = open(&FabricConfig {
-        soft: SoftOptions::default().same_host(SameHost::Off),
-        ..FabricConfig::new(FabricKind::Soft)
-    })
-    .unwrap();
+    let fab_a = network_only_fabric();
     let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
     let ends = Ends::new(&fab_a, &fab_b);
     let (_a, b) = ends.connect(|i| i, |i| i);
@@ -477,10 +476,6 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     const SENDS: u64 = 200;
-    let network = || FabricConfig {
-        soft: SoftOptions::default().same_host(SameHost::Off),
-        ..FabricConfig::new(FabricKind::Soft)
-    };
     let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
     let pd_b = fab_b.alloc_pd().unwrap();
     let cq_b = fab_b.create_cq(1024).unwrap();
@@ -489,8 +484,7 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
     let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 8).unwrap();
     // Senders: the poisoner's device has the path off (the test plays its same-host end), the
     // honest one has it on, the third is on the network path.
-    let senders =
-        [open(&network()).unwrap(), open(&FabricConfig::new(FabricKind::Soft)).unwrap(), open(&network()).unwrap()];
+    let senders = [network_only_fabric(), open(&FabricConfig::new(FabricKind::Soft)).unwrap(), network_only_fabric()];
     let mut ends = Vec::new();
     for fab in &senders {
         let pd = fab.alloc_pd().unwrap();
