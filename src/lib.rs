@@ -70,7 +70,7 @@
 //! | subscribers that post no receives and ask for doorbells (SENDs wait on RNR forever) | 4 control send slots per subscriber: others still get doorbells and `Ended { complete: true }` | `hostile::node::subscribers_that_take_no_sends_pin_only_their_own_control_slots` |
 //! | silent subscribers holding a `Block` publisher | dropped after `idle_timeout` (default 30 s) with `DropReason::Idle` | `hostile::node::silent_subscribers_holding_a_blocked_publisher_are_dropped_after_the_idle_timeout` |
 //! | a flood of control SENDs at an idle publisher | the CM thread's service tick drains the CQ and reposts receives every 20 ms | `hostile::node::an_idle_publishers_receive_queue_is_refilled_without_its_application` |
-//! | READs outside the ring, with forged or foreign rkeys | `RemoteAccessError`, nothing moves | `hostile::reads_outside_the_ring_or_with_foreign_keys_are_refused` 
+//! | READs outside the ring, with forged or foreign rkeys | `RemoteAccessError`, nothing moves | `hostile::reads_outside_the_ring_or_with_foreign_keys_are_refused` |
 //! | READs of another topic's ring with its real address and rkey (a captured accept) | one protection domain per publisher: `RemoteAccessError`, nothing moves | `hostile::reads_outside_the_ring_or_with_foreign_keys_are_refused` |
 //! | announcements of a node that left, replayed with its address taken over | a sender's first datagram must be fresh within 3 s: stale, counted, nothing connects | `hostile::discovery::announcements_replayed_after_their_node_left_do_not_misdirect_a_new_subscriber` |
 //! | forged acks, garbage control messages | refused, counted (`bad_acks`), no credit | `hostile::acks_for_unpublished_positions_are_refused_counted_and_grant_no_credit` |
