@@ -8,8 +8,8 @@
 //! never faults.
 //!
 //! Because another agent may access the bytes concurrently, the owner never holds plain
-//! references into it: copies in and out use relaxed atomic word accesses, control words are
-//! atomics, and providers hand raw pointers to the kernel or the device (which are outside the
+//! references into it: short copies in and out use relaxed atomic word accesses, long ones an
+//! opaque bulk copy (`rep movsb`, as another agent's), control words are atomics, and providers hand raw pointers to the kernel or the device (which are outside the
 //! Rust memory model, like DMA). `unsafe` lives only here, in the READ buffers, in the soft
 //! provider's same-host mappings (`fabric::soft::shm`) and in the verbs provider.
 
@@ -21,6 +21,41 @@ use super::error::{Error, Result};
 
 /// Alignment of every registered buffer (a page, as `ibv_reg_mr` users do).
 pub const BUFFER_ALIGN: usize = 4096;
+
+/// Copies of registered memory this long or longer go through [`racy_copy`] (`rep movsb` on
+/// x86_64, which moves whole cache lines) instead of a loop of word-sized atomic accesses: a
+/// 64 KiB record is 8,192 atomic stores otherwise. Shorter copies keep the loop, which has no
+/// start-up cost.
+pub const BULK_COPY_MIN: usize = 256;
+
+/// Copies `len` bytes between memory that another process, thread or the NIC may be accessing
+/// at the same time (the bytes may then be torn: readers validate them, as after an RDMA READ).
+/// The copy is opaque to the compiler (inline assembly on x86_64, volatile byte accesses
+/// elsewhere), so concurrent accesses are those of an outside agent, as with DMA.
+///
+/// # Safety
+/// Both ranges must be valid for `len` bytes and must not overlap.
+pub(crate) unsafe fn racy_copy(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `rep movsb` copies `rcx` bytes from `rsi` to `rdi` with the direction flag clear
+    // (the ABI guarantees it at this point); the caller vouches for both ranges. The assembly is
+    // opaque to the compiler, so the racing accesses are those of an outside agent.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rcx") len => _,
+            inout("rsi") src => _,
+            inout("rdi") dst => _,
+            options(nostack, preserves_flags)
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    for i in 0..len {
+        // SAFETY: in bounds of both ranges (caller); volatile accesses are never elided or
+        // merged, and a torn result is validated by the caller.
+        unsafe { std::ptr::write_volatile(dst.add(i), std::ptr::read_volatile(src.add(i))) };
+    }
+}
 
 /// A zeroed, page-aligned shared-memory object accessed only through atomics, volatile-equivalent
 /// copies and raw pointers. Shared between the owner and the NIC through `Arc`.
@@ -165,14 +200,22 @@ impl RegisteredBuffer {
         Ok(unsafe { &*(self.ptr.as_ptr().add(offset) as *const AtomicU32) })
     }
 
-    /// Copies `src` into the buffer at `offset` with relaxed atomic stores (word-sized where
-    /// aligned). Publish the bytes to readers with a release store of a control word afterwards.
+    /// Copies `src` into the buffer at `offset`: short copies with relaxed atomic stores
+    /// (word-sized where aligned), long ones ([`BULK_COPY_MIN`] bytes or more) with one opaque
+    /// bulk copy, as another agent's would be ([`racy_copy`]). Publish the bytes to readers with a release store of a control word afterwards.
     ///
     /// # Errors
     /// [`Error::LocalBounds`] when `src` does not fit at `offset`; nothing is written then.
     #[inline]
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         self.check_range(offset, src.len())?;
+        if src.len() >= BULK_COPY_MIN {
+            // SAFETY: the destination is in bounds of the live mapping (checked above) and
+            // cannot overlap `src`, a Rust slice (the mapping is never lent out as one while
+            // copies run: `slice_mut`'s contract).
+            unsafe { racy_copy(src.as_ptr(), self.ptr.as_ptr().add(offset), src.len()) };
+            return Ok(());
+        }
         let mut i = 0;
         let head = ((8 - offset % 8) % 8).min(src.len());
         while i < head {
@@ -191,7 +234,8 @@ impl RegisteredBuffer {
         Ok(())
     }
 
-    /// Copies bytes at `offset` into `dst` with relaxed atomic loads (word-sized where aligned).
+    /// Copies bytes at `offset` into `dst`: short copies with relaxed atomic loads (word-sized
+    /// where aligned), long ones with one opaque bulk copy ([`racy_copy`]).
     /// Acquire a control word first to see bytes published with release.
     ///
     /// # Errors
@@ -199,6 +243,12 @@ impl RegisteredBuffer {
     #[inline]
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         self.check_range(offset, dst.len())?;
+        if dst.len() >= BULK_COPY_MIN {
+            // SAFETY: the source is in bounds of the live mapping (checked above); `dst` is an
+            // exclusive Rust slice, so the ranges do not overlap.
+            unsafe { racy_copy(self.ptr.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+            return Ok(());
+        }
         let mut i = 0;
         let head = ((8 - offset % 8) % 8).min(dst.len());
         while i < head {
@@ -439,6 +489,29 @@ mod tests {
             buf.read(off, &mut dst).unwrap();
             assert_eq!(dst, src);
         }
+    }
+
+    #[test]
+    fn bulk_copies_round_trip_at_unaligned_offsets_and_stay_in_their_range() {
+        let len = 3 * BULK_COPY_MIN + 5;
+        let buf = RegisteredBuffer::new(len + 64).unwrap();
+        for off in [0, 1, 7, 8, 33] {
+            buf.fill(0, buf.len(), 0xEE).unwrap();
+            let src: Vec<u8> = (0..len).map(|i| (i * 31 + off) as u8).collect();
+            buf.write(off, &src).unwrap();
+            let mut whole = vec![0u8; buf.len()];
+            buf.read(0, &mut whole).unwrap();
+            assert_eq!(&whole[off..off + len], &src[..], "bulk write at {off}");
+            assert!(
+                whole[..off].iter().chain(&whole[off + len..]).all(|&b| b == 0xEE),
+                "bytes outside the range moved"
+            );
+        }
+        assert!(matches!(
+            buf.write(buf.len() - BULK_COPY_MIN + 1, &vec![0; BULK_COPY_MIN]),
+            Err(Error::LocalBounds { .. })
+        ));
+        assert!(matches!(buf.read(65, &mut vec![0; buf.len()]), Err(Error::LocalBounds { .. })));
     }
 
     #[test]

@@ -14,8 +14,9 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::map::{racy_copy, PeerMapping};
+use super::map::PeerMapping;
 use crate::error::Result;
+use crate::memory::racy_copy;
 use crate::memory::RegisteredBuffer;
 use crate::soft::seg::Seg;
 

@@ -11,6 +11,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::error::{Error, Result};
+use crate::memory::racy_copy;
 
 /// A mapping of a shared-memory object received from a peer.
 pub(crate) struct PeerMapping {
@@ -110,33 +111,6 @@ impl Drop for PeerMapping {
     fn drop(&mut self) {
         // SAFETY: mapped in `new` with this length and unmapped exactly once.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
-/// Copies `len` bytes between memory that another process or thread may be writing at the same
-/// time (the bytes may then be torn: callers validate them, as after an RDMA READ).
-///
-/// # Safety
-/// Both ranges must be valid for `len` bytes and not overlap.
-pub(super) unsafe fn racy_copy(src: *const u8, dst: *mut u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `rep movsb` copies `rcx` bytes from `rsi` to `rdi` with the direction flag clear
-    // (the ABI guarantees it at this point); the caller vouches for both ranges. The assembly is
-    // opaque to the compiler, so the racing accesses are those of an outside agent.
-    unsafe {
-        std::arch::asm!(
-            "rep movsb",
-            inout("rcx") len => _,
-            inout("rsi") src => _,
-            inout("rdi") dst => _,
-            options(nostack, preserves_flags)
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    for i in 0..len {
-        // SAFETY: in bounds of both ranges (caller); volatile accesses are never elided or
-        // merged, and a torn result is validated by the caller.
-        unsafe { std::ptr::write_volatile(dst.add(i), std::ptr::read_volatile(src.add(i))) };
     }
 }
 
