@@ -100,6 +100,17 @@ pub enum Error {
         /// The limit in bytes.
         limit: u64,
     },
+    /// A publisher's accept did not prove what this subscription requires of it: a tag under
+    /// the domain secret (the node is of the domain, not one that took over an announced
+    /// address) or under the topic's credential, answering this connect's fresh challenge; or
+    /// it came from another publisher than discovery announced at that address.
+    #[error("the node at {peer} did not authenticate its accept: {detail}")]
+    Unauthenticated {
+        /// The publisher's node.
+        peer: SocketAddr,
+        /// What was missing or wrong.
+        detail: String,
+    },
     /// No node answered at that address: nothing listens there, or nothing answered in time.
     #[error("{peer} is unreachable: {detail}")]
     Unreachable {

@@ -14,6 +14,8 @@ mod nodes;
 mod resources;
 
 // One file per kind of attack; they share the attacker and the helpers here.
+#[path = "hostile/accepts.rs"]
+mod accepts;
 #[path = "hostile/access.rs"]
 mod access;
 #[path = "hostile/discovery.rs"]
@@ -37,7 +39,9 @@ use rdma_pubsub::fabric::{
     WorkCompletion,
 };
 use rdma_pubsub::{Error, Policy, Publisher, Start, Subscription};
-use rdma_wire::protocol::{AcceptData, ConnectData, ConnectFlags, Control, PolicySet, StartAt, TopicId};
+use rdma_wire::protocol::{
+    AcceptData, AcceptTags, ConnectAuth, ConnectData, ConnectFlags, Control, PolicySet, StartAt, TopicId,
+};
 use rdma_wire::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
     RingReader, StartPoint, Stop, NO_LIMIT,
@@ -81,7 +85,7 @@ fn connect_request(topic: &str) -> ConnectData {
         accepts: PolicySet::ALL,
         node_id: 0xbad,
         flags: ConnectFlags::NONE,
-        proof: None,
+        auth: ConnectAuth::None,
     }
 }
 
@@ -93,6 +97,8 @@ struct Attacker {
     channel: EventChannel,
     /// READ destination and SEND source.
     buf: MemoryRegion,
+    /// The challenge its connect requests carry, if any.
+    challenge: Option<u64>,
 }
 
 impl Attacker {
@@ -102,7 +108,7 @@ impl Attacker {
         let cq = fabric.create_cq(256).unwrap();
         let channel = fabric.create_event_channel().unwrap();
         let buf = pd.register(128 * 1024, Access::LOCAL_WRITE).unwrap();
-        Attacker { _fabric: fabric, pd, cq, channel, buf }
+        Attacker { _fabric: fabric, pd, cq, channel, buf, challenge: None }
     }
 
     /// Connects as a legitimate subscriber of `topic` and returns the accept data.
@@ -113,7 +119,12 @@ impl Attacker {
     /// [`Attacker::subscribe`], asking the publisher to retry its SENDs `rnr_retry` times when
     /// this end has no receive posted (the requester's choice, as in an RDMA-CM connect).
     fn subscribe_asking_rnr_retry(&self, addr: SocketAddr, topic: &str, rnr_retry: u8) -> (QueuePair, AcceptData) {
-        let data = connect_request(topic).encode().unwrap();
+        let request = connect_request(topic);
+        let request = match self.challenge {
+            Some(nonce) => request.with_challenge(nonce),
+            None => request,
+        };
+        let data = request.encode().unwrap();
         let init = QpInit { rnr_retry, ..QpInit::new(&self.pd, &self.cq) };
         let qp = self.channel.connect(addr, &init, &data, WAIT).expect("connect");
         loop {

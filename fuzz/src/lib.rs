@@ -19,8 +19,8 @@ use rdma_fabric::{
     RegisteredBuffer, RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
 use rdma_wire::protocol::{
-    AcceptData, AnnounceKind, Announcement, ConnectData, ConnectFlags, Control, DropReason, PolicyKind, PolicySet,
-    RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
+    AcceptData, AcceptTags, AnnounceKind, Announcement, ConnectAuth, ConnectData, ConnectFlags, Control, DropReason,
+    PolicyKind, PolicySet, RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
 };
 use rdma_wire::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
@@ -375,13 +375,19 @@ fn seeds_connect() -> Vec<Vec<u8>> {
         accepts: PolicySet::of(&[PolicyKind::Block, PolicyKind::Overwrite]),
         node_id: u64::MAX,
         flags: ConnectFlags::WANTS_DOORBELLS,
-        proof: None,
+        auth: ConnectAuth::None,
     };
     // With a proof of a topic credential (a valid tag under a fixed test secret), and the
     // largest such request: every varint at its longest, exactly the 56 bytes allowed.
     let proven = d.with_proof(seed_secret(), 0x0123_4567_89ab_cdef, 1_767_225_600_000).unwrap();
     let largest = ConnectData { topic: TopicId(u64::MAX), ..d }.with_proof(seed_secret(), u64::MAX, u64::MAX).unwrap();
-    with_variants(vec![d.encode().unwrap(), proven.encode().unwrap(), largest.encode().unwrap()])
+    let challenged = d.with_challenge(0x0f0e_0d0c_0b0a_0908);
+    with_variants(vec![
+        d.encode().unwrap(),
+        proven.encode().unwrap(),
+        largest.encode().unwrap(),
+        challenged.encode().unwrap(),
+    ])
 }
 
 fn seeds_accept() -> Vec<Vec<u8>> {
@@ -398,8 +404,10 @@ fn seeds_accept() -> Vec<Vec<u8>> {
         start_seq: 3,
         first_seq: 4,
         checksum: Checksum::XxHash64,
+        tags: AcceptTags::default(),
     };
-    with_variants(vec![a.encode().unwrap()])
+    let tagged = a.with_tags(Some(7), Some(seed_secret()), Some(seed_secret()));
+    with_variants(vec![a.encode().unwrap(), tagged.encode().unwrap()])
 }
 
 fn seeds_reject() -> Vec<Vec<u8>> {

@@ -216,7 +216,8 @@ impl NodeBuilder {
         let addr = listener.local_addr();
         let (id, epoch) = (self.node_id.unwrap_or_else(rand::random), epoch_now());
         let directory = discovery::Directory::new(id, self.discovery.domain, epoch, addr, self.discovery.enabled);
-        let shared = Arc::new(NodeShared::new((id, epoch, addr), (fabric, pd, channel), directory));
+        let secret = self.discovery.secret.clone();
+        let shared = Arc::new(NodeShared::new((id, epoch, addr), (fabric, pd, channel), directory, secret));
         let disc_setup =
             if self.discovery.enabled { Some(discovery::thread::setup(&shared, &self.discovery)?) } else { None };
         let discovery_addr = disc_setup.as_ref().map(|s| s.ud.local_addr());

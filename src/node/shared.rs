@@ -15,7 +15,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use rdma_fabric::{ConnId, ConnectRequest, EventChannel, Fabric, ProtectionDomain};
 use rdma_wire::protocol::TopicId;
-use rdma_wire::protocol::{RejectCode, RejectData};
+use rdma_wire::protocol::{RejectCode, RejectData, Secret};
 
 use super::discovery::Directory;
 use super::identity::NodeId;
@@ -62,6 +62,9 @@ pub(crate) struct NodeShared {
     stats: Registry,
     /// Local and discovered publishers, and the subscriptions watching them.
     discovery: Directory,
+    /// The domain secret: it seals announcements, and accepts answer subscribers' challenges
+    /// under it (either side of a connection proves it is of the domain).
+    domain_secret: Option<Secret>,
 }
 
 impl NodeShared {
@@ -70,6 +73,7 @@ impl NodeShared {
         (id, epoch, addr): (NodeId, u64, SocketAddr),
         (fabric, pd, channel): (Fabric, ProtectionDomain, EventChannel),
         discovery: Directory,
+        domain_secret: Option<Secret>,
     ) -> NodeShared {
         NodeShared {
             id,
@@ -85,7 +89,13 @@ impl NodeShared {
             counters: NodeCounters::default(),
             stats: Registry::default(),
             discovery,
+            domain_secret,
         }
+    }
+
+    /// The domain secret, if the node has one.
+    pub(crate) fn domain_secret(&self) -> Option<&Secret> {
+        self.domain_secret.as_ref()
     }
 
     /// The node's id.

@@ -119,17 +119,29 @@ fn subscribers_without_or_with_a_wrong_credential_are_rejected_counted_and_expor
     assert!(snapshot.render().contains(" rejected_unauthorized=2 "), "{}", snapshot.render());
 }
 
+/// Credentials are mutual: a publisher without one serves subscribers without one, and a
+/// subscriber with one refuses a publisher that cannot prove it holds it (anyone could publish
+/// on the topic otherwise), before it READs anything.
 #[test]
-fn a_publisher_without_a_credential_accepts_subscribers_with_or_without_one() {
+fn a_publisher_without_a_credential_serves_open_subscribers_and_credentialed_ones_refuse_it() {
     let pub_node = nodes::soft_node_without_discovery();
     let publisher = pub_node.publisher("open").create().unwrap();
     let sub_node = nodes::soft_node_without_discovery();
-    for credential in [None, Some(credential())] {
-        let mut sub = subscription(&sub_node, "open", credential);
-        sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
-        let seq = publisher.publish(&payload(publisher.next_seq())).unwrap();
-        expect_messages(&mut sub, 1, seq);
+    let mut sub = subscription(&sub_node, "open", None);
+    sub.connect_wait(pub_node.local_addr(), WAIT).unwrap();
+    let seq = publisher.publish(&payload(publisher.next_seq())).unwrap();
+    expect_messages(&mut sub, 1, seq);
+
+    let mut guarded = subscription(&sub_node, "open", Some(credential()));
+    match guarded.connect_wait(pub_node.local_addr(), WAIT) {
+        Err(Error::Unauthenticated { peer, detail }) => {
+            assert_eq!(peer, pub_node.local_addr());
+            assert!(detail.contains("credential"), "{detail}");
+        }
+        other => panic!("expected Error::Unauthenticated, got {other:?}"),
     }
+    assert_eq!(guarded.counters().reads(), 0);
+    assert_eq!(guarded.counters().unauthenticated_accepts(), 1);
     assert_eq!(publisher.counters().rejected_unauthorized(), 0);
 }
 

@@ -23,7 +23,7 @@ fn bad_private_data_is_rejected_with_a_reason_and_counted() {
                 accepts: PolicySet::ALL,
                 node_id: 1,
                 flags: ConnectFlags::WANTS_DOORBELLS,
-                proof: None,
+                auth: rdma_wire::protocol::ConnectAuth::None,
             }
             .encode()
             .unwrap(),

@@ -115,8 +115,8 @@ use rdma_fabric::{
     RemoteAddr, SendOp, SendRequest, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
 };
 use rdma_wire::protocol::{
-    wall_clock_ms, AcceptData, Admitted, ConnectData, Control, CredentialError, DropReason, RejectCode, ReplayGuard,
-    StartAt, CONTROL_MSG_MAX,
+    wall_clock_ms, AcceptData, AcceptTags, Admitted, ConnectData, Control, CredentialError, DropReason, RejectCode,
+    ReplayGuard, StartAt, CONTROL_MSG_MAX,
 };
 use rdma_wire::ring::{Append, Checksum, Claim, RingConfig, RingProducer, NO_LIMIT};
 
@@ -1048,7 +1048,12 @@ impl PublisherShared {
             start_seq: start.seq,
             first_seq: start.first_seq,
             checksum: st.producer.checksum(),
-        };
+            tags: AcceptTags::default(),
+        }
+        // The subscriber's challenge answered under the domain secret, and under the topic's
+        // credential (whose proof passed above): it can tell this node from one that took over
+        // the announced address, and this accept from a replayed one.
+        .with_tags(data.challenge(), self.node.domain_secret(), self.options.credential.as_ref());
         let encoded = match accept.encode() {
             Ok(b) => b,
             Err(e) => {

@@ -110,7 +110,10 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
         self.options.max_record_payload = bytes;
         self
     }
-    /// The topic's credential, proven (never sent) to publishers that require one.
+    /// The topic's credential, proven (never sent) to publishers that require one. It is
+    /// mutual: the publisher's accept must prove it holds the credential too (a tag answering
+    /// this connect's nonce), or the subscription refuses it before READing anything
+    /// ([`Error::Unauthenticated`](crate::Error::Unauthenticated)).
     pub fn credential(mut self, secret: Secret) -> Self {
         self.options.credential = Some(secret);
         self

@@ -24,14 +24,14 @@ use crossbeam::channel::Receiver;
 use parking_lot::Mutex;
 
 use super::feed::{CTRL_LEN, RECV_SLOTS};
-use super::feed_channel::{FeedEvent, FeedSender, OpenedFeed};
+use super::feed_channel::{AcceptExpectation, FeedEvent, FeedSender, OpenedFeed};
 use super::options::{Start, SubscriptionOptions};
 use crate::error::{Error, Result};
 use crate::node::discovery::{Lost, LostReason, Sighting, Watch};
 use crate::node::identity::publisher_id;
 use crate::node::shared::{NodeShared, Route, RECHECK_INTERVAL};
 use rdma_fabric::{Access, CompletionQueue, ConnId, QpCaps, QpInit, RNR_RETRY_INFINITE};
-use rdma_wire::protocol::{wall_clock_ms, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
+use rdma_wire::protocol::{wall_clock_ms, ConnectAuth, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
 
 /// Most connections of one subscription open at once (its feed keys have 24 bits; far fewer
 /// publishers of one topic exist).
@@ -125,7 +125,7 @@ impl Connector {
     pub(super) fn connect(&self, node: &NodeShared, addr: SocketAddr) -> Result<()> {
         let mut state = self.state.lock();
         let start = state.start_for_new();
-        state.open_feed(node, addr, start)
+        state.open_feed(node, addr, start, None)
     }
 
     /// A connection was established to publisher `id` at `addr`; returns whether it had been
@@ -205,7 +205,7 @@ impl ConnectorState {
             // of the same epoch are skipped); a new one starts where the options say.
             let id = publisher_id(publisher_node, self.topic_id);
             let start = if self.seen.contains(&id) { StartAt::Earliest } else { self.start_for_new() };
-            if let Err(e) = self.open_feed(node, addr, start) {
+            if let Err(e) = self.open_feed(node, addr, start, Some(id)) {
                 tracing::debug!(topic = %self.topic, %addr, "auto-connect: {e}");
                 let _ = self.events.send(FeedEvent::ConnectFailed { addr, detail: e.to_string() });
             }
@@ -221,14 +221,16 @@ impl ConnectorState {
 
     /// Opens a connection to `addr` (nothing to do when one is open) and hands it to the
     /// subscription.
-    fn open_feed(&mut self, node: &NodeShared, addr: SocketAddr, start: StartAt) -> Result<()> {
+    /// Connects to the publisher's node at `addr`; `publisher` is the publisher discovery
+    /// announced there (none for an explicit connect), whose accept must name it.
+    fn open_feed(&mut self, node: &NodeShared, addr: SocketAddr, start: StartAt, publisher: Option<u64>) -> Result<()> {
         if self.closed || self.open.contains_key(&addr) {
             return Ok(());
         }
         if self.open.len() >= MAX_FEEDS {
             return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
         }
-        let data = self.connect_data(node, start)?;
+        let (data, challenge) = self.connect_data(node, start)?;
         let ctrl = node.pd().register(CTRL_LEN, Access::LOCAL_WRITE)?;
         let init = QpInit {
             caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
@@ -241,7 +243,7 @@ impl ConnectorState {
         let mut routes = node.routes();
         let qp = node.channel().connect(addr, &init, &data, CONNECT_TIMEOUT)?;
         let conn = qp.conn_id();
-        let opened = Box::new(OpenedFeed::new(qp, conn, addr, ctrl));
+        let opened = Box::new(OpenedFeed::new(qp, conn, addr, ctrl, AcceptExpectation { challenge, publisher }));
         if self.events.send(FeedEvent::Opened(opened)).is_err() {
             return Ok(()); // the subscription is gone; dropping the queue pair disconnects it
         }
@@ -252,23 +254,25 @@ impl ConnectorState {
     }
 
     /// The connect private data: what this subscription asks for, with a fresh proof of its
-    /// credential if it has one.
-    fn connect_data(&self, node: &NodeShared, start: StartAt) -> Result<Vec<u8>> {
+    /// credential if it has one, or else a fresh challenge if its node has a domain secret; and
+    /// the nonce the publisher's accept tags must answer (the proof's or the challenge's).
+    fn connect_data(&self, node: &NodeShared, start: StartAt) -> Result<(Vec<u8>, Option<u64>)> {
         let data = ConnectData {
             topic: self.topic_id,
             start,
             accepts: PolicySet::ALL,
             node_id: node.id(),
             flags: if self.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
-            proof: None,
+            auth: ConnectAuth::None,
         };
         let data = match &self.credential {
             Some(secret) => {
                 data.with_proof(secret, rand::random(), wall_clock_ms()).map_err(Error::from_own_encoding)?
             }
+            None if node.domain_secret().is_some() => data.with_challenge(rand::random()),
             None => data,
         };
-        data.encode().map_err(Error::from_own_encoding)
+        Ok((data.encode().map_err(Error::from_own_encoding)?, data.challenge()))
     }
 }
 

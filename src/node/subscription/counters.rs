@@ -36,6 +36,10 @@ crate::counters::counter_set! {
         credit_requests: Total, Events;
         /// Acks sent as solicited SENDs, answering those requests.
         solicited_acks: Total, Events;
+        /// Accepts refused because they did not authenticate: no valid tag under the domain
+        /// secret or the credential answering the challenge, or another publisher than
+        /// discovery announced.
+        unauthenticated_accepts: Total, Events;
         /// Connections to publishers whose ring this subscription reads through shared memory
         /// (same host, soft fabric).
         shared_memory_connects: Total, Connections;

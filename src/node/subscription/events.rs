@@ -89,6 +89,17 @@ pub enum SubscriptionEvent {
         /// Its explanation.
         detail: String,
     },
+    /// A publisher's node accepted without proving what this subscription requires
+    /// ([`Error::Unauthenticated`](crate::Error::Unauthenticated)): with a domain secret or a
+    /// credential, a tag answering the connect's challenge; with discovery, the announced
+    /// publisher's id. The connection is dropped before anything is READ; with discovery the
+    /// subscription tries again later, with back-off, as after a refusal.
+    Unauthenticated {
+        /// The node.
+        addr: SocketAddr,
+        /// What was missing or wrong.
+        detail: String,
+    },
     /// A publisher's node could not be reached.
     Unreachable {
         /// The node.

@@ -78,7 +78,7 @@ use rdma_wire::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Sto
 
 use super::counters::SubscriptionCounters;
 use super::events::{EventQueue, SubscriptionEvent};
-use super::feed_channel::OpenedFeed;
+use super::feed_channel::{AcceptExpectation, OpenedFeed};
 use super::message::PublisherInfo;
 use super::options::SubscriptionOptions;
 use crate::error::{Error, Result};
@@ -191,6 +191,8 @@ pub(super) struct Feed {
     link: Link,
     conn: ConnId,
     addr: SocketAddr,
+    /// What the publisher's accept must prove.
+    expect: AcceptExpectation,
     /// Its reading state, once the publisher accepted.
     active: Option<Box<ActiveFeed>>,
     /// No more READs: closed, waiting for its ready messages to be delivered.
@@ -257,19 +259,25 @@ impl Feed {
     /// # Errors
     /// The provider's, when a receive cannot be posted (the connection is then dropped).
     pub(super) fn open(key: usize, gen: u32, opened: OpenedFeed) -> rdma_fabric::Result<Feed> {
-        let (qp, conn, addr, ctrl) = opened.into_parts();
+        let (qp, conn, addr, ctrl, expect) = opened.into_parts();
         let link = Link { key, gen, qp, ctrl };
         (0..RECV_SLOTS).try_for_each(|slot| link.post_recv(slot))?;
         Ok(Feed {
             link,
             conn,
             addr,
+            expect,
             active: None,
             closed: false,
             quiesced: false,
             outstanding: RECV_SLOTS as u32,
             closed_at: None,
         })
+    }
+
+    /// What the publisher's accept must prove.
+    pub(super) fn expectation(&self) -> AcceptExpectation {
+        self.expect
     }
 
     /// Sets up reading of the publisher's ring from its accept data; messages up to

@@ -36,13 +36,31 @@ pub(crate) struct OpenedFeed {
     addr: SocketAddr,
     /// The feed's control slots: acks and doorbell requests sent, notices received.
     ctrl: MemoryRegion,
+    /// What the publisher's accept must prove.
+    expect: AcceptExpectation,
+}
+
+/// What a publisher's accept must prove, decided when the connect request went out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct AcceptExpectation {
+    /// The nonce the accept's tags must answer; none when the subscription has no secret (domain
+    /// secret or credential) to check them with.
+    pub(super) challenge: Option<u64>,
+    /// The publisher discovery announced at that address; none for an explicit connect.
+    pub(super) publisher: Option<u64>,
 }
 
 impl OpenedFeed {
     /// The connection `conn` to the publisher's node at `addr`, on `qp`, with its control
-    /// region `ctrl`.
-    pub(super) fn new(qp: QueuePair, conn: ConnId, addr: SocketAddr, ctrl: MemoryRegion) -> OpenedFeed {
-        OpenedFeed { qp, conn, addr, ctrl }
+    /// region `ctrl`, whose accept must meet `expect`.
+    pub(super) fn new(
+        qp: QueuePair,
+        conn: ConnId,
+        addr: SocketAddr,
+        ctrl: MemoryRegion,
+        expect: AcceptExpectation,
+    ) -> OpenedFeed {
+        OpenedFeed { qp, conn, addr, ctrl, expect }
     }
 
     /// The connection's id.
@@ -55,9 +73,9 @@ impl OpenedFeed {
         self.addr
     }
 
-    /// Its queue pair, id, address and control region.
-    pub(super) fn into_parts(self) -> (QueuePair, ConnId, SocketAddr, MemoryRegion) {
-        (self.qp, self.conn, self.addr, self.ctrl)
+    /// Its queue pair, id, address, control region and what its accept must prove.
+    pub(super) fn into_parts(self) -> (QueuePair, ConnId, SocketAddr, MemoryRegion, AcceptExpectation) {
+        (self.qp, self.conn, self.addr, self.ctrl, self.expect)
     }
 }
 

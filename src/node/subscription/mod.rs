@@ -230,7 +230,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     ///
     /// # Errors
     /// [`Error::Rejected`] with the publisher's reason, [`Error::RecordTooLarge`] when its
-    /// records are larger than this subscription READs, [`Error::Unreachable`] when no node
+    /// records are larger than this subscription READs, [`Error::Unauthenticated`] when its
+    /// accept does not prove what this subscription requires (a domain secret or a credential
+    /// tag answering the connect's challenge), [`Error::Unreachable`] when no node
     /// answers at `addr`, [`Error::Timeout`] when no answer came within `timeout`, and
     /// [`Error::Closed`] when the connection closed while it was set up.
     pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
@@ -246,7 +248,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 SubscriptionEvent::Connected(info) => info.addr == addr,
                 SubscriptionEvent::Rejected { addr: a, .. }
                 | SubscriptionEvent::Unreachable { addr: a, .. }
-                | SubscriptionEvent::RecordTooLarge { addr: a, .. } => *a == addr,
+                | SubscriptionEvent::RecordTooLarge { addr: a, .. }
+                | SubscriptionEvent::Unauthenticated { addr: a, .. } => *a == addr,
                 SubscriptionEvent::Disconnected { addr: a, .. } => *a == addr,
                 _ => false,
             }) {
@@ -261,6 +264,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                     SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Unreachable { peer: addr, detail }),
                     SubscriptionEvent::RecordTooLarge { len, limit, .. } => {
                         Err(Error::RecordTooLarge { peer: addr, len, limit })
+                    }
+                    SubscriptionEvent::Unauthenticated { detail, .. } => {
+                        Err(Error::Unauthenticated { peer: addr, detail })
                     }
                     _ => Err(Error::Closed("the connection closed while it was being set up")),
                 };
@@ -631,6 +637,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                             Error::RecordTooLarge { len, limit, .. } => {
                                 SubscriptionEvent::RecordTooLarge { addr, len, limit }
                             }
+                            Error::Unauthenticated { detail, .. } => {
+                                SubscriptionEvent::Unauthenticated { addr, detail }
+                            }
                             e => SubscriptionEvent::Rejected {
                                 addr,
                                 reason: RejectCode::Malformed,
@@ -715,6 +724,19 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         let accept = AcceptData::decode(private_data).map_err(Error::from_peer_bytes)?;
         if accept.topic != self.topic.id() {
             return Err(Error::PeerMisbehaved { detail: "the publisher accepted another topic".into() });
+        }
+        let expect = self.feeds[key].expectation();
+        if let Some(challenge) = expect.challenge {
+            let credential = self.options.credential.as_ref();
+            if let Err(e) = accept.check_tags(challenge, self.node.domain_secret(), credential, expect.publisher) {
+                self.counters.unauthenticated_accepts.fetch_add(1, Ordering::Relaxed);
+                return Err(Error::Unauthenticated { peer: self.feeds[key].addr(), detail: e.to_string() });
+            }
+        } else if let Some(expected) = expect.publisher.filter(|&p| p != accept.publisher_id) {
+            self.counters.unauthenticated_accepts.fetch_add(1, Ordering::Relaxed);
+            let detail =
+                format!("it is publisher {:016x}, not {expected:016x} that discovery announced", accept.publisher_id);
+            return Err(Error::Unauthenticated { peer: self.feeds[key].addr(), detail });
         }
         let (id, epoch) = (accept.publisher_id, accept.epoch);
         let skip_through = self

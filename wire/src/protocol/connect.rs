@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Secret;
 use super::codec::{self, kind};
-use super::credential::{Admitted, CredentialError, Proof, ReplayGuard};
+use super::credential::{fixed_u64, Admitted, CredentialError, Proof, ReplayGuard, PROOF_TAG_LEN};
 use super::error::ProtocolError;
 use super::topic::TopicId;
 use crate::ring::{Checksum, ReaderConfig, StartPoint};
@@ -145,9 +145,24 @@ pub struct ConnectData {
     pub node_id: u64,
     /// Options.
     pub flags: ConnectFlags,
-    /// The proof that the subscriber holds the topic's credential ([`with_proof`](Self::with_proof));
-    /// a publisher without a credential ignores it.
-    pub proof: Option<Proof>,
+    /// What the subscriber proves, or asks the publisher to prove: the proof that it holds the
+    /// topic's credential ([`with_proof`](Self::with_proof)), whose nonce is also its
+    /// challenge, or a challenge alone ([`with_challenge`](Self::with_challenge)). A publisher
+    /// without a credential ignores the proof; one with a domain secret answers a challenge
+    /// with an [`AcceptTags::node`] tag.
+    pub auth: ConnectAuth,
+}
+
+/// The authentication part of a [`ConnectData`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConnectAuth {
+    /// Nothing: the subscriber checks nothing of the publisher's answer.
+    None,
+    /// A proof of the topic's credential; its nonce is the challenge the accept answers.
+    Proof(Proof),
+    /// A fresh random nonce that the accept's tags must cover (a subscriber with a domain secret
+    /// and no credential).
+    Challenge(#[serde(with = "fixed_u64")] u64),
 }
 
 impl ConnectData {
@@ -166,12 +181,15 @@ impl ConnectData {
     /// | 1 | policies accepted (bits: 1 block, 2 drop-slow, 4 overwrite) |
     /// | 1–9 | subscriber node id (varint) |
     /// | 1 | flags (1: wants doorbells) |
-    /// | 1 | proof present (0 or 1); if 1: |
-    /// | 8 | nonce (little-endian) |
+    /// | 1 | authentication: 0 none, 1 proof, 2 challenge; for a proof: |
+    /// | 8 | nonce (little-endian), also the challenge |
     /// | 8 | time, ms since the Unix epoch (little-endian) |
     /// | 16 | tag: the first 16 bytes of the HMAC-SHA256 ([`Proof`]) |
+    /// | | for a challenge: |
+    /// | 8 | nonce (little-endian) |
     ///
-    /// At most 2 + 9 + 1 + 1 + 9 + 1 + 1 + 32 = 56 bytes with a proof, 24 without.
+    /// At most 2 + 9 + 1 + 1 + 9 + 1 + 1 + 32 = 56 bytes with a proof, 32 with a challenge, 24
+    /// without either.
     pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
         codec::encode(Self::WHAT, kind::CONNECT, self, MAX_CONNECT_PRIVATE_DATA)
     }
@@ -181,7 +199,30 @@ impl ConnectData {
     /// epoch). Any change to the request afterwards makes the proof fail.
     pub fn with_proof(self, secret: &Secret, nonce: u64, timestamp_ms: u64) -> Result<ConnectData, ProtocolError> {
         let unproven = self.unproven()?;
-        Ok(ConnectData { proof: Some(Proof::new(secret, &unproven, nonce, timestamp_ms)), ..self })
+        Ok(ConnectData { auth: ConnectAuth::Proof(Proof::new(secret, &unproven, nonce, timestamp_ms)), ..self })
+    }
+
+    /// This request asking the publisher to answer the fresh random `nonce` (see
+    /// [`AcceptData::with_tags`]); a proof, which carries its own nonce, replaces it.
+    pub fn with_challenge(self, nonce: u64) -> ConnectData {
+        ConnectData { auth: ConnectAuth::Challenge(nonce), ..self }
+    }
+
+    /// The proof of the topic's credential, if the request carries one.
+    pub fn proof(&self) -> Option<&Proof> {
+        match &self.auth {
+            ConnectAuth::Proof(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The nonce the publisher's accept tags must cover: the proof's, or the challenge's.
+    pub fn challenge(&self) -> Option<u64> {
+        match self.auth {
+            ConnectAuth::None => None,
+            ConnectAuth::Proof(p) => Some(p.nonce),
+            ConnectAuth::Challenge(nonce) => Some(nonce),
+        }
     }
 
     /// Checks that the request, sent from `source`, proves the credential `secret`, with a
@@ -197,14 +238,14 @@ impl ConnectData {
         now_ms: u64,
         source: IpAddr,
     ) -> Result<Admitted, CredentialError> {
-        let proof = self.proof.ok_or(CredentialError::Missing)?;
+        let proof = *self.proof().ok_or(CredentialError::Missing)?;
         let unproven = self.unproven().map_err(|_| CredentialError::Invalid)?;
         replay.check(secret, self.topic, &unproven, &proof, now_ms, source)
     }
 
     /// The encoding of this request without its proof: the bytes a proof MACs.
     fn unproven(&self) -> Result<Vec<u8>, ProtocolError> {
-        ConnectData { proof: None, ..*self }.encode()
+        ConnectData { auth: ConnectAuth::None, ..*self }.encode()
     }
 
     /// Decodes, accepting trailing zero padding.
@@ -258,6 +299,48 @@ pub struct AcceptData {
     pub first_seq: u64,
     /// The function the ring's record checksums are computed with.
     pub checksum: Checksum,
+    /// The publisher's answers to the subscriber's challenge ([`with_tags`](Self::with_tags)).
+    pub tags: AcceptTags,
+}
+
+/// The tags of an [`AcceptData`]: each the first 16 bytes of an HMAC-SHA256, under
+/// [`ACCEPT_LABEL`], of the accept data without its tags and of the subscriber's challenge. A
+/// tag under the domain secret shows the accepting node is of the domain (not someone who took
+/// over an announced address); one under the topic's credential shows the publisher holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AcceptTags {
+    /// Under the publisher node's domain secret.
+    pub node: Option<[u8; PROOF_TAG_LEN]>,
+    /// Under the topic's credential.
+    pub topic: Option<[u8; PROOF_TAG_LEN]>,
+}
+
+/// The label of accept tags (MACs are domain-separated by label).
+pub const ACCEPT_LABEL: &[u8] = b"rdma-pubsub accept v5";
+
+/// Why a subscriber does not believe a publisher's accept ([`AcceptData::check_tags`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AcceptAuthError {
+    /// The subscriber has a domain secret and the accept carries no tag under it.
+    #[error("the accepting node did not prove it holds the domain secret (no tag)")]
+    NodeTagMissing,
+    /// The tag under the domain secret does not verify.
+    #[error("the accepting node's domain tag does not verify: it does not hold the domain secret, or replayed an old accept")]
+    NodeTagInvalid,
+    /// The subscription has a credential and the accept carries no tag under it.
+    #[error("the publisher did not prove it holds the topic's credential (no tag)")]
+    TopicTagMissing,
+    /// The tag under the topic's credential does not verify.
+    #[error("the publisher's credential tag does not verify: it does not hold the topic's credential, or replayed an old accept")]
+    TopicTagInvalid,
+    /// The accept is from another publisher than the one discovery announced at that address.
+    #[error("the accept is from publisher {got:016x}, not {expected:016x} that discovery announced at this address")]
+    NotTheAnnouncedPublisher {
+        /// The publisher id discovery announced.
+        expected: u64,
+        /// The publisher id the accept names.
+        got: u64,
+    },
 }
 
 impl AcceptData {
@@ -282,8 +365,10 @@ impl AcceptData {
     /// | 1–9 | sequence at the start position |
     /// | 1–9 | first sequence owed |
     /// | 1 | checksum (0 CRC-32C, 1 XXH64 low 32 bits) |
+    /// | 1 (+16) | domain tag present (0 or 1), then the tag ([`AcceptTags`]) |
+    /// | 1 (+16) | credential tag present (0 or 1), then the tag |
     ///
-    /// At most 2 + 9 + 14 + 4 × 9 + 1 + 5 + 3 × 9 + 1 = 95 bytes.
+    /// At most 2 + 9 + 14 + 4 × 9 + 1 + 5 + 3 × 9 + 1 + 2 × 17 = 129 bytes.
     pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
         codec::encode(Self::WHAT, kind::ACCEPT, self, MAX_ACCEPT_PRIVATE_DATA)
     }
@@ -291,6 +376,60 @@ impl AcceptData {
     /// Decodes, accepting trailing zero padding.
     pub fn decode(bytes: &[u8]) -> Result<AcceptData, ProtocolError> {
         codec::decode(Self::WHAT, kind::ACCEPT, bytes, MAX_ACCEPT_PRIVATE_DATA)
+    }
+
+    /// This acceptance with its tags answering `challenge` (the subscriber's
+    /// [`ConnectData::challenge`]): one under the publisher node's domain secret and one under
+    /// the topic's credential, for those it has. Without a challenge it carries no tag.
+    pub fn with_tags(self, challenge: Option<u64>, domain: Option<&Secret>, credential: Option<&Secret>) -> AcceptData {
+        let Some(challenge) = challenge else { return AcceptData { tags: AcceptTags::default(), ..self } };
+        let untagged = AcceptData { tags: AcceptTags::default(), ..self };
+        let Ok(bytes) = untagged.encode() else { return untagged };
+        let tag = |secret: &Secret| {
+            let full = secret.mac(ACCEPT_LABEL, &[&bytes, &challenge.to_le_bytes()]);
+            let mut tag = [0u8; PROOF_TAG_LEN];
+            tag.copy_from_slice(&full[..PROOF_TAG_LEN]);
+            tag
+        };
+        AcceptData { tags: AcceptTags { node: domain.map(tag), topic: credential.map(tag) }, ..self }
+    }
+
+    /// Checks the tags against the subscriber's `challenge`: under `domain` (the subscriber
+    /// node's domain secret) and `credential` (the subscription's), for those it has, and that
+    /// the accept is from `expected_publisher` when discovery announced one at that address.
+    ///
+    /// # Errors
+    /// [`AcceptAuthError`]: which tag is missing or does not verify, or which publisher answered.
+    pub fn check_tags(
+        &self,
+        challenge: u64,
+        domain: Option<&Secret>,
+        credential: Option<&Secret>,
+        expected_publisher: Option<u64>,
+    ) -> Result<(), AcceptAuthError> {
+        let untagged = AcceptData { tags: AcceptTags::default(), ..*self };
+        let bytes = untagged.encode().map_err(|_| AcceptAuthError::NodeTagInvalid)?;
+        let verifies = |secret: &Secret, tag: &[u8; PROOF_TAG_LEN]| {
+            secret.verify(ACCEPT_LABEL, &[&bytes, &challenge.to_le_bytes()], tag)
+        };
+        if let Some(secret) = domain {
+            let tag = self.tags.node.ok_or(AcceptAuthError::NodeTagMissing)?;
+            if !verifies(secret, &tag) {
+                return Err(AcceptAuthError::NodeTagInvalid);
+            }
+        }
+        if let Some(secret) = credential {
+            let tag = self.tags.topic.ok_or(AcceptAuthError::TopicTagMissing)?;
+            if !verifies(secret, &tag) {
+                return Err(AcceptAuthError::TopicTagInvalid);
+            }
+        }
+        match expected_publisher {
+            Some(expected) if expected != self.publisher_id => {
+                Err(AcceptAuthError::NotTheAnnouncedPublisher { expected, got: self.publisher_id })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The start point carried.

@@ -247,13 +247,15 @@ pub fn wall_clock_ms() -> u64 {
 
 /// Serialises a `u64` as 8 little-endian bytes (bincode's varint would take 9 for most nonces
 /// and times, and the connect data has 56 bytes in all).
-mod fixed_u64 {
+pub(super) mod fixed_u64 {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+    /// Writes `v` as 8 little-endian bytes.
     pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
         v.to_le_bytes().serialize(s)
     }
 
+    /// Reads 8 little-endian bytes.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         <[u8; 8]>::deserialize(d).map(u64::from_le_bytes)
     }
@@ -262,6 +264,7 @@ mod fixed_u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ConnectAuth;
 
     /// Where the tests' connects come from.
     const SRC: IpAddr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7));
@@ -289,7 +292,7 @@ mod tests {
             accepts: PolicySet::ALL,
             node_id: 0x1234_5678_9abc_def0,
             flags: ConnectFlags::WANTS_DOORBELLS,
-            proof: None,
+            auth: ConnectAuth::None,
         }
     }
 
@@ -314,15 +317,15 @@ mod tests {
         assert_eq!(check(&request("prices"), NOW), Err(CredentialError::Missing));
         // Any field changed after the proof was made: another topic, subscriber, start, flags,
         // nonce, time or tag.
-        let proof = data.proof.unwrap();
+        let proof = *data.proof().unwrap();
         let altered = [
             ConnectData { topic: TopicId::of("orders"), ..data },
             ConnectData { node_id: 1, ..data },
             ConnectData { start: StartAt::Earliest, ..data },
             ConnectData { flags: ConnectFlags::NONE, ..data },
-            ConnectData { proof: Some(Proof { nonce: 8, ..proof }), ..data },
-            ConnectData { proof: Some(Proof { timestamp_ms: NOW + 1, ..proof }), ..data },
-            ConnectData { proof: Some(Proof { tag: [0; PROOF_TAG_LEN], ..proof }), ..data },
+            ConnectData { auth: ConnectAuth::Proof(Proof { nonce: 8, ..proof }), ..data },
+            ConnectData { auth: ConnectAuth::Proof(Proof { timestamp_ms: NOW + 1, ..proof }), ..data },
+            ConnectData { auth: ConnectAuth::Proof(Proof { tag: [0; PROOF_TAG_LEN], ..proof }), ..data },
         ];
         for a in altered {
             assert_eq!(check(&a, NOW), Err(CredentialError::Invalid), "{a:?}");

@@ -10,7 +10,7 @@ use crate::ring::Checksum;
 use rdma_fabric::RemoteAddr;
 
 /// The protocol version the goldens below were taken from.
-const GOLDEN_VERSION: u8 = 4;
+const GOLDEN_VERSION: u8 = 5;
 
 /// A fixed secret (the credential and the domain secret of the goldens).
 fn secret() -> Secret {
@@ -24,7 +24,7 @@ fn connect() -> ConnectData {
         accepts: PolicySet::of(&[PolicyKind::Block, PolicyKind::Overwrite]),
         node_id: 0x0102_0304_0506_0708,
         flags: ConnectFlags::WANTS_DOORBELLS,
-        proof: None,
+        auth: ConnectAuth::None,
     }
 }
 
@@ -42,6 +42,7 @@ fn accept() -> AcceptData {
         start_seq: 7,
         first_seq: 8,
         checksum: Checksum::XxHash64,
+        tags: AcceptTags { node: Some([0xa5; PROOF_TAG_LEN]), topic: None },
     }
 }
 
@@ -90,6 +91,10 @@ fn encodings() -> Vec<(String, Vec<u8>)> {
                 .encode()
                 .expect("encode"),
         ),
+        (
+            "connect with challenge".to_string(),
+            connect().with_challenge(0x5555_6666_7777_8888).encode().expect("encode"),
+        ),
         ("accept".to_string(), accept().encode().expect("encode")),
         ("reject".to_string(), RejectData::new(RejectCode::Unauthorized, "stale proof").encode().expect("encode")),
         ("announcement".to_string(), announcement().encode().expect("encode")),
@@ -101,31 +106,23 @@ fn encodings() -> Vec<(String, Vec<u8>)> {
 
 /// The bytes this protocol version sends for each of [`encodings`], as hex.
 const GOLDENS: &[(&str, &str)] = &[
-    ("connect", "0401fdc4d937fe8ec8722b0105fd08070605040302010100"),
-    (
-        "connect with proof",
-        "0401fdc4d937fe8ec8722b0105fd0807060504030201010144443333222211110068e5cf8b01000045dcfc48b0edb1ad44b941699ceb5edb",
-    ),
-    (
-        "accept",
-        "0402fdc4d937fe8ec8722bfd00503412007f0000fcefbeaddefc00101000fc0000100003fd080706050403020101fbe0fffc60001000070801",
-    ),
-    ("reject", "0403060b7374616c652070726f6f66"),
-    ("announcement", "04050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b"),
-    (
-        "sealed announcement",
-        "040605000000000000000068e5cf8b01000004050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722ba733fd80dcbd3ac8f9e6d9be551971a6",
-    ),
-    ("ack", "040400fc6000100009"),
-    ("doorbell request", "04040101fb2c01"),
-    ("bye", "040402"),
-    ("doorbell", "040403fa"),
-    ("dropped too slow", "04040400fc00001000"),
-    ("dropped protocol violation", "04040401"),
-    ("dropped shutting down", "04040402"),
-    ("dropped idle", "04040403fb3075"),
-    ("end of stream", "0404052a"),
-    ("credit wanted", "040406fbfb00"),
+    ("connect", "0501fdc4d937fe8ec8722b0105fd08070605040302010100"),
+    ("connect with proof", "0501fdc4d937fe8ec8722b0105fd0807060504030201010144443333222211110068e5cf8b0100005189424f4583d52d1865307bf908bbba"),
+    ("connect with challenge", "0501fdc4d937fe8ec8722b0105fd080706050403020101028888777766665555"),
+    ("accept", "0502fdc4d937fe8ec8722bfd00503412007f0000fcefbeaddefc00101000fc0000100003fd080706050403020101fbe0fffc6000100007080101a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a500"),
+    ("reject", "0503060b7374616c652070726f6f66"),
+    ("announcement", "05050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b"),
+    ("sealed announcement", "050605000000000000000068e5cf8b01000005050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b5b98d5eb6fca78dbc815ede2ca5cfdbc"),
+    ("ack", "050400fc6000100009"),
+    ("doorbell request", "05040101fb2c01"),
+    ("bye", "050402"),
+    ("doorbell", "050403fa"),
+    ("dropped too slow", "05040400fc00001000"),
+    ("dropped protocol violation", "05040401"),
+    ("dropped shutting down", "05040402"),
+    ("dropped idle", "05040403fb3075"),
+    ("end of stream", "0504052a"),
+    ("credit wanted", "050406fbfb00"),
 ];
 
 #[test]

@@ -13,15 +13,18 @@
 //!
 //! | message | carrier | fields |
 //! |---|---|---|
-//! | [`ConnectData`] (at most 56 bytes) | connect private data | topic id, start (latest, earliest), policies accepted, subscriber node id, flags, optional credential proof (nonce, time in ms, 16-byte HMAC-SHA256 tag) |
-//! | [`AcceptData`] (at most 196 bytes) | accept private data | topic id, ring address and rkey, region length, capacity, publisher epoch and id, policy, max record payload, start position, start and first sequence, checksum function |
+//! | [`ConnectData`] (at most 56 bytes) | connect private data | topic id, start (latest, earliest), policies accepted, subscriber node id, flags, optional credential proof (nonce, time in ms, 16-byte HMAC-SHA256 tag) or challenge (a nonce) |
+//! | [`AcceptData`] (at most 196 bytes) | accept private data | topic id, ring address and rkey, region length, capacity, publisher epoch and id, policy, max record payload, start position, start and first sequence, checksum function, optional tags answering the challenge under the domain secret and the topic credential ([`AcceptTags`]) |
 //! | [`RejectData`] (at most 148 bytes) | reject private data | reason ([`RejectCode`]), detail (at most 140 bytes) |
 //! | [`Control`] (at most 64 bytes) | SEND | subscriber to publisher: ack, doorbell request, bye; publisher to subscriber: doorbell, dropped (with its reason), end of stream, credit wanted |
 //! | [`Announcement`] (at most the datagram MTU) | UD multicast or unicast | kind (hello, heartbeat, goodbye), domain, node id, epoch, connect address, part of parts, topics; with a domain secret sealed: sequence, time, the announcement, a 16-byte HMAC-SHA256 tag |
 //!
 //! A topic credential ([`Secret`]) proves a subscriber's right to connect: an HMAC over the
 //! rest of the connect data, a random nonce and the subscriber's clock, checked by
-//! [`ReplayGuard`] against the clock skew allowance and the nonces seen.
+//! [`ReplayGuard`] against the clock skew allowance and the nonces seen. The accept answers the
+//! subscriber's nonce (the proof's, or a challenge) with tags under the publisher node's domain
+//! secret and the topic's credential ([`AcceptData::check_tags`]): an address taken over by
+//! someone without them, or an old accept replayed, is not believed.
 
 mod announce;
 mod auth;
@@ -39,7 +42,10 @@ mod tests;
 
 pub use announce::{AnnounceKind, Announcement, OpenError, SEAL_OVERHEAD};
 pub use auth::{Secret, SecretError};
-pub use connect::{AcceptData, ConnectData, ConnectFlags, PolicyKind, PolicySet, RejectCode, RejectData, StartAt};
+pub use connect::{
+    AcceptAuthError, AcceptData, AcceptTags, ConnectAuth, ConnectData, ConnectFlags, PolicyKind, PolicySet, RejectCode,
+    RejectData, StartAt,
+};
 pub use control::{Control, DropReason, CONTROL_MSG_MAX};
 pub use credential::CredentialError;
 pub use credential::{source_network, wall_clock_ms, Admitted, ReplayGuard, MAX_REPLAY_ENTRIES_PER_SOURCE};
@@ -49,8 +55,8 @@ pub use topic::TopicId;
 // What only the tests and the fuzz targets name.
 pub use announce::{SealedAnnouncement, ANNOUNCE_MTU, ANNOUNCE_TAG_LEN, MAX_ANNOUNCEMENT, SEALED_HEADER_LEN};
 pub use auth::{MAC_LEN, MAX_SECRET_LEN, MIN_SECRET_LEN};
-pub use connect::MAX_REJECT_DETAIL;
+pub use connect::{ACCEPT_LABEL, MAX_REJECT_DETAIL};
 pub use credential::{Proof, CONNECT_LABEL, MAX_CLOCK_SKEW, MAX_REPLAY_ENTRIES, PROOF_TAG_LEN};
 
 /// Version of this protocol (first byte of every message).
-pub const PROTOCOL_VERSION: u8 = 4;
+pub const PROTOCOL_VERSION: u8 = 5;

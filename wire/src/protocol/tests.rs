@@ -16,14 +16,14 @@ fn largest_unproven_connect() -> ConnectData {
         accepts: PolicySet::ALL,
         node_id: u64::MAX,
         flags: ConnectFlags::WANTS_DOORBELLS,
-        proof: None,
+        auth: ConnectAuth::None,
     }
 }
 
 /// The largest connect data: every varint at its longest, and a proof.
 fn largest_connect() -> ConnectData {
     let proof = Proof { nonce: u64::MAX, timestamp_ms: u64::MAX, tag: [0xff; PROOF_TAG_LEN] };
-    ConnectData { proof: Some(proof), ..largest_unproven_connect() }
+    ConnectData { auth: ConnectAuth::Proof(proof), ..largest_unproven_connect() }
 }
 
 fn largest_accept() -> AcceptData {
@@ -40,6 +40,7 @@ fn largest_accept() -> AcceptData {
         start_seq: u64::MAX,
         first_seq: u64::MAX,
         checksum: Checksum::XxHash64,
+        tags: AcceptTags { node: Some([0xff; PROOF_TAG_LEN]), topic: Some([0xff; PROOF_TAG_LEN]) },
     }
 }
 
@@ -79,7 +80,7 @@ fn connect_roundtrip_fits_in_56_bytes() {
         accepts: PolicySet::of(&[PolicyKind::Block]),
         node_id: 1,
         flags: ConnectFlags::NONE,
-        proof: None,
+        auth: ConnectAuth::None,
     };
     assert_eq!(ConnectData::decode(&small.encode().unwrap()).unwrap(), small);
     assert!(small.accepts.contains(PolicyKind::Block) && !small.accepts.contains(PolicyKind::Overwrite));
@@ -279,7 +280,7 @@ proptest! {
             accepts: PolicySet::try_from(bits).unwrap(),
             node_id: node,
             flags: if doorbells { ConnectFlags::WANTS_DOORBELLS } else { ConnectFlags::NONE },
-            proof: proof.map(|(nonce, timestamp_ms, tag)| Proof { nonce, timestamp_ms, tag }),
+            auth: proof.map_or(ConnectAuth::None, |(nonce, timestamp_ms, tag)| ConnectAuth::Proof(Proof { nonce, timestamp_ms, tag })),
         };
         let b = c.encode().unwrap();
         prop_assert!(b.len() <= MAX_CONNECT_PRIVATE_DATA);
@@ -306,4 +307,56 @@ fn absent_private_data_padded_with_zeros_is_truncated_not_another_version() {
     for len in [2, 8, MAX_CONNECT_PRIVATE_DATA] {
         assert!(matches!(ConnectData::decode(&vec![0; len]), Err(ProtocolError::Truncated { len: 0, .. })));
     }
+}
+
+#[test]
+fn accept_tags_answer_the_challenge_under_each_secret_and_nothing_else_passes() {
+    let domain = Secret::new(vec![1; 32]).unwrap();
+    let credential = Secret::new(vec![2; 32]).unwrap();
+    let other = Secret::new(vec![3; 32]).unwrap();
+    let accept = AcceptData { tags: AcceptTags::default(), ..largest_accept() };
+    let tagged = accept.with_tags(Some(7), Some(&domain), Some(&credential));
+    let id = accept.publisher_id;
+    assert_eq!(tagged.check_tags(7, Some(&domain), Some(&credential), Some(id)), Ok(()));
+    assert_eq!(tagged.check_tags(7, None, None, None), Ok(()), "a subscriber without secrets checks nothing");
+    // Encoded and decoded, the tags still verify: they cover the bytes, not the struct.
+    let decoded = AcceptData::decode(&tagged.encode().unwrap()).unwrap();
+    assert_eq!(decoded.check_tags(7, Some(&domain), Some(&credential), None), Ok(()));
+
+    assert_eq!(
+        tagged.check_tags(8, Some(&domain), None, None),
+        Err(AcceptAuthError::NodeTagInvalid),
+        "another challenge: a replayed accept"
+    );
+    assert_eq!(tagged.check_tags(7, Some(&other), None, None), Err(AcceptAuthError::NodeTagInvalid));
+    assert_eq!(tagged.check_tags(7, None, Some(&other), None), Err(AcceptAuthError::TopicTagInvalid));
+    let altered = AcceptData { start_position: 1, ..tagged };
+    assert_eq!(
+        altered.check_tags(7, Some(&domain), None, None),
+        Err(AcceptAuthError::NodeTagInvalid),
+        "tags cover every field"
+    );
+    assert_eq!(
+        tagged.check_tags(7, Some(&domain), None, Some(id ^ 1)),
+        Err(AcceptAuthError::NotTheAnnouncedPublisher { expected: id ^ 1, got: id })
+    );
+
+    let untagged = accept.with_tags(None, Some(&domain), Some(&credential));
+    assert_eq!(untagged.tags, AcceptTags::default(), "no challenge, no tag");
+    assert_eq!(untagged.check_tags(7, Some(&domain), None, None), Err(AcceptAuthError::NodeTagMissing));
+    assert_eq!(untagged.check_tags(7, None, Some(&credential), None), Err(AcceptAuthError::TopicTagMissing));
+}
+
+#[test]
+fn the_challenge_is_the_proofs_nonce_or_the_challenges_and_fits_the_connect_data() {
+    let secret = Secret::new(vec![4; 32]).unwrap();
+    let plain = largest_unproven_connect();
+    assert_eq!(plain.challenge(), None);
+    let challenged = plain.with_challenge(u64::MAX - 1);
+    assert_eq!(challenged.challenge(), Some(u64::MAX - 1));
+    assert!(challenged.encode().unwrap().len() <= MAX_CONNECT_PRIVATE_DATA);
+    assert_eq!(ConnectData::decode(&challenged.encode().unwrap()).unwrap(), challenged);
+    let proven = plain.with_proof(&secret, 42, 1).unwrap();
+    assert_eq!(proven.challenge(), Some(42));
+    assert!(proven.proof().is_some() && challenged.proof().is_none());
 }
