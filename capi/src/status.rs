@@ -117,7 +117,13 @@ thread_local! {
 fn set_last_error(detail: &str) {
     let cut = detail.split('\0').next().unwrap_or_default();
     let detail = CString::new(cut).unwrap_or_default();
-    LAST_ERROR.with(|last| *last.borrow_mut() = detail);
+    // Not after the thread's storage is gone (a call from a thread-local destructor): then
+    // the detail is lost, never a panic.
+    let _ = LAST_ERROR.try_with(|last| {
+        if let Ok(mut last) = last.try_borrow_mut() {
+            *last = detail;
+        }
+    });
 }
 
 /// Runs the body of an entry point: its status, or its failure's (recorded for
@@ -154,7 +160,9 @@ pub(crate) fn guard_void(body: impl FnOnce()) {
 /// Never NULL.
 #[no_mangle]
 pub extern "C" fn rps_last_error() -> *const c_char {
-    LAST_ERROR.with(|last| last.borrow().as_ptr())
+    // The string lives in the thread's storage until the next failure replaces it; once that
+    // storage is gone (a thread-local destructor calling), an empty static string.
+    LAST_ERROR.try_with(|last| last.try_borrow().map(|s| s.as_ptr()).unwrap_or(c"".as_ptr())).unwrap_or(c"".as_ptr())
 }
 
 /// The name of `status` (`"RPS_OK"`, ...): a static NUL-terminated string. Never NULL.

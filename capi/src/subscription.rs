@@ -43,8 +43,8 @@ impl rps_subscription {
     /// The next message, copied, within `timeout_ms`.
     fn recv_owned(&mut self, timeout_ms: u64) -> Result<Option<Message>, Failure> {
         self.check_not_borrowed()?;
-        if let Some(m) = self.pending.take() {
-            return Ok(Some(m));
+        if self.pending.is_some() {
+            return Ok(self.pending.take());
         }
         let received = match timeout_ms {
             0 => self.sub.try_recv()?,
@@ -141,10 +141,9 @@ pub unsafe extern "C" fn rps_subscription_recv_ref(
         // SAFETY: the caller's contract, argument by argument.
         let (sub, view) = unsafe { (handle_mut(sub, "subscription")?, out_ptr(view, "view")?) };
         sub.check_not_borrowed()?;
-        if let Some(m) = sub.pending.take() {
+        if let Some(m) = &sub.pending {
             // A message kept by `recv_into`: lent from the handle until the release.
             *view = rps_message_view::new(&m.data, m.seq, &m.publisher);
-            sub.pending = Some(m);
             sub.borrowed = true;
             return Ok(rps_status::RPS_OK);
         }
@@ -170,7 +169,9 @@ pub unsafe extern "C" fn rps_subscription_release(sub: *mut rps_subscription) ->
         if sub.borrowed {
             sub.borrowed = false;
             // A kept message that was lent is delivered now.
-            sub.pending = None;
+            if sub.pending.is_some() {
+                sub.pending = None;
+            }
         }
         Ok(rps_status::RPS_OK)
     })

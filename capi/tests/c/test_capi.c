@@ -103,6 +103,12 @@ static void round_trip(void) {
     CHECK(view.len == 10, "the length it needs: %zu", view.len);
     OK(rps_subscription_recv_into(sub, WAIT_MS, big, sizeof big, &view));
     CHECK(view.len == 10 && view.data == big && memcmp(big, "0123456789", 10) == 0 && view.seq == 3, "into the buffer");
+    /* A kept message is lent by a borrowing receive too. */
+    OK(rps_publisher_publish(pub, (const uint8_t *)"kept", 4, NULL));
+    CHECK(rps_subscription_recv_into(sub, WAIT_MS, small, 2, &view) == RPS_BUFFER_TOO_SMALL, "too small");
+    OK(rps_subscription_recv_ref(sub, WAIT_MS, &view));
+    CHECK(view.len == 4 && memcmp(view.data, "kept", 4) == 0 && view.seq == 4, "the kept message, borrowed");
+    OK(rps_subscription_release(sub));
 
     /* Nothing more: a non-blocking receive says so. */
     CHECK(rps_subscription_recv(sub, 0, &msg) == RPS_EMPTY && msg == NULL, "nothing more");
@@ -132,7 +138,7 @@ static void round_trip(void) {
     rps_subscription_counters sc;
     OK(rps_publisher_get_counters(pub, &pc));
     OK(rps_subscription_get_counters(sub, &sc));
-    CHECK(pc.published == 4 && sc.delivered == 4, "counters: %" PRIu64 " published, %" PRIu64 " delivered",
+    CHECK(pc.published == 5 && sc.delivered == 5, "counters: %" PRIu64 " published, %" PRIu64 " delivered",
           pc.published, sc.delivered);
 
     rps_subscription_destroy(&sub);
