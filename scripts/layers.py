@@ -23,10 +23,11 @@ import re
 import subprocess
 import sys
 
-# The workspace's library crates, bottom up: each may depend only on those before it.
-LAYERS = ["rdma-fabric", "rdma-wire", "rdma-pubsub"]
+# The workspace's library crates, bottom up: each may depend only on those before it (the C
+# ABI, `capi/`, on top).
+LAYERS = ["rdma-fabric", "rdma-wire", "rdma-pubsub", "rdma-pubsub-c"]
 # The source trees whose folders are checked.
-SOURCE_TREES = ["fabric/src", "wire/src", "src"]
+SOURCE_TREES = ["fabric/src", "wire/src", "src", "capi/src"]
 
 
 def module_of(path, root):

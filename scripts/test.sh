@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libibverbs-dev librdmacm-dev libclang-dev pkg-config iproute2)
+packages=(libibverbs-dev librdmacm-dev libclang-dev pkg-config iproute2 g++ cmake valgrind)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,7 +29,7 @@ cargo clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets
 echo "== layers: no cycle between crates or folders, no internals feature"
 python3 scripts/layers.py
 if grep -n '^internals' Cargo.toml */Cargo.toml; then echo "an internals feature is back: crates give the visibility" >&2; exit 1; fi
-for crate in Cargo.toml fabric/Cargo.toml wire/Cargo.toml demo/Cargo.toml; do
+for crate in Cargo.toml fabric/Cargo.toml wire/Cargo.toml demo/Cargo.toml capi/Cargo.toml; do
   grep -q '^\[lints\]' "$crate" && grep -A1 '^\[lints\]' "$crate" | grep -q 'workspace = true' \
     || { echo "$crate does not take the workspace's lints" >&2; exit 1; }
 done
@@ -45,6 +45,8 @@ echo "== the async stream (feature async), both same-host settings"
 cargo test --release -p rdma-pubsub --no-fail-fast --features async --lib --test async_stream -- stream
 RDMA_PUBSUB_TEST_SAME_HOST=off cargo test --release -p rdma-pubsub --no-fail-fast --features async --test async_stream
 cargo test --release -p rdma-pubsub --no-fail-fast --features async --doc -- stream
+echo "== the C API: installed into a temporary prefix, examples built through pkg-config and CMake, C tests, valgrind"
+scripts/capi-tests.sh
 echo "== fuzz targets (their own workspace): built, and 20,000 runs of each without libFuzzer"
 cargo run --release --manifest-path fuzz/Cargo.toml --no-default-features --bin fuzz-loop -- all 20000
 echo "== verbs provider inside the Soft-RoCE guest"

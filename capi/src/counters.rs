@@ -1,0 +1,134 @@
+//! The counters of publishers and subscriptions as plain C structs of `uint64_t`, read with
+//! `rps_publisher_get_counters` and `rps_subscription_get_counters`. Fields keep the library's
+//! names; each is documented in the Rust API (`PublisherCounters`, `SubscriptionCounters`).
+
+use pubsub::{PublisherCounters, SubscriptionCounters};
+
+/// The counters of a publisher, read at one moment (`PublisherCounters`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(non_camel_case_types)]
+pub struct rps_publisher_counters {
+    /// Messages published.
+    pub published: u64,
+    /// Payload bytes published.
+    pub bytes: u64,
+    /// Acks received.
+    pub acks: u64,
+    /// Acks refused (position not yet published, or unknown sender).
+    pub bad_acks: u64,
+    /// Doorbells sent.
+    pub doorbells: u64,
+    /// Subscribers accepted.
+    pub accepted: u64,
+    /// Subscribers dropped: by the DropSlow policy, or idle.
+    pub dropped: u64,
+    /// Subscribers rejected because they did not prove the topic's credential.
+    pub rejected_unauthorized: u64,
+    /// Times `publish` waited for credit.
+    pub waits: u64,
+    /// Of those, the waits woken only by the solicited ack of the subscriber asked for credit.
+    pub solicited_waits: u64,
+    /// `CreditWanted` requests sent by a blocked publisher.
+    pub credit_requests: u64,
+    /// Subscribers connected now (a gauge).
+    pub subscribers: u64,
+    /// Ring position after the last message published (a gauge, bytes).
+    pub position: u64,
+    /// Position acknowledged by the slowest connected subscriber (a gauge, bytes).
+    pub slowest_ack: u64,
+}
+
+impl rps_publisher_counters {
+    /// Reads `counters` now.
+    pub(crate) fn read(counters: &PublisherCounters) -> rps_publisher_counters {
+        rps_publisher_counters {
+            published: counters.published(),
+            bytes: counters.bytes(),
+            acks: counters.acks(),
+            bad_acks: counters.bad_acks(),
+            doorbells: counters.doorbells(),
+            accepted: counters.accepted(),
+            dropped: counters.dropped(),
+            rejected_unauthorized: counters.rejected_unauthorized(),
+            waits: counters.waits(),
+            solicited_waits: counters.solicited_waits(),
+            credit_requests: counters.credit_requests(),
+            subscribers: counters.subscribers(),
+            position: counters.position(),
+            slowest_ack: counters.slowest_ack(),
+        }
+    }
+}
+
+/// The counters of a subscription, read at one moment (`SubscriptionCounters`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+#[allow(non_camel_case_types)]
+pub struct rps_subscription_counters {
+    /// Messages delivered.
+    pub delivered: u64,
+    /// Payload bytes delivered.
+    pub bytes: u64,
+    /// READs issued.
+    pub reads: u64,
+    /// READs that brought nothing new.
+    pub empty_reads: u64,
+    /// READs posted ahead: before the READ that showed more written data was validated.
+    pub reads_ahead: u64,
+    /// Records re-read because a READ raced a write.
+    pub torn: u64,
+    /// Messages lost to overruns.
+    pub lost: u64,
+    /// Acks sent.
+    pub acks: u64,
+    /// Doorbells requested.
+    pub doorbell_requests: u64,
+    /// Doorbells received.
+    pub doorbells: u64,
+    /// Connections established to a publisher this subscription had been connected to before.
+    pub reconnects: u64,
+    /// Messages skipped because they had been delivered already (reconnection to the same epoch).
+    pub duplicates: u64,
+    /// Waits that blocked at once instead of polling first (no spin permit was free).
+    pub unpolled_waits: u64,
+    /// `CreditWanted` requests received from publishers waiting for credit.
+    pub credit_requests: u64,
+    /// Acks sent as solicited SENDs, answering those requests.
+    pub solicited_acks: u64,
+    /// Connections to publishers whose ring this subscription reads through shared memory.
+    pub shared_memory_connects: u64,
+    /// Connections to publishers whose ring this subscription reads over the network.
+    pub network_connects: u64,
+    /// Bytes of READ buffers the subscription holds now (a gauge).
+    pub read_buffer_bytes: u64,
+    /// Events dropped, oldest first, because the application left too many untaken.
+    pub events_dropped: u64,
+}
+
+impl rps_subscription_counters {
+    /// Reads `counters` now.
+    pub(crate) fn read(counters: &SubscriptionCounters) -> rps_subscription_counters {
+        rps_subscription_counters {
+            delivered: counters.delivered(),
+            bytes: counters.bytes(),
+            reads: counters.reads(),
+            empty_reads: counters.empty_reads(),
+            reads_ahead: counters.reads_ahead(),
+            torn: counters.torn(),
+            lost: counters.lost(),
+            acks: counters.acks(),
+            doorbell_requests: counters.doorbell_requests(),
+            doorbells: counters.doorbells(),
+            reconnects: counters.reconnects(),
+            duplicates: counters.duplicates(),
+            unpolled_waits: counters.unpolled_waits(),
+            credit_requests: counters.credit_requests(),
+            solicited_acks: counters.solicited_acks(),
+            shared_memory_connects: counters.shared_memory_connects(),
+            network_connects: counters.network_connects(),
+            read_buffer_bytes: counters.read_buffer_bytes(),
+            events_dropped: counters.events_dropped(),
+        }
+    }
+}
