@@ -145,6 +145,11 @@ impl<T> HeldQueue<T> {
         self.items.push_back(item);
     }
 
+    /// Whether it holds nothing.
+    pub(super) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
     /// Takes the oldest item.
     pub(super) fn pop_front(&mut self) -> Option<T> {
         self.items.pop_front()

@@ -1,8 +1,9 @@
 //! The channel of a subscription's feed events: what other threads (the CM thread, the
 //! connector) tell it ([`FeedEvent`], among them the connections opened for it,
 //! [`OpenedFeed`]), and waking its async task
-//! ([`Subscription::stream`](super::Subscription), feature `async`) for them: whoever sends
-//! one also wakes the task waiting for it, if any. Without a waiting task a send costs one
+//! ([`Subscription::stream`](super::Subscription), feature `async`) or its readiness
+//! descriptor (`readiness.rs`) for them: whoever sends one also wakes the waker registered,
+//! if any. Without a waiting task a send costs one
 //! uncontended lock more.
 
 use std::net::SocketAddr;
@@ -70,7 +71,6 @@ pub(crate) struct EventWaker {
 impl EventWaker {
     /// Makes later sends wake `waker`'s task. Register before looking at the channel: an event
     /// sent before the registration is then seen by that look, one sent after wakes the task.
-    #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) fn register(&self, waker: &Waker) {
         let mut held = self.waker.lock();
         if !held.as_ref().is_some_and(|w| w.will_wake(waker)) {

@@ -40,14 +40,16 @@
 //! Files: this one (`Subscription`, whole), `feed.rs` (`Feed`), `connector.rs` (opening
 //! connections, the connector thread), `feed_channel.rs` (what other threads tell a
 //! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `stream.rs`
-//! (feature `async`), `builder.rs`, `options.rs`, `message.rs`, `counters.rs`.
+//! (feature `async`), `readiness.rs` (the descriptor of `ready_fd`, for event loops),
+//! `builder.rs`, `options.rs`, `message.rs`, `counters.rs`.
 
 use rdma_wire::Topic;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver};
@@ -66,6 +68,7 @@ use super::wr_id::WrId;
 use events::{EventQueue, HeldQueue, MAX_UNDELIVERABLE};
 use feed::{Delivery, Feed, FeedContext, FeedStep, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
 use feed_channel::{EventWaker, FeedEvent, OpenedFeed};
+use readiness::Readiness;
 
 pub use builder::SubscriberBuilder;
 pub(crate) use connector::run_all as run_connectors;
@@ -87,6 +90,7 @@ mod feed;
 mod feed_channel;
 mod message;
 mod options;
+mod readiness;
 #[cfg(feature = "async")]
 mod stream;
 
@@ -142,9 +146,11 @@ pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     sightings: Option<Receiver<Sighting>>,
     /// Highest sequence delivered per (publisher id, epoch) by removed connections.
     delivered: HashMap<(u64, u64), u64>,
-    /// The async task waiting for connection events, woken by whoever sends one.
-    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    /// The async task or the readiness descriptor waiting for connection events, woken by
+    /// whoever sends one.
     event_waker: Arc<EventWaker>,
+    /// The descriptor of `ready_fd`, made at its first call.
+    readiness: OnceLock<Readiness>,
 }
 
 impl<T: ?Sized + MessageType> std::fmt::Debug for Subscription<T> {
@@ -193,6 +199,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             sightings,
             delivered: HashMap::new(),
             event_waker,
+            readiness: OnceLock::new(),
         })
     }
 
@@ -390,6 +397,97 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     #[cfg(feature = "async")]
     pub fn stream(&mut self) -> MessageStream<'_, T> {
         MessageStream::new(self)
+    }
+
+    /// A descriptor that an event loop (`poll(2)`, `epoll`, libuv, asio) waits on for this
+    /// subscription: it polls readable when something may have arrived since
+    /// [`prepare_wait`](Self::prepare_wait) (a completion of the subscription's CQ, or a
+    /// connection event), so that a loop that is not tokio's can drive it without a thread.
+    /// It is made at the first call (two descriptors: an epoll and an eventfd) and lives as
+    /// long as the subscription; never read it, close it or change its flags.
+    ///
+    /// The protocol, which loses no wake-up:
+    ///
+    /// 1. take what is there: [`try_recv`](Self::try_recv) until `None`,
+    ///    and [`try_event`](Self::try_event) until `None`;
+    /// 2. `prepare_wait()`: when it returns `true`, something may be ready already: go to 1;
+    /// 3. wait until the descriptor polls readable (with whatever timeout), then go to 1.
+    ///
+    /// A readable descriptor may find nothing to take (a completion of the subscription's own
+    /// work, a READ of an empty ring): callers take what is there, they do not count wake-ups.
+    /// Unlike [`recv`](Self::recv), a parked subscription costs nothing until something
+    /// arrives: no READ every 100 ms in case a doorbell was lost.
+    ///
+    /// ```
+    /// use std::os::fd::AsRawFd;
+    /// use std::time::Duration;
+    /// use rdma_pubsub::{DiscoveryOptions, Node, Start};
+    ///
+    /// let without_discovery = || Node::builder().discovery(DiscoveryOptions::disabled()).build();
+    /// let (a, b) = (without_discovery()?, without_discovery()?);
+    /// let publisher = a.publisher("doc-ready-fd").create()?;
+    /// let mut sub = b.subscriber("doc-ready-fd").start(Start::Earliest).create()?;
+    /// sub.connect_wait(a.local_addr(), Duration::from_secs(10))?;
+    /// publisher.publish(b"woken")?;
+    /// let fd = sub.ready_fd()?.as_raw_fd();
+    /// let message = loop {
+    ///     if let Some(m) = sub.try_recv()? {
+    ///         break m;
+    ///     }
+    ///     while sub.try_event().is_some() {}
+    ///     if !sub.prepare_wait()? {
+    ///         let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    ///         // SAFETY: one valid pollfd, for the duration of the call.
+    ///         assert!(unsafe { libc::poll(&mut pfd, 1, 10_000) } > 0, "woken within 10 s");
+    ///     }
+    /// };
+    /// assert_eq!(message.data, b"woken");
+    /// # Ok::<(), rdma_pubsub::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Fabric`] when the descriptors cannot be made (out of descriptors) or the CQ's
+    /// cannot be set up.
+    pub fn ready_fd(&self) -> Result<BorrowedFd<'_>> {
+        Ok(self.readiness()?.fd())
+    }
+
+    /// Arms the [`ready_fd`](Self::ready_fd) descriptor before a wait (step 2 of its
+    /// protocol): makes it unreadable, arms the CQ and the event channel, then makes the
+    /// progress a [`try_recv`](Self::try_recv) makes, without blocking and without handing out
+    /// a message. Returns `true` when something may be ready already (a message; an error
+    /// `try_recv` returns, such as [`Error::Closed`]; an event; or a READ its pacer holds back
+    /// for microseconds, which no descriptor wakes for): the caller takes what is there again
+    /// instead of waiting. `false`: wait for the descriptor.
+    ///
+    /// # Errors
+    /// A message that cannot be delivered, found by the progress it makes
+    /// ([`Error::Decode`], [`Error::MessageTooLarge`]: the next call goes on, as after
+    /// `try_recv`'s); [`Error::Fabric`] when the descriptors cannot be made or the CQ fails or
+    /// cannot be armed.
+    pub fn prepare_wait(&mut self) -> Result<bool> {
+        self.readiness()?.arm(&self.cq, &self.event_waker)?;
+        // Armed before this look: what arrived since the caller's last take is found by it,
+        // what arrives after makes the descriptor readable.
+        if self.feeds.iter().any(|(_, f)| f.has_ready()) || !self.undeliverable.is_empty() {
+            return Ok(true);
+        }
+        let progressed = match self.next_ready(None) {
+            Ok(ready) => ready.is_some(),
+            // What `try_recv` says again at once: the caller hears it there.
+            Err(Error::Closed(_) | Error::NotConnected { .. }) => true,
+            Err(e) => return Err(e),
+        };
+        Ok(progressed || !self.user_events.is_empty() || self.paced_read_due(Instant::now()).is_some())
+    }
+
+    /// The readiness descriptor, made at the first call.
+    fn readiness(&self) -> Result<&Readiness> {
+        if let Some(made) = self.readiness.get() {
+            return Ok(made);
+        }
+        let made = Readiness::new(&self.cq)?;
+        Ok(self.readiness.get_or_init(|| made))
     }
 
     /// The key of a feed with a message ready: at once when one was parsed already (no clock
