@@ -18,6 +18,7 @@ Blocking calls release the GIL and are interrupted by Ctrl-C. Errors are the cla
 """
 
 from . import errors
+from ._aio import AsyncSubscriber
 from ._native import Event, Loan, Message, Node, Publisher, PublisherInfo, Subscriber
 from .errors import *  # noqa: F401,F403 (the exceptions, at the package's top level too)
 
@@ -26,6 +27,7 @@ __all__ = [
     "Publisher",
     "Loan",
     "Subscriber",
+    "AsyncSubscriber",
     "Message",
     "PublisherInfo",
     "Event",

@@ -55,12 +55,14 @@ impl Publisher {
         let bytes = ContiguousBytes::of(data)?;
         let (address, len) = (bytes.view.buf as usize, bytes.len());
         let published = py.detach(|| {
+            if len == 0 {
+                return publisher.publish(&[]);
+            }
             // SAFETY: the buffer protocol guarantees `len` readable bytes at `address` while
             // the export is held; `bytes` holds it until after this closure returns (it is
-            // released below, with the GIL). `len` is 0 for an empty buffer, whose pointer
-            // may be null: then no slice is made from it.
-            let message =
-                if len == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(address as *const u8, len) } };
+            // released below, with the GIL). An empty buffer, whose pointer may be null, was
+            // published above without making a slice of it.
+            let message = unsafe { std::slice::from_raw_parts(address as *const u8, len) };
             publisher.publish(message)
         });
         drop(bytes);

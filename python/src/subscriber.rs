@@ -8,13 +8,16 @@
 //! (`BufferError`) while exports are counted; a message reads its payload only in its own
 //! generation. So no Python view ever sees memory the subscription reuses.
 
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use rdma_pubsub::{Error, Subscription};
+use rdma_pubsub::node::MAX_EVENTS;
+use rdma_pubsub::{Error, Subscription, SubscriptionEvent};
 
 use crate::errors::to_py;
 use crate::event::Event;
@@ -50,6 +53,10 @@ pub struct Subscriber {
     subscription: Mutex<Option<Subscription>>,
     /// The lends of payloads.
     lending: Mutex<Lending>,
+    /// Events taken from the subscription by [`prepare_wait`](Subscriber::prepare_wait)
+    /// (whose protocol takes them all before arming), for `try_event`/`events` (at most
+    /// `MAX_EVENTS`, the oldest dropped, as the subscription's own queue does).
+    held_events: Mutex<VecDeque<SubscriptionEvent>>,
     /// The topic.
     topic: String,
 }
@@ -58,7 +65,12 @@ impl Subscriber {
     /// The Python object of a new subscription.
     pub(crate) fn new(subscription: Subscription) -> Subscriber {
         let topic = subscription.topic().to_owned();
-        Subscriber { subscription: Mutex::new(Some(subscription)), lending: Mutex::default(), topic }
+        Subscriber {
+            subscription: Mutex::new(Some(subscription)),
+            lending: Mutex::default(),
+            held_events: Mutex::default(),
+            topic,
+        }
     }
 
     /// The lending state, locked.
@@ -194,14 +206,55 @@ impl Subscriber {
 
     /// The next event about this subscriber's connections, or ``None``.
     fn try_event(&self, py: Python<'_>) -> PyResult<Option<Event>> {
-        Ok(self.with_subscription(py, true, |s| Ok(s.try_event()))?.map(Event::from))
+        let event = self.with_subscription(py, true, |s| {
+            let held = self.held_events.lock().map_err(|_| Error::Closed("a lock was poisoned"))?.pop_front();
+            Ok(held.or_else(|| s.try_event()))
+        })?;
+        Ok(event.map(Event::from))
     }
 
     /// Every event held now, oldest first.
     fn events(&self, py: Python<'_>) -> PyResult<Vec<Event>> {
-        let events =
-            self.with_subscription(py, true, |s| Ok(std::iter::from_fn(|| s.try_event()).collect::<Vec<_>>()))?;
+        let events = self.with_subscription(py, true, |s| {
+            let mut events: Vec<_> =
+                self.held_events.lock().map_err(|_| Error::Closed("a lock was poisoned"))?.drain(..).collect();
+            events.extend(std::iter::from_fn(|| s.try_event()));
+            Ok(events)
+        })?;
         Ok(events.into_iter().map(Event::from).collect())
+    }
+
+    /// The descriptor an event loop waits on (``loop.add_reader``): it polls readable when
+    /// something may have arrived since :meth:`prepare_wait`. Never read or close it. The
+    /// protocol: take what is there (:meth:`try_recv` until ``None``); then
+    /// :meth:`prepare_wait`; if it returns ``True`` take again, else wait until the descriptor
+    /// is readable, then take again. :class:`AsyncSubscriber` does this for asyncio.
+    fn fileno(&self, py: Python<'_>) -> PyResult<i32> {
+        self.with_subscription(py, false, |s| Ok(s.ready_fd()?.as_raw_fd()))
+    }
+
+    /// Arms :meth:`fileno` before a wait (it takes the events waiting first, and keeps them
+    /// for :meth:`events`). Returns ``True`` when something may be ready already: take it
+    /// instead of waiting. Ends the current message's lend, as a receive does.
+    fn prepare_wait(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with_subscription(py, true, |s| {
+            let mut held = self.held_events.lock().map_err(|_| Error::Closed("a lock was poisoned"))?;
+            while let Some(event) = s.try_event() {
+                if held.len() == MAX_EVENTS {
+                    held.pop_front();
+                }
+                held.push_back(event);
+            }
+            drop(held);
+            s.prepare_wait()
+        })
+    }
+
+    /// An asynchronous iterator over messages, for ``async for msg in sub`` (see
+    /// :class:`AsyncSubscriber`).
+    fn __aiter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let asynchronous = py.import("rdma_pubsub._aio")?.getattr("AsyncSubscriber")?.call1((slf,))?;
+        Ok(asynchronous.unbind())
     }
 
     /// The publishers connected now.
