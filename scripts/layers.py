@@ -26,7 +26,7 @@ import sys
 # The workspace's library crates, bottom up: each may depend only on those before it.
 LAYERS = ["rdma-fabric", "rdma-wire", "rdma-pubsub"]
 # The source trees whose folders are checked.
-SOURCE_TREES = ["fabric/src", "wire/src", "src"]
+SOURCE_TREES = ["fabric/src", "wire/src", "src", "python/src"]
 
 
 def module_of(path, root):
