@@ -92,8 +92,8 @@ pub struct Message {
     released: AtomicBool,
     /// Its sequence number in its publisher's stream.
     seq: u64,
-    /// Who published it.
-    publisher: PublisherInfo,
+    /// Who published it (made a Python object only when asked for).
+    publisher: rdma_pubsub::PublisherInfo,
 }
 
 impl Message {
@@ -103,7 +103,7 @@ impl Message {
         generation: u64,
         bytes: LentBytes,
         seq: u64,
-        publisher: PublisherInfo,
+        publisher: rdma_pubsub::PublisherInfo,
     ) -> Message {
         Message { subscriber, generation, bytes, released: AtomicBool::new(false), seq, publisher }
     }
@@ -125,7 +125,7 @@ impl Message {
     /// Who published it.
     #[getter]
     fn publisher(&self) -> PublisherInfo {
-        self.publisher.clone()
+        PublisherInfo::from(self.publisher)
     }
 
     /// The payload as a read-only ``memoryview`` (zero copy; release it, or let it go, before

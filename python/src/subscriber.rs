@@ -137,7 +137,7 @@ impl Subscriber {
             None => Ok(Ok(None)),
             Some(Received::Closed(why)) => Ok(Err(why)),
             Some(Received::Message { generation, bytes, seq, publisher }) => {
-                Ok(Ok(Some(Message::new(slf.clone().unbind(), generation, bytes, seq, publisher.into()))))
+                Ok(Ok(Some(Message::new(slf.clone().unbind(), generation, bytes, seq, publisher))))
             }
         }
     }
