@@ -169,7 +169,7 @@ class Node:
     def __init__(
         self,
         *,
-        fabric: Literal["auto", "soft", "verbs"] = "soft",
+        fabric: Literal["auto", "soft", "verbs"] = "auto",
         domain: Optional[int] = None,
         discovery: bool = True,
         peers: Optional[Sequence[str]] = None,

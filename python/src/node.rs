@@ -21,7 +21,8 @@ use crate::subscriber::Subscriber;
 /// (``with Node() as node:``) or call :meth:`close`; publishers and subscribers made by it
 /// stay safe to use after it closes (they then fail with ``ClosedError`` or stop receiving).
 ///
-/// Keyword options: ``fabric`` (``"auto"``, ``"soft"``, ``"verbs"``); ``domain`` (discovery
+/// Keyword options: ``fabric`` (``"auto"``: verbs when an RDMA device is present and the
+/// package was built with the ``verbs`` feature, else ``"soft"``; ``"soft"``; ``"verbs"``); ``domain`` (discovery
 /// domain: nodes of other domains ignore each other); ``discovery`` (find publishers over UDP
 /// multicast, default on); ``peers`` (``"ip:port"`` discovery addresses to announce to by
 /// unicast instead of multicast); ``bind`` (``"ip:port"`` of the node's connection manager);
@@ -37,7 +38,7 @@ pub struct Node {
 #[pymethods]
 impl Node {
     #[new]
-    #[pyo3(signature = (*, fabric = "soft", domain = None, discovery = true, peers = None, bind = None,
+    #[pyo3(signature = (*, fabric = "auto", domain = None, discovery = true, peers = None, bind = None,
         domain_secret = None, domain_secret_file = None, same_host = true, stats = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(

@@ -24,9 +24,21 @@ def test_keyboard_interrupt_ends_a_blocking_recv(pair):
 
 def test_other_threads_run_while_recv_waits(pair):
     publisher, subscriber = pair
-    # The publishing thread needs the GIL while the main thread is blocked in recv.
-    thread = threading.Thread(target=publisher.publish, args=(b"from a thread",))
+    entered = threading.Event()
+    received = []
+
+    def receive():
+        entered.set()
+        received.append(subscriber.recv(timeout=TIMEOUT))
+
+    thread = threading.Thread(target=receive)
     thread.start()
-    message = subscriber.recv(timeout=TIMEOUT)
+    assert entered.wait(TIMEOUT)
+    # This thread needs the GIL to publish while the other one waits in recv: were the GIL
+    # held through the wait, recv would time out with nothing.
+    started = time.monotonic()
+    publisher.publish(b"from the main thread")
     thread.join(timeout=TIMEOUT)
-    assert message is not None and bytes(message) == b"from a thread"
+    assert not thread.is_alive()
+    assert received[0] is not None and bytes(received[0]) == b"from the main thread"
+    assert time.monotonic() - started < TIMEOUT / 2
