@@ -173,6 +173,7 @@ class Node:
         domain: Optional[int] = None,
         discovery: bool = True,
         peers: Optional[Sequence[str]] = None,
+        discovery_port: Optional[int] = None,
         bind: Optional[str] = None,
         domain_secret: Optional[Secret] = None,
         domain_secret_file: Optional[Union[str, "os.PathLike[str]"]] = None,
@@ -206,6 +207,8 @@ class Node:
     ) -> Subscriber: ...
     @property
     def local_addr(self) -> str: ...
+    @property
+    def discovery_addr(self) -> Optional[str]: ...
     @property
     def id(self) -> int: ...
     @property

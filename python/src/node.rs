@@ -24,8 +24,10 @@ use crate::subscriber::Subscriber;
 /// Keyword options: ``fabric`` (``"auto"``: verbs when an RDMA device is present and the
 /// package was built with the ``verbs`` feature, else ``"soft"``; ``"soft"``; ``"verbs"``); ``domain`` (discovery
 /// domain: nodes of other domains ignore each other); ``discovery`` (find publishers over UDP
-/// multicast, default on); ``peers`` (``"ip:port"`` discovery addresses to announce to by
-/// unicast instead of multicast); ``bind`` (``"ip:port"`` of the node's connection manager);
+/// multicast, default on); ``peers`` (``"ip:port"`` discovery addresses of other nodes to
+/// announce to by unicast instead of multicast, their :attr:`discovery_addr`);
+/// ``discovery_port`` (the UDP port discovery listens on: the group's, or with ``peers`` a
+/// free one unless given); ``bind`` (``"ip:port"`` of the node's connection manager);
 /// ``domain_secret`` (``bytes``/``str``) or ``domain_secret_file`` (a path): authenticates
 /// discovery; ``same_host`` (use shared memory with peers on this host, default on);
 /// ``stats`` (write the node's stats file, default off).
@@ -38,8 +40,8 @@ pub struct Node {
 #[pymethods]
 impl Node {
     #[new]
-    #[pyo3(signature = (*, fabric = "auto", domain = None, discovery = true, peers = None, bind = None,
-        domain_secret = None, domain_secret_file = None, same_host = true, stats = false))]
+    #[pyo3(signature = (*, fabric = "auto", domain = None, discovery = true, peers = None, discovery_port = None,
+        bind = None, domain_secret = None, domain_secret_file = None, same_host = true, stats = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -47,6 +49,7 @@ impl Node {
         domain: Option<u16>,
         discovery: bool,
         peers: Option<Vec<String>>,
+        discovery_port: Option<u16>,
         bind: Option<&str>,
         domain_secret: Option<&Bound<'_, PyAny>>,
         domain_secret_file: Option<PathBuf>,
@@ -58,10 +61,15 @@ impl Node {
         } else {
             SameHost::Off
         });
-        let mut discovery_options = if discovery { DiscoveryOptions::default() } else { DiscoveryOptions::disabled() };
-        if let Some(peers) = peers {
-            let peers = peers.iter().map(|p| peer_addr(p)).collect::<PyResult<Vec<_>>>()?;
-            discovery_options = discovery_options.peers(peers).multicast(false);
+        let mut discovery_options = match peers {
+            Some(peers) => DiscoveryOptions::unicast(peers.iter().map(|p| peer_addr(p)).collect::<PyResult<_>>()?),
+            None => DiscoveryOptions::default(),
+        };
+        if let Some(port) = discovery_port {
+            discovery_options = discovery_options.port(port);
+        }
+        if !discovery {
+            discovery_options = DiscoveryOptions::disabled();
         }
         builder = builder.discovery(discovery_options);
         if let Some(domain) = domain {
@@ -195,6 +203,13 @@ impl Node {
     #[getter]
     fn local_addr(&self) -> PyResult<String> {
         py_result(self.with_node(|node| Ok(node.local_addr().to_string())))
+    }
+
+    /// The ``"ip:port"`` discovery listens on (``None`` without discovery): what other nodes'
+    /// ``peers`` name.
+    #[getter]
+    fn discovery_addr(&self) -> PyResult<Option<String>> {
+        py_result(self.with_node(|node| Ok(node.discovery_addr().map(|a| a.to_string()))))
     }
 
     /// The node's id.

@@ -3,7 +3,6 @@
 
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
-use std::time::Duration;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -96,6 +95,7 @@ impl Publisher {
     #[pyo3(signature = (n = 1, timeout = 10.0))]
     fn wait_for_subscribers(&self, py: Python<'_>, n: usize, timeout: f64) -> PyResult<usize> {
         let publisher = self.publisher()?;
+        let millis = u64::try_from(options::duration("timeout", timeout)?.as_millis()).unwrap_or(u64::MAX);
         let deadline = options::deadline(Some(timeout))?;
         let reached = crate::wait::in_slices(py, deadline, |slice| match publisher.wait_for_subscribers(n, slice) {
             Ok(count) => Ok(Some(count)),
@@ -104,10 +104,7 @@ impl Publisher {
         })?;
         match reached {
             Some(count) => Ok(count),
-            None => Err(to_py(Error::Timeout {
-                what: "waiting for subscribers",
-                millis: u64::try_from(Duration::from_secs_f64(timeout).as_millis()).unwrap_or(u64::MAX),
-            })),
+            None => Err(to_py(Error::Timeout { what: "waiting for subscribers", millis })),
         }
     }
 
