@@ -24,10 +24,10 @@ import subprocess
 import sys
 
 # The workspace's library crates, bottom up: each may depend only on those before it (the C
-# ABI, `capi/`, on top).
-LAYERS = ["rdma-fabric", "rdma-wire", "rdma-pubsub", "rdma-pubsub-c"]
+# ABI, `capi/`, and the Python package, `python/`, on top; neither depends on the other).
+LAYERS = ["rdma-fabric", "rdma-wire", "rdma-pubsub", "rdma-pubsub-c", "rdma-pubsub-python"]
 # The source trees whose folders are checked.
-SOURCE_TREES = ["fabric/src", "wire/src", "src", "capi/src"]
+SOURCE_TREES = ["fabric/src", "wire/src", "src", "capi/src", "python/src"]
 
 
 def module_of(path, root):

@@ -29,7 +29,7 @@ cargo clippy --manifest-path fuzz/Cargo.toml --no-default-features --all-targets
 echo "== layers: no cycle between crates or folders, no internals feature"
 python3 scripts/layers.py
 if grep -n '^internals' Cargo.toml */Cargo.toml; then echo "an internals feature is back: crates give the visibility" >&2; exit 1; fi
-for crate in Cargo.toml fabric/Cargo.toml wire/Cargo.toml demo/Cargo.toml capi/Cargo.toml; do
+for crate in Cargo.toml fabric/Cargo.toml wire/Cargo.toml demo/Cargo.toml capi/Cargo.toml python/Cargo.toml; do
   grep -q '^\[lints\]' "$crate" && grep -A1 '^\[lints\]' "$crate" | grep -q 'workspace = true' \
     || { echo "$crate does not take the workspace's lints" >&2; exit 1; }
 done
@@ -47,6 +47,21 @@ RDMA_PUBSUB_TEST_SAME_HOST=off cargo test --release -p rdma-pubsub --no-fail-fas
 cargo test --release -p rdma-pubsub --no-fail-fast --features async --doc -- stream
 echo "== the C API: installed into a temporary prefix, examples built through pkg-config and CMake, C tests, valgrind"
 scripts/capi-tests.sh
+echo "== the Python package (python/): maturin, pytest and numpy from PyPI into a venv, the package built into it, its pytest suite"
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+  else
+    echo "python3 cannot make a venv: install python3-venv (as root)" >&2
+    exit 1
+  fi
+fi
+venv="$PWD/target/python-venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy
+VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --release -q -m python/Cargo.toml
+"$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests
 echo "== fuzz targets (their own workspace): built, and 20,000 runs of each without libFuzzer"
 cargo run --release --manifest-path fuzz/Cargo.toml --no-default-features --bin fuzz-loop -- all 20000
 echo "== verbs provider inside the Soft-RoCE guest"
