@@ -68,6 +68,10 @@ typedef enum rps_status {
   RPS_PANIC = 21,
   // Any other failure (the detail says what).
   RPS_ERROR = 22,
+  // A publisher's accept did not prove what the subscription requires (a tag under the
+  // domain secret or the topic's credential answering its connect, or the publisher
+  // discovery announced): refused before anything was read.
+  RPS_UNAUTHENTICATED = 23,
 } rps_status;
 
 // What happened to a subscription's connections (`rps_event.kind`).

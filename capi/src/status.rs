@@ -62,6 +62,10 @@ pub enum rps_status {
     RPS_PANIC = 21,
     /// Any other failure (the detail says what).
     RPS_ERROR = 22,
+    /// A publisher's accept did not prove what the subscription requires (a tag under the
+    /// domain secret or the topic's credential answering its connect, or the publisher
+    /// discovery announced): refused before anything was read.
+    RPS_UNAUTHENTICATED = 23,
 }
 
 /// A failed call: its status and the detail for [`rps_last_error`].
@@ -99,6 +103,7 @@ impl From<Error> for Failure {
             Error::RecordTooLarge { .. } => rps_status::RPS_RECORD_TOO_LARGE,
             Error::MessageTooLarge { .. } => rps_status::RPS_MESSAGE_TOO_LARGE,
             Error::Unreachable { .. } => rps_status::RPS_UNREACHABLE,
+            Error::Unauthenticated { .. } => rps_status::RPS_UNAUTHENTICATED,
             Error::NotConnected { .. } => rps_status::RPS_NOT_CONNECTED,
             Error::Decode { .. } => rps_status::RPS_DECODE,
             Error::Closed(_) => rps_status::RPS_CLOSED,
@@ -192,6 +197,7 @@ pub extern "C" fn rps_status_name(status: rps_status) -> *const c_char {
         rps_status::RPS_DECODE => c"RPS_DECODE",
         rps_status::RPS_PANIC => c"RPS_PANIC",
         rps_status::RPS_ERROR => c"RPS_ERROR",
+        rps_status::RPS_UNAUTHENTICATED => c"RPS_UNAUTHENTICATED",
     };
     name.as_ptr()
 }
@@ -228,5 +234,11 @@ mod tests {
         assert_eq!(Failure::from(refused).status, rps_status::RPS_UNAUTHORIZED);
         let full = Error::Rejected { peer, reason: RejectCode::TooManySubscribers, detail: String::new() };
         assert_eq!(Failure::from(full).status, rps_status::RPS_REJECTED);
+        let impostor = Error::Unauthenticated { peer, detail: "no tag".into() };
+        let failure = Failure::from(impostor);
+        assert_eq!(failure.status, rps_status::RPS_UNAUTHENTICATED);
+        // SAFETY: rps_status_name returns a static NUL-terminated string.
+        let name = unsafe { std::ffi::CStr::from_ptr(rps_status_name(failure.status)) };
+        assert_eq!(name.to_str().unwrap(), "RPS_UNAUTHENTICATED");
     }
 }

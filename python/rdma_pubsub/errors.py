@@ -23,6 +23,7 @@ __all__ = [
     "RecordTooLargeError",
     "MessageTooLargeError",
     "UnreachableError",
+    "UnauthenticatedError",
     "NotConnectedError",
     "EncodeError",
     "DecodeError",
@@ -88,6 +89,12 @@ class MessageTooLargeError(Error):
 
 class UnreachableError(Error, ConnectionError):
     """No node answered at that address (``peer``, ``detail``)."""
+
+
+class UnauthenticatedError(Error, ConnectionError):
+    """A publisher's accept did not prove what the subscriber requires: a tag under the domain
+    secret or the topic's credential answering its connect, or the publisher discovery announced
+    (``peer``, ``detail``). Nothing was read from it."""
 
 
 class NotConnectedError(Error):

@@ -74,6 +74,9 @@ fn exception_of(py: Python<'_>, error: &Error) -> PyResult<PyErr> {
         Error::Unreachable { peer, detail } => {
             ("UnreachableError", vec![("peer", text(py, &peer.to_string())), ("detail", text(py, detail))])
         }
+        Error::Unauthenticated { peer, detail } => {
+            ("UnauthenticatedError", vec![("peer", text(py, &peer.to_string())), ("detail", text(py, detail))])
+        }
         Error::NotConnected { topic } => ("NotConnectedError", vec![("topic", text(py, topic))]),
         Error::Encode { detail } => ("EncodeError", vec![("detail", text(py, detail))]),
         Error::Decode { publisher, seq, detail } => (
