@@ -64,7 +64,7 @@ pub use shared::NodeCounters;
 #[cfg(feature = "async")]
 pub use subscription::MessageStream;
 pub use subscription::{
-    Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
+    LossReason, Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
     SubscriptionEvent, MAX_EVENTS,
 };
 pub use topic::IntoTopic;

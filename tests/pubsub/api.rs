@@ -129,15 +129,16 @@ fn receiving_with_nothing_to_receive_from_says_so_instead_of_waiting_forever() {
     // Never connected, and discovery is off: every receiving call says so at once.
     let mut sub = sub_node.subscriber("nowhere").create().unwrap();
     let started = Instant::now();
-    assert!(matches!(sub.recv(), Err(Error::NotConnected { ref topic }) if topic == "nowhere"));
+    assert!(matches!(sub.recv(), Err(Error::NotConnected { ref topic, discovery: false }) if topic == "nowhere"));
     assert!(matches!(sub.recv_timeout(Duration::MAX), Err(Error::NotConnected { .. })));
     assert!(matches!(sub.recv_ref(WAIT), Err(Error::NotConnected { .. })));
     assert!(matches!(sub.try_recv(), Err(Error::NotConnected { .. })));
     assert!(started.elapsed() < WAIT, "none of them waited");
-    // A connect the publisher's node refuses (no publisher of that topic there) leaves it so.
+    // A connect the publisher's node refuses (no publisher of that topic there): that refusal
+    // is what every receiving call says from then on, at once.
     let err = sub.connect_wait(pub_node.local_addr(), WAIT).expect_err("no publisher of that topic");
     assert!(matches!(err, Error::Rejected { reason: RejectCode::UnknownTopic, .. }), "{err}");
-    assert!(matches!(sub.recv(), Err(Error::NotConnected { .. })));
+    assert!(matches!(sub.recv(), Err(Error::Rejected { reason: RejectCode::UnknownTopic, .. })));
 }
 
 #[test]
@@ -202,11 +203,17 @@ fn a_message_over_the_subscribers_limit_is_a_recv_error_naming_both_sizes() {
     let first = sub.recv_timeout(WAIT).unwrap().expect("the small message");
     assert_eq!(first.data, b"small");
     match sub.recv_timeout(WAIT) {
-        Err(Error::MessageTooLarge { len: l, limit: 65536 }) => assert_eq!(l, len as u64),
-        other => panic!("expected Error::MessageTooLarge naming {len} and 65536, got {other:?}"),
+        Err(Error::MessageOverLimit { len: l, limit: 65536, peer, .. }) => {
+            assert_eq!((l, peer), (len as u64, pub_node.local_addr()))
+        }
+        other => panic!("expected Error::MessageOverLimit naming {len} and 65536, got {other:?}"),
     }
-    // That publisher's connection is closed, and it was the only one: the next call says so.
-    assert!(matches!(sub.recv_timeout(WAIT), Err(Error::Closed(_))));
+    // That publisher is not read further, and it was the only one: every later call says why,
+    // at once.
+    let started = Instant::now();
+    assert!(matches!(sub.recv_timeout(WAIT), Err(Error::MessageOverLimit { len: 102400, .. })));
+    assert!(matches!(sub.recv(), Err(Error::MessageOverLimit { .. })));
+    assert!(started.elapsed() < WAIT, "without waiting");
     let events: Vec<SubscriptionEvent> = std::iter::from_fn(|| sub.try_event()).collect();
     let too_large = events
         .iter()
@@ -245,7 +252,7 @@ fn iter_goes_on_after_a_message_over_the_limit() {
     let got: Vec<Result<Vec<u8>, Error>> = sub.iter().take(2).map(|r| r.map(|m| m.data)).collect();
     let _other = publishing.join().expect("publishing thread");
     assert!(
-        got.iter().any(|r| matches!(r, Err(Error::MessageTooLarge { len: 4096, limit: 1024 }))),
+        got.iter().any(|r| matches!(r, Err(Error::MessageOverLimit { len: 4096, limit: 1024, .. }))),
         "the message over the limit is yielded as an error: {got:?}"
     );
     assert!(got.iter().any(|r| matches!(r, Ok(d) if d == b"after")), "the iterator went on after it: {got:?}");

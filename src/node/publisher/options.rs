@@ -17,7 +17,7 @@ use rdma_wire::ring::Checksum;
 ///
 /// Under every policy a publisher that is dropped ends its stream: subscribers get every
 /// message up to `final_seq` and exactly one `Ended{complete: true}` (never `Disconnected`),
-/// then `recv` returns `Closed` (`pubsub::streams::a_dropped_publisher_ends_the_stream_after_its_last_message`,
+/// then, without discovery, `recv` returns `NotConnected` (`pubsub::streams::a_dropped_publisher_ends_the_stream_after_its_last_message`,
 /// `pubsub::streams::an_orderly_end_is_reported_once_and_never_as_a_disconnect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {

@@ -225,7 +225,10 @@ impl PubState {
     /// Claims a record of `len` payload bytes under the publisher limit (room was checked).
     pub(super) fn claim(&mut self, len: usize) -> Result<Claim> {
         let limit = self.limit;
-        self.producer.claim(len, limit).map_err(Error::from_ring)?.ok_or(Error::Closed("the ring has no room"))
+        self.producer
+            .claim(len, limit)
+            .map_err(Error::from_ring)?
+            .ok_or_else(|| Error::Internal { detail: "a claim found no room after room was checked".into() })
     }
 
     /// Commits a claimed record; returns its sequence number.
@@ -871,7 +874,9 @@ impl PublisherShared {
             None => {
                 // Its SENDs may have completed since the last drain.
                 self.progress(st);
-                take(st).ok_or(Error::Closed("every control send slot of this subscriber is in use"))?
+                take(st).ok_or_else(|| Error::PeerMisbehaved {
+                    detail: "the subscriber takes none of its control messages: every send slot is in use".into(),
+                })?
             }
         };
         let slot = key as u32 * SENDS_PER_SUBSCRIBER + bit;
