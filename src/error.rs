@@ -69,8 +69,10 @@ pub enum Error {
         /// Why.
         detail: String,
     },
-    /// A publisher refused the subscription.
-    #[error("publisher at {peer} rejected the subscription: {reason:?} {detail}")]
+    /// A publisher refused the subscription, or (with
+    /// [`RejectCode::TypeMismatch`](crate::RejectCode::TypeMismatch)) the subscription refused
+    /// the publisher's message type.
+    #[error("publisher at {peer} and this subscription do not connect: {reason:?}: {detail}")]
     Rejected {
         /// The publisher's node.
         peer: SocketAddr,

@@ -19,8 +19,8 @@ use rdma_fabric::{
     RegisteredBuffer, RemoteAddr, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
 use rdma_wire::protocol::{
-    AcceptData, AnnounceKind, Announcement, ConnectData, ConnectFlags, Control, DropReason, PolicyKind, PolicySet,
-    RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
+    AcceptData, AnnounceKind, Announcement, ConnectData, ConnectFlags, Control, DropReason, MessageTypeTag, PolicyKind,
+    PolicySet, RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
 };
 use rdma_wire::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
@@ -398,6 +398,7 @@ fn seeds_accept() -> Vec<Vec<u8>> {
         start_seq: 3,
         first_seq: 4,
         checksum: Checksum::XxHash64,
+        message_type: Some(MessageTypeTag::new(0x1234, "prices::Quote")),
     };
     with_variants(vec![a.encode().unwrap()])
 }

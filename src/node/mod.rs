@@ -18,7 +18,7 @@
 //!
 //! | files | what |
 //! |---|---|
-//! | `identity`, `topic`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids and epochs, the topic check, work-request ids, single-writer counting, the message codec, ack rhythm, READ pacing, the process's spin permits and a subscription's hold on one (`PollPermit`) |
+//! | `identity`, `topic`, `wr_id`, `single_writer`, `message_type`, `type_shape`, `ack_clock`, `pacing`, `spin_permit` | ids and epochs, the topic check, work-request ids, single-writer counting, the message codec and the type fingerprint checked at connect, ack rhythm, READ pacing, the process's spin permits and a subscription's hold on one (`PollPermit`) |
 //! | `shared` | `NodeShared`: the fabric objects and the tables the threads work from (local publishers, connection routes to a `PublisherShared` or a subscription's `FeedSender`, the subscriptions' connectors), called directly |
 //! | `discovery/` | announcing and hearing publishers; each subscription's view of its topic |
 //! | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `Loan`, `Liveness`, the flow-control rules |
@@ -40,6 +40,7 @@ mod stats_export;
 mod stats_registry;
 mod subscription;
 mod topic;
+mod type_shape;
 mod wr_id;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

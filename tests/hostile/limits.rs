@@ -61,6 +61,7 @@ impl HostilePublisher {
                 start_seq: 1,
                 first_seq: 1,
                 checksum: Checksum::Crc32c,
+                message_type: None,
             }
             .encode()
             .unwrap();

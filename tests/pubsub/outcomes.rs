@@ -238,3 +238,70 @@ fn a_refusal_by_the_only_publisher_is_the_error_of_recv() {
     );
     assert!(matches!(sub.try_recv(), Err(Error::Rejected { .. })));
 }
+
+/// `Publisher<String>` into `Subscription<Vec<u64>>` decoded "hello" as `[104, 101, 108, 108,
+/// 111]`: the subscription now refuses the publisher's type at connect, naming both, and the
+/// receive call says so. A raw subscription reads it.
+#[test]
+fn a_subscription_of_another_type_is_refused_naming_both_types_and_raw_reads_anything() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node.publisher("outcome-typed").typed::<String>().create().unwrap();
+    let mut numbers = sub_node
+        .subscriber("outcome-typed")
+        .start(Start::Earliest)
+        .connect(pub_node.local_addr())
+        .typed::<Vec<u64>>()
+        .create()
+        .unwrap();
+    publisher.publish(&"hello".to_string()).unwrap();
+    let (mut numbers, outcome) = bounded("recv", move || {
+        let r = numbers.recv();
+        (numbers, r)
+    });
+    match outcome {
+        Err(Error::Rejected { peer, reason: RejectCode::TypeMismatch, detail }) => {
+            assert_eq!(peer, pub_node.local_addr());
+            assert!(detail.contains("String") && detail.contains("Vec<u64>"), "names both types: {detail}");
+        }
+        other => panic!("expected a TypeMismatch refusal, got {other:?}"),
+    }
+    assert!(matches!(numbers.try_event(), Some(SubscriptionEvent::Rejected { reason: RejectCode::TypeMismatch, .. })));
+    // The same type reads it; so does a raw subscription.
+    let mut strings = sub_node
+        .subscriber("outcome-typed")
+        .start(Start::Earliest)
+        .connect(pub_node.local_addr())
+        .typed::<String>()
+        .create()
+        .unwrap();
+    let m = strings.recv_timeout(WAIT).unwrap().expect("the string");
+    assert_eq!(m.data, "hello");
+    let mut raw = subscribe(&sub_node, "outcome-typed", Start::Earliest, pub_node.local_addr());
+    let m = raw.recv_timeout(WAIT).unwrap().expect("the bytes");
+    assert_eq!(m.data, b"\x05hello", "bincode's length, then the bytes");
+}
+
+/// A schema id the application gives stands for the type on both sides.
+#[test]
+fn a_schema_id_stands_for_the_type_on_both_sides() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node.publisher("outcome-schema").typed::<(u32, u32)>().schema_id(7).create().unwrap();
+    publisher.publish(&(1, 2)).unwrap();
+    let subscriber = |id: u64| {
+        sub_node
+            .subscriber("outcome-schema")
+            .start(Start::Earliest)
+            .connect(pub_node.local_addr())
+            .typed::<(u32, u32)>()
+            .schema_id(id)
+            .create()
+            .unwrap()
+    };
+    let mut same = subscriber(7);
+    assert_eq!(same.recv_timeout(WAIT).unwrap().expect("a message").data, (1, 2));
+    let mut other = subscriber(8);
+    let refused = bounded("recv", move || other.recv());
+    assert!(matches!(refused, Err(Error::Rejected { reason: RejectCode::TypeMismatch, .. })), "{refused:?}");
+}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::reasons::PolicyKind;
-use rdma_wire::protocol::Secret;
+use rdma_wire::protocol::{MessageTypeTag, Secret};
 use rdma_wire::ring::Checksum;
 
 /// What a publisher does when a subscriber falls behind by a whole ring.
@@ -91,6 +91,12 @@ pub(crate) struct PublisherOptions {
     /// ([`PublisherCounters::rejected_unauthorized`](super::PublisherCounters::rejected_unauthorized)). Default `None`: anyone who can reach the
     /// node may subscribe.
     pub credential: Option<Secret>,
+    /// The schema id the application gave for its message type, announced instead of the
+    /// fingerprint of the type's serde shape (default `None`).
+    pub schema_id: Option<u64>,
+    /// What the messages are, announced in the accept data: set by the typed handle from
+    /// its type (`None`: raw bytes).
+    pub message_type: Option<MessageTypeTag>,
 }
 
 impl Default for PublisherOptions {
@@ -104,6 +110,8 @@ impl Default for PublisherOptions {
             checksum: None,
             idle_timeout: Duration::from_secs(30),
             credential: None,
+            schema_id: None,
+            message_type: None,
         }
     }
 }

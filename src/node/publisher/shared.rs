@@ -1053,6 +1053,7 @@ impl PublisherShared {
             start_seq: start.seq,
             first_seq: start.first_seq,
             checksum: st.producer.checksum(),
+            message_type: self.options.message_type.clone(),
         };
         let encoded = match accept.encode() {
             Ok(b) => b,

@@ -129,6 +129,16 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
         self.connect.push(addr);
         self
     }
+    /// Compares `id` with the publishers' message type instead of the fingerprint of this
+    /// subscription's type's serde shape (see [`MessageType`]): publishers that announce the
+    /// same id ([`PublisherBuilder::schema_id`](crate::PublisherBuilder::schema_id)) are read,
+    /// typed ones with another are refused with
+    /// [`RejectCode::TypeMismatch`](crate::RejectCode::TypeMismatch). No effect on a raw
+    /// subscription, which reads any publisher.
+    pub fn schema_id(mut self, id: u64) -> Self {
+        self.options.schema_id = Some(id);
+        self
+    }
     /// Creates the subscription and starts connecting.
     ///
     /// # Errors
@@ -136,7 +146,8 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
     /// [`Error::InvalidOption`](crate::Error::InvalidOption) (the batch size), and
     /// [`Error::Fabric`](crate::Error::Fabric) when the completion queue or a connection
     /// cannot be created.
-    pub fn create(self) -> Result<Subscription<T>> {
+    pub fn create(mut self) -> Result<Subscription<T>> {
+        self.options.message_type = T::type_tag(self.options.schema_id);
         let mut subscription = Subscription::create(self.node.clone(), self.topic?, self.options)?;
         for addr in self.connect {
             subscription.connect(addr)?;

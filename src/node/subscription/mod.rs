@@ -841,6 +841,16 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if accept.topic != self.topic.id() {
             return Err(Error::PeerMisbehaved { detail: "the publisher accepted another topic".into() });
         }
+        if let (Some(ours), Some(theirs)) = (&self.options.message_type, &accept.message_type) {
+            if ours.fingerprint != theirs.fingerprint {
+                let detail = format!(
+                    "the publisher sends {} (type fingerprint {:016x}), this subscription receives {} ({:016x})",
+                    theirs.name, theirs.fingerprint, ours.name, ours.fingerprint
+                );
+                let peer = self.feeds[key].addr();
+                return Err(Error::Rejected { peer, reason: RejectCode::TypeMismatch, detail });
+            }
+        }
         let (id, epoch) = (accept.publisher_id, accept.epoch);
         let skip_through = self
             .feeds

@@ -10,7 +10,7 @@ use crate::ring::Checksum;
 use rdma_fabric::RemoteAddr;
 
 /// The protocol version the goldens below were taken from.
-const GOLDEN_VERSION: u8 = 4;
+const GOLDEN_VERSION: u8 = 5;
 
 /// A fixed secret (the credential and the domain secret of the goldens).
 fn secret() -> Secret {
@@ -42,6 +42,7 @@ fn accept() -> AcceptData {
         start_seq: 7,
         first_seq: 8,
         checksum: Checksum::XxHash64,
+        message_type: Some(MessageTypeTag::new(0x0102_0304_0506_0708, "golden::Quote")),
     }
 }
 
@@ -101,31 +102,31 @@ fn encodings() -> Vec<(String, Vec<u8>)> {
 
 /// The bytes this protocol version sends for each of [`encodings`], as hex.
 const GOLDENS: &[(&str, &str)] = &[
-    ("connect", "0401fdc4d937fe8ec8722b0105fd08070605040302010100"),
+    ("connect", "0501fdc4d937fe8ec8722b0105fd08070605040302010100"),
     (
         "connect with proof",
-        "0401fdc4d937fe8ec8722b0105fd0807060504030201010144443333222211110068e5cf8b01000045dcfc48b0edb1ad44b941699ceb5edb",
+        "0501fdc4d937fe8ec8722b0105fd0807060504030201010144443333222211110068e5cf8b0100005189424f4583d52d1865307bf908bbba",
     ),
     (
         "accept",
-        "0402fdc4d937fe8ec8722bfd00503412007f0000fcefbeaddefc00101000fc0000100003fd080706050403020101fbe0fffc60001000070801",
+        "0502fdc4d937fe8ec8722bfd00503412007f0000fcefbeaddefc00101000fc0000100003fd080706050403020101fbe0fffc6000100007080101fd08070605040302010d676f6c64656e3a3a51756f7465",
     ),
-    ("reject", "0403060b7374616c652070726f6f66"),
-    ("announcement", "04050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b"),
+    ("reject", "0503060b7374616c652070726f6f66"),
+    ("announcement", "05050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b"),
     (
         "sealed announcement",
-        "040605000000000000000068e5cf8b01000004050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722ba733fd80dcbd3ac8f9e6d9be551971a6",
+        "050605000000000000000068e5cf8b01000005050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b5b98d5eb6fca78dbc815ede2ca5cfdbc",
     ),
-    ("ack", "040400fc6000100009"),
-    ("doorbell request", "04040101fb2c01"),
-    ("bye", "040402"),
-    ("doorbell", "040403fa"),
-    ("dropped too slow", "04040400fc00001000"),
-    ("dropped protocol violation", "04040401"),
-    ("dropped shutting down", "04040402"),
-    ("dropped idle", "04040403fb3075"),
-    ("end of stream", "0404052a"),
-    ("credit wanted", "040406fbfb00"),
+    ("ack", "050400fc6000100009"),
+    ("doorbell request", "05040101fb2c01"),
+    ("bye", "050402"),
+    ("doorbell", "050403fa"),
+    ("dropped too slow", "05040400fc00001000"),
+    ("dropped protocol violation", "05040401"),
+    ("dropped shutting down", "05040402"),
+    ("dropped idle", "05040403fb3075"),
+    ("end of stream", "0504052a"),
+    ("credit wanted", "050406fbfb00"),
 ];
 
 #[test]

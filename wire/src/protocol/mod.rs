@@ -14,7 +14,7 @@
 //! | message | carrier | fields |
 //! |---|---|---|
 //! | [`ConnectData`] (at most 56 bytes) | connect private data | topic id, start (latest, earliest), policies accepted, subscriber node id, flags, optional credential proof (nonce, time in ms, 16-byte HMAC-SHA256 tag) |
-//! | [`AcceptData`] (at most 196 bytes) | accept private data | topic id, ring address and rkey, region length, capacity, publisher epoch and id, policy, max record payload, start position, start and first sequence, checksum function |
+//! | [`AcceptData`] (at most 196 bytes) | accept private data | topic id, ring address and rkey, region length, capacity, publisher epoch and id, policy, max record payload, start position, start and first sequence, checksum function, message type (fingerprint and name) |
 //! | [`RejectData`] (at most 148 bytes) | reject private data | reason ([`RejectCode`]), detail (at most 140 bytes) |
 //! | [`Control`] (at most 64 bytes) | SEND | subscriber to publisher: ack, doorbell request, bye; publisher to subscriber: doorbell, dropped (with its reason), end of stream, credit wanted |
 //! | [`Announcement`] (at most the datagram MTU) | UD multicast or unicast | kind (hello, heartbeat, goodbye), domain, node id, epoch, connect address, part of parts, topics; with a domain secret sealed: sequence, time, the announcement, a 16-byte HMAC-SHA256 tag |
@@ -39,7 +39,10 @@ mod tests;
 
 pub use announce::{AnnounceKind, Announcement, OpenError, SEAL_OVERHEAD};
 pub use auth::{Secret, SecretError};
-pub use connect::{AcceptData, ConnectData, ConnectFlags, PolicyKind, PolicySet, RejectCode, RejectData, StartAt};
+pub use connect::{
+    AcceptData, ConnectData, ConnectFlags, MessageTypeTag, PolicyKind, PolicySet, RejectCode, RejectData, StartAt,
+    MAX_TYPE_NAME,
+};
 pub use control::{Control, DropReason, CONTROL_MSG_MAX};
 pub use credential::CredentialError;
 pub use credential::{source_network, wall_clock_ms, Admitted, ReplayGuard, MAX_REPLAY_ENTRIES_PER_SOURCE};
@@ -53,4 +56,4 @@ pub use connect::MAX_REJECT_DETAIL;
 pub use credential::{Proof, CONNECT_LABEL, MAX_CLOCK_SKEW, MAX_REPLAY_ENTRIES, PROOF_TAG_LEN};
 
 /// Version of this protocol (first byte of every message).
-pub const PROTOCOL_VERSION: u8 = 4;
+pub const PROTOCOL_VERSION: u8 = 5;

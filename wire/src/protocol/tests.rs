@@ -40,6 +40,7 @@ fn largest_accept() -> AcceptData {
         start_seq: u64::MAX,
         first_seq: u64::MAX,
         checksum: Checksum::XxHash64,
+        message_type: Some(MessageTypeTag::new(u64::MAX, &"é".repeat(MAX_TYPE_NAME))),
     }
 }
 
