@@ -172,9 +172,10 @@ impl NodeBuilder {
         self.stats_dir = dir;
         self
     }
-    /// How often the stats file is rewritten (default 100 ms, at least 1 ms).
+    /// How often the stats file is rewritten (default 100 ms, at least 1 ms: `build` refuses
+    /// less).
     pub fn stats_interval(mut self, interval: Duration) -> Self {
-        self.stats_interval = interval.max(Duration::from_millis(1));
+        self.stats_interval = interval;
         self
     }
     /// How the node discovers peers (default: multicast on [`discovery::DEFAULT_GROUP`]:
@@ -196,8 +197,14 @@ impl NodeBuilder {
     /// [`Error::Fabric`](crate::Error::Fabric) when the fabric cannot be opened (no such device or provider, the
     /// address is in use or not local); [`Error::InvalidOption`](crate::Error::InvalidOption) for discovery options out of
     /// range, or a domain secret file (`RDMA_PUBSUB_DOMAIN_SECRET_FILE`) that cannot be read or
-    /// holds no valid secret.
+    /// holds no valid secret, or a [`stats_interval`](Self::stats_interval) under 1 ms.
     pub fn build(mut self) -> Result<Node> {
+        if self.stats_interval < MIN_STATS_INTERVAL {
+            return Err(crate::Error::InvalidOption {
+                option: "stats_interval",
+                detail: format!("must be at least 1 ms, got {:?}", self.stats_interval),
+            });
+        }
         if let Some(domain) = self.domain {
             self.discovery.domain = domain;
         }
@@ -366,6 +373,9 @@ fn start_exporter(shared: &Arc<NodeShared>, dir: &Path, interval: Duration) -> O
         }
     }
 }
+
+/// The shortest [`NodeBuilder::stats_interval`].
+const MIN_STATS_INTERVAL: Duration = Duration::from_millis(1);
 
 /// The default bind address of a node: loopback.
 pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);

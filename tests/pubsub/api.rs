@@ -302,3 +302,61 @@ fn topics_are_key_expressions_without_wildcards_checked_once_for_publishers_and_
     let again = node.publisher(String::from("sensors/kitchen")).create().map(|_| ()).unwrap_err();
     assert!(matches!(again, Error::AlreadyPublishing { .. }), "{again:?}");
 }
+
+#[test]
+fn options_out_of_range_are_refused_naming_their_real_bounds() {
+    let zero = Node::builder()
+        .discovery(rdma_pubsub::DiscoveryOptions::disabled())
+        .stats_interval(Duration::ZERO)
+        .build()
+        .expect_err("a zero stats interval");
+    assert!(
+        matches!(&zero, Error::InvalidOption { option: "stats_interval", detail } if detail.contains("at least 1 ms")),
+        "{zero}"
+    );
+    let node = node_without_discovery();
+    let empty = node.subscriber("bounded-options").max_message_len(0).create().expect_err("max_message_len 0");
+    assert!(
+        matches!(&empty, Error::InvalidOption { option: "max_message_len", detail } if detail.contains("1..=4294967295")),
+        "{empty}"
+    );
+    let huge = node.subscriber("bounded-options").max_message_len(1 << 40).create().expect_err("over u32");
+    assert!(matches!(huge, Error::InvalidOption { option: "max_message_len", .. }), "{huge}");
+    node.subscriber("bounded-options").max_message_len(u32::MAX.into()).create().expect("the largest is fine");
+}
+
+#[test]
+fn close_waits_at_most_its_timeout_and_says_whether_everything_was_consumed() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    // A subscriber that reads everything (its acks come from its receive calls): close
+    // returns Ok.
+    let publisher = pub_node.publisher("closing-read").create().unwrap();
+    let mut reader = subscribe(&sub_node, "closing-read", Start::Earliest, pub_node.local_addr());
+    publisher.publish(b"read").unwrap();
+    let closer = thread::spawn(move || publisher.close(WAIT));
+    let got: Vec<_> = reader.iter().map(|m| m.expect("a message").data).collect();
+    assert_eq!(got, [b"read"]);
+    closer.join().expect("closing thread").expect("everything was consumed");
+    // A subscriber that reads nothing (a Block publisher, so nothing is overwritten): a close
+    // without waiting returns at once, says so, and the subscriber learns what it lost.
+    let publisher = pub_node.publisher("closing-unread").linger(WAIT).create().unwrap();
+    let mut idle = subscribe(&sub_node, "closing-unread", Start::Earliest, pub_node.local_addr());
+    for i in 0..3u8 {
+        publisher.publish(&[i]).unwrap();
+    }
+    let started = Instant::now();
+    let outcome = publisher.close(Duration::ZERO);
+    assert!(started.elapsed() < Duration::from_secs(1), "close(ZERO) took {:?}", started.elapsed());
+    assert!(matches!(outcome, Err(Error::Timeout { what: "close", millis: 0 })), "{outcome:?}");
+    let got = idle.iter().inspect(|m| assert!(m.is_ok(), "{m:?}")).count() as u64;
+    let events: Vec<_> = std::iter::from_fn(|| idle.try_event()).collect();
+    let lost: u64 = events
+        .iter()
+        .map(|e| match e {
+            SubscriptionEvent::Lost { count, reason: rdma_pubsub::LossReason::PublisherClosed, .. } => *count,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(got + lost, 3, "{events:?}");
+}

@@ -79,7 +79,12 @@ impl<'n, T: ?Sized + MessageType> PublisherBuilder<'n, T> {
         self.options.max_subscribers = n;
         self
     }
-    /// On drop, how long to wait for subscribers to consume what was published (default 2 s).
+    /// How long dropping the publisher waits for subscribers to consume what was published
+    /// (default 2 s; `Duration::MAX`: as long as they take, bounded by their
+    /// [`idle_timeout`](Self::idle_timeout)). The drop blocks at most this, and 20 ms more to
+    /// post the end of stream; what a subscriber did not READ by then it reports lost
+    /// (`SubscriptionEvent::Lost { reason: PublisherClosed }`). See
+    /// [`Publisher::close`](crate::Publisher::close) for another timeout.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.options.linger = linger;
         self

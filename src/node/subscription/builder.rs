@@ -96,9 +96,10 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
         self.options.spin = spin;
         self
     }
-    /// Largest message reassembled (default 64 MiB): a larger one is
-    /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) from the next receive, naming
-    /// both sizes, and its publisher is not read further
+    /// Largest message reassembled, 1 byte to `u32::MAX` (4 GiB - 1, the largest message a
+    /// publisher sends; default 64 MiB): a larger one is
+    /// [`Error::MessageOverLimit`](crate::Error::MessageOverLimit) from the next receive, naming
+    /// the publisher and both sizes, and its publisher is not read further
     /// ([`SubscriptionEvent::MessageTooLarge`](crate::SubscriptionEvent::MessageTooLarge)).
     pub fn max_message_len(mut self, bytes: u64) -> Self {
         self.options.max_message_len = bytes;
@@ -143,7 +144,8 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
     ///
     /// # Errors
     /// [`Error::InvalidTopic`](crate::Error::InvalidTopic),
-    /// [`Error::InvalidOption`](crate::Error::InvalidOption) (the batch size), and
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) (the batch size, a
+    /// `max_message_len` out of `1..=u32::MAX`), and
     /// [`Error::Fabric`](crate::Error::Fabric) when the completion queue or a connection
     /// cannot be created.
     pub fn create(mut self) -> Result<Subscription<T>> {

@@ -123,8 +123,9 @@ pub enum LossReason {
     /// The publisher ([`Policy::Overwrite`](crate::Policy::Overwrite)) wrote over them before
     /// this subscription READ them.
     Overwritten,
-    /// The publisher closed (its [`linger`](crate::PublisherBuilder::linger) over) before
-    /// this subscription READ them.
+    /// The publisher closed (its [`linger`](crate::PublisherBuilder::linger) or
+    /// [`Publisher::close`](crate::Publisher::close)'s timeout over) before this subscription
+    /// READ them.
     PublisherClosed,
 }
 

@@ -171,6 +171,14 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if options.batch < 4096 || options.batch > 64 << 20 {
             return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
         }
+        if options.max_message_len == 0 || options.max_message_len > u64::from(u32::MAX) {
+            let detail = format!(
+                "must be in 1..={} bytes (a message's length is a u32), got {}",
+                u32::MAX,
+                options.max_message_len
+            );
+            return Err(Error::InvalidOption { option: "max_message_len", detail });
+        }
         let depth = 4096.min(node.fabric().attributes().max_cqe);
         let cq = node.fabric().create_cq(depth)?;
         let (events_tx, events_rx) = channel::unbounded();
