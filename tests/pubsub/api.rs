@@ -360,3 +360,25 @@ fn close_waits_at_most_its_timeout_and_says_whether_everything_was_consumed() {
         .sum();
     assert_eq!(got + lost, 3, "{events:?}");
 }
+
+#[test]
+fn a_node_removes_the_stats_files_of_its_users_dead_processes_when_it_starts() {
+    let dir = std::env::temp_dir().join(format!("rdma-pubsub-stale-stats-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    }
+    // pid_max is at most 2^22: no process has this pid. A SIGKILLed node leaves such a file.
+    let stale = dir.join("4194305-00000000000000aa.stats");
+    std::fs::write(&stale, "pid 4194305\n").unwrap();
+    let other = dir.join("notes.txt");
+    std::fs::write(&other, "not a stats file").unwrap();
+    let node =
+        builder().discovery(rdma_pubsub::DiscoveryOptions::disabled()).stats_dir(Some(dir.clone())).build().unwrap();
+    assert!(!stale.exists(), "the dead process's stats file was removed");
+    assert!(other.exists(), "other files stay");
+    assert!(node.stats_path().is_some_and(std::path::Path::exists), "the node's own file is there");
+    drop(node);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
