@@ -3,8 +3,9 @@
 //! three policies with a slow subscriber, secure (a domain secret, a credential, a wrong one),
 //! and two processes with discovery.
 //!
-//! `cargo test` builds the examples next to this test's binary; when only this test was built
-//! (`cargo test --test examples`), it builds them first.
+//! The test builds the examples first (with the profile and features it was built with, in its
+//! own target directory; nothing to do when `cargo test` built them already), so that it never
+//! runs a stale one.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -20,10 +21,10 @@ fn profile_dir() -> PathBuf {
     exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps/<test>").to_path_buf()
 }
 
-/// The path of example `name`, built first when it is not there.
+/// The path of example `name`, built (once per run of this test) so that it is not stale.
 fn example(name: &str) -> PathBuf {
-    let path = profile_dir().join("examples").join(name);
-    if !path.exists() {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
         let target_dir = profile_dir().parent().expect("target/<profile>").to_path_buf();
         let mut cargo = Command::new(env!("CARGO"));
         cargo.args(["build", "--examples", "--manifest-path", concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")]);
@@ -36,8 +37,8 @@ fn example(name: &str) -> PathBuf {
         }
         let status = cargo.status().expect("cargo runs");
         assert!(status.success(), "building the examples failed");
-    }
-    path
+    });
+    profile_dir().join("examples").join(name)
 }
 
 /// Runs example `name` to its end (killed after [`WAIT`]); returns what it printed.
