@@ -70,7 +70,7 @@ pub enum Error {
         detail: String,
     },
     /// A publisher refused the subscription, or (with
-    /// [`RejectCode::TypeMismatch`](crate::RejectCode::TypeMismatch)) the subscription refused
+    /// [`RejectCode::TypeMismatch`]) the subscription refused
     /// the publisher's message type.
     #[error("publisher at {peer} and this subscription do not connect: {reason:?}: {detail}")]
     Rejected {

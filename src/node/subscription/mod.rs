@@ -37,9 +37,14 @@
 //! (`try_event`), held in bounded queues (`events.rs`). A closed feed is removed once its
 //! queued messages were delivered and the provider flushed its work requests.
 //!
+//! What each receive call returns in each case (`Closed` only for the subscription's own node
+//! or close; `NotConnected` without a publisher; the refusal of every publisher it knows,
+//! `refusals.rs`) is documented at [`Subscription::recv`].
+//!
 //! Files: this one (`Subscription`, whole), `feed.rs` (`Feed`), `connector.rs` (opening
 //! connections, the connector thread), `feed_channel.rs` (what other threads tell a
-//! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `stream.rs`
+//! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `refusals.rs` (the
+//! publishers that refused or dropped it), `stream.rs`
 //! (feature `async`), `builder.rs`, `options.rs`, `message.rs`, `counters.rs`.
 
 use rdma_wire::Topic;
