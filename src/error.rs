@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use crate::fabric;
-use crate::reasons::RejectCode;
+use crate::reasons::{DropReason, RejectCode};
 use rdma_wire::protocol::{ProtocolError, SecretError};
 use rdma_wire::ring::RingError;
 
@@ -69,8 +69,10 @@ pub enum Error {
         /// Why.
         detail: String,
     },
-    /// A publisher refused the subscription.
-    #[error("publisher at {peer} rejected the subscription: {reason:?} {detail}")]
+    /// A publisher refused the subscription, or (with
+    /// [`RejectCode::TypeMismatch`]) the subscription refused
+    /// the publisher's message type.
+    #[error("publisher at {peer} and this subscription do not connect: {reason:?}: {detail}")]
     Rejected {
         /// The publisher's node.
         peer: SocketAddr,
@@ -119,14 +121,47 @@ pub enum Error {
         /// What the fabric said.
         detail: String,
     },
-    /// A subscription has nothing to receive from: no publisher is connected or being
-    /// connected, and discovery (which would find them) is off, so waiting could never end.
+    /// A subscription has no publisher to receive from now: none is connected or being
+    /// connected. Without discovery (which would find them) this ends the subscription's
+    /// messages (`iter` and the stream end once it was connected); with discovery only
+    /// [`try_recv`](crate::Subscription::try_recv) says so, while `recv` waits for one.
     #[error(
-        "the subscription to {topic:?} has no publisher to receive from and discovery is off: connect one (Subscription::connect) or build the node with discovery"
+        "the subscription to {topic:?} has no publisher to receive from now{}",
+        not_connected_hint(.discovery)
     )]
     NotConnected {
         /// The subscription's topic.
         topic: String,
+        /// Whether discovery is on for the subscription (a publisher may still be announced).
+        discovery: bool,
+    },
+    /// The publisher at `peer` dropped the subscription, saying why (too slow under
+    /// [`Policy::DropSlow`](crate::Policy::DropSlow), idle, a protocol violation): returned by
+    /// the receive calls once no other publisher serves the subscription.
+    #[error("publisher {publisher:016x} at {peer} dropped the subscription: {reason:?}")]
+    Dropped {
+        /// The publisher's node.
+        peer: SocketAddr,
+        /// The publisher's id ([`PublisherInfo::id`](crate::PublisherInfo::id)).
+        publisher: u64,
+        /// Why.
+        reason: DropReason,
+    },
+    /// The publisher at `peer` sent a message longer than the subscription accepts
+    /// ([`SubscriberBuilder::max_message_len`](crate::SubscriberBuilder::max_message_len)): the
+    /// subscription stops reading that publisher, since its stream cannot go on without it.
+    #[error(
+        "publisher {publisher:016x} at {peer} sent a message of {len} bytes, over this subscription's max_message_len of {limit}"
+    )]
+    MessageOverLimit {
+        /// The publisher's node.
+        peer: SocketAddr,
+        /// The publisher's id ([`PublisherInfo::id`](crate::PublisherInfo::id)).
+        publisher: u64,
+        /// The message's length in bytes.
+        len: u64,
+        /// The subscription's limit in bytes.
+        limit: u64,
     },
     /// A value could not be serialized into a message.
     #[error("serializing a message failed: {detail}")]
@@ -145,9 +180,22 @@ pub enum Error {
         /// What the codec said.
         detail: String,
     },
-    /// The subscription has no publisher left and nothing more to deliver, or the node is closed.
+    /// The subscription was closed: its own node was dropped, or
+    /// [`Subscription::close`](crate::Subscription::close) was called. Every call of the
+    /// subscription returns it at once from then on. Nothing else is `Closed`: publishers that
+    /// end, leave or refuse are events, and [`Error::NotConnected`], [`Error::Rejected`],
+    /// [`Error::Dropped`] at the receive call.
     #[error("closed: {0}")]
     Closed(&'static str),
+}
+
+/// What a subscription without a publisher may do about it.
+fn not_connected_hint(discovery: &bool) -> &'static str {
+    if *discovery {
+        " (discovery connects one when it is announced)"
+    } else {
+        ": discovery is off, so connect one (Subscription::connect) or build the node with discovery"
+    }
 }
 
 impl Error {
@@ -188,8 +236,8 @@ impl Error {
     }
 
     /// Whether this error is about one message the subscription could not deliver (it does
-    /// not decode, or it is over the subscription's limit): the next receive goes on.
+    /// not decode, or it is over the subscription's limit): the next receive may go on.
     pub(crate) fn is_undeliverable_message(&self) -> bool {
-        matches!(self, Error::Decode { .. } | Error::MessageTooLarge { .. })
+        matches!(self, Error::Decode { .. } | Error::MessageOverLimit { .. })
     }
 }

@@ -92,10 +92,10 @@
 //!
 //! | failure | what the user sees | test |
 //! |---|---|---|
-//! | a subscriber's connection is cut mid-READ | the victim: an intact gap-free prefix, one `Disconnected`, then `Closed` (or, with discovery, a reconnection); the other subscribers lose nothing; the publisher never errors | `faults::a_subscriber_connection_cut_mid_read_surfaces_and_spares_the_others` |
+//! | a subscriber's connection is cut mid-READ | the victim: an intact gap-free prefix, one `Disconnected`, then `NotConnected` (or, with discovery, a reconnection); the other subscribers lose nothing; the publisher never errors | `faults::a_subscriber_connection_cut_mid_read_surfaces_and_spares_the_others` |
 //! | the publisher's side of connections is cut while acks flow | every subscriber gets `Disconnected`; the publisher drops them and keeps publishing; a new subscriber joins | `faults::publisher_side_cuts_mid_ack_surface_to_every_subscriber_and_publishing_goes_on` |
 //! | a subscriber process is SIGKILLed | the publisher drops it and continues; survivors lose nothing | `faults::a_subscriber_process_killed_mid_stream_is_dropped_and_the_others_lose_nothing` |
-//! | a publisher process is SIGKILLed mid-write (fragmented messages) | an intact prefix, never a partial message, then `Disconnected` and `Closed`; with discovery, `PublisherLost{Silent}` and a reconnection when it restarts, without duplicates | `faults::a_publisher_process_killed_mid_write_leaves_an_intact_prefix_and_a_disconnect`, `discovery::a_crashed_publisher_is_detected_and_its_restart_reconnected` |
+//! | a publisher process is SIGKILLed mid-write (fragmented messages) | an intact prefix, never a partial message, then `Disconnected` and `NotConnected`; with discovery, `PublisherLost{Silent}` and a reconnection when it restarts, without duplicates | `faults::a_publisher_process_killed_mid_write_leaves_an_intact_prefix_and_a_disconnect`, `discovery::a_crashed_publisher_is_detected_and_its_restart_reconnected` |
 //! | a READ races a rewrite of the record | the checksum fails, the record is re-read; never delivered damaged | `torn_reads::overwritten_records_are_never_delivered_torn` (on both soft paths) |
 //! | bad or foreign connect private data | rejected with a reason, counted | `pubsub::connect_data::bad_private_data_is_rejected_with_a_reason_and_counted` |
 //! | junk datagrams on the discovery group | counted, dropped, discovery goes on | `discovery::datagrams::junk_datagrams_are_counted_and_dropped` |
@@ -119,9 +119,9 @@ pub use fabric::FabricKind;
 #[cfg(feature = "async")]
 pub use node::MessageStream;
 pub use node::{
-    DiscoveryCounters, DiscoveryOptions, IntoTopic, Loan, LostReason, Message, MessageRef, MessageType, Node,
-    NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo, Start,
-    SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
+    DiscoveryCounters, DiscoveryOptions, IntoTopic, Loan, LossReason, LostReason, Message, MessageRef, MessageType,
+    Node, NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo,
+    Start, SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
 };
 pub use rdma_wire::protocol::{Secret, SecretError};
 pub use rdma_wire::ring::{Checksum, RingError};

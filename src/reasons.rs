@@ -46,6 +46,10 @@ pub enum RejectCode {
     /// The topic requires a credential and the subscriber did not prove it: no proof, a wrong
     /// one, a stale time or a replayed nonce (the detail says which).
     Unauthorized,
+    /// The publisher's messages are of another type than the subscription's (the detail
+    /// names both): decided by the subscription when the publisher's accept announces its
+    /// type (see [`MessageType`](crate::MessageType)).
+    TypeMismatch,
 }
 
 /// Why a publisher dropped a subscriber.

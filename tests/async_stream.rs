@@ -17,6 +17,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use rdma_pubsub::{
     DiscoveryOptions, Error, FabricKind, Message, MessageStream, MessageType, Node, Start, Subscription,
+    SubscriptionEvent,
 };
 
 /// Bound of every wait for something that must happen.
@@ -130,6 +131,48 @@ async fn the_stream_ends_after_the_publisher_closes() {
     assert!(next(&mut stream).await.is_none(), "the stream ends once the only publisher has closed");
     assert!(next(&mut stream).await.is_none(), "and stays ended");
     closer.join().expect("the closing thread");
+}
+
+#[tokio::test]
+async fn events_are_read_while_streaming_and_an_end_after_a_loss_is_reported() {
+    let (a, _b, mut sub) = pair("async-events");
+    let publisher = a.publisher("async-events").linger(Duration::ZERO).create().expect("publisher");
+    sub.connect_wait(a.local_addr(), WAIT).expect("connect");
+    let mut stream = sub.stream();
+    assert!(
+        matches!(stream.try_event(), Some(SubscriptionEvent::Connected(_))),
+        "the connection, seen while streaming"
+    );
+    for i in 0..3u8 {
+        publisher.publish(&[i]).expect("publish");
+    }
+    // Closed at once: what the stream did not READ yet is reported lost, never dropped silently.
+    drop(publisher);
+    let mut delivered = 0;
+    while let Some(item) = next(&mut stream).await {
+        item.expect("a message");
+        delivered += 1;
+    }
+    let events: Vec<_> = std::iter::from_fn(|| stream.try_event()).collect();
+    let lost: u64 = events.iter().map(|e| if let SubscriptionEvent::Lost { count, .. } = e { *count } else { 0 }).sum();
+    assert_eq!(delivered + lost, 3, "{events:?}");
+    assert!(events.iter().any(|e| matches!(e, SubscriptionEvent::Ended { final_seq: 3, .. })), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_refusal_is_yielded_by_the_stream_then_it_ends() {
+    let (a, _b, mut sub) = pair("async-refused");
+    let right = rdma_pubsub::Secret::new(vec![1; 32]).expect("secret");
+    let _publisher = a.publisher("async-refused").credential(right).create().expect("publisher");
+    sub.connect(a.local_addr()).expect("connect");
+    let mut stream = sub.stream();
+    let item = next(&mut stream).await;
+    assert!(
+        matches!(item, Some(Err(Error::Rejected { reason: rdma_pubsub::RejectCode::Unauthorized, .. }))),
+        "{item:?}"
+    );
+    assert!(next(&mut stream).await.is_none(), "then it ends");
+    assert!(matches!(stream.try_event(), Some(SubscriptionEvent::Rejected { .. })), "and the event says so too");
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 //! killed with SIGKILL mid-stream.
 //!
 //! What must hold: under `Block`, surviving subscribers lose, duplicate or reorder nothing; the
-//! victims get a readable event (`SubscriptionEvent::Disconnected`) and then `Error::Closed`,
+//! victims get a readable event (`SubscriptionEvent::Disconnected`) and then `Error::NotConnected`
 //! after a gap-free, intact prefix of the stream (never a partial or corrupt message); the
 //! publisher drops the dead connection and keeps publishing; nothing hangs: every wait is
 //! bounded.
@@ -91,7 +91,8 @@ fn survivor(mut sub: Subscription, from: u64, to: u64) -> thread::JoinHandle<()>
 }
 
 /// A subscriber that will be cut off: receives an intact, gap-free prefix, then must learn of
-/// the failure as an event and then `Error::Closed`. Reports its progress in `progress`.
+/// the failure as an event and then `Error::NotConnected` (no discovery: its last stream
+/// broke). Reports its progress in `progress`.
 fn victim(mut sub: Subscription, progress: Arc<AtomicU64>) -> thread::JoinHandle<(u64, Vec<SubscriptionEvent>)> {
     thread::spawn(move || {
         let deadline = Instant::now() + WAIT * 3;
@@ -106,8 +107,8 @@ fn victim(mut sub: Subscription, progress: Arc<AtomicU64>) -> thread::JoinHandle
                     progress.store(last, Ordering::Release);
                 }
                 Ok(None) => {}
-                Err(Error::Closed(_)) => break,
-                Err(e) => panic!("the victim's recv failed with {e} instead of Closed"),
+                Err(Error::NotConnected { .. }) => break,
+                Err(e) => panic!("the victim's recv failed with {e} instead of NotConnected"),
             }
         }
         (last, std::iter::from_fn(|| sub.try_event()).collect())

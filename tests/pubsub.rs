@@ -20,7 +20,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::fabric::{self, CmEvent, DataPath, FabricConfig, FabricKind, QpInit, SameHost};
-use rdma_pubsub::{Checksum, DropReason, Error, Message, Node, Policy, RejectCode, Start, SubscriptionEvent};
+use rdma_pubsub::{
+    Checksum, DropReason, Error, LossReason, Message, Node, Policy, RejectCode, Start, SubscriptionEvent,
+};
 use rdma_wire::protocol::{ConnectData, ConnectFlags, PolicySet, RejectData, StartAt, TopicId, PROTOCOL_VERSION};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -136,6 +138,8 @@ fn node_without_discovery() -> Node {
 mod api;
 #[path = "pubsub/connect_data.rs"]
 mod connect_data;
+#[path = "pubsub/outcomes.rs"]
+mod outcomes;
 #[path = "pubsub/policies.rs"]
 mod policies;
 #[path = "pubsub/streams.rs"]

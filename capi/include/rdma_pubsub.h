@@ -72,6 +72,12 @@ typedef enum rps_status {
   // domain secret or the topic's credential answering its connect, or the publisher
   // discovery announced): refused before anything was read.
   RPS_UNAUTHENTICATED = 23,
+  // Every publisher the subscription knows dropped it (too slow under DropSlow, idle, a
+  // protocol violation): the detail names the publisher and the reason.
+  RPS_DROPPED = 24,
+  // The publisher's messages are of another type than the subscription's (both named in
+  // the detail).
+  RPS_TYPE_MISMATCH = 25,
 } rps_status;
 
 // What happened to a subscription's connections (`rps_event.kind`).
@@ -98,6 +104,9 @@ typedef enum rps_event_kind {
   RPS_EVENT_PUBLISHER_LOST = 9,
   // An event of a newer library (see `detail`).
   RPS_EVENT_OTHER = 10,
+  // A publisher's accept did not prove what the subscription requires (domain secret,
+  // credential, the announced publisher): refused before anything was read.
+  RPS_EVENT_UNAUTHENTICATED = 11,
 } rps_event_kind;
 
 // Why a publisher refused a subscription (`rps_event.reject_code` of `RPS_EVENT_REJECTED`).
@@ -120,6 +129,9 @@ typedef enum rps_reject_code {
   RPS_REJECT_UNAUTHORIZED = 7,
   // A reason of a newer library (see `detail`).
   RPS_REJECT_OTHER = 8,
+  // The publisher's messages are of another type than the subscription's (both named in
+  // `detail`).
+  RPS_REJECT_TYPE_MISMATCH = 9,
 } rps_reject_code;
 
 // Which fabric a node runs on (`rps_node_options.fabric`).

@@ -100,6 +100,9 @@ pub enum rps_event_kind {
     RPS_EVENT_PUBLISHER_LOST = 9,
     /// An event of a newer library (see `detail`).
     RPS_EVENT_OTHER = 10,
+    /// A publisher's accept did not prove what the subscription requires (domain secret,
+    /// credential, the announced publisher): refused before anything was read.
+    RPS_EVENT_UNAUTHENTICATED = 11,
 }
 
 /// Why a publisher refused a subscription (`rps_event.reject_code` of `RPS_EVENT_REJECTED`).
@@ -125,6 +128,9 @@ pub enum rps_reject_code {
     RPS_REJECT_UNAUTHORIZED = 7,
     /// A reason of a newer library (see `detail`).
     RPS_REJECT_OTHER = 8,
+    /// The publisher's messages are of another type than the subscription's (both named in
+    /// `detail`).
+    RPS_REJECT_TYPE_MISMATCH = 9,
 }
 
 /// Bytes of `rps_event.detail`, its NUL included.
@@ -154,7 +160,7 @@ impl rps_event {
         let id = |p: &PublisherInfo| p.id;
         let (kind, publisher_id, value, reject_code) = match event {
             SubscriptionEvent::Connected(p) => (RPS_EVENT_CONNECTED, id(p), 0, None),
-            SubscriptionEvent::Lost { publisher, count } => (RPS_EVENT_LOST, id(publisher), *count, None),
+            SubscriptionEvent::Lost { publisher, count, .. } => (RPS_EVENT_LOST, id(publisher), *count, None),
             SubscriptionEvent::Ended { publisher, final_seq, .. } => (RPS_EVENT_ENDED, id(publisher), *final_seq, None),
             SubscriptionEvent::Dropped { publisher, .. } => (RPS_EVENT_DROPPED, id(publisher), 0, None),
             SubscriptionEvent::MessageTooLarge { publisher, len, .. } => {
@@ -167,6 +173,7 @@ impl rps_event {
             SubscriptionEvent::Rejected { reason, .. } => (RPS_EVENT_REJECTED, 0, 0, Some(*reason)),
             SubscriptionEvent::Unreachable { .. } => (RPS_EVENT_UNREACHABLE, 0, 0, None),
             SubscriptionEvent::PublisherLost { .. } => (RPS_EVENT_PUBLISHER_LOST, 0, 0, None),
+            SubscriptionEvent::Unauthenticated { .. } => (RPS_EVENT_UNAUTHENTICATED, 0, 0, None),
             _ => (RPS_EVENT_OTHER, 0, 0, None),
         };
         let reject_code = match reject_code {
@@ -178,6 +185,7 @@ impl rps_event {
             Some(RejectCode::TooManySubscribers) => rps_reject_code::RPS_REJECT_TOO_MANY_SUBSCRIBERS,
             Some(RejectCode::ShuttingDown) => rps_reject_code::RPS_REJECT_SHUTTING_DOWN,
             Some(RejectCode::Unauthorized) => rps_reject_code::RPS_REJECT_UNAUTHORIZED,
+            Some(RejectCode::TypeMismatch) => rps_reject_code::RPS_REJECT_TYPE_MISMATCH,
             Some(_) => rps_reject_code::RPS_REJECT_OTHER,
         };
         let mut detail = [0 as c_char; RPS_EVENT_DETAIL_LEN];

@@ -66,6 +66,12 @@ pub enum rps_status {
     /// domain secret or the topic's credential answering its connect, or the publisher
     /// discovery announced): refused before anything was read.
     RPS_UNAUTHENTICATED = 23,
+    /// Every publisher the subscription knows dropped it (too slow under DropSlow, idle, a
+    /// protocol violation): the detail names the publisher and the reason.
+    RPS_DROPPED = 24,
+    /// The publisher's messages are of another type than the subscription's (both named in
+    /// the detail).
+    RPS_TYPE_MISMATCH = 25,
 }
 
 /// A failed call: its status and the detail for [`rps_last_error`].
@@ -99,9 +105,11 @@ impl From<Error> for Failure {
             Error::AlreadyPublishing { .. } => rps_status::RPS_ALREADY_PUBLISHING,
             Error::InvalidOption { .. } => rps_status::RPS_INVALID_OPTION,
             Error::Rejected { reason: RejectCode::Unauthorized, .. } => rps_status::RPS_UNAUTHORIZED,
+            Error::Rejected { reason: RejectCode::TypeMismatch, .. } => rps_status::RPS_TYPE_MISMATCH,
             Error::Rejected { .. } => rps_status::RPS_REJECTED,
             Error::RecordTooLarge { .. } => rps_status::RPS_RECORD_TOO_LARGE,
-            Error::MessageTooLarge { .. } => rps_status::RPS_MESSAGE_TOO_LARGE,
+            Error::MessageTooLarge { .. } | Error::MessageOverLimit { .. } => rps_status::RPS_MESSAGE_TOO_LARGE,
+            Error::Dropped { .. } => rps_status::RPS_DROPPED,
             Error::Unreachable { .. } => rps_status::RPS_UNREACHABLE,
             Error::Unauthenticated { .. } => rps_status::RPS_UNAUTHENTICATED,
             Error::NotConnected { .. } => rps_status::RPS_NOT_CONNECTED,
@@ -198,6 +206,8 @@ pub extern "C" fn rps_status_name(status: rps_status) -> *const c_char {
         rps_status::RPS_PANIC => c"RPS_PANIC",
         rps_status::RPS_ERROR => c"RPS_ERROR",
         rps_status::RPS_UNAUTHENTICATED => c"RPS_UNAUTHENTICATED",
+        rps_status::RPS_DROPPED => c"RPS_DROPPED",
+        rps_status::RPS_TYPE_MISMATCH => c"RPS_TYPE_MISMATCH",
     };
     name.as_ptr()
 }
@@ -234,6 +244,8 @@ mod tests {
         assert_eq!(Failure::from(refused).status, rps_status::RPS_UNAUTHORIZED);
         let full = Error::Rejected { peer, reason: RejectCode::TooManySubscribers, detail: String::new() };
         assert_eq!(Failure::from(full).status, rps_status::RPS_REJECTED);
+        let other_type = Error::Rejected { peer, reason: RejectCode::TypeMismatch, detail: "String, not u64".into() };
+        assert_eq!(Failure::from(other_type).status, rps_status::RPS_TYPE_MISMATCH);
         let impostor = Error::Unauthenticated { peer, detail: "no tag".into() };
         let failure = Failure::from(impostor);
         assert_eq!(failure.status, rps_status::RPS_UNAUTHENTICATED);

@@ -274,7 +274,7 @@ fn read_topic(mut sub: rdma_pubsub::Subscription, size: fn(u64) -> usize, stream
             }
             Ok(None) if last_message.elapsed() > Duration::from_secs(10) => return,
             Ok(None) => {}
-            Err(rdma_pubsub::Error::Closed(_)) => return,
+            Err(rdma_pubsub::Error::Closed(_) | rdma_pubsub::Error::NotConnected { .. }) => return,
             Err(e) => {
                 println!("a subscriber failed: {e}");
                 checks.damaged.fetch_add(1, Ordering::Relaxed);

@@ -223,7 +223,7 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
                 t.bytes += m.data.len() as u64;
             }
             Ok(None) => {}
-            Err(rdma_pubsub::Error::Closed(_)) => {
+            Err(rdma_pubsub::Error::Closed(_) | rdma_pubsub::Error::NotConnected { .. }) => {
                 events(&mut sub, &mut t);
                 break;
             }

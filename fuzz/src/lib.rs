@@ -20,7 +20,8 @@ use rdma_fabric::{
 };
 use rdma_wire::protocol::{
     AcceptData, AcceptTags, AnnounceKind, Announcement, ConnectAuth, ConnectData, ConnectFlags, Control, DropReason,
-    PolicyKind, PolicySet, RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX, MAX_ANNOUNCEMENT,
+    MessageTypeTag, PolicyKind, PolicySet, RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX,
+    MAX_ANNOUNCEMENT,
 };
 use rdma_wire::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
@@ -404,9 +405,10 @@ fn seeds_accept() -> Vec<Vec<u8>> {
         start_seq: 3,
         first_seq: 4,
         checksum: Checksum::XxHash64,
+        message_type: Some(MessageTypeTag::new(0x1234, "prices::Quote")),
         tags: AcceptTags::default(),
     };
-    let tagged = a.with_tags(Some(7), Some(seed_secret()), Some(seed_secret()));
+    let tagged = a.clone().with_tags(Some(7), Some(seed_secret()), Some(seed_secret()));
     with_variants(vec![a.encode().unwrap(), tagged.encode().unwrap()])
 }
 

@@ -5,7 +5,7 @@ import asyncio
 from typing import Any, Optional
 
 from ._native import Message, Subscriber
-from .errors import ClosedError
+from .errors import ClosedError, NotConnectedError
 
 __all__ = ["AsyncSubscriber"]
 
@@ -65,6 +65,10 @@ class AsyncSubscriber:
         try:
             message = await self.recv()
         except ClosedError:
+            raise StopAsyncIteration from None
+        except NotConnectedError as ended:
+            if getattr(ended, "discovery", True):
+                raise
             raise StopAsyncIteration from None
         assert message is not None  # no timeout: recv returns a message or raises
         return message

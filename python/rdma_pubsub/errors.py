@@ -24,6 +24,8 @@ __all__ = [
     "MessageTooLargeError",
     "UnreachableError",
     "UnauthenticatedError",
+    "TypeMismatchError",
+    "DroppedError",
     "NotConnectedError",
     "EncodeError",
     "DecodeError",
@@ -97,8 +99,18 @@ class UnauthenticatedError(Error, ConnectionError):
     (``peer``, ``detail``). Nothing was read from it."""
 
 
+class DroppedError(Error, ConnectionError):
+    """Every publisher the subscriber knows dropped it (too slow under DropSlow, idle, a protocol
+    violation) (``peer``, ``publisher``, ``reason``)."""
+
+
+class TypeMismatchError(RejectedError):
+    """The publisher's messages are of another type than the subscriber's (``detail`` names both)."""
+
+
 class NotConnectedError(Error):
-    """The subscriber has no publisher and discovery is off: connect one (``topic``)."""
+    """The subscriber has no publisher now (``topic``). With ``discovery`` off, connect one; with
+    it on, a publisher may appear later."""
 
 
 class EncodeError(Error):

@@ -45,7 +45,11 @@ fn exception_of(py: Python<'_>, error: &Error) -> PyResult<PyErr> {
             ("InvalidOptionError", vec![("option", text(py, option)), ("detail", text(py, detail))])
         }
         Error::Rejected { peer, reason, detail } => {
-            let class = if *reason == RejectCode::Unauthorized { "UnauthorizedError" } else { "RejectedError" };
+            let class = match reason {
+                RejectCode::Unauthorized => "UnauthorizedError",
+                RejectCode::TypeMismatch => "TypeMismatchError",
+                _ => "RejectedError",
+            };
             let reason = format!("{reason:?}");
             (
                 class,
@@ -77,7 +81,30 @@ fn exception_of(py: Python<'_>, error: &Error) -> PyResult<PyErr> {
         Error::Unauthenticated { peer, detail } => {
             ("UnauthenticatedError", vec![("peer", text(py, &peer.to_string())), ("detail", text(py, detail))])
         }
-        Error::NotConnected { topic } => ("NotConnectedError", vec![("topic", text(py, topic))]),
+        Error::NotConnected { topic, discovery } => (
+            "NotConnectedError",
+            vec![
+                ("topic", text(py, topic)),
+                ("discovery", discovery.into_pyobject(py)?.to_owned().into_any().unbind()),
+            ],
+        ),
+        Error::Dropped { peer, publisher, reason } => (
+            "DroppedError",
+            vec![
+                ("peer", text(py, &peer.to_string())),
+                ("publisher", publisher.into_pyobject(py)?.into_any().unbind()),
+                ("reason", text(py, &format!("{reason:?}"))),
+            ],
+        ),
+        Error::MessageOverLimit { peer, publisher, len, limit } => (
+            "MessageTooLargeError",
+            vec![
+                ("peer", text(py, &peer.to_string())),
+                ("publisher", publisher.into_pyobject(py)?.into_any().unbind()),
+                ("len", len.into_pyobject(py)?.into_any().unbind()),
+                ("limit", limit.into_pyobject(py)?.into_any().unbind()),
+            ],
+        ),
         Error::Encode { detail } => ("EncodeError", vec![("detail", text(py, detail))]),
         Error::Decode { publisher, seq, detail } => (
             "DecodeError",

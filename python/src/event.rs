@@ -28,9 +28,9 @@ pub struct Event {
     pub final_seq: Option<u64>,
     /// Whether an ended stream was delivered whole.
     pub complete: Option<bool>,
-    /// Why (``"dropped"``, ``"rejected"``, ``"publisher_lost"``).
+    /// Why (``"dropped"``, ``"rejected"``, ``"publisher_lost"``, ``"lost"``).
     pub reason: Option<String>,
-    /// An explanation (``"rejected"``, ``"unreachable"``).
+    /// An explanation (``"rejected"``, ``"unreachable"``, ``"unauthenticated"``).
     pub detail: Option<String>,
     /// A length in bytes over ``limit``.
     pub len: Option<u64>,
@@ -45,11 +45,12 @@ impl From<SubscriptionEvent> for Event {
             SubscriptionEvent::Connected(p) => {
                 Event { kind: "connected", addr: Some(p.addr.to_string()), publisher: info(p), ..Event::default() }
             }
-            SubscriptionEvent::Lost { publisher, count } => Event {
+            SubscriptionEvent::Lost { publisher, count, reason } => Event {
                 kind: "lost",
                 addr: Some(publisher.addr.to_string()),
                 publisher: info(publisher),
                 count: Some(count),
+                reason: Some(format!("{reason:?}")),
                 ..Event::default()
             },
             SubscriptionEvent::Ended { publisher, final_seq, complete } => Event {
@@ -102,6 +103,12 @@ impl From<SubscriptionEvent> for Event {
                 kind: "publisher_lost",
                 addr: Some(addr.to_string()),
                 reason: Some(format!("{reason:?}")),
+                ..Event::default()
+            },
+            SubscriptionEvent::Unauthenticated { addr, detail } => Event {
+                kind: "unauthenticated",
+                addr: Some(addr.to_string()),
+                detail: Some(detail),
                 ..Event::default()
             },
             other => Event { kind: "other", detail: Some(format!("{other:?}")), ..Event::default() },

@@ -39,12 +39,14 @@ pub(crate) struct Lending {
 enum Received {
     /// A message lent in a generation.
     Message { generation: u64, bytes: LentBytes, seq: u64, publisher: rdma_pubsub::PublisherInfo },
-    /// The subscription is closed: every publisher it was connected to has gone.
-    Closed(&'static str),
+    /// The end of the subscription's messages: it is closed (its node or itself), or, without
+    /// discovery, its last publisher's stream ended (`NotConnected`).
+    End(Error),
 }
 
 /// A subscriber of one topic (made by :meth:`Node.subscriber`). Receive with :meth:`recv`,
-/// or iterate: ``for msg in sub`` ends when every publisher it was connected to has gone.
+/// or iterate: ``for msg in sub`` ends when the subscriber is closed or, without discovery, when
+/// its last publisher's stream ended (with discovery, publishers that come and go are events).
 /// A message's payload is lent zero copy until the next receive (see :class:`Message`).
 /// Safe to share between threads (calls take turns).
 #[pyclass(module = "rdma_pubsub", frozen)]
@@ -121,21 +123,21 @@ impl Subscriber {
                 publisher: m.publisher,
             })),
             Ok(None) => Ok(None),
-            Err(Error::Closed(why)) => Ok(Some(Received::Closed(why))),
+            Err(e @ (Error::Closed(_) | Error::NotConnected { discovery: false, .. })) => Ok(Some(Received::End(e))),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Receives until `deadline`: the message, `None` on time out, `Err(Closed)` once closed
-    /// (as the value `Ok(Err(..))`, for iteration to tell it apart).
+    /// Receives until `deadline`: the message, `None` on time out, or the error that ends the
+    /// messages (as the value `Ok(Err(..))`, for iteration to tell it apart).
     fn receive_until(
         slf: &Bound<'_, Self>,
         deadline: Option<std::time::Instant>,
-    ) -> PyResult<Result<Option<Message>, &'static str>> {
+    ) -> PyResult<Result<Option<Message>, Error>> {
         let this = slf.get();
         match in_slices(slf.py(), deadline, |slice| this.receive(slice))? {
             None => Ok(Ok(None)),
-            Some(Received::Closed(why)) => Ok(Err(why)),
+            Some(Received::End(e)) => Ok(Err(e)),
             Some(Received::Message { generation, bytes, seq, publisher }) => {
                 Ok(Ok(Some(Message::new(slf.clone().unbind(), generation, bytes, seq, publisher))))
             }
@@ -147,13 +149,15 @@ impl Subscriber {
 impl Subscriber {
     /// Waits for the next message, up to ``timeout`` seconds (``None``: as long as it takes);
     /// returns it, or ``None`` on time out. The GIL is released while waiting; Ctrl-C raises
-    /// ``KeyboardInterrupt``. Raises ``ClosedError`` when every publisher it was connected to
-    /// has gone, ``NotConnectedError`` when it has none and discovery is off, and
+    /// ``KeyboardInterrupt``. Raises ``ClosedError`` once the subscriber or its node is closed,
+    /// ``NotConnectedError`` when it has no publisher and discovery is off (the last one's
+    /// stream ended), the refusal (``RejectedError``, ``DroppedError``, ...) when every
+    /// publisher it knows refused or dropped it, and
     /// ``BufferError`` while a view of the previous message is alive.
     #[pyo3(signature = (timeout = None))]
     fn recv(slf: &Bound<'_, Self>, timeout: Option<f64>) -> PyResult<Option<Message>> {
         let deadline = options::deadline(timeout)?;
-        Self::receive_until(slf, deadline)?.map_err(|why| to_py(Error::Closed(why)))
+        Self::receive_until(slf, deadline)?.map_err(to_py)
     }
 
     /// A message that has arrived already, or ``None``, without blocking.

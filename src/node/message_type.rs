@@ -1,19 +1,41 @@
 //! What a typed handle carries: raw bytes (`[u8]`, the default) or any serde type, encoded
 //! with the crate's one codec configuration (bincode 2, standard: little-endian varints). The
 //! codec stays inside the crate: publishers and subscriptions of one type agree by
-//! construction, and raw bytes cost no encoding at all.
+//! construction, and raw bytes cost no encoding at all. A typed publisher announces what its
+//! type is (a fingerprint of its serde shape, `type_shape.rs`, or a schema id the application
+//! gives, and its name); a typed subscription of another type refuses it at connect.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::type_shape;
 use crate::error::{Error, Result};
+use rdma_wire::protocol::MessageTypeTag;
 
 /// A type messages of a [`Publisher`](crate::Publisher) or [`Subscription`](crate::Subscription)
 /// have: `[u8]` (raw bytes, the default) or any `Serialize + DeserializeOwned` type. Implemented
 /// by the crate for both; there is nothing to implement.
+///
+/// The codec is bincode 2's standard configuration (little-endian, varint integers): a
+/// program in another language reads and writes these bytes with a bincode 2 implementation,
+/// or publishes and subscribes raw bytes.
+///
+/// Types are checked at connect: a typed publisher announces a 64-bit fingerprint of its
+/// type's serde shape (struct and field names, enum variants, primitives; not the module
+/// path, so the same struct defined in two programs matches) or the schema id its application
+/// gave ([`PublisherBuilder::schema_id`](crate::PublisherBuilder::schema_id)), with the
+/// type's name. A typed subscription whose fingerprint differs refuses the publisher:
+/// [`Error::Rejected`] with [`RejectCode::TypeMismatch`](crate::RejectCode::TypeMismatch)
+/// naming both types, at the receive call. A raw subscription (`[u8]`) reads any publisher; a
+/// raw publisher's messages are not checked.
 pub trait MessageType: private::Sealed {
     /// What a subscription delivers: `Vec<u8>` for raw bytes, the value itself for a serde type.
     type Owned;
+
+    /// What a publisher of this type announces, and a subscription compares: `None` for raw
+    /// bytes (or a type whose shape cannot be traced); `schema_id` replaces the fingerprint.
+    #[doc(hidden)]
+    fn type_tag(schema_id: Option<u64>) -> Option<MessageTypeTag>;
 
     /// The bytes of a raw message as they are (no encoding), `None` for a serde value.
     #[doc(hidden)]
@@ -38,6 +60,9 @@ pub trait MessageType: private::Sealed {
 
 impl MessageType for [u8] {
     type Owned = Vec<u8>;
+    fn type_tag(_: Option<u64>) -> Option<MessageTypeTag> {
+        None
+    }
     fn as_raw(value: &Self) -> Option<&[u8]> {
         Some(value)
     }
@@ -58,6 +83,10 @@ impl MessageType for [u8] {
 
 impl<T: Serialize + DeserializeOwned> MessageType for T {
     type Owned = T;
+    fn type_tag(schema_id: Option<u64>) -> Option<MessageTypeTag> {
+        let fingerprint = schema_id.or_else(type_shape::fingerprint::<T>)?;
+        Some(MessageTypeTag::new(fingerprint, std::any::type_name::<T>()))
+    }
     fn as_raw(_: &Self) -> Option<&[u8]> {
         None
     }

@@ -10,21 +10,23 @@
 //! [`crate::stats`]). Data never passes through them: a publisher's thread writes its ring and
 //! handles acks inline; a subscription's thread posts READs and polls its own CQ. There is no
 //! thread per publisher or subscription.
-//!
-//! Files: one type and its impl per file, or one folder when a type's parts carry their own
-//! state. Files of one folder may refer to each other; folders side by side may not form a
-//! cycle (`scripts/layers.py`): `publisher/` and `subscription/` never name each other, and
-//! both may use `discovery/` and the files of this folder.
-//!
-//! | files | what |
-//! |---|---|
-//! | `identity`, `topic`, `wr_id`, `single_writer`, `message_type`, `ack_clock`, `pacing`, `spin_permit` | ids and epochs, the topic check, work-request ids, single-writer counting, the message codec, ack rhythm, READ pacing, the process's spin permits and a subscription's hold on one (`PollPermit`) |
-//! | `shared` | `NodeShared`: the fabric objects and the tables the threads work from (local publishers, connection routes to a `PublisherShared` or a subscription's `FeedSender`, the subscriptions' connectors), called directly |
-//! | `discovery/` | announcing and hearing publishers; each subscription's view of its topic |
-//! | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `Loan`, `Liveness`, the flow-control rules |
-//! | `subscription/` | `Subscription` (`mod.rs`, whole) taking turns over its `Feed`s (`feed.rs`: one publisher's stream, posted, completed, parsed and acked), the `Connector` and its thread, events, the async stream |
-//! | `cm`, `stats_registry`, `stats_export` | the CM thread; the counters exported and the stats snapshot |
-//! | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
+
+// The files of this module (for its maintainers; not part of the API docs):
+//
+// Files: one type and its impl per file, or one folder when a type's parts carry their own
+// state. Files of one folder may refer to each other; folders side by side may not form a
+// cycle (`scripts/layers.py`): `publisher/` and `subscription/` never name each other, and
+// both may use `discovery/` and the files of this folder.
+//
+// | files | what |
+// |---|---|
+// | `identity`, `topic`, `wr_id`, `single_writer`, `message_type`, `type_shape`, `ack_clock`, `pacing`, `spin_permit` | ids and epochs, the topic check, work-request ids, single-writer counting, the message codec and the type fingerprint checked at connect, ack rhythm, READ pacing, the process's spin permits and a subscription's hold on one (`PollPermit`) |
+// | `shared` | `NodeShared`: the fabric objects and the tables the threads work from (local publishers, connection routes to a `PublisherShared` or a subscription's `FeedSender`, the subscriptions' connectors), called directly |
+// | `discovery/` | announcing and hearing publishers; each subscription's view of its topic |
+// | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `Loan`, `Liveness`, the flow-control rules |
+// | `subscription/` | `Subscription` (`mod.rs`, whole) taking turns over its `Feed`s (`feed.rs`: one publisher's stream, posted, completed, parsed and acked), the `Connector` and its thread, events, the async stream |
+// | `cm`, `stats_registry`, `stats_export` | the CM thread; the counters exported and the stats snapshot |
+// | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
 
 mod ack_clock;
 mod cm;
@@ -40,6 +42,7 @@ mod stats_export;
 mod stats_registry;
 mod subscription;
 mod topic;
+mod type_shape;
 mod wr_id;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -64,7 +67,7 @@ pub use shared::NodeCounters;
 #[cfg(feature = "async")]
 pub use subscription::MessageStream;
 pub use subscription::{
-    Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
+    LossReason, Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
     SubscriptionEvent, MAX_EVENTS,
 };
 pub use topic::IntoTopic;
@@ -171,9 +174,10 @@ impl NodeBuilder {
         self.stats_dir = dir;
         self
     }
-    /// How often the stats file is rewritten (default 100 ms, at least 1 ms).
+    /// How often the stats file is rewritten (default 100 ms, at least 1 ms: `build` refuses
+    /// less).
     pub fn stats_interval(mut self, interval: Duration) -> Self {
-        self.stats_interval = interval.max(Duration::from_millis(1));
+        self.stats_interval = interval;
         self
     }
     /// How the node discovers peers (default: multicast on [`discovery::DEFAULT_GROUP`]:
@@ -195,8 +199,14 @@ impl NodeBuilder {
     /// [`Error::Fabric`](crate::Error::Fabric) when the fabric cannot be opened (no such device or provider, the
     /// address is in use or not local); [`Error::InvalidOption`](crate::Error::InvalidOption) for discovery options out of
     /// range, or a domain secret file (`RDMA_PUBSUB_DOMAIN_SECRET_FILE`) that cannot be read or
-    /// holds no valid secret.
+    /// holds no valid secret, or a [`stats_interval`](Self::stats_interval) under 1 ms.
     pub fn build(mut self) -> Result<Node> {
+        if self.stats_interval < MIN_STATS_INTERVAL {
+            return Err(crate::Error::InvalidOption {
+                option: "stats_interval",
+                detail: format!("must be at least 1 ms, got {:?}", self.stats_interval),
+            });
+        }
         if let Some(domain) = self.domain {
             self.discovery.domain = domain;
         }
@@ -250,8 +260,9 @@ impl NodeBuilder {
 /// An embedded pub/sub node: the entry point of the API.
 ///
 /// Dropping the node stops its CM thread and its discovery thread (which says goodbye first):
-/// it accepts no new subscribers and its subscriptions connect to no new publishers;
-/// publishers and subscriptions already created keep working until they are dropped.
+/// it accepts no new subscribers, and its subscriptions are closed: every call of theirs
+/// returns [`Error::Closed`](crate::Error::Closed) at once. Its publishers keep serving the
+/// subscribers connected until they are dropped.
 ///
 /// ```
 /// use rdma_pubsub::{DiscoveryOptions, FabricKind, Node};
@@ -366,6 +377,9 @@ fn start_exporter(shared: &Arc<NodeShared>, dir: &Path, interval: Duration) -> O
         }
     }
 }
+
+/// The shortest [`NodeBuilder::stats_interval`].
+const MIN_STATS_INTERVAL: Duration = Duration::from_millis(1);
 
 /// The default bind address of a node: loopback.
 pub const DEFAULT_BIND: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crossbeam::channel::{self, RecvTimeoutError, Sender};
 
-use super::directory::prepare_dir;
+use super::directory::{prepare_dir, remove_dead};
 use super::Snapshot;
 
 /// The thread that rewrites a node's stats file every interval and removes it on drop.
@@ -19,8 +19,9 @@ pub(crate) struct Exporter {
 }
 
 impl Exporter {
-    /// Creates `dir` (mode 0700) or checks it (see the module doc), writes the first snapshot
-    /// and starts the thread.
+    /// Creates `dir` (mode 0700) or checks it (see the module doc), removes the files of its
+    /// user's dead processes (nodes SIGKILLed could not remove their own, and they would pile
+    /// up), writes the first snapshot and starts the thread.
     pub(crate) fn start(
         dir: &Path,
         file_name: String,
@@ -28,6 +29,11 @@ impl Exporter {
         snapshot: impl Fn() -> Option<Snapshot> + Send + 'static,
     ) -> std::io::Result<Exporter> {
         prepare_dir(dir)?;
+        match remove_dead(dir) {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(dir = %dir.display(), "removed {n} stats files of dead processes"),
+            Err(e) => tracing::debug!(dir = %dir.display(), "removing stats files of dead processes: {e}"),
+        }
         let path = dir.join(&file_name);
         let tmp = dir.join(format!(".{file_name}.tmp"));
         if let Some(s) = snapshot() {

@@ -10,7 +10,7 @@ fn read_to_the_end(sub: &mut Subscription) -> Vec<rdma_pubsub::SubscriptionEvent
         assert!(Instant::now() < deadline, "the stream did not end within {WAIT:?}");
         match sub.recv_timeout(Duration::from_millis(100)) {
             Ok(_) => {}
-            Err(Error::Closed(_)) => break,
+            Err(Error::NotConnected { .. }) => break,
             Err(e) => panic!("unexpected error {e}"),
         }
     }

@@ -129,15 +129,16 @@ fn receiving_with_nothing_to_receive_from_says_so_instead_of_waiting_forever() {
     // Never connected, and discovery is off: every receiving call says so at once.
     let mut sub = sub_node.subscriber("nowhere").create().unwrap();
     let started = Instant::now();
-    assert!(matches!(sub.recv(), Err(Error::NotConnected { ref topic }) if topic == "nowhere"));
+    assert!(matches!(sub.recv(), Err(Error::NotConnected { ref topic, discovery: false }) if topic == "nowhere"));
     assert!(matches!(sub.recv_timeout(Duration::MAX), Err(Error::NotConnected { .. })));
     assert!(matches!(sub.recv_ref(WAIT), Err(Error::NotConnected { .. })));
     assert!(matches!(sub.try_recv(), Err(Error::NotConnected { .. })));
     assert!(started.elapsed() < WAIT, "none of them waited");
-    // A connect the publisher's node refuses (no publisher of that topic there) leaves it so.
+    // A connect the publisher's node refuses (no publisher of that topic there): that refusal
+    // is what every receiving call says from then on, at once.
     let err = sub.connect_wait(pub_node.local_addr(), WAIT).expect_err("no publisher of that topic");
     assert!(matches!(err, Error::Rejected { reason: RejectCode::UnknownTopic, .. }), "{err}");
-    assert!(matches!(sub.recv(), Err(Error::NotConnected { .. })));
+    assert!(matches!(sub.recv(), Err(Error::Rejected { reason: RejectCode::UnknownTopic, .. })));
 }
 
 #[test]
@@ -202,11 +203,17 @@ fn a_message_over_the_subscribers_limit_is_a_recv_error_naming_both_sizes() {
     let first = sub.recv_timeout(WAIT).unwrap().expect("the small message");
     assert_eq!(first.data, b"small");
     match sub.recv_timeout(WAIT) {
-        Err(Error::MessageTooLarge { len: l, limit: 65536 }) => assert_eq!(l, len as u64),
-        other => panic!("expected Error::MessageTooLarge naming {len} and 65536, got {other:?}"),
+        Err(Error::MessageOverLimit { len: l, limit: 65536, peer, .. }) => {
+            assert_eq!((l, peer), (len as u64, pub_node.local_addr()))
+        }
+        other => panic!("expected Error::MessageOverLimit naming {len} and 65536, got {other:?}"),
     }
-    // That publisher's connection is closed, and it was the only one: the next call says so.
-    assert!(matches!(sub.recv_timeout(WAIT), Err(Error::Closed(_))));
+    // That publisher is not read further, and it was the only one: every later call says why,
+    // at once.
+    let started = Instant::now();
+    assert!(matches!(sub.recv_timeout(WAIT), Err(Error::MessageOverLimit { len: 102400, .. })));
+    assert!(matches!(sub.recv(), Err(Error::MessageOverLimit { .. })));
+    assert!(started.elapsed() < WAIT, "without waiting");
     let events: Vec<SubscriptionEvent> = std::iter::from_fn(|| sub.try_event()).collect();
     let too_large = events
         .iter()
@@ -245,7 +252,7 @@ fn iter_goes_on_after_a_message_over_the_limit() {
     let got: Vec<Result<Vec<u8>, Error>> = sub.iter().take(2).map(|r| r.map(|m| m.data)).collect();
     let _other = publishing.join().expect("publishing thread");
     assert!(
-        got.iter().any(|r| matches!(r, Err(Error::MessageTooLarge { len: 4096, limit: 1024 }))),
+        got.iter().any(|r| matches!(r, Err(Error::MessageOverLimit { len: 4096, limit: 1024, .. }))),
         "the message over the limit is yielded as an error: {got:?}"
     );
     assert!(got.iter().any(|r| matches!(r, Ok(d) if d == b"after")), "the iterator went on after it: {got:?}");
@@ -294,4 +301,84 @@ fn topics_are_key_expressions_without_wildcards_checked_once_for_publishers_and_
     assert_eq!(publisher.topic(), "sensors/kitchen");
     let again = node.publisher(String::from("sensors/kitchen")).create().map(|_| ()).unwrap_err();
     assert!(matches!(again, Error::AlreadyPublishing { .. }), "{again:?}");
+}
+
+#[test]
+fn options_out_of_range_are_refused_naming_their_real_bounds() {
+    let zero = Node::builder()
+        .discovery(rdma_pubsub::DiscoveryOptions::disabled())
+        .stats_interval(Duration::ZERO)
+        .build()
+        .expect_err("a zero stats interval");
+    assert!(
+        matches!(&zero, Error::InvalidOption { option: "stats_interval", detail } if detail.contains("at least 1 ms")),
+        "{zero}"
+    );
+    let node = node_without_discovery();
+    let empty = node.subscriber("bounded-options").max_message_len(0).create().expect_err("max_message_len 0");
+    assert!(
+        matches!(&empty, Error::InvalidOption { option: "max_message_len", detail } if detail.contains("1..=4294967295")),
+        "{empty}"
+    );
+    let huge = node.subscriber("bounded-options").max_message_len(1 << 40).create().expect_err("over u32");
+    assert!(matches!(huge, Error::InvalidOption { option: "max_message_len", .. }), "{huge}");
+    node.subscriber("bounded-options").max_message_len(u32::MAX.into()).create().expect("the largest is fine");
+}
+
+#[test]
+fn close_waits_at_most_its_timeout_and_says_whether_everything_was_consumed() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    // A subscriber that reads everything (its acks come from its receive calls): close
+    // returns Ok.
+    let publisher = pub_node.publisher("closing-read").create().unwrap();
+    let mut reader = subscribe(&sub_node, "closing-read", Start::Earliest, pub_node.local_addr());
+    publisher.publish(b"read").unwrap();
+    let closer = thread::spawn(move || publisher.close(WAIT));
+    let got: Vec<_> = reader.iter().map(|m| m.expect("a message").data).collect();
+    assert_eq!(got, [b"read"]);
+    closer.join().expect("closing thread").expect("everything was consumed");
+    // A subscriber that reads nothing (a Block publisher, so nothing is overwritten): a close
+    // without waiting returns at once, says so, and the subscriber learns what it lost.
+    let publisher = pub_node.publisher("closing-unread").linger(WAIT).create().unwrap();
+    let mut idle = subscribe(&sub_node, "closing-unread", Start::Earliest, pub_node.local_addr());
+    for i in 0..3u8 {
+        publisher.publish(&[i]).unwrap();
+    }
+    let started = Instant::now();
+    let outcome = publisher.close(Duration::ZERO);
+    assert!(started.elapsed() < Duration::from_secs(1), "close(ZERO) took {:?}", started.elapsed());
+    assert!(matches!(outcome, Err(Error::Timeout { what: "close", millis: 0 })), "{outcome:?}");
+    let got = idle.iter().inspect(|m| assert!(m.is_ok(), "{m:?}")).count() as u64;
+    let events: Vec<_> = std::iter::from_fn(|| idle.try_event()).collect();
+    let lost: u64 = events
+        .iter()
+        .map(|e| match e {
+            SubscriptionEvent::Lost { count, reason: rdma_pubsub::LossReason::PublisherClosed, .. } => *count,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(got + lost, 3, "{events:?}");
+}
+
+#[test]
+fn a_node_removes_the_stats_files_of_its_users_dead_processes_when_it_starts() {
+    let dir = std::env::temp_dir().join(format!("rdma-pubsub-stale-stats-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).unwrap();
+    }
+    // pid_max is at most 2^22: no process has this pid. A SIGKILLed node leaves such a file.
+    let stale = dir.join("4194305-00000000000000aa.stats");
+    std::fs::write(&stale, "pid 4194305\n").unwrap();
+    let other = dir.join("notes.txt");
+    std::fs::write(&other, "not a stats file").unwrap();
+    let node =
+        builder().discovery(rdma_pubsub::DiscoveryOptions::disabled()).stats_dir(Some(dir.clone())).build().unwrap();
+    assert!(!stale.exists(), "the dead process's stats file was removed");
+    assert!(other.exists(), "other files stay");
+    assert!(node.stats_path().is_some_and(std::path::Path::exists), "the node's own file is there");
+    drop(node);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

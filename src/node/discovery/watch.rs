@@ -40,8 +40,6 @@ pub(crate) struct Watch {
     token: u64,
     rx: Receiver<Sighting>,
     known: HashMap<NodeId, Known>,
-    /// Nodes lost without a goodbye: they may come back, so the subscription keeps waiting.
-    awaiting: HashSet<NodeId>,
     /// Addresses whose publisher ended its stream since discovery last said anything of them:
     /// a refusal from one (`UnknownTopic`, the topic is gone) is that end, not news.
     ended: HashSet<SocketAddr>,
@@ -50,7 +48,7 @@ pub(crate) struct Watch {
 impl Watch {
     pub(crate) fn new(dir: &Directory, topic: TopicId) -> Watch {
         let (token, rx) = dir.watch(topic);
-        Watch { topic, token, rx, known: HashMap::new(), awaiting: HashSet::new(), ended: HashSet::new() }
+        Watch { topic, token, rx, known: HashMap::new(), ended: HashSet::new() }
     }
 
     /// The channel sightings arrive on (to wait on it).
@@ -62,7 +60,6 @@ impl Watch {
     pub(crate) fn apply(&mut self, s: Sighting, now: Instant) -> Option<Lost> {
         match s {
             Sighting::Up { node, addr, .. } => {
-                self.awaiting.remove(&node);
                 self.ended.remove(&addr);
                 self.known.insert(node, Known { addr, next_try: now, backoff: RETRY_MIN });
                 None
@@ -70,11 +67,6 @@ impl Watch {
             Sighting::Down { node, epoch, addr, reason } => {
                 self.known.remove(&node);
                 self.ended.remove(&addr);
-                if matches!(reason, LostReason::Silent | LostReason::Restarted) {
-                    self.awaiting.insert(node);
-                } else {
-                    self.awaiting.remove(&node);
-                }
                 Some(Lost { node, epoch, addr, reason })
             }
         }
@@ -118,12 +110,6 @@ impl Watch {
         for k in self.known.values_mut().filter(|k| k.addr == addr) {
             k.next_try = k.next_try.max(now + RETRY_MIN);
         }
-    }
-
-    /// Whether a publisher may still (re)appear: some are present or were lost without a
-    /// goodbye.
-    pub(crate) fn expects_publishers(&self) -> bool {
-        !self.known.is_empty() || !self.awaiting.is_empty()
     }
 
     /// Unregisters from the directory.

@@ -79,7 +79,12 @@ impl<'n, T: ?Sized + MessageType> PublisherBuilder<'n, T> {
         self.options.max_subscribers = n;
         self
     }
-    /// On drop, how long to wait for subscribers to consume what was published (default 2 s).
+    /// How long dropping the publisher waits for subscribers to consume what was published
+    /// (default 2 s; `Duration::MAX`: as long as they take, bounded by their
+    /// [`idle_timeout`](Self::idle_timeout)). The drop blocks at most this, and 20 ms more to
+    /// post the end of stream; what a subscriber did not READ by then it reports lost
+    /// (`SubscriptionEvent::Lost { reason: PublisherClosed }`). See
+    /// [`Publisher::close`](crate::Publisher::close) for another timeout.
     pub fn linger(mut self, linger: Duration) -> Self {
         self.options.linger = linger;
         self
@@ -109,6 +114,16 @@ impl<'n, T: ?Sized + MessageType> PublisherBuilder<'n, T> {
         self.options.credential = Some(secret);
         self
     }
+    /// Announces `id` as the identity of the message type, instead of the fingerprint of its
+    /// serde shape (see [`MessageType`](crate::MessageType)): subscriptions that give the
+    /// same id ([`SubscriberBuilder::schema_id`](crate::SubscriberBuilder::schema_id)) read it,
+    /// typed ones with another id or none are refused with
+    /// [`RejectCode::TypeMismatch`](crate::RejectCode::TypeMismatch). No effect on a raw
+    /// publisher.
+    pub fn schema_id(mut self, id: u64) -> Self {
+        self.options.schema_id = Some(id);
+        self
+    }
     /// Creates the publisher and announces it (with discovery).
     ///
     /// # Errors
@@ -117,7 +132,8 @@ impl<'n, T: ?Sized + MessageType> PublisherBuilder<'n, T> {
     /// idle timeout), [`Error::AlreadyPublishing`](crate::Error::AlreadyPublishing) when this
     /// node publishes the topic already, and [`Error::Fabric`](crate::Error::Fabric) when the
     /// ring cannot be registered.
-    pub fn create(self) -> Result<Publisher<T>> {
+    pub fn create(mut self) -> Result<Publisher<T>> {
+        self.options.message_type = T::type_tag(self.options.schema_id);
         Publisher::create(self.node.clone(), self.topic?, self.options)
     }
 }

@@ -161,10 +161,33 @@ impl<T: ?Sized + MessageType> Publisher<T> {
     pub fn next_seq(&self) -> u64 {
         self.shared.next_seq()
     }
+
+    /// Closes the publisher, waiting at most `timeout` (any `Duration`; `ZERO` does not wait
+    /// for subscribers): it stops accepting subscribers, waits until every connected
+    /// subscriber consumed everything published (or `timeout` passes), tells each the stream
+    /// ended (`SubscriptionEvent::Ended`; what one did not READ by then it reports as
+    /// `Lost { reason: PublisherClosed }`), and disconnects them. Dropping a publisher does
+    /// the same with its [`linger`](crate::PublisherBuilder::linger) (default 2 s): in an async
+    /// task, close it with a short timeout (or from `spawn_blocking`) rather than drop it.
+    ///
+    /// It blocks at most `timeout` and, past it, 20 ms to post the end of stream.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](crate::Error::Timeout) when a subscriber had not consumed
+    /// everything within `timeout` (it was told the stream ended all the same).
+    pub fn close(self, timeout: Duration) -> Result<()> {
+        if self.shared.close(timeout) {
+            Ok(())
+        } else {
+            Err(crate::Error::Timeout { what: "close", millis: rdma_fabric::time::millis(timeout) })
+        }
+    }
 }
 
 impl<T: ?Sized + MessageType> Drop for Publisher<T> {
+    /// Closes the publisher as [`close`](Publisher::close) does, with its linger.
     fn drop(&mut self) {
-        self.shared.close();
+        let linger = self.shared.linger();
+        self.shared.close(linger);
     }
 }

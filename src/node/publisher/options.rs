@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::reasons::PolicyKind;
-use rdma_wire::protocol::Secret;
+use rdma_wire::protocol::{MessageTypeTag, Secret};
 use rdma_wire::ring::Checksum;
 
 /// What a publisher does when a subscriber falls behind by a whole ring.
@@ -15,14 +15,24 @@ use rdma_wire::ring::Checksum;
 /// | `DropSlow{grace}` | a subscriber that holds the publisher up longer than `grace` is told `Dropped{TooSlow{lag}}` and disconnected; the others are not slowed further | what it received is complete and in order; then `Dropped` |
 /// | `Overwrite` | never waits | in order, no duplicates; after an overrun, `Lost{count}` says exactly how many messages are missing, then it continues from the oldest retained one (`pubsub::policies::overwrite_reports_exact_lost_counts`) |
 ///
-/// Under every policy a publisher that is dropped ends its stream: subscribers get every
-/// message up to `final_seq` and exactly one `Ended{complete: true}` (never `Disconnected`),
-/// then `recv` returns `Closed` (`pubsub::streams::a_dropped_publisher_ends_the_stream_after_its_last_message`,
+/// Under every policy a subscriber that stops acknowledging (its application stops calling
+/// `recv`) while it holds the publisher back is dropped after the publisher's
+/// [`idle_timeout`](crate::PublisherBuilder::idle_timeout) (default 30 s) with
+/// `Dropped { Idle }`: under `Block` a silent subscriber holds the publisher at most that long.
+///
+/// Under every policy a publisher that is dropped (or closed) ends its stream: subscribers
+/// that READ everything within its linger get every message up to `final_seq` and exactly one
+/// `Ended` (never `Disconnected`; `complete` unless a `Lost` preceded it), the others a `Lost
+/// { reason: PublisherClosed }` counting what they missed first; then, without discovery,
+/// `recv` returns `NotConnected` (`pubsub::streams::a_dropped_publisher_ends_the_stream_after_its_last_message`,
 /// `pubsub::streams::an_orderly_end_is_reported_once_and_never_as_a_disconnect`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
     /// Lossless: `publish` waits for the slowest subscriber up to `timeout`, then returns
-    /// [`Error::Timeout`](crate::Error::Timeout).
+    /// [`Error::Timeout`](crate::Error::Timeout). A subscriber that holds it back without
+    /// acknowledging anything for the publisher's
+    /// [`idle_timeout`](crate::PublisherBuilder::idle_timeout) (default 30 s) is dropped
+    /// (`Dropped { Idle }`), so a silent subscriber does not hold it forever.
     Block {
         /// Longest wait of one publish call.
         timeout: Duration,
@@ -91,6 +101,12 @@ pub(crate) struct PublisherOptions {
     /// ([`PublisherCounters::rejected_unauthorized`](super::PublisherCounters::rejected_unauthorized)). Default `None`: anyone who can reach the
     /// node may subscribe.
     pub credential: Option<Secret>,
+    /// The schema id the application gave for its message type, announced instead of the
+    /// fingerprint of the type's serde shape (default `None`).
+    pub schema_id: Option<u64>,
+    /// What the messages are, announced in the accept data: set by the typed handle from
+    /// its type (`None`: raw bytes).
+    pub message_type: Option<MessageTypeTag>,
 }
 
 impl Default for PublisherOptions {
@@ -104,6 +120,8 @@ impl Default for PublisherOptions {
             checksum: None,
             idle_timeout: Duration::from_secs(30),
             credential: None,
+            schema_id: None,
+            message_type: None,
         }
     }
 }

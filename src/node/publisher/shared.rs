@@ -95,10 +95,12 @@
 //!
 //! Parting notices (`part_with`): dropped subscribers get `Dropped{reason}` and, at close,
 //! every subscriber `EndOfStream{final_seq}`; all notices are posted first, then one bounded
-//! wait for all of them (100 ms for drops, `NOTICE_TIMEOUT` 2 s at close), then the
-//! disconnects, so subscribers that take no SENDs cost one wait, not one each. Dropping the
-//! publisher stops accepting, waits up to `linger` (default 2 s) for subscribers to consume
-//! everything (finishing a partly written message, dropping idle subscribers), then parts.
+//! wait for all of them (100 ms for drops; at close, what is left of the linger, at least
+//! `NOTICE_GRACE` 20 ms), then the disconnects, so subscribers that take no SENDs cost one
+//! wait, not one each. Closing the publisher (`Publisher::close(timeout)`, or its drop with
+//! `timeout` its `linger`, default 2 s) stops accepting, waits up to `timeout` for
+//! subscribers to consume everything (finishing a partly written message, dropping idle
+//! subscribers), then parts: what a subscriber did not READ by then it reports lost.
 
 use rdma_wire::Topic;
 use std::collections::HashMap;
@@ -139,7 +141,7 @@ const MAX_SUBSCRIBERS: usize = 4096;
 /// Longest wait for the end-of-stream notices to leave before disconnecting: a bound
 /// for a dead peer; on a live one the send completes in microseconds (milliseconds in an
 /// emulated guest).
-const NOTICE_TIMEOUT: Duration = Duration::from_secs(2);
+const NOTICE_GRACE: Duration = Duration::from_millis(20);
 /// Bytes of one control slot.
 const SLOT: usize = 64;
 /// Shortest [`PublisherBuilder::idle_timeout`](super::PublisherBuilder::idle_timeout): longer than the probe of a silent subscriber
@@ -225,7 +227,10 @@ impl PubState {
     /// Claims a record of `len` payload bytes under the publisher limit (room was checked).
     pub(super) fn claim(&mut self, len: usize) -> Result<Claim> {
         let limit = self.limit;
-        self.producer.claim(len, limit).map_err(Error::from_ring)?.ok_or(Error::Closed("the ring has no room"))
+        self.producer
+            .claim(len, limit)
+            .map_err(Error::from_ring)?
+            .ok_or_else(|| Error::Internal { detail: "a claim found no room after room was checked".into() })
     }
 
     /// Commits a claimed record; returns its sequence number.
@@ -484,13 +489,18 @@ impl PublisherShared {
         }
     }
 
-    /// On the handle's drop: stop accepting, let subscribers consume (bounded by `linger`),
-    /// tell them the stream ended, and disconnect them.
-    pub(super) fn close(&self) {
-        let linger = Deadline::flush(self.options.linger);
+    /// Closes (once; later calls return at once): stop accepting, let subscribers consume
+    /// (bounded by `linger`), tell them the stream ended (bounded by what is left of `linger`,
+    /// at least [`NOTICE_GRACE`]), and disconnect them. Returns whether every subscriber had
+    /// consumed everything.
+    pub(super) fn close(&self, linger: Duration) -> bool {
+        let linger = Deadline::flush(linger);
         let Ok((turn, mut st)) = self.take_turn(self.state.lock(), Deadline::never()) else {
-            return;
+            return true;
         };
+        if st.closing {
+            return true;
+        }
         st.closing = true;
         drop(st);
         self.node.remove_publisher(self.topic.id(), self);
@@ -498,14 +508,20 @@ impl PublisherShared {
         if let Ok(st) = self.finish_unfinished(self.state.lock(), linger) {
             drop(st);
         }
-        self.wait_consumed(linger.at);
+        let consumed = self.wait_consumed(linger.at);
         let mut st = self.state.lock();
         let final_seq = st.producer.tail_seq().saturating_sub(1);
         let parting: Vec<(usize, Control)> =
             st.subs.iter().map(|(k, _)| (k, Control::EndOfStream { final_seq })).collect();
-        self.part_with(&mut st, &parting, Instant::now() + NOTICE_TIMEOUT);
+        self.part_with(&mut st, &parting, linger.at.max(Instant::now() + NOTICE_GRACE));
         drop(st);
         drop(turn);
+        consumed
+    }
+
+    /// How long the handle's drop lingers.
+    pub(super) fn linger(&self) -> Duration {
+        self.options.linger
     }
 }
 
@@ -871,7 +887,9 @@ impl PublisherShared {
             None => {
                 // Its SENDs may have completed since the last drain.
                 self.progress(st);
-                take(st).ok_or(Error::Closed("every control send slot of this subscriber is in use"))?
+                take(st).ok_or_else(|| Error::PeerMisbehaved {
+                    detail: "the subscriber takes none of its control messages: every send slot is in use".into(),
+                })?
             }
         };
         let slot = key as u32 * SENDS_PER_SUBSCRIBER + bit;
@@ -1048,6 +1066,7 @@ impl PublisherShared {
             start_seq: start.seq,
             first_seq: start.first_seq,
             checksum: st.producer.checksum(),
+            message_type: self.options.message_type.clone(),
             tags: AcceptTags::default(),
         }
         // The subscriber's challenge answered under the domain secret, and under the topic's

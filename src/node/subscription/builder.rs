@@ -96,9 +96,10 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
         self.options.spin = spin;
         self
     }
-    /// Largest message reassembled (default 64 MiB): a larger one is
-    /// [`Error::MessageTooLarge`](crate::Error::MessageTooLarge) from the next receive, naming
-    /// both sizes, and its publisher is not read further
+    /// Largest message reassembled, 1 byte to `u32::MAX` (4 GiB - 1, the largest message a
+    /// publisher sends; default 64 MiB): a larger one is
+    /// [`Error::MessageOverLimit`](crate::Error::MessageOverLimit) from the next receive, naming
+    /// the publisher and both sizes, and its publisher is not read further
     /// ([`SubscriptionEvent::MessageTooLarge`](crate::SubscriptionEvent::MessageTooLarge)).
     pub fn max_message_len(mut self, bytes: u64) -> Self {
         self.options.max_message_len = bytes;
@@ -132,14 +133,26 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
         self.connect.push(addr);
         self
     }
+    /// Compares `id` with the publishers' message type instead of the fingerprint of this
+    /// subscription's type's serde shape (see [`MessageType`]): publishers that announce the
+    /// same id ([`PublisherBuilder::schema_id`](crate::PublisherBuilder::schema_id)) are read,
+    /// typed ones with another are refused with
+    /// [`RejectCode::TypeMismatch`](crate::RejectCode::TypeMismatch). No effect on a raw
+    /// subscription, which reads any publisher.
+    pub fn schema_id(mut self, id: u64) -> Self {
+        self.options.schema_id = Some(id);
+        self
+    }
     /// Creates the subscription and starts connecting.
     ///
     /// # Errors
     /// [`Error::InvalidTopic`](crate::Error::InvalidTopic),
-    /// [`Error::InvalidOption`](crate::Error::InvalidOption) (the batch size), and
+    /// [`Error::InvalidOption`](crate::Error::InvalidOption) (the batch size, a
+    /// `max_message_len` out of `1..=u32::MAX`), and
     /// [`Error::Fabric`](crate::Error::Fabric) when the completion queue or a connection
     /// cannot be created.
-    pub fn create(self) -> Result<Subscription<T>> {
+    pub fn create(mut self) -> Result<Subscription<T>> {
+        self.options.message_type = T::type_tag(self.options.schema_id);
         let mut subscription = Subscription::create(self.node.clone(), self.topic?, self.options)?;
         for addr in self.connect {
             subscription.connect(addr)?;

@@ -16,7 +16,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,8 +41,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// What a subscription's connections are opened with, and the state of its discovery.
 pub(crate) struct Connector {
     state: Mutex<ConnectorState>,
-    /// Mirrors `Watch::expects_publishers`, read without the lock by a waiting subscription.
-    expects_publishers: AtomicBool,
 }
 
 struct ConnectorState {
@@ -78,7 +75,6 @@ impl Connector {
         let discovery = node.discovery();
         let watch = (options.auto_connect && discovery.enabled()).then(|| Watch::new(discovery, topic_id));
         let connector = Arc::new(Connector {
-            expects_publishers: AtomicBool::new(false),
             state: Mutex::new(ConnectorState {
                 topic: topic.to_owned(),
                 topic_id,
@@ -104,11 +100,6 @@ impl Connector {
         self.state.lock().watch.as_ref().map(|w| w.receiver().clone())
     }
 
-    /// Whether a publisher may still (re)appear through discovery.
-    pub(super) fn expects_publishers(&self) -> bool {
-        self.expects_publishers.load(Ordering::Acquire)
-    }
-
     /// Applies discovery's sightings and opens the connections due. `wait`: take the state
     /// even when another thread runs the connector (else skip: that thread does the work).
     pub(super) fn run(&self, node: &NodeShared, wait: bool) {
@@ -116,8 +107,6 @@ impl Connector {
         let Some(mut state) = state else { return };
         state.apply_sightings();
         state.open_due(node);
-        let expects = state.watch.as_ref().is_some_and(Watch::expects_publishers);
-        self.expects_publishers.store(expects, Ordering::Release);
     }
 
     /// Opens a connection to the publisher at `addr` unless one is open, starting where the

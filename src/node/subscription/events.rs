@@ -21,22 +21,27 @@ use crate::reasons::{DropReason, RejectCode};
 pub enum SubscriptionEvent {
     /// Connected to a publisher.
     Connected(PublisherInfo),
-    /// The publisher overran this subscription (Overwrite policy): `count` messages were lost
-    /// just before the next one delivered from it.
+    /// Messages of this publisher were lost, `reason` says how: it overran this subscription
+    /// ([`LossReason::Overwritten`], Overwrite policy; they were just before the next one
+    /// delivered from it), or it closed (its linger over) before they were READ
+    /// ([`LossReason::PublisherClosed`]; an `Ended` with `complete: false` follows).
     Lost {
         /// Which publisher.
         publisher: PublisherInfo,
         /// How many messages.
         count: u64,
+        /// Why they were lost.
+        reason: LossReason,
     },
-    /// The publisher closed its stream; `complete` tells whether everything up to `final_seq`
-    /// was delivered.
+    /// The publisher closed its stream (a clean exit): every message up to `final_seq` was
+    /// delivered, but for those a `Lost` event of this publisher counted.
     Ended {
         /// Which publisher.
         publisher: PublisherInfo,
         /// Its last sequence number.
         final_seq: u64,
-        /// Whether nothing was missed.
+        /// Whether nothing of this publisher's stream was lost: no `Lost` event of this
+        /// connection preceded it.
         complete: bool,
     },
     /// The publisher dropped this subscription (DropSlow policy), saying why.
@@ -120,6 +125,19 @@ pub enum SubscriptionEvent {
         /// How discovery knows.
         reason: LostReason,
     },
+}
+
+/// Why messages were lost ([`SubscriptionEvent::Lost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The publisher ([`Policy::Overwrite`](crate::Policy::Overwrite)) wrote over them before
+    /// this subscription READ them.
+    Overwritten,
+    /// The publisher closed (its [`linger`](crate::PublisherBuilder::linger) or
+    /// [`Publisher::close`](crate::Publisher::close)'s timeout over) before this subscription
+    /// READ them.
+    PublisherClosed,
 }
 
 /// Most events a subscription holds for its application.

@@ -68,7 +68,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::reasons::PolicyKind;
+use crate::reasons::{DropReason, PolicyKind};
 use rdma_fabric::{
     ConnId, DataPath, MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode,
     WcStatus, WorkCompletion,
@@ -77,7 +77,7 @@ use rdma_wire::protocol::{AcceptData, Control};
 use rdma_wire::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop, CONTROL_READ_LEN, PROBE_LEN};
 
 use super::counters::SubscriptionCounters;
-use super::events::{EventQueue, SubscriptionEvent};
+use super::events::{EventQueue, LossReason, SubscriptionEvent};
 use super::feed_channel::{AcceptExpectation, OpenedFeed};
 use super::message::PublisherInfo;
 use super::options::SubscriptionOptions;
@@ -138,10 +138,12 @@ pub(super) enum FeedStep {
     Continue,
     /// The feed failed: the subscription tells the application and closes it.
     Failed(Error),
-    /// The publisher's stream ended and everything up to `final_seq` was read.
-    Ended { publisher: PublisherInfo, final_seq: u64 },
-    /// The publisher dropped this subscription (the event is queued already): close the feed.
-    Dropped,
+    /// The publisher's stream ended and everything up to `final_seq` was read (`complete`:
+    /// none of it was lost to an overwrite).
+    Ended { publisher: PublisherInfo, final_seq: u64, complete: bool },
+    /// The publisher dropped this subscription for `reason` (the event is queued already):
+    /// close the feed.
+    Dropped { publisher: PublisherInfo, reason: DropReason },
 }
 
 /// A message taken from a feed for delivery.
@@ -239,6 +241,8 @@ struct ActiveFeed {
     empty_since: Option<Instant>,
     /// The publisher announced the end of its stream after this sequence.
     end: Option<u64>,
+    /// Messages of this stream lost (overwritten before they were READ).
+    lost: u64,
     /// The last parse stopped on a lap: READ the control block next.
     need_control: bool,
     /// Messages up to this sequence were delivered by an earlier connection: skip them.
@@ -342,6 +346,7 @@ impl Feed {
             idle: Idle::Active,
             empty_since: None,
             end: None,
+            lost: 0,
             need_control: false,
             skip_through,
             // Pacing spares the publisher's NIC READs that bring a message or two. On the same
@@ -433,19 +438,39 @@ impl Feed {
     }
 
     /// What the application is told when the connection goes away while the feed is open:
-    /// the end of the stream when the publisher announced it, else a disconnection. `None`
-    /// once the feed is closed (that was told already).
-    pub(super) fn disconnect_event(&self) -> Option<SubscriptionEvent> {
+    /// the end of the stream when the publisher announced it (with what was never READ
+    /// counted lost), else a disconnection. `None` once the feed is closed (that was told
+    /// already).
+    pub(super) fn disconnect_events(&self) -> Option<Vec<SubscriptionEvent>> {
         if self.closed {
             return None;
         }
-        Some(match &self.active {
-            Some(a) => match a.end {
-                Some(final_seq) => SubscriptionEvent::Ended { publisher: a.info, final_seq, complete: false },
-                None => SubscriptionEvent::Disconnected { addr: self.addr, publisher: Some(a.info) },
-            },
-            None => SubscriptionEvent::Disconnected { addr: self.addr, publisher: None },
-        })
+        let publisher = self.publisher();
+        Some(
+            self.unfinished_end()
+                .unwrap_or_else(|| vec![SubscriptionEvent::Disconnected { addr: self.addr, publisher }]),
+        )
+    }
+
+    /// When the publisher announced the end of its stream and the connection went away
+    /// before all of it was READ: what was never READ is lost (a `Lost` event counts it, its
+    /// reason the publisher's close), then the stream ended incomplete. `None` when no end
+    /// was announced.
+    pub(super) fn unfinished_end(&self) -> Option<Vec<SubscriptionEvent>> {
+        let a = self.active.as_ref()?;
+        let final_seq = a.end?;
+        let unread = (final_seq + 1).saturating_sub(a.reader.next_seq().max(a.skip_through + 1));
+        let mut events = Vec::new();
+        if unread > 0 {
+            events.push(SubscriptionEvent::Lost {
+                publisher: a.info,
+                count: unread,
+                reason: LossReason::PublisherClosed,
+            });
+        }
+        let complete = unread == 0 && a.lost == 0;
+        events.push(SubscriptionEvent::Ended { publisher: a.info, final_seq, complete });
+        Some(events)
     }
 
     /// Posts nothing more: the CM's `Disconnected` event will close the feed.
@@ -671,8 +696,11 @@ impl Feed {
         a.caught_up = parsed.stop != Stop::End;
         a.pacer.after_read(Instant::now(), parsed.consumed, plan.len, !a.caught_up);
         if parsed.lost > 0 {
+            a.lost += parsed.lost;
             ctx.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
-            ctx.events.push_back(SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost });
+            let lost =
+                SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost, reason: LossReason::Overwritten };
+            ctx.events.push_back(lost);
         }
         if parsed.stop == Stop::Torn {
             ctx.counters.torn.fetch_add(1, Ordering::Relaxed);
@@ -728,8 +756,9 @@ impl Feed {
                 a.credit_wanted = Some(a.credit_wanted.map_or(position, |p| p.max(position)));
             }
             Ok(Control::Dropped { reason }) => {
-                ctx.events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason: reason.into() });
-                return FeedStep::Dropped;
+                let reason = reason.into();
+                ctx.events.push_back(SubscriptionEvent::Dropped { publisher: a.info, reason });
+                return FeedStep::Dropped { publisher: a.info, reason };
             }
             Ok(Control::EndOfStream { final_seq }) => {
                 a.end = Some(final_seq);
@@ -788,7 +817,7 @@ impl ActiveFeed {
     fn ended(&self) -> FeedStep {
         match self.end {
             Some(final_seq) if self.reader.next_seq() > final_seq => {
-                FeedStep::Ended { publisher: self.info, final_seq }
+                FeedStep::Ended { publisher: self.info, final_seq, complete: self.lost == 0 }
             }
             _ => FeedStep::Continue,
         }

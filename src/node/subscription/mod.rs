@@ -37,11 +37,16 @@
 //! (`try_event`), held in bounded queues (`events.rs`). A closed feed is removed once its
 //! queued messages were delivered and the provider flushed its work requests.
 //!
+//! What each receive call returns in each case (`Closed` only for the subscription's own node
+//! or close; `NotConnected` without a publisher; the refusal of every publisher it knows,
+//! `refusals.rs`) is documented at [`Subscription::recv`].
+//!
 //! Files: this one (`Subscription`, whole), `feed.rs` (`Feed`), `connector.rs` (opening
 //! connections, the connector thread), `feed_channel.rs` (what other threads tell a
-//! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `stream.rs`
-//! (feature `async`), `readiness.rs` (the descriptor of `ready_fd`, for event loops),
-//! `builder.rs`, `options.rs`, `message.rs`, `counters.rs`.
+//! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `refusals.rs` (the
+//! publishers that refused or dropped it), `stream.rs` (feature `async`), `readiness.rs` (the
+//! descriptor of `ready_fd`, for event loops), `builder.rs`, `options.rs`, `message.rs`,
+//! `counters.rs`.
 
 use rdma_wire::Topic;
 use std::collections::HashMap;
@@ -69,12 +74,13 @@ use events::{EventQueue, HeldQueue, MAX_UNDELIVERABLE};
 use feed::{Delivery, Feed, FeedContext, FeedStep, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
 use feed_channel::{EventWaker, FeedEvent, OpenedFeed};
 use readiness::Readiness;
+use refusals::{Refusal, Refusals};
 
 pub use builder::SubscriberBuilder;
 pub(crate) use connector::run_all as run_connectors;
 pub(crate) use connector::Connector;
 pub use counters::SubscriptionCounters;
-pub use events::{SubscriptionEvent, MAX_EVENTS};
+pub use events::{LossReason, SubscriptionEvent, MAX_EVENTS};
 pub(crate) use feed_channel::FeedSender;
 pub use message::{Message, MessageRef, PublisherInfo};
 pub use options::Start;
@@ -91,6 +97,7 @@ mod feed_channel;
 mod message;
 mod options;
 mod readiness;
+mod refusals;
 #[cfg(feature = "async")]
 mod stream;
 
@@ -133,8 +140,14 @@ pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     undeliverable: HeldQueue<Error>,
     /// Where the round-robin over ready feeds goes on.
     cursor: usize,
-    /// It was connected to a publisher once: with none left, `recv` says it is closed.
+    /// It was connected to a publisher once: without discovery, the end of its last stream
+    /// ends `iter` (and the stream) rather than being an error.
     ever_connected: bool,
+    /// The publishers that refused or dropped it: with no publisher left to read, the receive
+    /// calls return the newest refusal.
+    refusals: Refusals,
+    /// Closed by [`close`](Subscription::close): every call returns [`Error::Closed`].
+    closed: bool,
     /// Holds a reassembled message lent by `recv_ref`.
     stash: Vec<u8>,
     /// The spin permit, while the subscription polls (see [`PollPermit`]).
@@ -169,6 +182,14 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if options.batch < 4096 || options.batch > 64 << 20 {
             return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
         }
+        if options.max_message_len == 0 || options.max_message_len > u64::from(u32::MAX) {
+            let detail = format!(
+                "must be in 1..={} bytes (a message's length is a u32), got {}",
+                u32::MAX,
+                options.max_message_len
+            );
+            return Err(Error::InvalidOption { option: "max_message_len", detail });
+        }
         let depth = 4096.min(node.fabric().attributes().max_cqe);
         let cq = node.fabric().create_cq(depth)?;
         let (events_tx, events_rx) = channel::unbounded();
@@ -192,6 +213,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             undeliverable: HeldQueue::new(MAX_UNDELIVERABLE, counters.clone()),
             cursor: 0,
             ever_connected: false,
+            refusals: Refusals::default(),
+            closed: false,
             stash: Vec::new(),
             permit: PollPermit::default(),
             counters,
@@ -225,9 +248,11 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     ///
     /// # Errors
     /// [`Error::Fabric`] when the connection cannot be started (resources, addresses);
-    /// [`Error::InvalidOption`] past 65,536 publishers. Refusals and unreachable nodes arrive
-    /// as events.
+    /// [`Error::InvalidOption`] past 65,536 publishers; [`Error::Closed`] once the
+    /// subscription's node was dropped or the subscription closed. Refusals and unreachable
+    /// nodes arrive as events.
     pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
+        self.check_open()?;
         self.connector.connect(&self.node, addr)?;
         self.drain_feed_events();
         Ok(())
@@ -240,12 +265,15 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// records are larger than this subscription READs, [`Error::Unauthenticated`] when its
     /// accept does not prove what this subscription requires (a domain secret or a credential
     /// tag answering the connect's challenge), [`Error::Unreachable`] when no node
-    /// answers at `addr`, [`Error::Timeout`] when no answer came within `timeout`, and
-    /// [`Error::Closed`] when the connection closed while it was set up.
+    /// answers at `addr` or the connection broke while it was set up, [`Error::Timeout`] when
+    /// no answer came within `timeout`, and [`Error::Closed`] at once when the subscription's
+    /// node was dropped or the subscription closed (before or while waiting); the errors of
+    /// [`connect`](Self::connect).
     pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
         self.connect(addr)?;
         let deadline = rdma_fabric::time::deadline_after(timeout);
         loop {
+            self.check_open()?;
             self.drain_feed_events();
             let open = self.feeds.iter().find(|(_, f)| !f.is_closed() && f.addr() == addr);
             if let Some(info) = open.and_then(|(_, f)| f.publisher()) {
@@ -275,7 +303,10 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                     SubscriptionEvent::Unauthenticated { detail, .. } => {
                         Err(Error::Unauthenticated { peer: addr, detail })
                     }
-                    _ => Err(Error::Closed("the connection closed while it was being set up")),
+                    _ => Err(Error::Unreachable {
+                        peer: addr,
+                        detail: "the connection broke while it was being set up".into(),
+                    }),
                 };
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -295,20 +326,36 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         self.user_events.pop_front()
     }
 
-    /// Waits for the next message (until every publisher has gone: then [`Error::Closed`]).
+    /// Waits for the next message.
+    ///
+    /// What ends the wait, besides a message:
+    /// - with discovery, publishers come and go (as [events](Self::try_event): `Ended`,
+    ///   `PublisherLost`, `Connected`); while none is connected, `recv` waits for one to be
+    ///   announced (`recv_timeout` up to its timeout, [`try_recv`](Self::try_recv) says
+    ///   [`Error::NotConnected`]);
+    /// - without discovery, once no publisher is connected or being connected (the last
+    ///   stream ended, its connection broke, or none was connected), it returns
+    ///   [`Error::NotConnected`] at once;
+    /// - when every publisher it knows has refused the subscription or dropped it, it returns
+    ///   the newest refusal, naming its publisher, at once and on every call, until a publisher
+    ///   accepts it again;
+    /// - once its node was dropped or it was [closed](Self::close), [`Error::Closed`] at once.
     ///
     /// A typed subscription decodes each message; one that is not a `T` is an
     /// [`Error::Decode`] naming its publisher and sequence, and the next call goes on with the
     /// next message.
     ///
     /// # Errors
-    /// [`Error::Decode`] for a message that is not a `T`; [`Error::MessageTooLarge`], naming
-    /// both sizes, for a message over the subscription's
-    /// [`max_message_len`](crate::SubscriberBuilder::max_message_len) (its publisher's
-    /// connection is closed: [`SubscriptionEvent::MessageTooLarge`] names it); after either,
-    /// the next call goes on. [`Error::Closed`] when every publisher it was connected to has gone;
-    /// [`Error::NotConnected`] when it has no publisher and discovery is off; [`Error::Fabric`]
-    /// when its completion queue fails.
+    /// [`Error::Decode`] for a message that is not a `T`; [`Error::MessageOverLimit`], naming
+    /// the publisher and both sizes, for a message over the subscription's
+    /// [`max_message_len`](crate::SubscriberBuilder::max_message_len) (the subscription stops
+    /// reading that publisher: [`SubscriptionEvent::MessageTooLarge`]); after either the next
+    /// call goes on with the other publishers. When every publisher it knows refused or dropped
+    /// it: [`Error::Rejected`] (a wrong or missing credential, no such topic there, ...),
+    /// [`Error::Dropped`] (too slow under `DropSlow`, idle), [`Error::MessageOverLimit`] or
+    /// [`Error::RecordTooLarge`]. [`Error::NotConnected`] when it has no publisher and
+    /// discovery is off; [`Error::Closed`] when its node was dropped or it was closed;
+    /// [`Error::Fabric`] when its completion queue fails.
     pub fn recv(&mut self) -> Result<Message<T::Owned>> {
         loop {
             if let Some(m) = self.recv_timeout(Duration::MAX)? {
@@ -317,7 +364,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         }
     }
 
-    /// Waits up to `timeout` for the next message; `None` on timeout.
+    /// Waits up to `timeout` for the next message; `None` on timeout (with discovery, also
+    /// when no publisher was announced in time).
     ///
     /// # Errors
     /// As [`recv`](Self::recv).
@@ -328,15 +376,76 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// Returns a message that has already arrived, making progress without blocking.
     ///
     /// # Errors
-    /// As [`recv`](Self::recv).
+    /// As [`recv`](Self::recv), and [`Error::NotConnected`] with discovery too, when no
+    /// publisher is connected or being connected now (one may be announced later).
     pub fn try_recv(&mut self) -> Result<Option<Message<T::Owned>>> {
-        self.ready_within(None)?.map(|key| self.take(key)).transpose()
+        let ready = self.ready_within(None)?;
+        if ready.is_none() && self.sightings.is_some() && !self.feeds.iter().any(|(_, f)| !f.is_closed()) {
+            return Err(Error::NotConnected { topic: self.topic.to_string(), discovery: true });
+        }
+        ready.map(|key| self.take(key)).transpose()
     }
 
-    /// An iterator over messages. It ends when the subscription closes (every publisher it
-    /// was connected to has gone, [`Error::Closed`]); a message that cannot be delivered
-    /// ([`Error::Decode`], [`Error::MessageTooLarge`]) is yielded as that error and the
-    /// iteration goes on; any other error is yielded once, then it ends.
+    /// Closes the subscription: it disconnects from every publisher, connects to none again,
+    /// and every later call returns [`Error::Closed`] at once (as when its node is dropped).
+    /// Dropping it closes it too.
+    pub fn close(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.connector.close(&self.node);
+        let keys: Vec<usize> = self.feeds.iter().map(|(k, _)| k).collect();
+        for key in keys {
+            self.close_feed(key);
+            self.remove_feed(key);
+        }
+        // Connections opened for it and not taken yet.
+        for ev in self.events_rx.try_iter() {
+            if let FeedEvent::Opened(opened) = ev {
+                self.node.remove_route(opened.conn());
+            }
+        }
+    }
+
+    /// [`Error::Closed`] once the subscription's node was dropped or it was closed.
+    fn check_open(&self) -> Result<()> {
+        if self.closed {
+            return Err(Error::Closed("the subscription was closed"));
+        }
+        if self.node.stopping() {
+            return Err(Error::Closed("the subscription's node was dropped"));
+        }
+        Ok(())
+    }
+
+    /// Whether `e`, returned by a receive call, is the end of the messages rather than an error
+    /// to report: the subscription closed, or its last stream ended without discovery.
+    fn is_end(&self, e: &Error) -> bool {
+        match e {
+            Error::Closed(_) => true,
+            Error::NotConnected { discovery: false, .. } => self.ever_connected,
+            _ => false,
+        }
+    }
+
+    /// Whether an error of a receive call leaves more to receive: a message that does not
+    /// decode, or one over the limit while another publisher still serves the subscription
+    /// (or messages already READ wait).
+    fn goes_on_after(&self, e: &Error) -> bool {
+        match e {
+            Error::Decode { .. } => true,
+            e => e.is_undeliverable_message() && self.feeds.iter().any(|(_, f)| !f.is_closed() || f.has_ready()),
+        }
+    }
+
+    /// An iterator over messages, as [`recv`](Self::recv) returns them. It ends (`None`) when
+    /// the subscription closes ([`Error::Closed`]) and, without discovery, when the stream of
+    /// its last publisher ended or broke ([`Error::NotConnected`] once it was connected); with
+    /// discovery, publishers that come and go do not end it (it waits for the next one). A
+    /// message that cannot be delivered ([`Error::Decode`], [`Error::MessageOverLimit`]) is
+    /// yielded as that error and the iteration goes on while a publisher serves it; any other
+    /// error (a refusal or drop by every publisher, ...) is yielded once, then it ends.
     pub fn iter(&mut self) -> impl Iterator<Item = Result<Message<T::Owned>>> + '_ {
         let mut ended = false;
         std::iter::from_fn(move || {
@@ -345,11 +454,11 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             }
             match self.recv() {
                 Ok(m) => Some(Ok(m)),
-                Err(Error::Closed(_)) => {
+                Err(e) if self.is_end(&e) => {
                     ended = true;
                     None
                 }
-                Err(e) if e.is_undeliverable_message() => Some(Err(e)),
+                Err(e) if self.goes_on_after(&e) => Some(Err(e)),
                 Err(e) => {
                     ended = true;
                     Some(Err(e))
@@ -364,13 +473,13 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// channel's descriptor through tokio's reactor and by the subscription's connection
     /// events, never by a thread or a timer of its own.
     ///
-    /// The stream ends (`None`) when the subscription closes: every publisher it was connected
-    /// to has gone ([`Error::Closed`] for [`recv`](Self::recv)). As with
-    /// [`iter`](Self::iter), a message that cannot be delivered is yielded as that error
-    /// ([`Error::Decode`], [`Error::MessageTooLarge`])
-    /// and the stream goes on; any other error is yielded once, then it ends. Messages are the
-    /// same as `recv`'s; events wait for [`try_event`](Self::try_event) once the stream is
-    /// dropped.
+    /// The stream ends (`None`) as [`iter`](Self::iter) does: when the subscription closes,
+    /// and without discovery when the last publisher's stream ended; with discovery it waits
+    /// for the next publisher. A message that cannot be delivered ([`Error::Decode`],
+    /// [`Error::MessageOverLimit`]) is yielded as that error and the stream goes on while a
+    /// publisher serves it; any other error (a refusal or drop by every publisher, ...) is
+    /// yielded once, then it ends. Messages are the same as `recv`'s; events are read while
+    /// streaming with [`MessageStream::try_event`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -500,10 +609,18 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// read, no housekeeping), else after running the feeds for up to `timeout` (`None`: one
     /// pass that does not block).
     fn ready_within(&mut self, timeout: Option<Duration>) -> Result<Option<usize>> {
+        self.check_open()?;
         if let Some(key) = self.pick_ready() {
             return Ok(Some(key));
         }
         self.next_ready(timeout.map(rdma_fabric::time::deadline_after))
+    }
+
+    /// The progress of a `try_recv` without its "no publisher now" error (the async stream
+    /// waits for one).
+    #[cfg(feature = "async")]
+    fn try_progress(&mut self) -> Result<Option<Message<T::Owned>>> {
+        self.ready_within(None)?.map(|key| self.take(key)).transpose()
     }
 
     /// Takes the next message of feed `key`, decoded as a `T`.
@@ -580,14 +697,15 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 }
                 std::thread::yield_now();
             }
-            let may_return = self.connector.expects_publishers();
-            if self.feeds.is_empty() && !may_return {
-                if self.ever_connected {
-                    return Err(Error::Closed("every publisher of this subscription has gone"));
+            self.check_open()?;
+            if !self.feeds.iter().any(|(_, f)| !f.is_closed()) {
+                // No publisher serves it: the newest refusal, when every one it knows refused.
+                if let Some(refusal) = self.refusals.newest() {
+                    return Err(refusal);
                 }
-                if self.sightings.is_none() {
+                if self.feeds.is_empty() && self.sightings.is_none() {
                     // Without discovery nothing will ever connect it: waiting would never end.
-                    return Err(Error::NotConnected { topic: self.topic.to_string() });
+                    return Err(Error::NotConnected { topic: self.topic.to_string(), discovery: false });
                 }
             }
             self.housekeeping();
@@ -691,8 +809,13 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             match feed.complete(wc, id, &mut ctx) {
                 FeedStep::Continue => {}
                 FeedStep::Failed(e) => self.fail_feed(key, e),
-                FeedStep::Ended { publisher, final_seq } => self.stream_ended(key, publisher, final_seq),
-                FeedStep::Dropped => self.close_feed(key),
+                FeedStep::Ended { publisher, final_seq, complete } => {
+                    self.stream_ended(key, publisher, final_seq, complete)
+                }
+                FeedStep::Dropped { publisher, reason } => {
+                    self.refusals.record(publisher.addr, Refusal::Dropped { publisher: publisher.id, reason });
+                    self.close_feed(key);
+                }
             }
         }
     }
@@ -723,6 +846,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 match self.activate(key, &private_data) {
                     Ok(info) => {
                         self.ever_connected = true;
+                        self.refusals.forget(info.addr);
                         if self.connector.established(info.addr, info.id) {
                             self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                         }
@@ -733,16 +857,23 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                         tracing::warn!(topic = %self.topic, %addr, "unusable accept from publisher: {e}");
                         let event = match e {
                             Error::RecordTooLarge { len, limit, .. } => {
+                                self.refusals.record(addr, Refusal::RecordTooLarge { len, limit });
                                 SubscriptionEvent::RecordTooLarge { addr, len, limit }
                             }
                             Error::Unauthenticated { detail, .. } => {
+                                self.refusals.record(addr, Refusal::Unauthenticated { detail: detail.clone() });
                                 SubscriptionEvent::Unauthenticated { addr, detail }
                             }
-                            e => SubscriptionEvent::Rejected {
-                                addr,
-                                reason: RejectCode::Malformed,
-                                detail: format!("the publisher's accept data is unusable: {e}"),
-                            },
+                            Error::Rejected { reason, detail, .. } => {
+                                self.refusals.record(addr, Refusal::Rejected { reason, detail: detail.clone() });
+                                SubscriptionEvent::Rejected { addr, reason, detail }
+                            }
+                            e => {
+                                let detail = format!("the publisher's accept data is unusable: {e}");
+                                let reason = RejectCode::Malformed;
+                                self.refusals.record(addr, Refusal::Rejected { reason, detail: detail.clone() });
+                                SubscriptionEvent::Rejected { addr, reason, detail }
+                            }
                         };
                         self.user_events.push_back(event);
                         self.remove_feed(key);
@@ -769,6 +900,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 if end_already_told {
                     tracing::debug!(topic = %self.topic, %addr, "the publisher that ended is not there: no event");
                 } else {
+                    if let SubscriptionEvent::Rejected { reason, detail, .. } = &event {
+                        self.refusals.record(addr, Refusal::Rejected { reason: *reason, detail: detail.clone() });
+                    }
                     self.user_events.push_back(event);
                 }
                 self.remove_feed(key);
@@ -785,8 +919,13 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 // CQ already: handle it first, so an orderly end is not reported as a failure.
                 self.drain_completions();
                 // Nothing more to tell of a feed closed already.
-                let Some(event) = self.feeds.get(key).and_then(Feed::disconnect_event) else { return };
-                self.user_events.push_back(event);
+                let Some(events) = self.feeds.get(key).and_then(Feed::disconnect_events) else { return };
+                if matches!(events.last(), Some(SubscriptionEvent::Ended { .. })) {
+                    self.connector.ended(self.feeds[key].addr());
+                }
+                for event in events {
+                    self.user_events.push_back(event);
+                }
                 self.close_feed(key);
             }
             FeedEvent::Opened(opened) => self.adopt(*opened),
@@ -836,6 +975,16 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 format!("it is publisher {:016x}, not {expected:016x} that discovery announced", accept.publisher_id);
             return Err(Error::Unauthenticated { peer: self.feeds[key].addr(), detail });
         }
+        if let (Some(ours), Some(theirs)) = (&self.options.message_type, &accept.message_type) {
+            if ours.fingerprint != theirs.fingerprint {
+                let detail = format!(
+                    "the publisher sends {} (type fingerprint {:016x}), this subscription receives {} ({:016x})",
+                    theirs.name, theirs.fingerprint, ours.name, ours.fingerprint
+                );
+                let peer = self.feeds[key].addr();
+                return Err(Error::Rejected { peer, reason: RejectCode::TypeMismatch, detail });
+            }
+        }
         let (id, epoch) = (accept.publisher_id, accept.epoch);
         let skip_through = self
             .feeds
@@ -869,8 +1018,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// A publisher's stream ended, everything read: reports it and closes the feed. Discovery
     /// may announce the publisher a little longer, so a reconnection refused with
     /// `UnknownTopic` before it says anything new is that same end, not reported again.
-    fn stream_ended(&mut self, key: usize, publisher: PublisherInfo, final_seq: u64) {
-        self.user_events.push_back(SubscriptionEvent::Ended { publisher, final_seq, complete: true });
+    fn stream_ended(&mut self, key: usize, publisher: PublisherInfo, final_seq: u64, complete: bool) {
+        self.user_events.push_back(SubscriptionEvent::Ended { publisher, final_seq, complete });
         self.connector.ended(publisher.addr);
         self.close_feed(key);
     }
@@ -892,18 +1041,29 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         }
         tracing::warn!(topic = %self.topic, %addr, "feed failed: {e}");
         let publisher = feed.publisher();
-        match (&e, publisher) {
+        match (e, publisher) {
             (Error::MessageTooLarge { len, limit }, Some(publisher)) => {
-                self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len: *len, limit: *limit });
-                self.undeliverable.push_back(Error::MessageTooLarge { len: *len, limit: *limit });
+                self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len, limit });
+                let id = publisher.id;
+                self.undeliverable.push_back(Error::MessageOverLimit { peer: addr, publisher: id, len, limit });
+                self.refusals.record(addr, Refusal::MessageOverLimit { publisher: id, len, limit });
             }
             (Error::RecordTooLarge { len, limit, .. }, _) => {
-                let (len, limit) = (*len, *limit);
                 self.user_events.push_back(SubscriptionEvent::RecordTooLarge { addr, len, limit });
+                self.refusals.record(addr, Refusal::RecordTooLarge { len, limit });
             }
             _ => {}
         }
-        self.user_events.push_back(SubscriptionEvent::Disconnected { addr, publisher });
+        match self.feeds[key].unfinished_end() {
+            // The publisher closed (its linger over) before everything it published was READ.
+            Some(events) => {
+                for event in events {
+                    self.user_events.push_back(event);
+                }
+                self.connector.ended(addr);
+            }
+            None => self.user_events.push_back(SubscriptionEvent::Disconnected { addr, publisher }),
+        }
         self.close_feed(key);
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rdma_wire::protocol::Secret;
+use rdma_wire::protocol::{MessageTypeTag, Secret};
 
 /// Where a new subscription starts in each publisher's stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,6 +46,12 @@ pub(crate) struct SubscriptionOptions {
     /// subscription's own calls, which then connect at once), so a publisher sees the
     /// subscriber before the application calls anything; messages are read once it does.
     pub auto_connect: bool,
+    /// The schema id the application gave for its message type, compared instead of the
+    /// fingerprint of the type's serde shape (default `None`).
+    pub schema_id: Option<u64>,
+    /// What the messages must be: set by the typed handle from its type (`None`: raw bytes,
+    /// any publisher is read).
+    pub message_type: Option<MessageTypeTag>,
 }
 
 impl Default for SubscriptionOptions {
@@ -59,6 +65,8 @@ impl Default for SubscriptionOptions {
             max_record_payload: 16 << 20,
             credential: None,
             auto_connect: true,
+            schema_id: None,
+            message_type: None,
         }
     }
 }

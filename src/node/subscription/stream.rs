@@ -30,9 +30,10 @@ use std::time::Instant;
 
 use futures_core::Stream;
 
+use super::events::SubscriptionEvent;
 use super::message::Message;
 use super::Subscription;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::node::message_type::MessageType;
 use rdma_fabric::AsyncNotifier;
 
@@ -60,6 +61,14 @@ impl<'a, T: ?Sized + MessageType> MessageStream<'a, T> {
     }
 }
 
+impl<T: ?Sized + MessageType> MessageStream<'_, T> {
+    /// The next event about the subscription's connections, if any, read while streaming (as
+    /// [`Subscription::try_event`]): a publisher connected, lost messages, a refusal, an end.
+    pub fn try_event(&mut self) -> Option<SubscriptionEvent> {
+        self.sub.try_event()
+    }
+}
+
 impl<T: ?Sized + MessageType> Stream for MessageStream<'_, T> {
     type Item = Result<Message<T::Owned>>;
 
@@ -71,13 +80,14 @@ impl<T: ?Sized + MessageType> Stream for MessageStream<'_, T> {
         match this.poll_message(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Ok(m)) => Poll::Ready(Some(Ok(m))),
-            Poll::Ready(Err(e)) if e.is_undeliverable_message() => Poll::Ready(Some(Err(e))),
+            Poll::Ready(Err(e)) if this.sub.goes_on_after(&e) => Poll::Ready(Some(Err(e))),
             Poll::Ready(Err(e)) => {
                 this.ended = true;
                 this.sub.event_waker().clear();
-                match e {
-                    Error::Closed(_) => Poll::Ready(None),
-                    e => Poll::Ready(Some(Err(e))),
+                if this.sub.is_end(&e) {
+                    Poll::Ready(None)
+                } else {
+                    Poll::Ready(Some(Err(e)))
                 }
             }
         }
@@ -101,7 +111,7 @@ impl<T: ?Sized + MessageType> MessageStream<'_, T> {
         // Armed before the look at the CQ: a completion queued before the arm is found by the
         // look, one queued after it raises the notification.
         self.sub.completion_queue().arm()?;
-        if let Some(m) = self.sub.try_recv()? {
+        if let Some(m) = self.sub.try_progress()? {
             return Poll::Ready(Ok(m));
         }
         if self.sub.paced_read_due(Instant::now()).is_some() {

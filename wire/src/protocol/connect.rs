@@ -269,9 +269,34 @@ mod remote_addr {
     }
 }
 
+/// Longest type name a [`MessageTypeTag`] carries, in bytes.
+pub const MAX_TYPE_NAME: usize = 48;
+
+/// What a typed publisher's messages are, announced in its accept: a 64-bit fingerprint of
+/// the type (of its serde shape, or a schema id its application gave) and its name (for the
+/// subscriber's refusal to say which types differ).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MessageTypeTag {
+    /// The fingerprint: equal for the same type, compared by the subscriber.
+    pub fingerprint: u64,
+    /// The type's name, at most [`MAX_TYPE_NAME`] bytes.
+    pub name: String,
+}
+
+impl MessageTypeTag {
+    /// A tag whose name is truncated (at a character boundary) to fit.
+    pub fn new(fingerprint: u64, name: &str) -> MessageTypeTag {
+        let mut end = name.len().min(MAX_TYPE_NAME);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        MessageTypeTag { fingerprint, name: name[..end].to_string() }
+    }
+}
+
 /// A publisher's acceptance (accept private data): everything the subscriber needs to READ
 /// the ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AcceptData {
     /// The topic (echoed).
     pub topic: TopicId,
@@ -299,6 +324,8 @@ pub struct AcceptData {
     pub first_seq: u64,
     /// The function the ring's record checksums are computed with.
     pub checksum: Checksum,
+    /// What the messages are, for a typed publisher (`None`: raw bytes).
+    pub message_type: Option<MessageTypeTag>,
     /// The publisher's answers to the subscriber's challenge ([`with_tags`](Self::with_tags)).
     pub tags: AcceptTags,
 }
@@ -365,33 +392,46 @@ impl AcceptData {
     /// | 1–9 | sequence at the start position |
     /// | 1–9 | first sequence owed |
     /// | 1 | checksum (0 CRC-32C, 1 XXH64 low 32 bits) |
+    /// | 1 | message type present (0 raw bytes, 1 typed) |
+    /// | 1–9 | (typed) type fingerprint |
+    /// | 1 + n | (typed) type name: length (at most [`MAX_TYPE_NAME`]), UTF-8 |
     /// | 1 (+16) | domain tag present (0 or 1), then the tag ([`AcceptTags`]) |
     /// | 1 (+16) | credential tag present (0 or 1), then the tag |
     ///
-    /// At most 2 + 9 + 14 + 4 × 9 + 1 + 5 + 3 × 9 + 1 + 2 × 17 = 129 bytes.
+    /// At most 2 + 9 + 14 + 4 × 9 + 1 + 5 + 3 × 9 + 1 + 1 + 9 + 1 + 48 + 2 × 17 = 188 bytes.
     pub fn encode(&self) -> Result<Vec<u8>, ProtocolError> {
-        codec::encode(Self::WHAT, kind::ACCEPT, self, MAX_ACCEPT_PRIVATE_DATA)
+        let mut fitted = self.clone();
+        fitted.message_type = self.message_type.as_ref().map(|t| MessageTypeTag::new(t.fingerprint, &t.name));
+        codec::encode(Self::WHAT, kind::ACCEPT, &fitted, MAX_ACCEPT_PRIVATE_DATA)
     }
 
     /// Decodes, accepting trailing zero padding.
     pub fn decode(bytes: &[u8]) -> Result<AcceptData, ProtocolError> {
-        codec::decode(Self::WHAT, kind::ACCEPT, bytes, MAX_ACCEPT_PRIVATE_DATA)
+        let a: AcceptData = codec::decode(Self::WHAT, kind::ACCEPT, bytes, MAX_ACCEPT_PRIVATE_DATA)?;
+        if let Some(t) = a.message_type.as_ref().filter(|t| t.name.len() > MAX_TYPE_NAME) {
+            return Err(ProtocolError::Malformed {
+                what: Self::WHAT,
+                detail: format!("{}-byte type name", t.name.len()),
+            });
+        }
+        Ok(a)
     }
 
     /// This acceptance with its tags answering `challenge` (the subscriber's
     /// [`ConnectData::challenge`]): one under the publisher node's domain secret and one under
     /// the topic's credential, for those it has. Without a challenge it carries no tag.
     pub fn with_tags(self, challenge: Option<u64>, domain: Option<&Secret>, credential: Option<&Secret>) -> AcceptData {
-        let Some(challenge) = challenge else { return AcceptData { tags: AcceptTags::default(), ..self } };
-        let untagged = AcceptData { tags: AcceptTags::default(), ..self };
-        let Ok(bytes) = untagged.encode() else { return untagged };
+        let mut accept = AcceptData { tags: AcceptTags::default(), ..self };
+        let Some(challenge) = challenge else { return accept };
+        let Ok(bytes) = accept.encode() else { return accept };
         let tag = |secret: &Secret| {
             let full = secret.mac(ACCEPT_LABEL, &[&bytes, &challenge.to_le_bytes()]);
             let mut tag = [0u8; PROOF_TAG_LEN];
             tag.copy_from_slice(&full[..PROOF_TAG_LEN]);
             tag
         };
-        AcceptData { tags: AcceptTags { node: domain.map(tag), topic: credential.map(tag) }, ..self }
+        accept.tags = AcceptTags { node: domain.map(tag), topic: credential.map(tag) };
+        accept
     }
 
     /// Checks the tags against the subscriber's `challenge`: under `domain` (the subscriber
@@ -407,7 +447,7 @@ impl AcceptData {
         credential: Option<&Secret>,
         expected_publisher: Option<u64>,
     ) -> Result<(), AcceptAuthError> {
-        let untagged = AcceptData { tags: AcceptTags::default(), ..*self };
+        let untagged = AcceptData { tags: AcceptTags::default(), ..self.clone() };
         let bytes = untagged.encode().map_err(|_| AcceptAuthError::NodeTagInvalid)?;
         let verifies = |secret: &Secret, tag: &[u8; PROOF_TAG_LEN]| {
             secret.verify(ACCEPT_LABEL, &[&bytes, &challenge.to_le_bytes()], tag)

@@ -14,7 +14,7 @@
 //! | message | carrier | fields |
 //! |---|---|---|
 //! | [`ConnectData`] (at most 56 bytes) | connect private data | topic id, start (latest, earliest), policies accepted, subscriber node id, flags, optional credential proof (nonce, time in ms, 16-byte HMAC-SHA256 tag) or challenge (a nonce) |
-//! | [`AcceptData`] (at most 196 bytes) | accept private data | topic id, ring address and rkey, region length, capacity, publisher epoch and id, policy, max record payload, start position, start and first sequence, checksum function, optional tags answering the challenge under the domain secret and the topic credential ([`AcceptTags`]) |
+//! | [`AcceptData`] (at most 196 bytes) | accept private data | topic id, ring address and rkey, region length, capacity, publisher epoch and id, policy, max record payload, start position, start and first sequence, checksum function, message type (fingerprint and name), optional tags answering the challenge under the domain secret and the topic credential ([`AcceptTags`]) |
 //! | [`RejectData`] (at most 148 bytes) | reject private data | reason ([`RejectCode`]), detail (at most 140 bytes) |
 //! | [`Control`] (at most 64 bytes) | SEND | subscriber to publisher: ack, doorbell request, bye; publisher to subscriber: doorbell, dropped (with its reason), end of stream, credit wanted |
 //! | [`Announcement`] (at most the datagram MTU) | UD multicast or unicast | kind (hello, heartbeat, goodbye), domain, node id, epoch, connect address, part of parts, topics; with a domain secret sealed: sequence, time, the announcement, a 16-byte HMAC-SHA256 tag |
@@ -43,8 +43,8 @@ mod tests;
 pub use announce::{AnnounceKind, Announcement, OpenError, SEAL_OVERHEAD};
 pub use auth::{Secret, SecretError};
 pub use connect::{
-    AcceptAuthError, AcceptData, AcceptTags, ConnectAuth, ConnectData, ConnectFlags, PolicyKind, PolicySet, RejectCode,
-    RejectData, StartAt,
+    AcceptAuthError, AcceptData, AcceptTags, ConnectAuth, ConnectData, ConnectFlags, MessageTypeTag, PolicyKind,
+    PolicySet, RejectCode, RejectData, StartAt, MAX_TYPE_NAME,
 };
 pub use control::{Control, DropReason, CONTROL_MSG_MAX};
 pub use credential::CredentialError;

@@ -40,6 +40,7 @@ fn largest_accept() -> AcceptData {
         start_seq: u64::MAX,
         first_seq: u64::MAX,
         checksum: Checksum::XxHash64,
+        message_type: Some(MessageTypeTag::new(u64::MAX, &"é".repeat(MAX_TYPE_NAME))),
         tags: AcceptTags { node: Some([0xff; PROOF_TAG_LEN]), topic: Some([0xff; PROOF_TAG_LEN]) },
     }
 }
@@ -315,7 +316,7 @@ fn accept_tags_answer_the_challenge_under_each_secret_and_nothing_else_passes() 
     let credential = Secret::new(vec![2; 32]).unwrap();
     let other = Secret::new(vec![3; 32]).unwrap();
     let accept = AcceptData { tags: AcceptTags::default(), ..largest_accept() };
-    let tagged = accept.with_tags(Some(7), Some(&domain), Some(&credential));
+    let tagged = accept.clone().with_tags(Some(7), Some(&domain), Some(&credential));
     let id = accept.publisher_id;
     assert_eq!(tagged.check_tags(7, Some(&domain), Some(&credential), Some(id)), Ok(()));
     assert_eq!(tagged.check_tags(7, None, None, None), Ok(()), "a subscriber without secrets checks nothing");
@@ -330,7 +331,7 @@ fn accept_tags_answer_the_challenge_under_each_secret_and_nothing_else_passes() 
     );
     assert_eq!(tagged.check_tags(7, Some(&other), None, None), Err(AcceptAuthError::NodeTagInvalid));
     assert_eq!(tagged.check_tags(7, None, Some(&other), None), Err(AcceptAuthError::TopicTagInvalid));
-    let altered = AcceptData { start_position: 1, ..tagged };
+    let altered = AcceptData { start_position: 1, ..tagged.clone() };
     assert_eq!(
         altered.check_tags(7, Some(&domain), None, None),
         Err(AcceptAuthError::NodeTagInvalid),
