@@ -29,9 +29,11 @@ typedef enum rps_status {
   RPS_INVALID_ARGUMENT = 2,
   // A blocking call ran out of time (a `BLOCK` publish, a connect, a flush).
   RPS_TIMEOUT = 3,
-  // Every publisher the subscription was connected to has gone.
+  // The subscription (or its node) is closed: every call returns it at once.
   RPS_CLOSED = 4,
-  // The subscription has no publisher and discovery is off: connect it first.
+  // The subscription has no publisher now. Without discovery that is the end of its
+  // messages (its last publisher's stream ended, or it was never connected: connect one);
+  // with discovery a publisher may appear later.
   RPS_NOT_CONNECTED = 5,
   // The publisher refused the subscription's credential (none, or a wrong one).
   RPS_UNAUTHORIZED = 6,
