@@ -141,6 +141,25 @@ fn receiving_with_nothing_to_receive_from_says_so_instead_of_waiting_forever() {
     assert!(matches!(sub.recv(), Err(Error::Rejected { reason: RejectCode::UnknownTopic, .. })));
 }
 
+/// A node that refuses at once (no publisher of that topic) may close the connection before
+/// the subscription has posted its receives: the application still gets the refusal, every
+/// time, never a failed post reported as `Unreachable`. The race needs a loaded machine (it
+/// failed once in `scripts/test.sh` before the fix, as `receiving_with_nothing_to_receive_from_`
+/// `says_so_instead_of_waiting_forever`); many rounds make it likelier.
+#[test]
+fn a_connect_refused_at_once_is_always_the_refusal() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    for round in 0..40 {
+        let mut sub = sub_node.subscriber("refused-at-once").create().unwrap();
+        match sub.connect_wait(pub_node.local_addr(), WAIT) {
+            Err(Error::Rejected { reason: RejectCode::UnknownTopic, .. }) => {}
+            other => panic!("round {round}: expected the refusal, got {other:?}"),
+        }
+        assert!(matches!(sub.recv(), Err(Error::Rejected { reason: RejectCode::UnknownTopic, .. })));
+    }
+}
+
 #[test]
 fn connecting_where_nothing_listens_is_an_unreachable_error() {
     let unused = unused_addr::unused_addr(bind_addr().ip());

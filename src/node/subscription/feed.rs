@@ -265,7 +265,20 @@ impl Feed {
     pub(super) fn open(key: usize, gen: u32, opened: OpenedFeed) -> rdma_fabric::Result<Feed> {
         let (qp, conn, addr, ctrl, expect) = opened.into_parts();
         let link = Link { key, gen, qp, ctrl };
-        (0..RECV_SLOTS).try_for_each(|slot| link.post_recv(slot))?;
+        let (mut posted, mut quiesced) = (0, false);
+        for slot in 0..RECV_SLOTS {
+            match link.post_recv(slot) {
+                Ok(()) => posted += 1,
+                // Refused or closed before its receives could be posted (a publisher's node
+                // that rejects at once): the CM event saying why follows, and the feed waits
+                // for it quiesced, so the application learns the refusal, not a failed post.
+                Err(rdma_fabric::Error::NotConnected { .. }) => {
+                    quiesced = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         Ok(Feed {
             link,
             conn,
@@ -273,8 +286,8 @@ impl Feed {
             expect,
             active: None,
             closed: false,
-            quiesced: false,
-            outstanding: RECV_SLOTS as u32,
+            quiesced,
+            outstanding: posted,
             closed_at: None,
         })
     }
