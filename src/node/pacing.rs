@@ -41,8 +41,9 @@ impl ReadPacer {
     }
 
     /// Learns from a completed data READ that brought `consumed` of its `len` bytes; `behind`
-    /// says it ended inside written data.
-    pub(crate) fn after_read(&mut self, now: Instant, consumed: usize, len: usize, behind: bool) {
+    /// says it ended inside written data. `now` is called only when a delay starts: a disabled
+    /// pacer (the same-host path, busy polling) and a READ that ends the delay read no clock.
+    pub(crate) fn after_read(&mut self, now: impl FnOnce() -> Instant, consumed: usize, len: usize, behind: bool) {
         if !self.enabled {
             return;
         }
@@ -59,7 +60,7 @@ impl ReadPacer {
             self.delay / 2
         };
         self.trickle = small;
-        self.not_before = (!self.delay.is_zero()).then(|| now + self.delay);
+        self.not_before = (!self.delay.is_zero()).then(|| now() + self.delay);
     }
 
     /// Data is known to wait (a doorbell rang): READ at once.
@@ -95,13 +96,13 @@ mod tests {
         let mut p = ReadPacer::unpaced();
         let t = Instant::now();
         for _ in 0..9 {
-            p.after_read(t, 100, 4096, false);
+            p.after_read(|| t, 100, 4096, false);
             assert!(p.ready(t));
             assert_eq!(p.left(t), None);
         }
         p.reset();
-        p.after_read(t, 100, 4096, false);
-        p.after_read(t, 100, 4096, false);
+        p.after_read(|| t, 100, 4096, false);
+        p.after_read(|| t, 100, 4096, false);
         assert!(p.ready(t), "a reset keeps it unpaced");
     }
 
@@ -112,7 +113,7 @@ mod tests {
         assert!(p.ready(t));
         let mut delays = Vec::new();
         for _ in 0..9 {
-            p.after_read(t, 100, 4096, false);
+            p.after_read(|| t, 100, 4096, false);
             delays.push(p.left(t).map_or(0, |d| d.as_micros()));
         }
         // The first small READ only marks the trickle; each one after it doubles the delay.
@@ -129,21 +130,21 @@ mod tests {
         let trickled = || {
             let mut p = ReadPacer::default();
             for _ in 0..5 {
-                p.after_read(t, 100, 4096, false);
+                p.after_read(|| t, 100, 4096, false);
             }
             assert_eq!(p.deadline(), Some(t + Duration::from_micros(16)));
             p
         };
         let mut p = trickled();
-        p.after_read(t, 1500, 4096, false);
+        p.after_read(|| t, 1500, 4096, false);
         assert_eq!(p.deadline(), Some(t + Duration::from_micros(16)), "between a quarter and a half: kept");
-        p.after_read(t, 3000, 4096, false);
+        p.after_read(|| t, 3000, 4096, false);
         assert_eq!(p.deadline(), Some(t + Duration::from_micros(8)), "at least half full: halved");
-        p.after_read(t, 0, 4096, false);
+        p.after_read(|| t, 0, 4096, false);
         assert_eq!(p.deadline(), Some(t + Duration::from_micros(4)), "empty: halved");
-        p.after_read(t, 100, 4096, false);
+        p.after_read(|| t, 100, 4096, false);
         assert_eq!(p.deadline(), Some(t + Duration::from_micros(4)), "a small READ after an empty one: kept");
-        p.after_read(t, 4096, 4096, true);
+        p.after_read(|| t, 4096, 4096, true);
         assert_eq!((p.deadline(), p.ready(t)), (None, true), "behind: no delay");
         let mut p = trickled();
         p.reset();
@@ -151,9 +152,21 @@ mod tests {
         // Sporadic traffic (a message, then nothing) never builds a delay.
         let mut p = ReadPacer::default();
         for _ in 0..10 {
-            p.after_read(t, 100, 4096, false);
-            p.after_read(t, 0, 4096, false);
+            p.after_read(|| t, 100, 4096, false);
+            p.after_read(|| t, 0, 4096, false);
         }
         assert!(p.ready(t));
+    }
+
+    #[test]
+    fn an_unpaced_reader_and_a_read_that_needs_no_delay_read_no_clock() {
+        let never = || -> Instant { panic!("the clock was read") };
+        let mut unpaced = ReadPacer::unpaced();
+        for _ in 0..4 {
+            unpaced.after_read(never, 100, 4096, false);
+        }
+        let mut paced = ReadPacer::default();
+        paced.after_read(never, 4096, 4096, true);
+        paced.after_read(never, 4096, 4096, false);
     }
 }

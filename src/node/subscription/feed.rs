@@ -707,7 +707,8 @@ impl Feed {
             return Ok(FeedStep::Continue);
         }
         a.caught_up = parsed.stop != Stop::End;
-        a.pacer.after_read(Instant::now(), parsed.consumed, plan.len, !a.caught_up);
+        // The clock is read only by an enabled pacer that sets a delay (never on the same host).
+        a.pacer.after_read(Instant::now, parsed.consumed, plan.len, !a.caught_up);
         if parsed.lost > 0 {
             a.lost += parsed.lost;
             ctx.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
@@ -793,7 +794,7 @@ impl Feed {
         let a = self.active.as_deref_mut().expect("an active feed");
         assert!(a.plan.is_none(), "no READ in flight");
         for _ in 0..2 {
-            a.pacer.after_read(at, 64, 1 << 20, false);
+            a.pacer.after_read(|| at, 64, 1 << 20, false);
         }
     }
 }
