@@ -115,16 +115,23 @@ impl Subscriber {
         let mut subscription = self.subscription.lock().map_err(|_| SliceError::Closed("a lock was poisoned"))?;
         let subscription = subscription.as_mut().ok_or(SliceError::Closed("the subscriber is closed"))?;
         let generation = self.move_on()?;
-        match subscription.recv_ref(slice) {
-            Ok(Some(m)) => Ok(Some(Received::Message {
-                generation,
-                bytes: LentBytes { address: m.data.as_ptr() as usize, len: m.data.len() },
-                seq: m.seq,
-                publisher: m.publisher,
-            })),
-            Ok(None) => Ok(None),
-            Err(e @ (Error::Closed(_) | Error::NotConnected { discovery: false, .. })) => Ok(Some(Received::End(e))),
-            Err(e) => Err(e.into()),
+        let e = match subscription.recv_ref(slice) {
+            Ok(Some(m)) => {
+                return Ok(Some(Received::Message {
+                    generation,
+                    bytes: LentBytes { address: m.data.as_ptr() as usize, len: m.data.len() },
+                    seq: m.seq,
+                    publisher: m.publisher,
+                }))
+            }
+            Ok(None) => return Ok(None),
+            Err(e) => e,
+        };
+        // The end of the messages as `iter` sees it (closed, or the last stream ended).
+        if subscription.is_end(&e) {
+            Ok(Some(Received::End(e)))
+        } else {
+            Err(e.into())
         }
     }
 

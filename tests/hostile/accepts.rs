@@ -108,7 +108,7 @@ fn a_genuine_accept_replayed_to_another_connect_is_refused() {
     attacker.challenge = Some(0x0123_4567_89ab_cdef);
     let (_qp, accept) = attacker.subscribe(genuine.local_addr(), "accepts-replayed");
     assert!(accept.tags.node.is_some(), "the genuine publisher answers a challenge");
-    assert_eq!(accept.check_tags(0x0123_4567_89ab_cdef, Some(&domain_secret()), None, None), Ok(()));
+    assert_eq!(accept.check_tags(Some(0x0123_4567_89ab_cdef), Some(&domain_secret()), None, None), Ok(()));
     let impostor = Impostor::start(accept.encode().unwrap());
     assert_refused_as_unauthenticated("accepts-replayed", impostor.addr, "does not verify");
 }

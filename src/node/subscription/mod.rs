@@ -420,8 +420,10 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     }
 
     /// Whether `e`, returned by a receive call, is the end of the messages rather than an error
-    /// to report: the subscription closed, or its last stream ended without discovery.
-    fn is_end(&self, e: &Error) -> bool {
+    /// to report: the subscription closed, or its last stream ended without discovery (once it
+    /// had been connected). [`iter`](Self::iter) and the stream end there; bindings that
+    /// iterate (C, Python) ask the same question.
+    pub fn is_end(&self, e: &Error) -> bool {
         match e {
             Error::Closed(_) => true,
             Error::NotConnected { discovery: false, .. } => self.ever_connected,
@@ -963,17 +965,10 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             return Err(Error::PeerMisbehaved { detail: "the publisher accepted another topic".into() });
         }
         let expect = self.feeds[key].expectation();
-        if let Some(challenge) = expect.challenge {
-            let credential = self.options.credential.as_ref();
-            if let Err(e) = accept.check_tags(challenge, self.node.domain_secret(), credential, expect.publisher) {
-                self.counters.unauthenticated_accepts.fetch_add(1, Ordering::Relaxed);
-                return Err(Error::Unauthenticated { peer: self.feeds[key].addr(), detail: e.to_string() });
-            }
-        } else if let Some(expected) = expect.publisher.filter(|&p| p != accept.publisher_id) {
+        let credential = self.options.credential.as_ref();
+        if let Err(e) = accept.check_tags(expect.challenge, self.node.domain_secret(), credential, expect.publisher) {
             self.counters.unauthenticated_accepts.fetch_add(1, Ordering::Relaxed);
-            let detail =
-                format!("it is publisher {:016x}, not {expected:016x} that discovery announced", accept.publisher_id);
-            return Err(Error::Unauthenticated { peer: self.feeds[key].addr(), detail });
+            return Err(Error::Unauthenticated { peer: self.feeds[key].addr(), detail: e.to_string() });
         }
         if let (Some(ours), Some(theirs)) = (&self.options.message_type, &accept.message_type) {
             if ours.fingerprint != theirs.fingerprint {

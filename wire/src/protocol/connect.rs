@@ -434,34 +434,37 @@ impl AcceptData {
         accept
     }
 
-    /// Checks the tags against the subscriber's `challenge`: under `domain` (the subscriber
-    /// node's domain secret) and `credential` (the subscription's), for those it has, and that
-    /// the accept is from `expected_publisher` when discovery announced one at that address.
+    /// Checks the tags against the subscriber's `challenge` (`None`: it sent none, so no tag
+    /// can answer it): under `domain` (the subscriber node's domain secret) and `credential`
+    /// (the subscription's), for those it has, and that the accept is from `expected_publisher`
+    /// when discovery announced one at that address.
     ///
     /// # Errors
     /// [`AcceptAuthError`]: which tag is missing or does not verify, or which publisher answered.
     pub fn check_tags(
         &self,
-        challenge: u64,
+        challenge: Option<u64>,
         domain: Option<&Secret>,
         credential: Option<&Secret>,
         expected_publisher: Option<u64>,
     ) -> Result<(), AcceptAuthError> {
-        let untagged = AcceptData { tags: AcceptTags::default(), ..self.clone() };
-        let bytes = untagged.encode().map_err(|_| AcceptAuthError::NodeTagInvalid)?;
-        let verifies = |secret: &Secret, tag: &[u8; PROOF_TAG_LEN]| {
-            secret.verify(ACCEPT_LABEL, &[&bytes, &challenge.to_le_bytes()], tag)
-        };
-        if let Some(secret) = domain {
-            let tag = self.tags.node.ok_or(AcceptAuthError::NodeTagMissing)?;
-            if !verifies(secret, &tag) {
-                return Err(AcceptAuthError::NodeTagInvalid);
+        if domain.is_some() || credential.is_some() {
+            let untagged = AcceptData { tags: AcceptTags::default(), ..self.clone() };
+            let bytes = untagged.encode().map_err(|_| AcceptAuthError::NodeTagInvalid)?;
+            let verifies = |secret: &Secret, tag: &[u8; PROOF_TAG_LEN]| {
+                challenge.is_some_and(|c| secret.verify(ACCEPT_LABEL, &[&bytes, &c.to_le_bytes()], tag))
+            };
+            if let Some(secret) = domain {
+                let tag = self.tags.node.ok_or(AcceptAuthError::NodeTagMissing)?;
+                if !verifies(secret, &tag) {
+                    return Err(AcceptAuthError::NodeTagInvalid);
+                }
             }
-        }
-        if let Some(secret) = credential {
-            let tag = self.tags.topic.ok_or(AcceptAuthError::TopicTagMissing)?;
-            if !verifies(secret, &tag) {
-                return Err(AcceptAuthError::TopicTagInvalid);
+            if let Some(secret) = credential {
+                let tag = self.tags.topic.ok_or(AcceptAuthError::TopicTagMissing)?;
+                if !verifies(secret, &tag) {
+                    return Err(AcceptAuthError::TopicTagInvalid);
+                }
             }
         }
         match expected_publisher {

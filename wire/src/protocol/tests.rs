@@ -318,34 +318,45 @@ fn accept_tags_answer_the_challenge_under_each_secret_and_nothing_else_passes() 
     let accept = AcceptData { tags: AcceptTags::default(), ..largest_accept() };
     let tagged = accept.clone().with_tags(Some(7), Some(&domain), Some(&credential));
     let id = accept.publisher_id;
-    assert_eq!(tagged.check_tags(7, Some(&domain), Some(&credential), Some(id)), Ok(()));
-    assert_eq!(tagged.check_tags(7, None, None, None), Ok(()), "a subscriber without secrets checks nothing");
+    assert_eq!(tagged.check_tags(Some(7), Some(&domain), Some(&credential), Some(id)), Ok(()));
+    assert_eq!(tagged.check_tags(Some(7), None, None, None), Ok(()), "a subscriber without secrets checks nothing");
     // Encoded and decoded, the tags still verify: they cover the bytes, not the struct.
     let decoded = AcceptData::decode(&tagged.encode().unwrap()).unwrap();
-    assert_eq!(decoded.check_tags(7, Some(&domain), Some(&credential), None), Ok(()));
+    assert_eq!(decoded.check_tags(Some(7), Some(&domain), Some(&credential), None), Ok(()));
 
     assert_eq!(
-        tagged.check_tags(8, Some(&domain), None, None),
+        tagged.check_tags(Some(8), Some(&domain), None, None),
         Err(AcceptAuthError::NodeTagInvalid),
         "another challenge: a replayed accept"
     );
-    assert_eq!(tagged.check_tags(7, Some(&other), None, None), Err(AcceptAuthError::NodeTagInvalid));
-    assert_eq!(tagged.check_tags(7, None, Some(&other), None), Err(AcceptAuthError::TopicTagInvalid));
+    assert_eq!(tagged.check_tags(Some(7), Some(&other), None, None), Err(AcceptAuthError::NodeTagInvalid));
+    assert_eq!(tagged.check_tags(Some(7), None, Some(&other), None), Err(AcceptAuthError::TopicTagInvalid));
     let altered = AcceptData { start_position: 1, ..tagged.clone() };
     assert_eq!(
-        altered.check_tags(7, Some(&domain), None, None),
+        altered.check_tags(Some(7), Some(&domain), None, None),
         Err(AcceptAuthError::NodeTagInvalid),
         "tags cover every field"
     );
     assert_eq!(
-        tagged.check_tags(7, Some(&domain), None, Some(id ^ 1)),
+        tagged.check_tags(Some(7), Some(&domain), None, Some(id ^ 1)),
         Err(AcceptAuthError::NotTheAnnouncedPublisher { expected: id ^ 1, got: id })
     );
 
     let untagged = accept.with_tags(None, Some(&domain), Some(&credential));
     assert_eq!(untagged.tags, AcceptTags::default(), "no challenge, no tag");
-    assert_eq!(untagged.check_tags(7, Some(&domain), None, None), Err(AcceptAuthError::NodeTagMissing));
-    assert_eq!(untagged.check_tags(7, None, Some(&credential), None), Err(AcceptAuthError::TopicTagMissing));
+    assert_eq!(untagged.check_tags(Some(7), Some(&domain), None, None), Err(AcceptAuthError::NodeTagMissing));
+    assert_eq!(untagged.check_tags(Some(7), None, Some(&credential), None), Err(AcceptAuthError::TopicTagMissing));
+    // No challenge sent (a subscriber without secrets): only the announced publisher is checked.
+    assert_eq!(tagged.check_tags(None, None, None, Some(id)), Ok(()));
+    assert_eq!(
+        tagged.check_tags(None, None, None, Some(id ^ 1)),
+        Err(AcceptAuthError::NotTheAnnouncedPublisher { expected: id ^ 1, got: id })
+    );
+    assert_eq!(
+        tagged.check_tags(None, Some(&domain), None, None),
+        Err(AcceptAuthError::NodeTagInvalid),
+        "no challenge, nothing verifies"
+    );
 }
 
 #[test]
