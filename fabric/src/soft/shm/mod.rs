@@ -99,7 +99,7 @@ mod serve;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use bell::Bell;
+pub(crate) use bell::{Bell, SenderFds};
 pub(crate) use client::ShmClient;
 pub(crate) use endpoint::{Endpoint, Offer};
 pub(crate) use inbox::{Corrupt, Inbox, MAX_INLINE};
