@@ -48,7 +48,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -75,6 +75,11 @@ const ARMED_SOLICITED: u32 = 2;
 
 /// The epoll token of the owner's own eventfd (senders' tokens start at 1).
 const OWN_TOKEN: u64 = 0;
+
+/// What a word of [`Bell::armed`] is armed for.
+fn kind(armed: u64) -> u32 {
+    (armed & 3) as u32
+}
 
 /// Whether a completion of this kind (`solicited`: the receive of a solicited SEND, or a
 /// failure) is one an owner armed for `armed` waits for.
@@ -104,8 +109,12 @@ struct Senders {
 
 /// The owner's side of a bell (one per completion queue).
 pub(crate) struct Bell {
-    /// What the owner is armed for: the authoritative word, in this process's memory only.
-    armed: AtomicU32,
+    /// What the owner is armed for (`ARMED_*`), and how many times it armed (`<< 2`): the
+    /// authoritative word, in this process's memory only. Changed under `arming`, with the
+    /// mirror; read without it.
+    armed: AtomicU64,
+    /// Serialises changes of `armed` and its mirror.
+    arming: Mutex<()>,
     /// The owner page: a mirror of `armed` that senders map read-only.
     page: RegisteredBuffer,
     /// The hint page: a count of SENDs written, shared read-write by every sender.
@@ -130,7 +139,8 @@ impl Bell {
         let own = new_event()?;
         watch(epoll.as_fd(), own.as_fd(), OWN_TOKEN)?;
         Ok(Bell {
-            armed: AtomicU32::new(ARMED_NONE),
+            armed: AtomicU64::new(u64::from(ARMED_NONE)),
+            arming: Mutex::new(()),
             page: RegisteredBuffer::new(BELL_LEN)?,
             hint: RegisteredBuffer::new(BELL_LEN)?,
             epoll,
@@ -188,6 +198,7 @@ impl Bell {
 
     /// Takes the notifications that arrived, without blocking; returns whether one had.
     pub(crate) fn take(&self) -> Result<bool> {
+        let armed = self.armed.load(Ordering::SeqCst);
         let mut any = false;
         loop {
             let n = collect(self.epoll.as_fd(), Duration::ZERO)?;
@@ -197,7 +208,7 @@ impl Bell {
             }
         }
         if any {
-            self.disarm();
+            self.disarm(armed);
         }
         Ok(any)
     }
@@ -205,8 +216,8 @@ impl Bell {
     /// Arms for the next completion. The caller's next poll then looks into every inbox: a
     /// SEND written before a sender could see the arm is found there.
     pub(crate) fn arm(&self) {
-        self.armed.store(ARMED_NEXT, Ordering::SeqCst);
-        self.mirror().store(ARMED_NEXT, Ordering::SeqCst);
+        let _arming = self.arming.lock();
+        self.set_armed(self.armed.load(Ordering::Relaxed) + 4, ARMED_NEXT);
         // Pairs with the fence of `PeerBell::ring`: either the sender sees the arm, or the
         // owner's look after this sees the sender's SEND.
         fence(Ordering::SeqCst);
@@ -214,28 +225,41 @@ impl Bell {
 
     /// Arms for the next solicited (or failed) completion, unless armed for the next one.
     pub(crate) fn arm_solicited(&self) {
-        if self.armed.compare_exchange(ARMED_NONE, ARMED_SOLICITED, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            self.mirror().store(ARMED_SOLICITED, Ordering::SeqCst);
+        let _arming = self.arming.lock();
+        let now = self.armed.load(Ordering::Relaxed);
+        if kind(now) == ARMED_NONE {
+            self.set_armed(now + 4, ARMED_SOLICITED);
         }
         fence(Ordering::SeqCst);
     }
 
-    /// The arm was used (a notification was taken): senders stop writing their eventfds.
-    fn disarm(&self) {
-        if self.armed.swap(ARMED_NONE, Ordering::SeqCst) != ARMED_NONE {
-            self.mirror().store(ARMED_NONE, Ordering::SeqCst);
+    /// Sets what the owner is armed for, and its mirror (under `arming`).
+    fn set_armed(&self, word: u64, armed: u32) {
+        self.armed.store(word & !3 | u64::from(armed), Ordering::SeqCst);
+        self.mirror().store(armed, Ordering::SeqCst);
+    }
+
+    /// The arm counted `armed` (as read before waiting) was used: a notification of it was
+    /// taken, so senders stop writing their eventfds. An arm made since (by another thread
+    /// waiting on the same CQ) stays.
+    fn disarm(&self, armed: u64) {
+        let _arming = self.arming.lock();
+        let now = self.armed.load(Ordering::Relaxed);
+        if now >> 2 == armed >> 2 && kind(now) != ARMED_NONE {
+            self.set_armed(now, ARMED_NONE);
         }
     }
 
-    /// Notifies the waiter of a completion queued by this process, if armed for it (callers
-    /// serialise this with [`arm`](Self::arm)).
+    /// Notifies the waiter of a completion queued by this process, if armed for it.
     #[inline]
     pub(crate) fn notify(&self, solicited: bool) {
-        let armed = self.armed.load(Ordering::SeqCst);
-        if wanted(armed, solicited)
-            && self.armed.compare_exchange(armed, ARMED_NONE, Ordering::SeqCst, Ordering::SeqCst).is_ok()
-        {
-            self.mirror().store(ARMED_NONE, Ordering::SeqCst);
+        if !wanted(kind(self.armed.load(Ordering::SeqCst)), solicited) {
+            return;
+        }
+        let _arming = self.arming.lock();
+        let now = self.armed.load(Ordering::Relaxed);
+        if wanted(kind(now), solicited) {
+            self.set_armed(now, ARMED_NONE);
             signal_event(self.own.as_fd());
         }
     }
@@ -249,6 +273,7 @@ impl Bell {
 
     /// Waits up to `timeout` for a notification not taken yet; returns whether one came.
     pub(crate) fn wait(&self, timeout: Duration) -> bool {
+        let armed = self.armed.load(Ordering::SeqCst);
         let deadline = crate::time::deadline_after(timeout);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -256,7 +281,7 @@ impl Bell {
                 Ok(0) if !left.is_zero() => continue,
                 Ok(0) | Err(_) => return false,
                 Ok(_) => {
-                    self.disarm();
+                    self.disarm(armed);
                     return true;
                 }
             }
@@ -511,6 +536,22 @@ mod tests {
         assert_eq!(unsafe { libc::read(hostile.event.as_raw_fd(), (&mut count as *mut u64).cast(), 8) }, 8);
         honest.ring(false);
         assert!(bell.wait(Duration::from_secs(10)), "the honest ring woke the owner");
+    }
+
+    /// Two threads wait on one CQ: the one that takes a notification disarms only the arm it
+    /// waited for, not one the other thread made since.
+    #[test]
+    fn taking_a_notification_keeps_an_arm_made_since() {
+        let bell = Bell::new().unwrap();
+        let (peer, _) = peer_of(&bell);
+        bell.arm();
+        let seen_by_first = bell.armed.load(Ordering::SeqCst);
+        bell.arm();
+        bell.disarm(seen_by_first);
+        peer.ring(false);
+        assert!(bell.wait(Duration::ZERO), "the second arm stood: the ring woke its waiter");
+        peer.ring(false);
+        assert!(!bell.wait(Duration::ZERO), "and that wake-up used it");
     }
 
     #[test]
