@@ -111,22 +111,23 @@ impl CqInner {
     /// claimed: inbox SENDs hold the claims until placed, and the owner may be asleep.
     #[inline]
     pub(crate) fn drain_inboxes(&self) {
-        let pending = self.bell.hint();
-        if pending == self.drained_at.load(Ordering::Relaxed)
+        let hint = self.bell.hint();
+        if hint == self.drained_at.load(Ordering::Relaxed)
             && !self.backlog.load(Ordering::Relaxed)
             && (self.skipped.fetch_add(1, Ordering::Relaxed) + 1) % RECHECK_EVERY != 0
         {
             return;
         }
-        self.drain_inboxes_now(pending);
+        self.drain_inboxes_now(hint);
     }
 
-    /// [`drain_inboxes`](Self::drain_inboxes) once the bell says there is something to place
-    /// (out of line: an empty poll, the publisher's look after each message, stays a few loads).
+    /// [`drain_inboxes`](Self::drain_inboxes) once there may be something to place (out of
+    /// line: an empty poll, the publisher's look after each message, stays a few loads);
+    /// `hint` is the bell's hint read before.
     #[cold]
-    fn drain_inboxes_now(&self, pending: u64) {
+    fn drain_inboxes_now(&self, hint: u64) {
         let mut sources = self.sources.lock();
-        self.drained_at.store(pending, Ordering::Relaxed);
+        self.drained_at.store(hint, Ordering::Relaxed);
         let mut waiting = false;
         sources.retain(|s| match s.upgrade().map(|s| s.drain()) {
             Some(Drain::Done) => true,
@@ -163,7 +164,9 @@ impl CqInner {
     /// lock; the poller never yields here (waiting is `poll_wait`'s business).
     #[inline]
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
-        if self.look_all.load(Ordering::Relaxed) && self.look_all.swap(false, Ordering::SeqCst) {
+        if self.look_all.load(Ordering::Relaxed) {
+            // Two pollers may both look: no harm, and no atomic read-modify-write here.
+            self.look_all.store(false, Ordering::Relaxed);
             self.drain_inboxes_now(self.bell.hint());
         } else {
             self.drain_inboxes();
@@ -192,7 +195,7 @@ impl CqInner {
     fn arm(&self) {
         let _st = self.st.lock();
         self.bell.arm();
-        self.look_all.store(true, Ordering::SeqCst);
+        self.look_all.store(true, Ordering::Relaxed);
     }
 
     /// Arms for a solicited (or failed) completion, unless armed for the next one already;
@@ -200,14 +203,14 @@ impl CqInner {
     fn arm_solicited(&self) {
         let _st = self.st.lock();
         self.bell.arm_solicited();
-        self.look_all.store(true, Ordering::SeqCst);
+        self.look_all.store(true, Ordering::Relaxed);
     }
 
     /// Waits for a notification; the next poll after one looks into every inbox.
     fn wait(&self, timeout: Duration) -> bool {
         let woken = self.bell.wait(timeout);
         if woken {
-            self.look_all.store(true, Ordering::SeqCst);
+            self.look_all.store(true, Ordering::Relaxed);
         }
         woken
     }
@@ -216,7 +219,7 @@ impl CqInner {
     fn take_notification(&self) -> Result<bool> {
         let taken = self.bell.take()?;
         if taken {
-            self.look_all.store(true, Ordering::SeqCst);
+            self.look_all.store(true, Ordering::Relaxed);
         }
         Ok(taken)
     }
