@@ -14,7 +14,7 @@ use super::CompletionQueue;
 const MAX_TAKES: usize = 16;
 
 /// A CQ's descriptor as tokio's reactor holds it: the CQ keeps the descriptor open and the same
-/// (verbs: its completion channel; soft: the bell's eventfd, never replaced once made).
+/// (verbs: its completion channel; soft: the bell's epoll set, made with the CQ).
 struct NotifyFd {
     cq: CompletionQueue,
     fd: RawFd,
@@ -58,7 +58,7 @@ impl AsyncNotifier {
         // SAFETY: `fd` belongs to the CQ that `inner` holds, so it stays open and refers to the
         // same descriptor for as long as the `AsyncFd` owns `inner`: the providers never close
         // or replace it while the CQ lives (verbs: the completion channel; soft: the bell's
-        // eventfd, set once), and `as_raw_fd` always returns it.
+        // epoll set, made with the CQ), and `as_raw_fd` always returns it.
         let fd = unsafe { AsyncFd::register_with_interest(inner, tokio::io::Interest::READABLE) }
             .map_err(|e| Error::os("register completion channel with tokio", None, e.into_parts().1))?;
         Ok(AsyncNotifier { fd })
@@ -82,7 +82,7 @@ impl AsyncNotifier {
         let cq = &self.fd.get_ref().cq;
         // Taken until none is left (a completion channel may hold several, each its own
         // event): one left behind would keep the descriptor readable with no new edge. Bounded:
-        // on soft a same-host peer can write the eventfd as fast as this loop reads it.
+        // on soft a same-host peer can write its eventfd as fast as this loop takes it.
         for _ in 0..MAX_TAKES {
             if !cq.take_notification()? {
                 break;

@@ -30,8 +30,8 @@
 //!   SEND's receive or a failed completion, as `ibv_req_notify_cq(cq, 1)`), `poll_wait` (spin
 //!   politely, then arm and block) and `poll_wait_solicited`. For event loops,
 //!   [`CompletionQueue::notify_fd`] becomes readable once an armed CQ's notification arrives
-//!   (verbs: the completion channel's fd; soft: its bell's eventfd, which same-host peers write
-//!   too) and `take_notification` takes it; the protocol is poll, arm, poll, await the fd,
+//!   (verbs: the completion channel's fd; soft: its bell's epoll set, holding an eventfd of
+//!   its own and one per same-host sender) and `take_notification` takes it; the protocol is poll, arm, poll, await the fd,
 //!   take, poll.
 //! - [`QueuePair`] (RC): `post_recv`; `post_send` of SEND, SEND with immediate, RDMA READ and
 //!   RDMA WRITE, signaled or not, SENDs solicited or not. Unsignaled requests hold send-queue
@@ -100,7 +100,7 @@
 //! holds plain references into it (see `memory`). `unsafe` exists only in `memory.rs`,
 //! `read_buffer.rs` ([`ReadBuffer::complete`]: the caller promises the completion is that
 //! READ's, which nothing in a completion proves on every provider), the soft provider's
-//! same-host files (`soft/shm/`: mappings, descriptor passing, copies, futex and eventfd
+//! same-host files (`soft/shm/`: mappings, descriptor passing, copies, eventfd and epoll
 //! calls), the verbs provider, and `async_cq.rs` (tokio's `AsyncFd::register`, whose promise
 //! is that the CQ's descriptor stays open, which the CQ it holds keeps). Each block carries its
 //! `// SAFETY:` note (clippy's `undocumented_unsafe_blocks`, denied in the workspace).

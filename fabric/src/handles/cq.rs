@@ -124,12 +124,13 @@ impl CompletionQueue {
     /// have raised the notification): callers poll, they do not count notifications.
     ///
     /// # Errors
-    /// The provider could not set the descriptor up (soft: creating its eventfd failed).
+    /// The provider could not set the descriptor up (soft: never; its epoll set is made with
+    /// the CQ).
     pub fn notify_fd(&self) -> Result<BorrowedFd<'_>> {
         dispatch!(CqFlavor, &self.flavor, cq => cq.notify_fd())
     }
     /// Takes a notification without blocking (verbs: `ibv_get_cq_event` and
-    /// `ibv_ack_cq_events`; soft: clears the eventfd), so that [`notify_fd`](Self::notify_fd)
+    /// `ibv_ack_cq_events`; soft: takes the events of its epoll set), so that [`notify_fd`](Self::notify_fd)
     /// polls readable only for the next one, after the next arm. Returns whether one had
     /// arrived. See `notify_fd` for the protocol.
     ///

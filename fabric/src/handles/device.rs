@@ -91,7 +91,8 @@ impl Fabric {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `depth` is 0 or above the device's `max_cqe`;
-    /// [`Error::Os`] when the device or the system refuses it (completion channel, eventfd).
+    /// [`Error::Os`] when the device or the system refuses it (verbs: the completion channel;
+    /// soft: the bell's epoll set, eventfd or pages).
     pub fn create_cq(&self, depth: u32) -> Result<CompletionQueue> {
         let max = self.attributes().max_cqe;
         if depth == 0 || depth > max {

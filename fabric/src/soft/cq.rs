@@ -1,11 +1,11 @@
 //! Completion queues of the soft provider.
 //!
-//! A CQ's waiter sleeps on the futex word of its [`Bell`], a page of shared memory: the NIC
-//! thread rings it for completions it queues, and same-host peers ring it for SENDs they write
-//! into the inboxes of queue pairs whose receives complete here. An event loop waits on the
-//! bell's eventfd instead (`notify_fd`), which every ring writes once it has been asked for. A poll first places the SENDs
-//! waiting in those inboxes (when the bell's count says some were written), then takes
-//! completions.
+//! A CQ's waiter sleeps on its [`Bell`]: the NIC thread rings it for completions it queues,
+//! and same-host peers ring it (each through an eventfd of its own) for SENDs they write into
+//! the inboxes of queue pairs whose receives complete here. An event loop waits on the bell's
+//! descriptor instead (`notify_fd`). A poll first places the SENDs waiting in those inboxes
+//! (after an arm or a wake-up, always; otherwise when the bell's hint says some were written,
+//! and every [`RECHECK_EVERY`]th poll anyway), then takes completions.
 
 use std::collections::VecDeque;
 use std::os::fd::BorrowedFd;
@@ -16,7 +16,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::device::{Device, DeviceState};
-use super::shm::Bell;
+use super::shm::{Bell, SenderFds};
 use crate::error::{Error, Result};
 use crate::types::WorkCompletion;
 
@@ -47,22 +47,26 @@ pub(crate) struct CqInner {
     /// The queue overflowed (sticky, as on hardware).
     overrun: AtomicBool,
     st: Mutex<CqState>,
-    /// Where the waiter sleeps and what it is armed for (shared with same-host senders).
+    /// Where the waiter sleeps and what it is armed for (same-host senders ring it).
     pub(crate) bell: Bell,
+    /// The next poll by the owner looks into every inbox whatever the bell's hint says: set
+    /// when the owner arms and when it is woken, since the hint is any sender's to forge.
+    look_all: AtomicBool,
     /// Connections with an inbox feeding this CQ (lock order: `sources` before a connection's
     /// lock).
     sources: Mutex<Vec<Weak<dyn InboxSource>>>,
-    /// The bell's SEND count when the inboxes were last drained.
+    /// The bell's hint when the inboxes were last drained.
     drained_at: AtomicU64,
     /// SENDs were left waiting for receives: look again at the next poll.
     backlog: AtomicBool,
-    /// Looks that skipped the inboxes because the bell's count had not moved: every
-    /// [`RECHECK_EVERY`]th looks anyway, since a peer may write that count (it is a hint).
+    /// Looks that skipped the inboxes because the bell's hint had not moved: every
+    /// [`RECHECK_EVERY`]th looks anyway, since any sender may write the hint.
     skipped: AtomicU32,
 }
 
-/// How often a look at the inboxes happens although the bell's count (which any peer of the
-/// CQ can write) says nothing new was written.
+/// How often a busy poller's look at the inboxes happens although the bell's hint (which any
+/// peer of the CQ can write) says nothing new was written: what a peer freezing the hint can
+/// delay the others' SENDs by, for a poller that never arms (one that arms looks anyway).
 const RECHECK_EVERY: u32 = 64;
 
 #[derive(Default)]
@@ -78,6 +82,7 @@ impl CqInner {
             overrun: AtomicBool::new(false),
             st: Mutex::new(CqState::default()),
             bell: Bell::new()?,
+            look_all: AtomicBool::new(false),
             sources: Mutex::new(Vec::new()),
             drained_at: AtomicU64::new(0),
             backlog: AtomicBool::new(false),
@@ -90,28 +95,39 @@ impl CqInner {
         self.sources.lock().push(source);
     }
 
-    /// Places the SENDs waiting in the inboxes of this CQ's connections, if the bell says some
-    /// were written since the last look (or some waited for receives then). The NIC calls it
+    /// A place at the bell for a new same-host sender: the descriptors to hand it, and the seat
+    /// that takes it out when dropped. `None` when the bell has no place left (the sender's
+    /// SENDs then take the stream).
+    pub(crate) fn seat(self: &Arc<Self>) -> Option<(SenderFds, BellSeat)> {
+        let fds = self.bell.attach_sender().ok()?;
+        let seat = BellSeat { cq: self.clone(), token: fds.token };
+        Some((fds, seat))
+    }
+
+    /// Places the SENDs waiting in the inboxes of this CQ's connections, if the bell's hint
+    /// says some were written since the last look (or some waited for receives then, or this is
+    /// the [`RECHECK_EVERY`]th look). The NIC calls it
     /// (holding no connection's lock) before it retries a stream SEND that found every receive
     /// claimed: inbox SENDs hold the claims until placed, and the owner may be asleep.
     #[inline]
     pub(crate) fn drain_inboxes(&self) {
-        let pending = self.bell.pending();
-        if pending == self.drained_at.load(Ordering::Relaxed)
+        let hint = self.bell.hint();
+        if hint == self.drained_at.load(Ordering::Relaxed)
             && !self.backlog.load(Ordering::Relaxed)
             && (self.skipped.fetch_add(1, Ordering::Relaxed) + 1) % RECHECK_EVERY != 0
         {
             return;
         }
-        self.drain_inboxes_now(pending);
+        self.drain_inboxes_now(hint);
     }
 
-    /// [`drain_inboxes`](Self::drain_inboxes) once the bell says there is something to place
-    /// (out of line: an empty poll, the publisher's look after each message, stays a few loads).
+    /// [`drain_inboxes`](Self::drain_inboxes) once there may be something to place (out of
+    /// line: an empty poll, the publisher's look after each message, stays a few loads);
+    /// `hint` is the bell's hint read before.
     #[cold]
-    fn drain_inboxes_now(&self, pending: u64) {
+    fn drain_inboxes_now(&self, hint: u64) {
         let mut sources = self.sources.lock();
-        self.drained_at.store(pending, Ordering::Relaxed);
+        self.drained_at.store(hint, Ordering::Relaxed);
         let mut waiting = false;
         sources.retain(|s| match s.upgrade().map(|s| s.drain()) {
             Some(Drain::Done) => true,
@@ -148,7 +164,13 @@ impl CqInner {
     /// lock; the poller never yields here (waiting is `poll_wait`'s business).
     #[inline]
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
-        self.drain_inboxes();
+        if self.look_all.load(Ordering::Relaxed) {
+            // Two pollers may both look: no harm, and no atomic read-modify-write here.
+            self.look_all.store(false, Ordering::Relaxed);
+            self.drain_inboxes_now(self.bell.hint());
+        } else {
+            self.drain_inboxes();
+        }
         if self.overrun.load(Ordering::Acquire) {
             return Err(Error::CqOverrun { depth: self.depth });
         }
@@ -169,19 +191,50 @@ impl CqInner {
         n
     }
 
+    /// Arms for the next completion; the next poll looks into every inbox.
     fn arm(&self) {
         let _st = self.st.lock();
         self.bell.arm();
+        self.look_all.store(true, Ordering::Relaxed);
     }
 
-    /// Arms for a solicited (or failed) completion, unless armed for the next one already.
+    /// Arms for a solicited (or failed) completion, unless armed for the next one already;
+    /// the next poll looks into every inbox.
     fn arm_solicited(&self) {
         let _st = self.st.lock();
         self.bell.arm_solicited();
+        self.look_all.store(true, Ordering::Relaxed);
     }
 
+    /// Waits for a notification; the next poll after one looks into every inbox.
     fn wait(&self, timeout: Duration) -> bool {
-        self.bell.wait(timeout)
+        let woken = self.bell.wait(timeout);
+        if woken {
+            self.look_all.store(true, Ordering::Relaxed);
+        }
+        woken
+    }
+
+    /// Takes a notification without blocking; the next poll after one looks into every inbox.
+    fn take_notification(&self) -> Result<bool> {
+        let taken = self.bell.take()?;
+        if taken {
+            self.look_all.store(true, Ordering::Relaxed);
+        }
+        Ok(taken)
+    }
+}
+
+/// A same-host sender's place at a CQ's bell ([`CqInner::seat`]): dropped with the sender's
+/// inbox, it takes the sender's eventfd out of the bell's epoll set.
+pub(crate) struct BellSeat {
+    cq: Arc<CqInner>,
+    token: u64,
+}
+
+impl Drop for BellSeat {
+    fn drop(&mut self) {
+        self.cq.bell.detach_sender(self.token);
     }
 }
 
@@ -223,7 +276,7 @@ impl SoftCq {
     }
     /// Takes a notification without blocking; returns whether one had arrived.
     pub(crate) fn take_notification(&self) -> Result<bool> {
-        self.inner.bell.take()
+        self.inner.take_notification()
     }
     /// The depth.
     pub(crate) fn depth(&self) -> u32 {

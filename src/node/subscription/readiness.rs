@@ -33,7 +33,7 @@ use super::feed_channel::EventWaker;
 use crate::error::Result;
 
 /// Most CQ notifications taken in one `arm` (a completion channel may hold several; on soft a
-/// same-host peer can write the eventfd as fast as a loop reads it).
+/// same-host peer can write its eventfd as fast as a loop takes the notifications).
 const MAX_TAKES: usize = 16;
 
 /// The epoll descriptor of a subscription and the eventfd its event channel writes.

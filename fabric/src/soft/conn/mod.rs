@@ -27,7 +27,7 @@ pub(crate) use phase::Phase;
 pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpState};
 pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState};
 
-use super::cq::{Drain, InboxSource};
+use super::cq::{BellSeat, Drain, InboxSource};
 use super::device::SoftCounters;
 use super::device::{DeviceState, NicCommand};
 use super::events::{ChannelEvent, EventQueue};
@@ -130,6 +130,8 @@ struct OpenInbox {
     inbox: Inbox,
     sender: u64,
     device: Arc<DeviceState>,
+    /// The sender's place at the receive CQ's bell (its eventfd leaves the bell with it).
+    _seat: BellSeat,
 }
 
 impl ConnState {
@@ -460,9 +462,10 @@ impl Conn {
     }
 
     /// Opens this end's inbox for the peer's SENDs (once, on a live queue pair) and
-    /// makes polls of the receive CQ drain it: the descriptors of the inbox, the receive pool
-    /// (counts read-only, claims) and the CQ's bell (page and eventfd), for the peer to map.
-    pub(crate) fn open_inbox(self: &Arc<Self>) -> Option<([OwnedFd; 4], KeySlot)> {
+    /// makes polls of the receive CQ drain it: the descriptors of the inbox, the peer's credit
+    /// page (read-only), and its place at the CQ's bell (the owner page, read-only, the hint
+    /// page and the peer's own eventfd), for the peer to map.
+    pub(crate) fn open_inbox(self: &Arc<Self>) -> Option<([OwnedFd; 5], KeySlot)> {
         let (fds, cq, live) = {
             let mut st = self.st.lock();
             if st.inbox.is_some() {
@@ -472,12 +475,11 @@ impl Conn {
             let qp = st.qp.as_mut().filter(|q| !q.error)?;
             let cq = qp.recv_cq.clone();
             let inbox = Inbox::new().ok()?;
-            let bell = cq.bell.fd().try_clone_to_owned().ok()?;
-            let event = cq.bell.event_fd().ok()?.try_clone_to_owned().ok()?;
             let inbox_fd = inbox.fd().try_clone_to_owned().ok()?;
+            let (bell, seat) = cq.seat()?;
             let (sender, credits) = qp.attach_sender()?;
-            st.inbox = Some(OpenInbox { inbox, sender, device: self.device.clone() });
-            ([inbox_fd, credits, bell, event], cq, live)
+            st.inbox = Some(OpenInbox { inbox, sender, device: self.device.clone(), _seat: seat });
+            ([inbox_fd, credits, bell.owner, bell.hint, bell.event], cq, live)
         };
         let source: Weak<dyn InboxSource> = Arc::downgrade(self) as Weak<Conn>;
         cq.attach(source);

@@ -44,7 +44,7 @@ impl Owner for StreamOwner<'_> {
     fn refused_peer(&self) {
         SoftCounters::bump(&self.device.counters.refused_same_host_peers);
     }
-    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 4], shm::Answer)> {
+    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], shm::Answer)> {
         let c = self.conns.open.lock().get(&conn).cloned()?;
         let (fds, live) = c.open_inbox()?;
         Some((fds, shm::Answer { granted: true, conn_slot: live.index, conn_word: live.word, ..Default::default() }))

@@ -33,8 +33,8 @@ struct PeerRegion {
     slot: KeySlot,
 }
 
-/// The responder's inbox, this end's receive credits and the responder's bell, as this end
-/// writes SENDs into them.
+/// The responder's inbox, this end's receive credits and this end's place at the responder's
+/// bell, as this end writes SENDs into them.
 struct Outbox {
     inbox: InboxWriter,
     credits: PeerCredits,
@@ -251,18 +251,18 @@ fn open_inbox(answer: Answer, fds: Vec<OwnedFd>, want_keys: bool) -> io::Result<
     if !answer.granted {
         return Ok(None);
     }
-    let expected = 4 + usize::from(want_keys);
+    let expected = 5 + usize::from(want_keys);
     if fds.len() != expected {
         return Err(invalid("inbox answer with the wrong number of descriptors"));
     }
     let mut fds = fds.into_iter();
     let mut next = || fds.next().expect("counted above");
-    let (inbox, credits, bell, event) = (next(), next(), next(), next());
+    let (inbox, credits, owner, hint, event) = (next(), next(), next(), next(), next());
     let keys = want_keys.then(|| PeerKeys::map(next().as_fd()).map_err(io::Error::other)).transpose()?;
     let outbox = Outbox {
         inbox: InboxWriter::map(inbox.as_fd()).map_err(io::Error::other)?,
         credits: PeerCredits::map(credits.as_fd()).map_err(io::Error::other)?,
-        bell: PeerBell::map(bell.as_fd(), event).map_err(io::Error::other)?,
+        bell: PeerBell::map(owner.as_fd(), hint.as_fd(), event).map_err(io::Error::other)?,
     };
     Ok(Some(Granted { object: outbox, conn: conn_slot(&answer)?, keys }))
 }

@@ -58,10 +58,11 @@
 //!   before its NIC places a SEND of the stream, before its queue pair is flushed
 //!   (`sends_completed_before_a_disconnect_are_received`) and around a failed copy;
 //!   `rc_sends_of_every_size_arrive_in_post_order` checks order across the two ways.
-//! - **Wake-ups** go through the receive CQ's [`bell`]: a futex word that whoever queues a
-//!   completion rings (the NIC thread, a posting thread, a poller placing inbox SENDs, a
-//!   same-host sender after each SEND), with a system call only while the owner is armed, and
-//!   the bell's eventfd for owners in an event loop.
+//! - **Wake-ups** go through the receive CQ's [`bell`]: whoever queues a completion rings it
+//!   (the NIC thread, a posting thread, a poller placing inbox SENDs, a same-host sender after
+//!   each SEND, through an eventfd of its own), with a system call only while the owner is
+//!   armed; the owner waits on an epoll set of those eventfds, which is also the descriptor
+//!   for owners in an event loop.
 //! - **Connection liveness.** Each end keeps a key-table slot for its queue pair while it
 //!   answers requests and revokes it when the queue pair fails or closes; copies and inbox
 //!   SENDs check it, so a peer that dropped the connection is not read any more (a READ then
@@ -79,8 +80,8 @@
 //!   connect to a device's socket: a stream whose first 16 bytes are not a hello with an
 //!   offered nonce is closed, at most 64 streams may wait for their hello (the oldest is closed
 //!   first), and a bound stream that sends anything but well-formed requests, or does not read
-//!   its answers, is closed. Inbox writes, claims and bells of a peer are never trusted (see
-//!   [`inbox`], [`pool`], [`bell`]).
+//!   its answers, is closed. Inbox writes, credits and bells of a peer are never trusted, and
+//!   no peer can delay another's SENDs or wake-ups (see [`inbox`], [`pool`], [`bell`]).
 //!
 //! The path's own tests are in `tests.rs`; the whole conformance suite runs on both paths
 //! (`soft::*` with it, `soft_network::*` without), and `scripts/test.sh` runs the end-to-end
@@ -99,7 +100,7 @@ mod serve;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use bell::Bell;
+pub(crate) use bell::{Bell, SenderFds};
 pub(crate) use client::ShmClient;
 pub(crate) use endpoint::{Endpoint, Offer};
 pub(crate) use inbox::{Corrupt, Inbox, MAX_INLINE};

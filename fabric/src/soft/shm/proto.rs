@@ -1,15 +1,17 @@
 //! The messages of a same-host stream, fixed-size and little-endian: the opening hello, then
 //! requests with their answers: for a region (the answer carries the region's descriptor) or
-//! for the peer's inbox (the answer carries the inbox, the sender's credit page and the bell,
-//! its page and eventfd).
+//! for the peer's inbox (the answer carries the inbox, the sender's credit page and its place
+//! at the bell: the owner page, the hint page and the sender's own eventfd).
 
 use crate::types::Access;
 
 /// First bytes of a hello ("RPSH").
 const HELLO_MAGIC: u32 = 0x4853_5052;
 /// Version of these messages (2: an inbox answer carries the bell's eventfd; 3: it carries
-/// the sender's own read-only credit page instead of a receive pool shared by all senders).
-const VERSION: u32 = 3;
+/// the sender's own read-only credit page instead of a receive pool shared by all senders;
+/// 4: it carries the bell's read-only owner page, its hint page and an eventfd of the sender's
+/// own instead of one page and one eventfd shared read-write by all senders).
+const VERSION: u32 = 4;
 /// Size of a hello and of a request.
 pub(crate) const MSG_LEN: usize = 16;
 /// Size of an answer.

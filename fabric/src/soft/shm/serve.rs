@@ -1,7 +1,8 @@
 //! The responder's side, run by the NIC thread: accepting streams on the device's socket (of
 //! processes of the device's user only), binding each to a connection by the nonce of its
 //! hello, and answering region requests with the region's descriptor and inbox requests with
-//! the inbox, receive credits and bell (its page and eventfd).
+//! the inbox, receive credits and the sender's place at the bell (the owner page, the hint
+//! page and the sender's own eventfd).
 //!
 //! A region request refused (no such rkey in the protection domain of the connection's queue
 //! pair, or no remote access) is answered, then the stream is closed and the connection's
@@ -42,10 +43,11 @@ pub(crate) trait Owner {
     /// the connection's queue pair and grants remote access, and the queue pair is live.
     fn grant(&self, conn: ConnId, rkey: u32) -> Option<(OwnedFd, Answer)>;
     /// Opens the inbox of connection `conn` for the peer's SENDs: the descriptors of the inbox,
-    /// the peer's receive credits (read-only) and the bell of the queue pair's receive CQ with
-    /// its eventfd, and an answer naming the connection's key slot. `None` unless the
-    /// connection is established and has no inbox yet.
-    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 4], Answer)>;
+    /// the peer's receive credits (read-only) and its place at the bell of the queue pair's
+    /// receive CQ (the owner page, read-only, the hint page and the peer's own eventfd), and an
+    /// answer naming the connection's key slot. `None` unless the connection is established
+    /// and has no inbox yet (or the bell has no place left).
+    fn open_inbox(&self, conn: ConnId) -> Option<([OwnedFd; 5], Answer)>;
     /// A stream was refused: its peer runs as another user (counted).
     fn refused_peer(&self);
     /// A region request of connection `conn` was refused: the connection's queue pair fails

@@ -2,7 +2,7 @@
 //! peer's descriptors must be before they are mapped, and revocation through the key table.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::time::{Duration, Instant};
@@ -533,7 +533,11 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
     // Every page it was given that it can map writable, it poisons: its inbox and the bell.
     let writable: Vec<Arc<PeerMapping>> =
         fds.iter().filter_map(|fd| PeerMapping::new(fd.as_fd(), 4096, true).ok()).map(Arc::new).collect();
-    assert_eq!(writable.len(), 2, "only the inbox and the bell are writable (not the credit page)");
+    assert_eq!(
+        writable.len(),
+        2,
+        "only the inbox and the bell's hint page are writable (not the credits, not the owner page)"
+    );
     let poisoning = Arc::new(AtomicBool::new(true));
     let poisoner = {
         let (writable, poisoning) = (writable.clone(), poisoning.clone());
@@ -603,6 +607,201 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
         assert!(n >= 1);
         assert_eq!((wcs[0].wr_id, wcs[0].status), (99, WcStatus::WorkRequestFlushed), "its queue pair is in error");
     }
+}
+
+/// The state of a thread of this process (`R`, `S`, ...), from `/proc`.
+fn thread_state(tid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: the state follows the last one.
+    stat[stat.rfind(')')? + 1..].split_whitespace().next()?.chars().next()
+}
+
+/// How the owner of a CQ waits in [`a_hostile_sender_delays_no_wake_up_of_the_others`], once
+/// it has polled, armed and polled again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parked {
+    /// Blocking in the provider (`wait`, as `poll_wait` does).
+    Blocking,
+    /// An event loop: `poll(2)` on `notify_fd`, then `take_notification`.
+    EventLoop,
+}
+
+/// A hostile same-host sender into a CQ, holding every descriptor the owner hands a sender,
+/// replays over and over the idle state of every page of one page it can map writable (the
+/// armed word cleared, the count of SENDs frozen) and reads every eventfd it was given (to
+/// steal the wake-ups). The owner parks on the CQ, in `poll_wait` or in an event loop, with a
+/// timed re-poll of `REPOLL`; an honest same-host sender's SEND into the same CQ still wakes
+/// it within `WAKE_BOUND`, each time. (Before each sender had a bell of its own, the owner
+/// slept until its re-poll.)
+#[test]
+fn a_hostile_sender_delays_no_wake_up_of_the_others() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const REPOLL: Duration = Duration::from_secs(5);
+    const WAKE_BOUND: Duration = Duration::from_secs(1);
+    let (fab_b, device_b, _) = open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let (honest_fab, _, honest_conns) =
+        open_inspected(&FabricConfig::new(FabricKind::Soft), HANDSHAKE_TIMEOUT).unwrap();
+    let pd_b = fab_b.alloc_pd().unwrap();
+    let cq_b = fab_b.create_cq(64).unwrap();
+    let ch_b = fab_b.create_event_channel().unwrap();
+    let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 8).unwrap();
+    // The hostile's device has the path off (the test plays its same-host end); both queue
+    // pairs of B complete their receives on `cq_b`.
+    let senders = [network_only_fabric(), honest_fab];
+    let mut ends = Vec::new();
+    for fab in &senders {
+        let pd = fab.alloc_pd().unwrap();
+        let cq = fab.create_cq(64).unwrap();
+        let ch = fab.create_event_channel().unwrap();
+        let qp = ch.connect(listener.local_addr(), &QpInit::new(&pd, &cq), &[], T).unwrap();
+        let req = loop {
+            if let CmEvent::ConnectRequest(req) = ch_b.get_event(T).unwrap().expect("a request") {
+                break req;
+            }
+        };
+        let qp_b = req.accept(&QpInit::new(&pd_b, &cq_b), &[]).unwrap();
+        while !matches!(ch.get_event(T).unwrap(), Some(CmEvent::Established { .. })) {}
+        ends.push((pd, cq, ch, qp, qp_b));
+    }
+    assert_eq!(ends[1].3.data_path(), DataPath::SharedMemory);
+    let rbuf = pd_b.register(64 * 8, Access::LOCAL_WRITE).unwrap();
+    for i in 0..8u64 {
+        ends[1].4.post_recv(i, &[rbuf.sge(i as usize * 64, 64)]).unwrap();
+    }
+
+    // The hostile opens the same-host stream of its connection and takes its inbox.
+    let ep = device_b.shm.as_ref().expect("same-host path on by default");
+    let offer = ep.offer(ends[0].4.conn_id()).expect("an offer");
+    let mut s = attach(ep);
+    s.write_all(&proto::hello(offer.nonce)).unwrap();
+    s.write_all(&proto::Request::Inbox { flags: proto::WANT_KEYS }.encode()).unwrap();
+    let mut answer = [0u8; proto::ANSWER_LEN];
+    let mut fds = Vec::new();
+    let mut got = 0;
+    while got < answer.len() {
+        let (n, more) = super::fds::recv_with_fds(&s, &mut answer[got..]).unwrap();
+        assert!(n > 0, "the device answers the inbox request");
+        got += n;
+        fds.extend(more);
+    }
+    assert!(proto::Answer::decode(&answer).unwrap().granted);
+    let is_event = |fd: &OwnedFd| {
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]")
+    };
+    let page_long = |fd: &OwnedFd| std::fs::File::from(fd.try_clone().unwrap()).metadata().unwrap().len() == 4096;
+    let events: Vec<OwnedFd> = fds.iter().filter(|fd| is_event(fd)).map(|fd| fd.try_clone().unwrap()).collect();
+    let pages: Vec<(Arc<PeerMapping>, Vec<u64>)> = fds
+        .iter()
+        .filter(|fd| !is_event(fd) && page_long(fd))
+        .filter_map(|fd| PeerMapping::new(fd.as_fd(), 4096, true).ok())
+        .map(|page| {
+            let idle = (0..4096).step_by(8).map(|at| page.word(at).unwrap().load(Ordering::SeqCst)).collect();
+            (Arc::new(page), idle)
+        })
+        .collect();
+    assert!(!events.is_empty() && !pages.is_empty(), "a sender is handed an eventfd and a writable bell page");
+    let hostile_on = Arc::new(AtomicBool::new(true));
+    // Passes of the hostile over everything it holds.
+    let passes = Arc::new(AtomicU64::new(0));
+    let hostile = {
+        let (hostile_on, passes) = (hostile_on.clone(), passes.clone());
+        std::thread::spawn(move || {
+            let mut count = 0u64;
+            while hostile_on.load(Ordering::Relaxed) {
+                for (page, idle) in &pages {
+                    for (i, word) in idle.iter().enumerate() {
+                        page.word(i * 8).unwrap().store(*word, Ordering::SeqCst);
+                    }
+                }
+                for fd in &events {
+                    // SAFETY: reads at most 8 bytes into a live u64 from a non-blocking eventfd.
+                    unsafe { libc::read(fd.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+                }
+                passes.fetch_add(1, Ordering::SeqCst);
+                std::thread::yield_now();
+            }
+        })
+    };
+
+    // The owner parks, round after round; once it sleeps, the honest sender SENDs.
+    let rounds = [Parked::Blocking, Parked::EventLoop, Parked::Blocking, Parked::EventLoop];
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (woke_tx, woke_rx) = std::sync::mpsc::channel();
+    // The round the owner has armed for and found nothing in (it goes to sleep next), plus 1.
+    let parked = Arc::new(AtomicU64::new(0));
+    let owner = {
+        let (cq, parked) = (cq_b.clone(), parked.clone());
+        std::thread::spawn(move || {
+            let mut wcs = [WorkCompletion::default(); 4];
+            let fd = cq.notify_fd().unwrap().as_raw_fd();
+            for (round, mode) in rounds.into_iter().enumerate() {
+                // SAFETY: gettid has no preconditions.
+                ready_tx.send(unsafe { libc::gettid() }).unwrap();
+                let deadline = Instant::now() + REPOLL;
+                // The protocol `poll_wait` follows, or an event loop's; with the re-poll period.
+                let n = loop {
+                    let n = cq.poll(&mut wcs).unwrap();
+                    if n > 0 {
+                        break n;
+                    }
+                    cq.arm().unwrap();
+                    let n = cq.poll(&mut wcs).unwrap();
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if n > 0 || left.is_zero() {
+                        break n;
+                    }
+                    parked.store(round as u64 + 1, Ordering::SeqCst);
+                    match mode {
+                        Parked::Blocking => {
+                            cq.wait(left).unwrap();
+                        }
+                        Parked::EventLoop => {
+                            let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                            // SAFETY: one valid pollfd for the duration of the call.
+                            unsafe { libc::poll(&mut pfd, 1, left.as_millis().max(1) as i32) };
+                            cq.take_notification().unwrap();
+                        }
+                    }
+                };
+                woke_tx.send((mode, Instant::now(), wcs[..n].to_vec())).unwrap();
+            }
+        })
+    };
+    let sbuf = ends[1].0.register(8, Access::NONE).unwrap();
+    let mut wcs = [WorkCompletion::default(); 4];
+    for (round, mode) in rounds.into_iter().enumerate() {
+        let tid = ready_rx.recv_timeout(REPOLL + T).expect("the owner parks again");
+        let deadline = Instant::now() + T;
+        while parked.load(Ordering::SeqCst) != round as u64 + 1 || thread_state(tid) != Some('S') {
+            assert!(Instant::now() < deadline, "the owner did not park within {T:?}");
+            std::thread::yield_now();
+        }
+        // The hostile has gone over everything once more since the owner parked (armed).
+        let seen = passes.load(Ordering::SeqCst);
+        while passes.load(Ordering::SeqCst) < seen + 2 {
+            assert!(Instant::now() < deadline, "the hostile stalled");
+            std::thread::yield_now();
+        }
+        let before = inbox_sends(&honest_conns);
+        let sent = Instant::now();
+        ends[1].3.post_send(&SendRequest::new(round as u64, SendOp::Send, &[sbuf.sge(0, 8)])).unwrap();
+        assert_eq!(inbox_sends(&honest_conns), before + 1, "the honest SEND went through the inbox");
+        let (woke_in, woke_at, got) = woke_rx.recv_timeout(REPOLL + T).expect("the owner returns");
+        assert_eq!(woke_in, mode);
+        let latency = woke_at.saturating_duration_since(sent);
+        assert!(
+            got.iter().any(|wc| wc.opcode == WcOpcode::Recv && wc.status.is_success()),
+            "round {round} ({mode:?}): the owner got {got:?} after {latency:?} (its re-poll is {REPOLL:?})"
+        );
+        assert!(latency < WAKE_BOUND, "round {round} ({mode:?}): woken {latency:?} after the SEND");
+        eprintln!("round {round} ({mode:?}): woken {latency:?} after the SEND");
+        assert_eq!(ends[1].1.poll_wait(&mut wcs, Duration::ZERO, T).unwrap(), 1, "the SEND completed");
+    }
+    owner.join().unwrap();
+    hostile_on.store(false, Ordering::Relaxed);
+    hostile.join().unwrap();
 }
 
 /// The other way round: a device of root offered to open a same-host stream to a socket that
