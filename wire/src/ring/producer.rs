@@ -397,12 +397,14 @@ impl RingProducer {
     /// overwrite (to the next first fragment, or to the record about to be written), then
     /// raises `floor` to the first byte that stays intact.
     ///
-    /// Both move in steps of [`HEAD_STEP`] of the ring rather than one record at a time: a full
-    /// ring would otherwise pay the walk's call, the three control stores and the fence on
-    /// every record. The step frees bytes a little before they are overwritten, never bytes a
-    /// subscriber still needs: it stops at `limit - capacity` (under flow control, the
-    /// slowest subscriber's acknowledged position) and at the tail. Under overwrite, and for
-    /// a subscriber that joins at the earliest message, the ring retains up to a step less.
+    /// Under flow control (a `limit` other than [`NO_LIMIT`]) both move in steps of
+    /// [`HEAD_STEP`] of the ring rather than one record at a time: a full ring would otherwise
+    /// pay the walk's call, the three control stores and the fence on every record. The step
+    /// frees bytes a little before they are overwritten, never bytes a subscriber still needs:
+    /// it stops at `limit - capacity` (the slowest subscriber's acknowledged position) and at
+    /// the tail; a subscriber that joins at the earliest message finds up to a step less.
+    /// Without a limit (overwrite, or no subscriber) nothing is freed early: an overrun
+    /// subscriber loses exactly the messages overwritten.
     fn ensure_head(
         &mut self,
         end: u64,
@@ -415,7 +417,7 @@ impl RingProducer {
         if self.floor >= needed {
             return Ok(());
         }
-        let step = (self.capacity / HEAD_STEP) as u64;
+        let step = if limit == NO_LIMIT { 0 } else { (self.capacity / HEAD_STEP) as u64 };
         let keep_from =
             needed.saturating_add(step).min(limit.saturating_sub(self.capacity as u64)).min(self.tail).max(needed);
         if self.head < keep_from {

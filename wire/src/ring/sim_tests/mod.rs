@@ -204,9 +204,10 @@ fn a_full_ring_costs_the_producer_one_header_read_per_record_written() {
     assert_eq!(prod.earliest().first_seq, prod.head_seq());
 }
 
-/// A full ring frees room in steps of a sixteenth of the ring, not one record at a time: the
-/// floor (and head with it) moves once per step, and never past what the limit allows (under
-/// flow control, the slowest subscriber's acknowledged position).
+/// Under flow control a full ring frees room in steps of a sixteenth of the ring, not one
+/// record at a time: the floor (and head with it) moves once per step, and never past what
+/// the limit allows (the slowest subscriber's acknowledged position). Without a limit
+/// (overwrite) it frees exactly what each record overwrites.
 #[test]
 fn a_full_ring_frees_room_in_steps_and_never_past_the_limit() {
     let (buf, mut prod) = ring(CAP);
@@ -215,11 +216,13 @@ fn a_full_ring_frees_room_in_steps_and_never_past_the_limit() {
     for seq in 1..=per_lap {
         prod.append(&payload(seq, 64), NO_LIMIT).unwrap();
     }
-    // The next laps: count the floor's moves and check its margin over what is overwritten.
+    // Two laps with a subscriber caught up (the limit a capacity past the tail): count the
+    // floor's moves and check its margin over what is overwritten.
     let mut moves = 0;
     let mut floor = sim_control(&buf).floor;
     for seq in per_lap + 1..=3 * per_lap {
-        prod.append(&payload(seq, 64), NO_LIMIT).unwrap();
+        let limit = prod.tail() + CAP as u64;
+        prod.append(&payload(seq, 64), limit).unwrap();
         let control = sim_control(&buf);
         let overwritten_to = prod.tail() - CAP as u64;
         assert!(control.floor >= overwritten_to, "the floor covers every overwritten byte");
@@ -232,6 +235,15 @@ fn a_full_ring_frees_room_in_steps_and_never_past_the_limit() {
     }
     assert!(moves <= 2 * 16 + 2, "{moves} floor moves over two laps: one per step, not per record");
     assert!(moves >= 2 * 16 - 2, "{moves} floor moves over two laps");
+    // Without a limit (overwrite), each record frees exactly what it overwrites: an overrun
+    // subscriber loses no message that is still intact.
+    let (buf, mut prod) = ring(CAP);
+    for seq in 1..=3 * per_lap {
+        prod.append(&payload(seq, 64), NO_LIMIT).unwrap();
+        if seq > per_lap + 1 {
+            assert_eq!(sim_control(&buf).floor, prod.tail() - CAP as u64, "record {seq}");
+        }
+    }
     // Under a limit, the step stops at `limit - capacity`: with a limit that leaves no slack
     // (room for exactly the next record), the floor never passes it.
     let (buf, mut prod) = ring(CAP);
