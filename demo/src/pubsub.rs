@@ -304,8 +304,8 @@ fn find(sub: &mut Subscription, args: &SubArgs) -> Result<PublisherInfo, Fail> {
         while let Some(event) = sub.try_event() {
             match event {
                 SubscriptionEvent::Connected(info) => return Ok(info),
-                SubscriptionEvent::Rejected { addr, reason, detail } => {
-                    println!("  the publisher's node at {addr} refused: {reason:?} ({detail})")
+                SubscriptionEvent::Rejected { addr, topic, reason, detail } => {
+                    println!("  the publisher of {topic} at {addr} refused: {reason:?} ({detail})")
                 }
                 SubscriptionEvent::Unreachable { addr, detail } => println!("  {addr} is unreachable: {detail}"),
                 _ => {}

@@ -168,7 +168,7 @@ impl NodeShared {
             publishers.insert(topic_id, Arc::downgrade(publisher));
         }
         self.stats.add_publisher(topic.as_str(), publisher.id(), publisher.counters_arc());
-        self.discovery.publisher_added(topic.as_str(), topic_id);
+        self.discovery.publisher_added(topic);
         Ok(())
     }
 
