@@ -528,6 +528,55 @@ pub(super) mod tests {
         assert_eq!(recount, total, "the running total matches the peers");
     }
 
+    /// The topics a sighting names, as `(node, topic, up)`, in order.
+    fn sighted(rx: &Receiver<Sighting>) -> Vec<(NodeId, String, bool)> {
+        rx.try_iter()
+            .map(|s| match s {
+                Sighting::Up { node, topic, .. } => (node, topic.as_str().to_owned(), true),
+                Sighting::Down { node, topic, .. } => (node, topic.as_str().to_owned(), false),
+            })
+            .collect()
+    }
+
+    fn named(names: &[&str]) -> Vec<(String, TopicId)> {
+        names.iter().map(|t| (t.to_string(), TopicId::of(t))).collect()
+    }
+
+    /// A pattern's watch is told of each publisher (node and topic) whose topic the pattern
+    /// includes, local or a peer's, known before it watched or announced later, and of each
+    /// that goes; of no other. An exact watch is told of its topic only.
+    #[test]
+    fn a_pattern_watch_is_told_of_every_publisher_of_a_topic_it_includes_and_no_other() {
+        let dir = directory();
+        let now = Instant::now();
+        dir.publisher_added(&Topic::new("sensors/local").unwrap());
+        dir.publisher_added(&Topic::new("actuators/local").unwrap());
+        dir.apply(hello(2, 0, 1, named(&["sensors/a/temp", "sensorsX", "other/sensors"])), from(), now);
+        let pattern = TopicFilter::Pattern(KeyExpr::new("sensors/**").unwrap());
+        let (token, rx) = dir.watch(&pattern);
+        let (_, exact_rx) = dir.watch(&TopicFilter::Exact(Topic::new("sensors/a/temp").unwrap()));
+        let mut known = sighted(&rx);
+        known.sort();
+        assert_eq!(known, [(1, "sensors/local".to_owned(), true), (2, "sensors/a/temp".to_owned(), true)]);
+        assert_eq!(sighted(&exact_rx), [(2, "sensors/a/temp".to_owned(), true)]);
+
+        // Node 3 arrives with a matching topic and one that is not; node 2 withdraws its match.
+        dir.apply(hello(3, 0, 1, named(&["sensors", "actuators/b"])), from(), now);
+        dir.apply(hello(2, 0, 1, named(&["sensorsX", "other/sensors"])), from(), now);
+        assert_eq!(sighted(&rx), [(3, "sensors".to_owned(), true), (2, "sensors/a/temp".to_owned(), false)]);
+        assert_eq!(sighted(&exact_rx), [(2, "sensors/a/temp".to_owned(), false)]);
+        // A goodbye of node 3 and a local publisher removed: each topic that matched goes.
+        dir.apply(Announcement { kind: AnnounceKind::Goodbye, ..hello(3, 0, 1, Vec::new()) }, from(), now);
+        dir.publisher_removed(TopicId::of("actuators/local"));
+        dir.publisher_removed(TopicId::of("sensors/local"));
+        assert_eq!(sighted(&rx), [(3, "sensors".to_owned(), false), (1, "sensors/local".to_owned(), false)]);
+
+        dir.unwatch(&pattern, token);
+        dir.apply(hello(4, 0, 1, named(&["sensors/late"])), from(), now);
+        assert!(sighted(&rx).is_empty(), "an unwatched pattern is told nothing");
+        assert!(dir.inner.lock().patterns.is_empty());
+    }
+
     #[test]
     fn peers_leaving_give_their_room_and_memory_back() {
         let dir = directory();

@@ -29,6 +29,9 @@ struct Known {
     backoff: Duration,
 }
 
+/// A publisher due for a connection: its node, address and topic.
+pub(crate) type DuePublisher = (NodeId, SocketAddr, Topic);
+
 /// A lost publisher, for the subscription's event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Lost {
@@ -78,22 +81,29 @@ impl Watch {
         }
     }
 
-    /// Publishers to connect to now: present, no open connection, retry time reached. Each
-    /// one's next retry is pushed back (doubling up to [`RETRY_MAX`]).
+    /// Publishers to connect to now: present, no open connection, retry time reached; at most
+    /// `room` of them, each one's next retry pushed back (doubling up to [`RETRY_MAX`]). The
+    /// others due past `room` come second, their retry left as it is (due again as soon as
+    /// there is room).
     pub(crate) fn due(
         &mut self,
         now: Instant,
+        room: usize,
         is_open: impl Fn(SocketAddr, TopicId) -> bool,
-    ) -> Vec<(NodeId, SocketAddr, Topic)> {
-        let mut out = Vec::new();
+    ) -> (Vec<DuePublisher>, Vec<(SocketAddr, Topic)>) {
+        let (mut due, mut no_room) = (Vec::new(), Vec::new());
         for (&(node, id), k) in self.known.iter_mut() {
             if now >= k.next_try && !is_open(k.addr, id) {
-                out.push((node, k.addr, k.topic.clone()));
+                if due.len() == room {
+                    no_room.push((k.addr, k.topic.clone()));
+                    continue;
+                }
+                due.push((node, k.addr, k.topic.clone()));
                 k.next_try = now + k.backoff;
                 k.backoff = (k.backoff * 2).min(RETRY_MAX);
             }
         }
-        out
+        (due, no_room)
     }
 
     /// The publisher of `topic` at `addr` ended its stream (it closed).
@@ -147,6 +157,32 @@ mod tests {
     use super::super::watcher::WATCH_QUEUE;
     use super::*;
     use rdma_wire::protocol::{AnnounceKind, Announcement};
+
+    /// Past the room given, due publishers are named apart and keep their retry time: they are
+    /// due again at once when there is room, not after a backoff that grew while they waited.
+    #[test]
+    fn publishers_due_past_the_room_keep_their_retry_time() {
+        let dir = directory();
+        let now = Instant::now();
+        let mut watch = Watch::new(&dir, TopicFilter::Pattern(rdma_wire::KeyExpr::new("t-$*").unwrap()));
+        dir.apply(hello(2, 0, 1, topics("t", 3)), from(), now);
+        let sightings: Vec<Sighting> = watch.receiver().try_iter().collect();
+        assert_eq!(sightings.len(), 3);
+        for s in sightings {
+            assert!(watch.apply(s, now).is_none());
+        }
+        assert_eq!(watch.matched_topic_count(), 3);
+        let (due, no_room) = watch.due(now, 2, |_, _| false);
+        assert_eq!((due.len(), no_room.len()), (2, 1));
+        for later in [now + Duration::from_millis(1), now + RETRY_MIN / 2] {
+            let (due_again, waiting) = watch.due(later, 0, |_, _| false);
+            assert!(due_again.is_empty());
+            assert_eq!(waiting.iter().map(|(_, t)| t.clone()).collect::<Vec<_>>(), [no_room[0].1.clone()]);
+        }
+        let (due, no_room_now) = watch.due(now + Duration::from_millis(1), 1, |_, _| false);
+        assert_eq!(due.iter().map(|(_, _, t)| t.clone()).collect::<Vec<_>>(), [no_room[0].1.clone()]);
+        assert!(no_room_now.is_empty(), "the other two wait for their backoff");
+    }
 
     /// A subscription that does not drain its sightings while peers come and go by the
     /// thousand: its channel stays bounded, and once it drains, it catches up with what is

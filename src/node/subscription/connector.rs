@@ -218,17 +218,17 @@ impl ConnectorState {
     fn open_due(&mut self, node: &NodeShared) {
         let open = &self.open;
         let Some(watch) = self.watch.as_mut() else { return };
-        let due = watch.due(Instant::now(), |addr, topic| open.contains_key(&(addr, topic)));
-        for (publisher_node, addr, topic) in due {
-            if self.open.len() >= self.max_feeds {
-                // Told once per publisher; it is connected when a feed goes (its retry is due).
-                if self.over_limit.insert((addr, topic.id())) {
-                    self.counters.feed_limit_reached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let limit = self.max_feeds;
-                    let _ = self.events.send(FeedEvent::FeedLimit { addr, topic, limit });
-                }
-                continue;
+        let room = self.max_feeds.saturating_sub(open.len());
+        let (due, no_room) = watch.due(Instant::now(), room, |addr, topic| open.contains_key(&(addr, topic)));
+        for (addr, topic) in no_room {
+            // Told once per publisher; it stays due, and is connected once a feed goes.
+            if self.over_limit.insert((addr, topic.id())) {
+                self.counters.feed_limit_reached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let limit = self.max_feeds;
+                let _ = self.events.send(FeedEvent::FeedLimit { addr, topic, limit });
             }
+        }
+        for (publisher_node, addr, topic) in due {
             // A publisher read before is resumed from its earliest retained message (duplicates
             // of the same epoch are skipped); a new one starts where the options say.
             let id = publisher_id(publisher_node, topic.id());
