@@ -7,6 +7,12 @@
 //! (or unicast to listed peers) and subscriptions connect to them by themselves
 //! ([`DiscoveryOptions`]).
 //!
+//! Topics are [`KeyExpr`]s without wildcards ([`Topic`]). A subscription may take a pattern,
+//! a key expression with wildcards (`node.subscriber("sensors/**")`): it reads every publisher,
+//! on any node of the domain, whose topic the pattern includes, as discovery finds them and
+//! until they leave; each [`Message`] names its topic (a shared handle), order is kept per
+//! publisher only, and [`SubscriberBuilder::max_feeds`] bounds its connections.
+//!
 //! Layers, bottom up, each a crate: [`fabric`] (the crate `rdma-fabric`: a verbs-shaped
 //! transport with a soft and a verbs provider) → `rdma-wire` (ring layout, producer, remote
 //! reader; private data, control messages, announcements) → this crate (the node, its

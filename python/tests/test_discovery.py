@@ -19,6 +19,28 @@ def test_a_subscriber_finds_a_publisher_announced_to_its_node(topic):
             publisher.close()
 
 
+def test_a_pattern_subscriber_reads_each_matching_topic_and_names_it(topic):
+    with rdma_pubsub.Node(peers=[], bind="127.0.0.1:0") as b:
+        with rdma_pubsub.Node(peers=[b.discovery_addr], bind="127.0.0.1:0") as a:
+            subscriber = b.subscriber(f"{topic}/*", start="earliest")
+            assert subscriber.topic == f"{topic}/*"
+            publishers = [a.publisher(f"{topic}/{name}") for name in ("x", "y")]
+            other = a.publisher(f"{topic}-other")
+            for publisher in publishers + [other]:
+                publisher.publish(publisher.topic.encode())
+            received = []
+            for _ in range(2):
+                message = subscriber.recv(timeout=TIMEOUT)
+                assert message is not None
+                assert bytes(message) == message.topic.encode(), "each message names its topic"
+                received.append(message.topic)
+            assert sorted(received) == [f"{topic}/x", f"{topic}/y"]
+            assert other.subscriber_count == 0
+            subscriber.close()
+            for publisher in publishers + [other]:
+                publisher.close()
+
+
 def test_without_discovery_a_node_has_no_discovery_address():
     with rdma_pubsub.Node(discovery=False) as node:
         assert node.discovery_addr is None

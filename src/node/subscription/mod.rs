@@ -105,8 +105,10 @@ mod refusals;
 #[cfg(feature = "async")]
 mod stream;
 
-/// A subscription to one topic: receives the messages of every publisher it is connected to,
-/// in order per publisher.
+/// A subscription to one topic, or to every topic a pattern includes: receives the messages
+/// of every publisher it is connected to, in order per publisher. No order is promised across
+/// publishers (of one topic, or of the topics a pattern matched): their feeds are served
+/// round-robin as their messages arrive. Each [`Message`] names its publisher and its topic.
 ///
 /// ```
 /// use std::time::Duration;
