@@ -193,8 +193,13 @@ impl NodeShared {
     }
 
     /// Registers a subscription's counters for export.
-    pub(crate) fn add_subscription_stats(&self, topic: &str, counters: &Arc<SubscriptionCounters>) {
-        self.stats.add_subscription(topic, counters);
+    pub(crate) fn add_subscription_stats(
+        &self,
+        topic: &str,
+        counters: &Arc<SubscriptionCounters>,
+        matches: Option<Weak<Connector>>,
+    ) {
+        self.stats.add_subscription(topic, counters, matches);
     }
 
     /// The routes of the node's connections, locked: hold them while a connection is opened and

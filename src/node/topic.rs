@@ -71,16 +71,18 @@ pub trait IntoKeyExpr: sealed::Sealed {
     ///
     /// # Errors
     /// [`Error::InvalidTopic`] for a name that is no key expression (see [`KeyExpr`]), or
-    /// that has no wildcard and is no topic (see [`Topic`]: at most 200 bytes, no control
-    /// characters).
+    /// breaks a topic's other rules (see [`Topic`]: at most 200 bytes, no control characters;
+    /// a pattern keeps to them too).
     fn into_key_expr(self) -> Result<KeyExpr>;
 }
 
 /// Parses a topic or pattern, naming the rule it breaks in the error. A name without wildcards
-/// must be a topic (the same rules, and errors, as a publisher's).
+/// must be a topic (the same rules, and errors, as a publisher's); a pattern keeps to a topic's
+/// length (200 bytes) and has no control characters either (it is written to the stats file).
 fn parse_key_expr(name: &str) -> Result<KeyExpr> {
     match Topic::new(name) {
         Ok(topic) => Ok(topic.into()),
+        // (Length and control characters are checked first: a pattern keeps to a topic's.)
         Err(TopicError::Wildcard { .. }) => KeyExpr::new(name).map_err(|e| Error::InvalidTopic {
             topic: name.chars().take(64).collect(),
             detail: format!("not a pattern: {e}"),
@@ -226,5 +228,9 @@ mod tests {
             other => panic!("a* is no pattern: {other:?}"),
         }
         assert!(matches!((&topic).into_key_expr(), Ok(k) if k.as_str() == "sensors/kitchen"));
+        match "sensors/*\n".into_key_expr() {
+            Err(Error::InvalidTopic { detail, .. }) => assert!(detail.contains("control character"), "{detail}"),
+            other => panic!("a pattern with a newline: {other:?}"),
+        }
     }
 }

@@ -135,7 +135,15 @@ impl Watch {
 
     /// The topics of the publishers present, each once, sorted.
     pub(crate) fn matched_topics(&self) -> Vec<Topic> {
-        let topics: std::collections::BTreeSet<Topic> = self.known.values().map(|k| k.topic.clone()).collect();
+        self.matched_publishers().into_iter().map(|(topic, _)| topic).collect()
+    }
+
+    /// The topics of the publishers present, sorted, each with how many publishers it has.
+    pub(crate) fn matched_publishers(&self) -> Vec<(Topic, usize)> {
+        let mut topics: std::collections::BTreeMap<Topic, usize> = std::collections::BTreeMap::new();
+        for k in self.known.values() {
+            *topics.entry(k.topic.clone()).or_insert(0) += 1;
+        }
         topics.into_iter().collect()
     }
 

@@ -185,6 +185,11 @@ impl Connector {
         self.state.lock().watch.as_ref().map(Watch::matched_topics).unwrap_or_default()
     }
 
+    /// Those topics, sorted, each with its publishers present (for the stats file).
+    pub(crate) fn matched_publishers(&self) -> Vec<(Topic, usize)> {
+        self.state.lock().watch.as_ref().map(Watch::matched_publishers).unwrap_or_default()
+    }
+
     /// The subscription is gone: opens nothing more and leaves the directory.
     pub(super) fn close(&self, node: &NodeShared) {
         let mut state = self.state.lock();

@@ -216,8 +216,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         let event_waker = Arc::new(EventWaker::default());
         let events_tx = FeedSender::new(events_tx, event_waker.clone());
         let counters = Arc::new(SubscriptionCounters::default());
-        node.add_subscription_stats(filter.as_str(), &counters);
         let connector = Connector::new(&node, &filter, &options, cq.clone(), events_tx, counters.clone());
+        let matches = filter.is_pattern().then(|| Arc::downgrade(&connector));
+        node.add_subscription_stats(filter.as_str(), &counters, matches);
         let sightings = connector.sightings();
         Ok(Subscription {
             _type: PhantomData,
