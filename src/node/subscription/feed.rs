@@ -424,8 +424,8 @@ impl Feed {
         self.active.as_ref().is_some_and(|a| !a.ready.is_empty())
     }
 
-    /// Whether this feed is an open connection to `addr` that, if accepted, reads the
-    /// publisher's `epoch`.
+    /// Whether this feed is an open connection to the publisher of `topic` at `addr` that, if
+    /// accepted, reads the publisher's `epoch`.
     pub(super) fn serves(&self, addr: SocketAddr, topic: &Topic, epoch: u64) -> bool {
         !self.closed
             && self.addr == addr
