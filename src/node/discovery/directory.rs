@@ -577,6 +577,54 @@ pub(super) mod tests {
         assert!(dir.inner.lock().patterns.is_empty());
     }
 
+    /// The cost of matching patterns when announcements arrive, with 10,000 topics known (10
+    /// peers of 1,000): a peer's announcement that adds a topic, with 1 and with 100 pattern
+    /// watches; and a new pattern watch, which tries every topic known. A measurement (run it
+    /// with `--ignored --nocapture`); the bounds only catch a cost gone quadratic.
+    #[test]
+    #[ignore = "a measurement: cargo test --release --lib -- --ignored --nocapture match_cost"]
+    fn match_cost_per_announcement_with_10_000_topics_known() {
+        let dir = directory();
+        let now = Instant::now();
+        for peer in 0..10u64 {
+            let names: Vec<String> = (0..1000).map(|i| format!("site/{peer}/room-{i}/temp")).collect();
+            let all: Vec<(String, TopicId)> = names.iter().map(|t| (t.clone(), TopicId::of(t))).collect();
+            for (part, chunk) in all.chunks(100).enumerate() {
+                dir.apply(hello(100 + peer, part as u16, 10, chunk.to_vec()), from(), now);
+            }
+        }
+        assert_eq!(dir.inner.lock().peer_topics, 10_000);
+        let per = |n: u32, start: Instant| start.elapsed() / n;
+        let mut watches = Vec::new();
+        let start = Instant::now();
+        let (_, rx) = dir.watch(&TopicFilter::Pattern(KeyExpr::new("site/*/room-$*/temp").unwrap()));
+        let new_watch = start.elapsed();
+        // Every topic known matched: the first 4,096 queued, the rest sent as it drains.
+        assert_eq!(rx.len(), super::super::watcher::WATCH_QUEUE);
+        watches.push(rx);
+        for pattern_count in [1, 100] {
+            while watches.len() < pattern_count {
+                let pattern = format!("site/{}/**", watches.len() % 10);
+                watches.push(dir.watch(&TopicFilter::Pattern(KeyExpr::new(&pattern).unwrap())).1);
+            }
+            // Node 100's part 0 gains one topic at a time (the other parts stand).
+            let rounds = 200u32;
+            let start = Instant::now();
+            for round in 0..rounds {
+                let mut topics = named(&[&format!("site/0/extra-{round}/temp")]);
+                topics.extend((0..99).map(|i| format!("site/0/room-{i}/temp")).map(|t| (t.clone(), TopicId::of(&t))));
+                dir.apply(hello(100, 0, 10, topics), from(), now);
+            }
+            let cost = per(rounds, start);
+            println!(
+                "{pattern_count} pattern watch(es), 10,000 topics known: {cost:?} per announcement of one new topic"
+            );
+            assert!(cost < Duration::from_millis(20), "{cost:?}");
+        }
+        println!("a new pattern watch over 10,000 topics known: {new_watch:?}");
+        assert!(new_watch < Duration::from_millis(500), "{new_watch:?}");
+    }
+
     #[test]
     fn peers_leaving_give_their_room_and_memory_back() {
         let dir = directory();
