@@ -205,8 +205,19 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
         match outcome {
             Ok(Some(m)) => {
                 // Each publisher's payloads derive from its topic (one of several, for a pattern).
-                let stream =
-                    *t.stream(&m.publisher).payload.get_or_insert_with(|| payload::stream_of(m.topic.as_str()));
+                let s = t.stream(&m.publisher);
+                let stream = match s.payload {
+                    Some(stream) => stream,
+                    None => {
+                        if m.topic.as_str() != args.topic {
+                            println!(
+                                "  reading {} from publisher {:016x} at {}",
+                                m.topic, m.publisher.id, m.publisher.addr
+                            );
+                        }
+                        *s.payload.insert(payload::stream_of(m.topic.as_str()))
+                    }
+                };
                 let damage = match payload::check(m.data, stream) {
                     Ok(h) if h.seq != m.seq => Some(format!("message {} carries sequence {}", m.seq, h.seq)),
                     Ok(_) => match args.size {

@@ -263,6 +263,9 @@ fn sub_with_a_pattern_reads_every_matching_pub_and_checks_each_by_its_topic() {
     assert!(out.stdout.contains("delivered 2000 messages"), "{}", out.stdout);
     assert!(out.stdout.contains("ok: every message arrived intact"), "{}", out.stdout);
     assert!(!out.stdout.contains(&other_addr), "{}", out.stdout);
+    for t in [&a, &b] {
+        assert!(out.stdout.contains(&format!("  reading {t} from publisher")), "{}", out.stdout);
+    }
     for publisher in [pub_a, pub_b] {
         let pub_out = finish(publisher.child, Duration::from_secs(30), "pub");
         assert_eq!(pub_out.code, Some(0), "pub: {}", pub_out.stderr);
