@@ -187,6 +187,8 @@ pub enum ChecksumArg {
     Crc32c,
     /// XXH64 (its low 32 bits).
     Xxhash64,
+    /// XXH3 (its low 32 bits) for records of up to 256 bytes, CRC-32C for longer ones.
+    Xxh3Crc32c,
 }
 
 impl ChecksumArg {
@@ -196,6 +198,7 @@ impl ChecksumArg {
             ChecksumArg::Auto => builder,
             ChecksumArg::Crc32c => builder.checksum(Checksum::Crc32c),
             ChecksumArg::Xxhash64 => builder.checksum(Checksum::XxHash64),
+            ChecksumArg::Xxh3Crc32c => builder.checksum(Checksum::Xxh3Crc32c),
         }
     }
 }
@@ -211,6 +214,7 @@ pub fn checksum_name(c: Checksum) -> &'static str {
     match c {
         Checksum::Crc32c => "crc32c",
         Checksum::XxHash64 => "xxhash64",
+        Checksum::Xxh3Crc32c => "xxh3-crc32c",
     }
 }
 

@@ -241,7 +241,7 @@ fn ring_arbitrary(data: &[u8]) -> bool {
     let bytes = data.get(24..).unwrap_or(&[]);
     let start = StartPoint { position, seq, first_seq: seq + (data.first().copied().unwrap_or(0) >> 7) as u64 };
     // The input's first byte also picks the checksum function the records are checked with.
-    let checksum = Checksum::ALL[(data.first().copied().unwrap_or(0) & 1) as usize];
+    let checksum = Checksum::ALL[data.first().copied().unwrap_or(0) as usize % Checksum::ALL.len()];
     let config = ReaderConfig { capacity, max_record_payload, epoch: 7, start, max_message_len: 1 << 20, checksum };
     let Ok(mut reader) = RingReader::new(config) else { return false };
     let base = bytes.as_ptr() as usize;

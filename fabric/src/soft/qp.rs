@@ -10,7 +10,7 @@ use super::device::{Device, NicCommand};
 use super::events::EventQueue;
 use super::hand_qp;
 use super::recv::{sge_segment, RecvWr};
-use super::seg::Seg;
+use super::seg::Segs;
 use super::shm::MAX_INLINE;
 use super::timers::TimerKind;
 use super::wire::{FrameType, Header, AUX_SOLICITED};
@@ -159,7 +159,7 @@ impl SoftQp {
             SendOp::RdmaWrite(_) => (WcOpcode::RdmaWrite, Access::NONE),
             SendOp::RdmaRead(_) => (WcOpcode::RdmaRead, Access::LOCAL_WRITE),
         };
-        let entry = |psn: u32, dest: Vec<Seg>| InFlight {
+        let entry = |psn: u32, dest: Segs| InFlight {
             psn,
             wr_id: wr.wr_id,
             op: opcode,
@@ -170,17 +170,17 @@ impl SoftQp {
             local: None,
         };
         if qp.error {
-            qp.retire(entry(0, Vec::new()), WcStatus::WorkRequestFlushed);
+            qp.retire(entry(0, Segs::new()), WcStatus::WorkRequestFlushed);
             return Ok(());
         }
         if qp.sq_used >= qp.caps.max_send_wr {
             return Err(Error::QueueFull { queue: "send queue", depth: qp.caps.max_send_wr });
         }
-        let segs: Option<Vec<Seg>> = wr.sges.iter().map(|s| sge_segment(s, qp.pd, need)).collect();
+        let segs: Option<Segs> = wr.sges.iter().map(|s| sge_segment(s, qp.pd, need)).collect();
         let Some(segs) = segs else {
             // Like hardware: the request fails with a completion and the queue pair errors.
             qp.sq_used += 1;
-            qp.retire(entry(0, Vec::new()), WcStatus::LocalProtectionError);
+            qp.retire(entry(0, Segs::new()), WcStatus::LocalProtectionError);
             st.qp_error();
             return Ok(());
         };
@@ -206,7 +206,7 @@ impl SoftQp {
             };
             if client.send(&segs, total as usize, imm, wr.solicited) {
                 qp.sq_used += 1;
-                qp.retire(entry(0, Vec::new()), WcStatus::Success);
+                qp.retire(entry(0, Segs::new()), WcStatus::Success);
                 st.inbox_sends += 1;
                 return Ok(());
             }
@@ -215,7 +215,7 @@ impl SoftQp {
         qp.next_psn = psn.wrapping_add(1);
         let mut h;
         let payload;
-        let mut dest = Vec::new();
+        let mut dest = Segs::new();
         match wr.op {
             SendOp::Send => {
                 h = Header::new(FrameType::Send);

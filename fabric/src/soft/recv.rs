@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 
-use super::seg::Seg;
+use super::seg::{Seg, Segs};
 use super::shm::{Credits, NoCredit};
 use crate::error::{Error, Result};
 use crate::provider::Sge;
@@ -107,14 +107,14 @@ impl RecvList {
 /// A posted receive.
 pub(crate) struct RecvWr {
     pub(crate) wr_id: u64,
-    pub(crate) segs: Vec<Seg>,
+    pub(crate) segs: Segs,
     pub(crate) cap: usize,
 }
 
 impl RecvWr {
     /// Checks the SGEs (soft regions of `pd` with LOCAL_WRITE) and builds the receive.
     pub(crate) fn new(wr_id: u64, sges: &[Sge<'_>], pd: u32, verb: &'static str) -> Result<RecvWr> {
-        let mut segs = Vec::with_capacity(sges.len());
+        let mut segs = Segs::with_capacity(sges.len());
         for sge in sges {
             let seg = sge_segment(sge, pd, Access::LOCAL_WRITE).ok_or_else(|| {
                 Error::invalid(verb, "receive buffer is not a LOCAL_WRITE region of this protection domain")

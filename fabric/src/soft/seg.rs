@@ -5,6 +5,10 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::memory::RegisteredBuffer;
 
+/// The segments of one work request: inline up to two (a request has one or two), so posting
+/// one allocates nothing.
+pub(crate) type Segs = smallvec::SmallVec<[Seg; 2]>;
+
 /// A range of registered memory an operation reads or writes; holds the memory alive.
 #[derive(Clone)]
 pub(crate) struct Seg {

@@ -391,7 +391,7 @@ impl AcceptData {
     /// | 1–9 | start position |
     /// | 1–9 | sequence at the start position |
     /// | 1–9 | first sequence owed |
-    /// | 1 | checksum (0 CRC-32C, 1 XXH64 low 32 bits) |
+    /// | 1 | checksum (0 CRC-32C, 1 XXH64 low 32 bits, 2 XXH3 low 32 bits up to 256-byte records and CRC-32C above) |
     /// | 1 | message type present (0 raw bytes, 1 typed) |
     /// | 1–9 | (typed) type fingerprint |
     /// | 1 + n | (typed) type name: length (at most [`MAX_TYPE_NAME`]), UTF-8 |

@@ -10,6 +10,12 @@
 //! 1.0 µs with CRC-32C and 4.6 µs with XXH64 on the host, but 390 µs and 17 µs in the qemu
 //! (TCG) guest that runs the Soft-RoCE tests.
 //!
+//! Neither is fast on the records small messages make: a 64-byte message's 96-byte record
+//! costs CRC-32C about 20 ns, a chain of dependent CRC instructions plus the call, where
+//! XXH3 takes about half. [`Checksum::Xxh3Crc32c`] therefore checks records of up to
+//! [`XXH3_MAX`] bytes with XXH3 and longer ones with CRC-32C: the default where CRC-32C is
+//! the faster function for long records.
+//!
 //! The publisher picks the function ([`Checksum::fastest_here`] unless its options name one)
 //! and the accept private data tells each subscriber which one its ring uses.
 
@@ -18,6 +24,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
 use xxhash_rust::xxh64::Xxh64;
 
 /// The function a ring's record checksums are computed with. Either is 32 bits, over the
@@ -29,7 +36,13 @@ pub enum Checksum {
     Crc32c,
     /// The low 32 bits of XXH64 with seed 0.
     XxHash64,
+    /// The low 32 bits of XXH3-64 (seed 0) for records of at most [`XXH3_MAX`] bytes (header
+    /// and payload), CRC-32C for longer ones.
+    Xxh3Crc32c,
 }
+
+/// Longest record (header and payload) [`Checksum::Xxh3Crc32c`] checks with XXH3.
+pub const XXH3_MAX: usize = 256;
 
 /// Longest header and payload [`Checksum::of_pair`] checksums in one pass over a stack copy
 /// (a 64-byte message's record is 96 bytes).
@@ -79,22 +92,36 @@ const CALIBRATION_LEN: usize = 64 * 1024;
 
 impl Checksum {
     /// Every function, in the order [`fastest_here`](Self::fastest_here) prefers them on a tie.
-    pub const ALL: [Checksum; 2] = [Checksum::Crc32c, Checksum::XxHash64];
+    pub const ALL: [Checksum; 3] = [Checksum::Xxh3Crc32c, Checksum::Crc32c, Checksum::XxHash64];
 
-    /// Starts a checksum.
-    pub fn start(self) -> RecordCrc {
-        RecordCrc(match self {
+    /// Starts the checksum of a record of `record_len` bytes in all (header and payload), to
+    /// be given in pieces.
+    pub fn start(self, record_len: usize) -> RecordCrc {
+        RecordCrc(match self.single(record_len) {
             // The CRC of nothing: the next bytes continue from it.
-            Checksum::Crc32c => Digest::Crc32c(0),
-            Checksum::XxHash64 => Digest::XxHash64(Xxh64::new(0)),
+            Single::Crc32c => Digest::Crc32c(0),
+            Single::XxHash64 => Digest::XxHash64(Xxh64::new(0)),
+            Single::Xxh3 => Digest::Xxh3(Box::new(Xxh3::new())),
         })
     }
 
-    /// The checksum of `bytes` in one go (no digest set up: the one-shot functions).
-    pub fn of(self, bytes: &[u8]) -> u32 {
+    /// The one function that checks a record of `record_len` bytes.
+    fn single(self, record_len: usize) -> Single {
         match self {
-            Checksum::Crc32c => crc_fast::crc32_iscsi(bytes),
-            Checksum::XxHash64 => xxhash_rust::xxh64::xxh64(bytes, 0) as u32,
+            Checksum::Crc32c => Single::Crc32c,
+            Checksum::XxHash64 => Single::XxHash64,
+            Checksum::Xxh3Crc32c if record_len <= XXH3_MAX => Single::Xxh3,
+            Checksum::Xxh3Crc32c => Single::Crc32c,
+        }
+    }
+
+    /// The checksum of `bytes` (a whole record) in one go (no digest set up: the one-shot
+    /// functions).
+    pub fn of(self, bytes: &[u8]) -> u32 {
+        match self.single(bytes.len()) {
+            Single::Crc32c => crc_fast::crc32_iscsi(bytes),
+            Single::XxHash64 => xxhash_rust::xxh64::xxh64(bytes, 0) as u32,
+            Single::Xxh3 => xxhash_rust::xxh3::xxh3_64(bytes) as u32,
         }
     }
 
@@ -115,9 +142,15 @@ impl Checksum {
         if len <= ONE_PASS_MAX {
             return Joined::<ONE_PASS_MAX>::checksum(self, first, second);
         }
-        match self {
-            Checksum::Crc32c => crc32c_continue(crc32c_continue(0, first), second),
-            Checksum::XxHash64 => {
+        match self.single(len) {
+            Single::Crc32c => crc32c_continue(crc32c_continue(0, first), second),
+            Single::Xxh3 => {
+                let mut hash = Xxh3::new();
+                hash.update(first);
+                hash.update(second);
+                hash.digest() as u32
+            }
+            Single::XxHash64 => {
                 let mut hash = Xxh64::new(0);
                 hash.update(first);
                 hash.update(second);
@@ -127,24 +160,28 @@ impl Checksum {
     }
 
     /// The faster function on this CPU, timed once per process (the best of three passes over
-    /// 64 KiB each; about 10 µs on a native x86-64 core, a few ms under emulation).
+    /// 64 KiB each; about 10 µs on a native x86-64 core, a few ms under emulation). Where
+    /// CRC-32C wins on long records, small records are checked with XXH3
+    /// ([`Checksum::Xxh3Crc32c`]).
     pub fn fastest_here() -> Checksum {
         static FASTEST: OnceLock<Checksum> = OnceLock::new();
         *FASTEST.get_or_init(|| {
             let sample = vec![0x5a_u8; CALIBRATION_LEN];
-            let chosen = Checksum::fastest_of(Checksum::ALL.map(|c| (c, c.time(&sample))));
+            let timed = [Checksum::Crc32c, Checksum::XxHash64].map(|c| (c, c.time(&sample)));
+            let chosen = Checksum::fastest_of(timed);
             tracing::debug!(?chosen, "record checksum chosen by timing 64 KiB with each function");
             chosen
         })
     }
 
-    /// The function with the shortest time (the first of equals).
+    /// The function to use given the 64 KiB timings of CRC-32C and XXH64: XXH64 if it is
+    /// faster, [`Checksum::Xxh3Crc32c`] otherwise (CRC-32C for long records, and on a tie).
     pub fn fastest_of(timings: [(Checksum, Duration); 2]) -> Checksum {
         let [first, second] = timings;
-        if second.1 < first.1 {
-            second.0
-        } else {
-            first.0
+        let faster = if second.1 < first.1 { second.0 } else { first.0 };
+        match faster {
+            Checksum::Crc32c => Checksum::Xxh3Crc32c,
+            other => other,
         }
     }
 
@@ -160,12 +197,21 @@ impl Checksum {
     }
 }
 
-/// A checksum in progress: CRC-32C as the CRC so far (continued by each update), XXH64 as its
-/// streaming state.
+/// The one function a record is checked with (see [`Checksum::Xxh3Crc32c`]).
+#[derive(Clone, Copy)]
+enum Single {
+    Crc32c,
+    XxHash64,
+    Xxh3,
+}
+
+/// A checksum in progress: CRC-32C as the CRC so far (continued by each update), XXH64 and
+/// XXH3 as their streaming states.
 #[derive(Clone)]
 enum Digest {
     Crc32c(u32),
     XxHash64(Xxh64),
+    Xxh3(Box<Xxh3>),
 }
 
 /// A record checksum being computed (see [`Checksum::start`]).
@@ -175,8 +221,9 @@ pub struct RecordCrc(Digest);
 impl std::fmt::Debug for RecordCrc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.0 {
-            Digest::Crc32c(_) => Checksum::Crc32c,
-            Digest::XxHash64(_) => Checksum::XxHash64,
+            Digest::Crc32c(_) => "CRC-32C",
+            Digest::XxHash64(_) => "XXH64",
+            Digest::Xxh3(_) => "XXH3",
         };
         f.debug_tuple("RecordCrc").field(&kind).finish()
     }
@@ -188,6 +235,7 @@ impl RecordCrc {
         match &mut self.0 {
             Digest::Crc32c(crc) => *crc = crc32c_continue(*crc, bytes),
             Digest::XxHash64(d) => d.update(bytes),
+            Digest::Xxh3(d) => d.update(bytes),
         }
     }
 
@@ -196,6 +244,7 @@ impl RecordCrc {
         match &self.0 {
             Digest::Crc32c(crc) => *crc,
             Digest::XxHash64(d) => d.digest() as u32,
+            Digest::Xxh3(d) => d.digest() as u32,
         }
     }
 }
@@ -214,9 +263,15 @@ mod tests {
             cut in 0usize..5000,
         ) {
             let cut = cut.min(bytes.len());
+            let xxh3_or_crc = if bytes.len() <= XXH3_MAX {
+                xxhash_rust::xxh3::xxh3_64(&bytes) as u32
+            } else {
+                crc32c::crc32c(&bytes)
+            };
             for (checksum, reference) in [
                 (Checksum::Crc32c, crc32c::crc32c(&bytes)),
                 (Checksum::XxHash64, xxhash_rust::xxh64::xxh64(&bytes, 0) as u32),
+                (Checksum::Xxh3Crc32c, xxh3_or_crc),
             ] {
                 prop_assert_eq!(checksum.of(&bytes), reference);
                 // Both implementations of CRC-32C (crc-fast's and the crc32c crate's) agree.
@@ -224,7 +279,7 @@ mod tests {
                     prop_assert_eq!(crc_fast::crc32_iscsi(&bytes), reference);
                 }
                 prop_assert_eq!(checksum.of_pair(&bytes[..cut], &bytes[cut..]), reference);
-                let mut pieces = checksum.start();
+                let mut pieces = checksum.start(bytes.len());
                 pieces.update(&bytes[..cut]);
                 pieces.update(&bytes[cut..]);
                 prop_assert_eq!(pieces.finish(), reference);
@@ -242,22 +297,34 @@ mod tests {
                 assert_eq!(Checksum::Crc32c.of_pair(a, b), crc32c::crc32c(whole), "{first} + {second}");
                 let xxh = xxhash_rust::xxh64::xxh64(whole, 0) as u32;
                 assert_eq!(Checksum::XxHash64.of_pair(a, b), xxh, "{first} + {second}");
+                let tiered = if whole.len() <= XXH3_MAX {
+                    xxhash_rust::xxh3::xxh3_64(whole) as u32
+                } else {
+                    crc32c::crc32c(whole)
+                };
+                assert_eq!(Checksum::Xxh3Crc32c.of_pair(a, b), tiered, "{first} + {second}");
             }
         }
     }
 
     #[test]
-    fn the_faster_function_is_chosen() {
+    fn the_faster_function_is_chosen_and_small_records_get_xxh3_where_crc_wins() {
         let fast = Duration::from_micros(1);
         let slow = Duration::from_micros(400);
-        assert_eq!(Checksum::fastest_of([(Checksum::Crc32c, fast), (Checksum::XxHash64, slow)]), Checksum::Crc32c);
-        assert_eq!(Checksum::fastest_of([(Checksum::Crc32c, slow), (Checksum::XxHash64, fast)]), Checksum::XxHash64);
-        assert_eq!(Checksum::fastest_of([(Checksum::Crc32c, fast), (Checksum::XxHash64, fast)]), Checksum::Crc32c);
+        let chosen = |crc, xxh| Checksum::fastest_of([(Checksum::Crc32c, crc), (Checksum::XxHash64, xxh)]);
+        assert_eq!(chosen(fast, slow), Checksum::Xxh3Crc32c);
+        assert_eq!(chosen(slow, fast), Checksum::XxHash64);
+        assert_eq!(chosen(fast, fast), Checksum::Xxh3Crc32c);
         assert!(Checksum::ALL.contains(&Checksum::fastest_here()));
     }
 
     #[test]
     fn the_functions_differ() {
-        assert_ne!(Checksum::Crc32c.of(b"record"), Checksum::XxHash64.of(b"record"));
+        let [a, b, c] = Checksum::ALL.map(|f| f.of(b"record"));
+        assert!(a != b && b != c && a != c);
+        // Past the XXH3 limit the tiered function is CRC-32C.
+        let long = [7u8; XXH3_MAX + 1];
+        assert_eq!(Checksum::Xxh3Crc32c.of(&long), Checksum::Crc32c.of(&long));
+        assert_ne!(Checksum::Xxh3Crc32c.of(&long[..XXH3_MAX]), Checksum::Crc32c.of(&long[..XXH3_MAX]));
     }
 }

@@ -186,7 +186,7 @@ impl RecordHeader {
     pub fn crc_start(&self, checksum: Checksum) -> RecordCrc {
         let mut h = *self;
         h.crc = 0;
-        let mut crc = checksum.start();
+        let mut crc = checksum.start(HEADER_LEN + self.len as usize);
         crc.update(&h.encode());
         crc
     }
@@ -270,6 +270,7 @@ impl ControlSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ring::checksum::XXH3_MAX;
     use proptest::prelude::*;
 
     #[test]
@@ -298,15 +299,21 @@ mod tests {
         /// the same.
         #[test]
         fn record_checksum_is_of_header_then_payload(
-            position in any::<u64>(), seq in any::<u64>(), len in any::<u32>(), flags in any::<u16>(),
+            position in any::<u64>(), seq in any::<u64>(), flags in any::<u16>(),
             payload in prop::collection::vec(any::<u8>(), 0..5000), cut in 0usize..5000,
         ) {
+            let len = payload.len() as u32;
             let h = RecordHeader { position, seq, len, flags, reserved: 0, total_len: len, crc: 0xffff_ffff };
             let mut covered = RecordHeader { crc: 0, ..h }.encode().to_vec();
             covered.extend_from_slice(&payload);
             for (checksum, expected) in [
                 (Checksum::Crc32c, crc32c::crc32c(&covered)),
                 (Checksum::XxHash64, xxhash_rust::xxh64::xxh64(&covered, 0) as u32),
+                (Checksum::Xxh3Crc32c, if covered.len() <= XXH3_MAX {
+                    xxhash_rust::xxh3::xxh3_64(&covered) as u32
+                } else {
+                    crc32c::crc32c(&covered)
+                }),
             ] {
                 prop_assert_eq!(h.compute_crc(checksum, &payload), expected);
                 let cut = cut.min(payload.len());

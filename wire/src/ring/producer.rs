@@ -17,6 +17,10 @@ use rdma_fabric::RegisteredBuffer;
 /// A `limit` that never stops the producer (overwrite mode, or no subscriber).
 pub const NO_LIMIT: u64 = u64::MAX;
 
+/// The producer frees the ring for new records in steps of `capacity / HEAD_STEP` (see
+/// `RingProducer::ensure_head`).
+const HEAD_STEP: usize = 16;
+
 /// Geometry and identity of a ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingConfig {
@@ -370,7 +374,7 @@ impl RingProducer {
         if start + size > limit {
             return Ok(None);
         }
-        self.ensure_head(start + size, start, seq, first)?;
+        self.ensure_head(start + size, limit, start, seq, first)?;
         if start != self.tail {
             let mut pad = RecordHeader {
                 position: self.tail,
@@ -392,11 +396,28 @@ impl RingProducer {
     /// Before the bytes up to `end` are written, moves `head` past every message they would
     /// overwrite (to the next first fragment, or to the record about to be written), then
     /// raises `floor` to the first byte that stays intact.
-    fn ensure_head(&mut self, end: u64, rec_start: u64, rec_seq: u64, rec_first: bool) -> Result<(), RingError> {
-        let keep_from = end.saturating_sub(self.capacity as u64);
-        if self.floor >= keep_from {
+    ///
+    /// Both move in steps of [`HEAD_STEP`] of the ring rather than one record at a time: a full
+    /// ring would otherwise pay the walk's call, the three control stores and the fence on
+    /// every record. The step frees bytes a little before they are overwritten, never bytes a
+    /// subscriber still needs: it stops at `limit - capacity` (under flow control, the
+    /// slowest subscriber's acknowledged position) and at the tail. Under overwrite, and for
+    /// a subscriber that joins at the earliest message, the ring retains up to a step less.
+    fn ensure_head(
+        &mut self,
+        end: u64,
+        limit: u64,
+        rec_start: u64,
+        rec_seq: u64,
+        rec_first: bool,
+    ) -> Result<(), RingError> {
+        let needed = end.saturating_sub(self.capacity as u64);
+        if self.floor >= needed {
             return Ok(());
         }
+        let step = (self.capacity / HEAD_STEP) as u64;
+        let keep_from =
+            needed.saturating_add(step).min(limit.saturating_sub(self.capacity as u64)).min(self.tail).max(needed);
         if self.head < keep_from {
             self.advance_head(keep_from, rec_start, rec_seq, rec_first)?;
         }
@@ -409,8 +430,8 @@ impl RingProducer {
     }
 
     /// Moves `head` to the first message start at or after `keep_from`. Once the ring is full
-    /// this runs for every record written: one header read (the record head lands on; the one
-    /// it leaves was read when head got there).
+    /// this runs once per step of [`HEAD_STEP`]: one header read per record passed (the one
+    /// head lands on is kept, and not read again by the next step).
     fn advance_head(&mut self, keep_from: u64, rec_start: u64, rec_seq: u64, rec_first: bool) -> Result<(), RingError> {
         let mut head = self.head;
         let mut known = self.head_header.take().filter(|h| h.position == head);

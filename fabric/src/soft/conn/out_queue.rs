@@ -6,14 +6,14 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 use crate::memory::{self, IoPart, MAX_IOV};
-use crate::soft::seg::Seg;
+use crate::soft::seg::{Seg, Segs};
 use crate::soft::wire::{FrameType, Header, HEADER_LEN};
 
 /// The payload following a queued header.
 pub(crate) enum FramePayload {
     None,
     Bytes(Vec<u8>),
-    Segs(Vec<Seg>),
+    Segs(Segs),
 }
 
 /// What a queued frame is, for the READ depths and the limits of the output queue.
@@ -68,7 +68,8 @@ impl OutFrame {
             + match &self.payload {
                 FramePayload::None => 0,
                 FramePayload::Bytes(b) => b.capacity(),
-                FramePayload::Segs(s) => s.capacity() * std::mem::size_of::<Seg>(),
+                FramePayload::Segs(s) if s.spilled() => s.capacity() * std::mem::size_of::<Seg>(),
+                FramePayload::Segs(_) => 0,
             }
     }
 
@@ -225,7 +226,8 @@ impl OutQueue {
     pub(super) fn write_to(&mut self, sock: BorrowedFd<'_>) -> io::Result<()> {
         while !self.frames.is_empty() {
             let sent = {
-                let mut parts: Vec<IoPart<'_>> = Vec::with_capacity(16);
+                // On the stack: a write allocates nothing.
+                let mut parts: smallvec::SmallVec<[IoPart<'_>; MAX_IOV]> = smallvec::SmallVec::new();
                 let mut skip = self.pos;
                 'frames: for f in &self.frames {
                     // Header.

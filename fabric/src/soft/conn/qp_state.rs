@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::soft::cq::CqInner;
 use crate::soft::device::DeviceState;
 use crate::soft::recv::{RecvList, RecvWr, Taker};
-use crate::soft::seg::Seg;
+use crate::soft::seg::Segs;
 use crate::soft::shm::NoCredit;
 use crate::soft::srq::SrqInner;
 use crate::soft::wire::{FrameType, Header};
@@ -26,7 +26,7 @@ pub(crate) struct InFlight {
     pub(crate) signaled: bool,
     pub(crate) len: u32,
     /// READ destination.
-    pub(crate) dest: Vec<Seg>,
+    pub(crate) dest: Segs,
     /// The NIC is writing the READ response into `dest`: only the NIC may complete it.
     pub(crate) busy: bool,
     /// A same-host READ or WRITE waiting for the requests before it: it is executed (as a copy,

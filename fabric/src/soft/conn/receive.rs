@@ -4,19 +4,19 @@
 
 use crate::memory::{RawRange, MAX_IOV};
 use crate::soft::recv::RecvWr;
-use crate::soft::seg::Seg;
+use crate::soft::seg::Segs;
 use crate::soft::wire::{Header, Status};
 
 /// Where incoming bytes go.
 pub(crate) struct Destination {
-    segs: Vec<Seg>,
+    segs: Segs,
     idx: usize,
     pos: usize,
 }
 
 impl Destination {
     /// Bytes go into `segs`, in order (none: they are discarded).
-    pub(crate) fn new(segs: Vec<Seg>) -> Self {
+    pub(crate) fn new(segs: Segs) -> Self {
         Destination { segs, idx: 0, pos: 0 }
     }
 

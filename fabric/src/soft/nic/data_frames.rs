@@ -111,7 +111,7 @@ impl Nic {
                     match range.flatten() {
                         Some(seg) => {
                             h.len = hdr.aux;
-                            payload = FramePayload::Segs(vec![seg]);
+                            payload = FramePayload::Segs(smallvec::smallvec![seg]);
                         }
                         None => h.status = Status::RemoteAccess,
                     }
@@ -139,7 +139,7 @@ impl Nic {
                 match range.flatten() {
                     Some(seg) => {
                         rx.expecting = Expecting::Payload {
-                            destination: Destination::new(vec![seg]),
+                            destination: Destination::new(smallvec::smallvec![seg]),
                             remaining: hdr.len as usize,
                             len: hdr.len,
                             after: AfterPayload::Reply { psn: hdr.psn, status: Status::Ok },

@@ -11,6 +11,7 @@ use crate::soft::conn::{AfterPayload, Conn, ConnState, Destination, Expecting, F
 use crate::soft::connections::Connections;
 use crate::soft::device::DeviceState;
 use crate::soft::hello_streams::HelloStreams;
+use crate::soft::seg::Segs;
 use crate::soft::shm::Streams;
 use crate::soft::timers::{TimerKind, Timers};
 use crate::soft::wire::{FrameType, Header, Status};
@@ -85,7 +86,7 @@ impl Nic {
     /// Reads the payload of `hdr` into nothing, then does `then`.
     pub(super) fn discard(rx: &mut ReceiveState, hdr: &Header, after: AfterPayload) -> ReadOutcome {
         rx.expecting = Expecting::Payload {
-            destination: Destination::new(Vec::new()),
+            destination: Destination::new(Segs::new()),
             remaining: hdr.len as usize,
             len: hdr.len,
             after,

@@ -204,6 +204,48 @@ fn a_full_ring_costs_the_producer_one_header_read_per_record_written() {
     assert_eq!(prod.earliest().first_seq, prod.head_seq());
 }
 
+/// A full ring frees room in steps of a sixteenth of the ring, not one record at a time: the
+/// floor (and head with it) moves once per step, and never past what the limit allows (under
+/// flow control, the slowest subscriber's acknowledged position).
+#[test]
+fn a_full_ring_frees_room_in_steps_and_never_past_the_limit() {
+    let (buf, mut prod) = ring(CAP);
+    let step = (CAP / 16) as u64;
+    let per_lap = (CAP / 96) as u64;
+    for seq in 1..=per_lap {
+        prod.append(&payload(seq, 64), NO_LIMIT).unwrap();
+    }
+    // The next laps: count the floor's moves and check its margin over what is overwritten.
+    let mut moves = 0;
+    let mut floor = sim_control(&buf).floor;
+    for seq in per_lap + 1..=3 * per_lap {
+        prod.append(&payload(seq, 64), NO_LIMIT).unwrap();
+        let control = sim_control(&buf);
+        let overwritten_to = prod.tail() - CAP as u64;
+        assert!(control.floor >= overwritten_to, "the floor covers every overwritten byte");
+        assert!(control.floor <= overwritten_to + step, "and frees at most a step ahead");
+        assert!(control.head >= control.floor, "head is a message at or past the floor");
+        if control.floor != floor {
+            moves += 1;
+            floor = control.floor;
+        }
+    }
+    assert!(moves <= 2 * 16 + 2, "{moves} floor moves over two laps: one per step, not per record");
+    assert!(moves >= 2 * 16 - 2, "{moves} floor moves over two laps");
+    // Under a limit, the step stops at `limit - capacity`: with a limit that leaves no slack
+    // (room for exactly the next record), the floor never passes it.
+    let (buf, mut prod) = ring(CAP);
+    for seq in 1..=per_lap {
+        prod.append(&payload(seq, 64), NO_LIMIT).unwrap();
+    }
+    for seq in per_lap + 1..=2 * per_lap {
+        let limit = prod.needed_limit(64);
+        assert_eq!(prod.append(&payload(seq, 64), limit).unwrap(), Append::Complete { seq });
+        let floor = sim_control(&buf).floor;
+        assert!(floor <= limit - CAP as u64, "floor {floor} past the limit's {}", limit - CAP as u64);
+    }
+}
+
 #[test]
 fn padding_fills_the_lap_and_head_moves_past_whole_messages() {
     let (buf, mut prod) = ring(CAP);
