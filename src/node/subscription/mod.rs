@@ -856,7 +856,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                     self.stream_ended(key, publisher, final_seq, complete)
                 }
                 FeedStep::Dropped { publisher, reason } => {
-                    self.refusals.record(publisher.addr, Refusal::Dropped { publisher: publisher.id, reason });
+                    let topic = self.feeds[key].topic().id();
+                    let refusal = Refusal::Dropped { publisher: publisher.id, reason };
+                    self.refusals.record(publisher.addr, topic, refusal);
                     self.close_feed(key);
                 }
             }
@@ -889,8 +891,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 match self.activate(key, &private_data) {
                     Ok(info) => {
                         self.ever_connected = true;
-                        self.refusals.forget(info.addr);
                         let topic = self.feeds[key].topic().id();
+                        self.refusals.forget(info.addr, topic);
                         if self.connector.established(info.addr, topic, info.id) {
                             self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                         }
@@ -898,24 +900,28 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                     }
                     Err(e) => {
                         let (addr, topic) = (self.feeds[key].addr(), self.feeds[key].topic().clone());
+                        let topic_id = topic.id();
                         tracing::warn!(topic = self.filter.as_str(), %addr, "unusable accept from publisher: {e}");
                         let event = match e {
                             Error::RecordTooLarge { len, limit, .. } => {
-                                self.refusals.record(addr, Refusal::RecordTooLarge { len, limit });
+                                self.refusals.record(addr, topic_id, Refusal::RecordTooLarge { len, limit });
                                 SubscriptionEvent::RecordTooLarge { addr, len, limit }
                             }
                             Error::Unauthenticated { detail, .. } => {
-                                self.refusals.record(addr, Refusal::Unauthenticated { detail: detail.clone() });
+                                let refusal = Refusal::Unauthenticated { detail: detail.clone() };
+                                self.refusals.record(addr, topic_id, refusal);
                                 SubscriptionEvent::Unauthenticated { addr, topic, detail }
                             }
                             Error::Rejected { reason, detail, .. } => {
-                                self.refusals.record(addr, Refusal::Rejected { reason, detail: detail.clone() });
+                                let refusal = Refusal::Rejected { reason, detail: detail.clone() };
+                                self.refusals.record(addr, topic_id, refusal);
                                 SubscriptionEvent::Rejected { addr, topic, reason, detail }
                             }
                             e => {
                                 let detail = format!("the publisher's accept data is unusable: {e}");
                                 let reason = RejectCode::Malformed;
-                                self.refusals.record(addr, Refusal::Rejected { reason, detail: detail.clone() });
+                                let refusal = Refusal::Rejected { reason, detail: detail.clone() };
+                                self.refusals.record(addr, topic_id, refusal);
                                 SubscriptionEvent::Rejected { addr, topic, reason, detail }
                             }
                         };
@@ -949,7 +955,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                     tracing::debug!(topic = self.filter.as_str(), %addr, "the publisher that ended is not there: no event");
                 } else {
                     if let SubscriptionEvent::Rejected { reason, detail, .. } = &event {
-                        self.refusals.record(addr, Refusal::Rejected { reason: *reason, detail: detail.clone() });
+                        let refusal = Refusal::Rejected { reason: *reason, detail: detail.clone() };
+                        self.refusals.record(addr, topic_id, refusal);
                     }
                     self.user_events.push_back(event);
                 }
@@ -1076,7 +1083,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if feed.is_closed() {
             return;
         }
-        let addr = feed.addr();
+        let (addr, topic) = (feed.addr(), feed.topic().id());
         if matches!(e, Error::Fabric(rdma_fabric::Error::NotConnected { .. })) {
             // The connection is going away: the CM's Disconnected event closes the feed, with
             // the right event once the CQ was handled.
@@ -1091,11 +1098,11 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len, limit });
                 let id = publisher.id;
                 self.undeliverable.push_back(Error::MessageOverLimit { peer: addr, publisher: id, len, limit });
-                self.refusals.record(addr, Refusal::MessageOverLimit { publisher: id, len, limit });
+                self.refusals.record(addr, topic, Refusal::MessageOverLimit { publisher: id, len, limit });
             }
             (Error::RecordTooLarge { len, limit, .. }, _) => {
                 self.user_events.push_back(SubscriptionEvent::RecordTooLarge { addr, len, limit });
-                self.refusals.record(addr, Refusal::RecordTooLarge { len, limit });
+                self.refusals.record(addr, topic, Refusal::RecordTooLarge { len, limit });
             }
             _ => {}
         }
@@ -1105,7 +1112,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 for event in events {
                     self.user_events.push_back(event);
                 }
-                self.connector.ended(addr, self.feeds[key].topic().id());
+                self.connector.ended(addr, topic);
             }
             None => self.user_events.push_back(SubscriptionEvent::Disconnected { addr, publisher }),
         }
