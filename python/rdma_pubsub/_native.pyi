@@ -212,6 +212,7 @@ class Node:
         busy_poll: bool = False,
         max_message_len: Optional[int] = None,
         max_record_payload: Optional[int] = None,
+        max_feeds: Optional[int] = None,
     ) -> Subscriber: ...
     @property
     def local_addr(self) -> str: ...

@@ -1,5 +1,7 @@
 """Discovery from Python: a subscriber finds a publisher by itself (unicast, on loopback)."""
 
+import time
+
 import rdma_pubsub
 
 from conftest import TIMEOUT
@@ -38,6 +40,26 @@ def test_a_pattern_subscriber_reads_each_matching_topic_and_names_it(topic):
             assert other.subscriber_count == 0
             subscriber.close()
             for publisher in publishers + [other]:
+                publisher.close()
+
+
+def test_past_max_feeds_a_pattern_subscriber_tells_of_the_publisher_it_does_not_read(topic):
+    with rdma_pubsub.Node(peers=[], bind="127.0.0.1:0") as b:
+        with rdma_pubsub.Node(peers=[b.discovery_addr], bind="127.0.0.1:0") as a:
+            publishers = [a.publisher(f"{topic}/{name}") for name in ("x", "y")]
+            subscriber = b.subscriber(f"{topic}/*", max_feeds=1)
+            events = []
+            deadline = time.monotonic() + TIMEOUT
+            while not any(e.kind == "feed_limit" for e in events):
+                assert time.monotonic() < deadline, events
+                subscriber.recv(timeout=0.02)
+                events.extend(subscriber.events())
+            limited = [e for e in events if e.kind == "feed_limit"]
+            assert len(limited) == 1 and limited[0].limit == 1
+            assert limited[0].topic in (f"{topic}/x", f"{topic}/y")
+            assert subscriber.counters["feed_limit_reached"] == 1
+            subscriber.close()
+            for publisher in publishers:
                 publisher.close()
 
 
