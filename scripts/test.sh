@@ -40,7 +40,7 @@ echo "== key expressions: every pair of expressions of up to 3 chunks against th
 cargo test --release -p rdma-wire --lib --no-fail-fast -- --ignored key_expr
 echo "== end-to-end suites again with the soft same-host path off (the fabric suite runs both ways itself)"
 RDMA_PUBSUB_TEST_SAME_HOST=off cargo test --release -p rdma-pubsub --no-fail-fast \
-  --test pubsub --test faults --test hostile --test torn_reads
+  --test pubsub --test faults --test hostile --test torn_reads --test patterns
 echo "== the async stream (feature async), both same-host settings"
 cargo test --release -p rdma-pubsub --no-fail-fast --features async --lib --test async_stream -- stream
 RDMA_PUBSUB_TEST_SAME_HOST=off cargo test --release -p rdma-pubsub --no-fail-fast --features async --test async_stream

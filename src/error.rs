@@ -53,6 +53,16 @@ pub enum Error {
         /// Which rule it breaks (see [`Topic`](crate::Topic)).
         detail: String,
     },
+    /// A subscription to a pattern finds its publishers through discovery, and has none: the
+    /// node's discovery is off, the subscription's `auto_connect` is off, or it was asked to
+    /// connect to an address (which serves one topic). Subscribe to each topic by name there.
+    #[error("the pattern {pattern:?} subscribes through discovery, and {detail}: subscribe to each topic by name")]
+    PatternNeedsDiscovery {
+        /// The pattern, in canonical form.
+        pattern: String,
+        /// Why there is no discovery.
+        detail: &'static str,
+    },
     /// This node already publishes the topic.
     #[error(
         "this node already publishes topic {topic:?}: share the Publisher (it is Send + Sync) or use another node"

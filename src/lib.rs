@@ -7,6 +7,12 @@
 //! (or unicast to listed peers) and subscriptions connect to them by themselves
 //! ([`DiscoveryOptions`]).
 //!
+//! Topics are [`KeyExpr`]s without wildcards ([`Topic`]). A subscription may take a pattern,
+//! a key expression with wildcards (`node.subscriber("sensors/**")`): it reads every publisher,
+//! on any node of the domain, whose topic the pattern includes, as discovery finds them and
+//! until they leave; each [`Message`] names its topic (a shared handle), order is kept per
+//! publisher only, and [`SubscriberBuilder::max_feeds`] bounds its connections.
+//!
 //! Layers, bottom up, each a crate: [`fabric`] (the crate `rdma-fabric`: a verbs-shaped
 //! transport with a soft and a verbs provider) → `rdma-wire` (ring layout, producer, remote
 //! reader; private data, control messages, announcements) → this crate (the node, its
@@ -63,8 +69,9 @@
 //! | a datagram flood that would hide real heartbeats | datagrams read in batches of 64; a round that finds a full batch waiting does not count the time since the socket was last drained (`backlogged`) | `hostile::discovery::an_unauthenticated_flood_does_not_expire_a_real_peer` |
 //! | unicast to the group port from anywhere | a multicast endpoint binds the group address: unicast never reaches it | `discovery::datagrams::unicast_to_the_group_port_does_not_reach_a_multicast_node` |
 //! | an application that never takes its subscription's events (while peers make them) | at most [`MAX_EVENTS`](node::MAX_EVENTS) (1,024) held; the oldest dropped and counted (`events_dropped`) | `node::subscription::events::tests::a_full_queue_drops_and_counts_the_oldest` |
+//! | announcements of many topics a subscription's pattern includes (`sensors/**`) | the directory's bounds above hold what is matched; the subscription connects to at most [`SubscriberBuilder::max_feeds`] (1,024) publishers, and tells of each other one once ([`SubscriptionEvent::FeedLimit`], counted in `feed_limit_reached`) | `patterns::past_its_feed_limit_a_pattern_subscription_tells_of_each_publisher_it_does_not_read`, `node::discovery::watch::tests::publishers_due_past_the_room_keep_their_retry_time` |
 //! | a subscription that stops reading its discovery updates | its queue is bounded (4,096), then it catches up with the difference | `node::discovery::watch::tests::a_subscription_that_does_not_drain_gets_a_bounded_queue_then_catches_up` |
-//! | subscribing without the credential, with a wrong one, or replaying a captured connect | `Unauthorized`, counted in `rejected_unauthorized` (stats file, `pubsub-demo stat`); each publisher keeps its own replay set (at most 4,096 nonces, 256 per source /24 or /64), stored only for accepted connects, and refuses rather than grows, so another topic's credential holder cannot fill it | `hostile::access::*`, `hostile::access::a_holder_of_one_topics_credential_cannot_fill_the_nonce_set_of_another_topic` |
+//! | subscribing without the credential, with a wrong one, or replaying a captured connect | `Unauthorized`, counted in `rejected_unauthorized` (stats file, `pubsub-demo stat`); each publisher keeps its own replay set (at most 4,096 nonces, 256 per source /24 or /64), stored only for accepted connects, and refuses rather than grows, so another topic's credential holder cannot fill it; a pattern subscription is refused topic by topic (a `Rejected` event naming each topic), the other topics go on | `hostile::access::*`, `hostile::access::a_holder_of_one_topics_credential_cannot_fill_the_nonce_set_of_another_topic`, `patterns::a_pattern_subscription_is_refused_topic_by_topic_where_it_lacks_the_credential` |
 //! | a publisher advertising, or a record claiming, more than the subscriber reads | READ buffers bounded by [`SubscriberBuilder::max_record_payload`] (16 MiB); `RecordTooLarge` naming both sizes; RSS asserted in a child process | `hostile::limits::*` |
 //! | a record that never validates | `recv_timeout` still returns on time | `hostile::limits::a_record_that_never_validates_does_not_hold_recv_past_its_timeout` |
 //! | subscribers that post no receives and ask for doorbells (SENDs wait on RNR forever) | 4 control send slots per subscriber: others still get doorbells and `Ended { complete: true }` | `hostile::node::subscribers_that_take_no_sends_pin_only_their_own_control_slots` |
@@ -120,9 +127,9 @@ pub use fabric::FabricKind;
 #[cfg(feature = "async")]
 pub use node::MessageStream;
 pub use node::{
-    DiscoveryCounters, DiscoveryOptions, IntoTopic, Loan, LossReason, LostReason, Message, MessageRef, MessageType,
-    Node, NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters, PublisherInfo,
-    Start, SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
+    DiscoveryCounters, DiscoveryOptions, IntoKeyExpr, IntoTopic, Loan, LossReason, LostReason, Message, MessageRef,
+    MessageType, Node, NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters,
+    PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
 };
 pub use rdma_wire::protocol::{Secret, SecretError};
 pub use rdma_wire::ring::{Checksum, RingError};

@@ -526,7 +526,9 @@ const char *rps_status_name(enum rps_status status);
 
 // Makes a subscription to `topic` on `node` with `options` (NULL: the defaults) in `*out`.
 // With discovery, it connects by itself to the topic's publishers; without, connect it with
-// [`rps_subscription_connect`].
+// [`rps_subscription_connect`]. `topic` may be a pattern (a key expression with wildcards,
+// `"sensors/**"`): with discovery, the subscription reads every publisher of a topic it
+// includes; without, it is `RPS_INVALID_OPTION`.
 //
 // # Safety
 // `node` is NULL or a live node; `topic` NULL or a NUL-terminated string; `options` NULL or

@@ -105,7 +105,7 @@ impl From<Error> for Failure {
             Error::Timeout { .. } => rps_status::RPS_TIMEOUT,
             Error::InvalidTopic { .. } => rps_status::RPS_INVALID_TOPIC,
             Error::AlreadyPublishing { .. } => rps_status::RPS_ALREADY_PUBLISHING,
-            Error::InvalidOption { .. } => rps_status::RPS_INVALID_OPTION,
+            Error::InvalidOption { .. } | Error::PatternNeedsDiscovery { .. } => rps_status::RPS_INVALID_OPTION,
             Error::Rejected { reason: RejectCode::Unauthorized, .. } => rps_status::RPS_UNAUTHORIZED,
             Error::Rejected { reason: RejectCode::TypeMismatch, .. } => rps_status::RPS_TYPE_MISMATCH,
             Error::Rejected { .. } => rps_status::RPS_REJECTED,

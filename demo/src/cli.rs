@@ -273,7 +273,8 @@ pub struct SubArgs {
     /// publishers of the topic by discovery.
     #[arg(long, value_parser = parse_peer, conflicts_with_all = ["group", "peers"])]
     pub connect: Option<SocketAddr>,
-    /// Topic to subscribe to.
+    /// Topic to subscribe to, or a pattern of topics (`sensors/**`, `sensors/*/temp`,
+    /// `room-$*`: Zenoh key expressions), whose publishers discovery finds.
     #[arg(long, default_value = "demo")]
     pub topic: String,
     /// Expected message size (checked when given).

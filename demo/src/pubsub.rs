@@ -1,8 +1,10 @@
 //! `pub` and `sub`: a publisher and a subscriber in separate processes (or hosts). The
 //! subscriber finds the publishers of its topic by discovery (multicast group or unicast
 //! peers) or connects where `--connect` says, checks every byte of every message (the payloads
-//! are deterministic) and fails if anything was damaged, or lost while the publisher's policy
-//! promised no loss.
+//! are deterministic, derived from each message's topic) and fails if anything was damaged, or
+//! lost while the publisher's policy promised no loss. Its topic may be a pattern
+//! (`--topic 'sensors/**'`, with discovery): it then reads every publisher of a topic the
+//! pattern includes.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -147,11 +149,13 @@ struct Stream {
     next: u64,
     /// (final sequence, complete) once it ended.
     ended: Option<(u64, bool)>,
+    /// The payload stream of its topic (`payload::stream_of`), from its first message.
+    payload: Option<u32>,
 }
 
 impl Tally {
     fn stream(&mut self, publisher: &PublisherInfo) -> &mut Stream {
-        self.streams.entry(publisher.id).or_insert(Stream { next: 1, ended: None })
+        self.streams.entry(publisher.id).or_insert(Stream { next: 1, ended: None, payload: None })
     }
 }
 
@@ -190,7 +194,6 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
         node.fabric().kind()
     );
     let _ = std::io::stdout().flush();
-    let stream = payload::stream_of(&args.topic);
     let mut t = Tally::default();
     t.stream(&info);
     let start = Instant::now();
@@ -201,6 +204,20 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
         let quiet = !matches!(outcome, Ok(Some(_)));
         match outcome {
             Ok(Some(m)) => {
+                // Each publisher's payloads derive from its topic (one of several, for a pattern).
+                let s = t.stream(&m.publisher);
+                let stream = match s.payload {
+                    Some(stream) => stream,
+                    None => {
+                        if m.topic.as_str() != args.topic {
+                            println!(
+                                "  reading {} from publisher {:016x} at {}",
+                                m.topic, m.publisher.id, m.publisher.addr
+                            );
+                        }
+                        *s.payload.insert(payload::stream_of(m.topic.as_str()))
+                    }
+                };
                 let damage = match payload::check(m.data, stream) {
                     Ok(h) if h.seq != m.seq => Some(format!("message {} carries sequence {}", m.seq, h.seq)),
                     Ok(_) => match args.size {
@@ -304,8 +321,8 @@ fn find(sub: &mut Subscription, args: &SubArgs) -> Result<PublisherInfo, Fail> {
         while let Some(event) = sub.try_event() {
             match event {
                 SubscriptionEvent::Connected(info) => return Ok(info),
-                SubscriptionEvent::Rejected { addr, reason, detail } => {
-                    println!("  the publisher's node at {addr} refused: {reason:?} ({detail})")
+                SubscriptionEvent::Rejected { addr, topic, reason, detail } => {
+                    println!("  the publisher of {topic} at {addr} refused: {reason:?} ({detail})")
                 }
                 SubscriptionEvent::Unreachable { addr, detail } => println!("  {addr} is unreachable: {detail}"),
                 _ => {}

@@ -246,6 +246,34 @@ fn sub_without_connect_finds_pub_by_multicast_discovery_and_receives_everything(
 }
 
 #[test]
+fn sub_with_a_pattern_reads_every_matching_pub_and_checks_each_by_its_topic() {
+    let dir = stats_dir("pattern");
+    let topic = topic("pattern");
+    let g = group(4);
+    let (a, b, other) = (format!("{topic}/a"), format!("{topic}/b"), format!("{topic}x/c"));
+    let pub_a = Pub::start(&dir, &["--topic", &a, "--group", &g, "--count", "1000", "--size", "64"]);
+    let pub_b = Pub::start(&dir, &["--topic", &b, "--group", &g, "--count", "1000", "--size", "64"]);
+    // A topic the pattern does not include: never read.
+    let pub_other = Pub::start(&dir, &["--topic", &other, "--group", &g, "--wait", "60"]);
+    let other_addr = pub_other.addr();
+    let pattern = format!("{topic}/*");
+    let args = ["sub", "--topic", &pattern, "--group", &g, "--size", "64", "--count", "2000"];
+    let out = run(&dir, &args, Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "sub:\n{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("delivered 2000 messages"), "{}", out.stdout);
+    assert!(out.stdout.contains("ok: every message arrived intact"), "{}", out.stdout);
+    assert!(!out.stdout.contains(&other_addr), "{}", out.stdout);
+    for t in [&a, &b] {
+        assert!(out.stdout.contains(&format!("  reading {t} from publisher")), "{}", out.stdout);
+    }
+    for publisher in [pub_a, pub_b] {
+        let pub_out = finish(publisher.child, Duration::from_secs(30), "pub");
+        assert_eq!(pub_out.code, Some(0), "pub: {}", pub_out.stderr);
+    }
+    pub_other.kill();
+}
+
+#[test]
 fn sub_finds_pub_by_unicast_discovery_and_receives_everything() {
     let dir = stats_dir("unicast");
     let topic = topic("unicast");

@@ -37,11 +37,15 @@ class Event:
     def kind(self) -> str:
         """``"connected"``, ``"lost"``, ``"ended"``, ``"dropped"``, ``"message_too_large"``,
         ``"record_too_large"``, ``"disconnected"``, ``"rejected"``, ``"unreachable"``,
-        ``"publisher_lost"``."""
+        ``"unauthenticated"``, ``"publisher_lost"``, ``"feed_limit"``."""
     @property
     def publisher(self) -> Optional[PublisherInfo]: ...
     @property
     def addr(self) -> Optional[str]: ...
+    @property
+    def topic(self) -> Optional[str]:
+        """The publisher's topic (``"rejected"``, ``"unauthenticated"``, ``"publisher_lost"``,
+        ``"feed_limit"``)."""
     @property
     def count(self) -> Optional[int]: ...
     @property
@@ -68,6 +72,9 @@ class Message:
     @property
     def publisher(self) -> PublisherInfo:
         """Who published it."""
+    @property
+    def topic(self) -> str:
+        """Its topic (on a subscriber to a pattern, the topic that matched)."""
     @property
     def payload(self) -> memoryview:
         """The payload, a read-only memoryview without copying."""
@@ -134,7 +141,8 @@ class Publisher:
     def __exit__(self, *exc: object) -> bool: ...
 
 class Subscriber:
-    """A subscriber of one topic; ``for msg in sub`` and ``async for msg in sub``."""
+    """A subscriber of one topic, or of every topic a pattern includes (``"sensors/**"``, with
+    discovery); ``for msg in sub`` and ``async for msg in sub``."""
 
     def recv(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message, or None after ``timeout`` seconds; Ctrl-C interrupts it."""
@@ -204,6 +212,7 @@ class Node:
         busy_poll: bool = False,
         max_message_len: Optional[int] = None,
         max_record_payload: Optional[int] = None,
+        max_feeds: Optional[int] = None,
     ) -> Subscriber: ...
     @property
     def local_addr(self) -> str: ...

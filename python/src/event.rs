@@ -11,8 +11,10 @@ use crate::message::PublisherInfo;
 /// publisher closed its stream at ``final_seq``; ``complete``), ``"dropped"`` (the publisher
 /// dropped this subscriber; ``reason``), ``"message_too_large"`` / ``"record_too_large"``
 /// (``len`` over ``limit``), ``"disconnected"``, ``"rejected"`` (``reason``, ``detail``),
-/// ``"unreachable"`` (``detail``), ``"publisher_lost"`` (discovery; ``reason``); fields a kind
-/// does not have are ``None``.
+/// ``"unreachable"`` (``detail``), ``"publisher_lost"`` (discovery; ``reason``, ``topic``),
+/// ``"feed_limit"`` (a publisher of ``topic`` not read: ``limit`` feeds open); ``"rejected"``
+/// and ``"unauthenticated"`` name their ``topic`` too; fields a kind does not have are
+/// ``None``.
 #[pyclass(module = "rdma_pubsub", frozen, get_all)]
 #[derive(Default)]
 pub struct Event {
@@ -22,6 +24,9 @@ pub struct Event {
     pub publisher: Option<PublisherInfo>,
     /// The publisher's node, ``"ip:port"``.
     pub addr: Option<String>,
+    /// The publisher's topic (``"rejected"``, ``"unauthenticated"``, ``"publisher_lost"``,
+    /// ``"feed_limit"``): on a pattern subscriber, which of its topics.
+    pub topic: Option<String>,
     /// Messages lost (``"lost"``).
     pub count: Option<u64>,
     /// The last sequence number of an ended stream.
@@ -89,9 +94,10 @@ impl From<SubscriptionEvent> for Event {
                 publisher: publisher.map(PublisherInfo::from),
                 ..Event::default()
             },
-            SubscriptionEvent::Rejected { addr, reason, detail } => Event {
+            SubscriptionEvent::Rejected { addr, topic, reason, detail } => Event {
                 kind: "rejected",
                 addr: Some(addr.to_string()),
+                topic: Some(topic.to_string()),
                 reason: Some(format!("{reason:?}")),
                 detail: Some(detail),
                 ..Event::default()
@@ -99,16 +105,25 @@ impl From<SubscriptionEvent> for Event {
             SubscriptionEvent::Unreachable { addr, detail } => {
                 Event { kind: "unreachable", addr: Some(addr.to_string()), detail: Some(detail), ..Event::default() }
             }
-            SubscriptionEvent::PublisherLost { addr, reason, .. } => Event {
+            SubscriptionEvent::PublisherLost { addr, topic, reason, .. } => Event {
                 kind: "publisher_lost",
                 addr: Some(addr.to_string()),
+                topic: Some(topic.to_string()),
                 reason: Some(format!("{reason:?}")),
                 ..Event::default()
             },
-            SubscriptionEvent::Unauthenticated { addr, detail } => Event {
+            SubscriptionEvent::Unauthenticated { addr, topic, detail } => Event {
                 kind: "unauthenticated",
                 addr: Some(addr.to_string()),
+                topic: Some(topic.to_string()),
                 detail: Some(detail),
+                ..Event::default()
+            },
+            SubscriptionEvent::FeedLimit { addr, topic, limit } => Event {
+                kind: "feed_limit",
+                addr: Some(addr.to_string()),
+                topic: Some(topic.to_string()),
+                limit: Some(limit as u64),
                 ..Event::default()
             },
             other => Event { kind: "other", detail: Some(format!("{other:?}")), ..Event::default() },
@@ -122,6 +137,7 @@ impl Event {
         let mut fields = vec![format!("kind={:?}", self.kind)];
         let optional = [
             ("addr", self.addr.as_ref().map(|a| format!("{a:?}"))),
+            ("topic", self.topic.as_ref().map(|t| format!("{t:?}"))),
             ("count", self.count.map(|c| c.to_string())),
             ("final_seq", self.final_seq.map(|s| s.to_string())),
             ("complete", self.complete.map(|c| if c { "True".to_owned() } else { "False".to_owned() })),

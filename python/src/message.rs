@@ -94,6 +94,8 @@ pub struct Message {
     seq: u64,
     /// Who published it (made a Python object only when asked for).
     publisher: rdma_pubsub::PublisherInfo,
+    /// Its topic (a shared handle; a Python string only when asked for).
+    topic: rdma_pubsub::Topic,
 }
 
 impl Message {
@@ -104,8 +106,9 @@ impl Message {
         bytes: LentBytes,
         seq: u64,
         publisher: rdma_pubsub::PublisherInfo,
+        topic: rdma_pubsub::Topic,
     ) -> Message {
-        Message { subscriber, generation, bytes, released: AtomicBool::new(false), seq, publisher }
+        Message { subscriber, generation, bytes, released: AtomicBool::new(false), seq, publisher, topic }
     }
 
     /// Whether the payload may be read now (the caller holds the lending lock or the GIL).
@@ -126,6 +129,13 @@ impl Message {
     #[getter]
     fn publisher(&self) -> PublisherInfo {
         PublisherInfo::from(self.publisher)
+    }
+
+    /// Its topic: the subscriber's, or on a subscriber to a pattern (``"sensors/**"``) the
+    /// topic of the publisher that matched.
+    #[getter]
+    fn topic(&self) -> &str {
+        self.topic.as_str()
     }
 
     /// The payload as a read-only ``memoryview`` (zero copy; release it, or let it go, before

@@ -147,16 +147,18 @@ impl Node {
         Ok(Publisher::new(py_result(made)?))
     }
 
-    /// A subscriber of ``topic``.
+    /// A subscriber of ``topic``, or of every topic a pattern includes (``"sensors/**"``, with
+    /// discovery; each message's ``topic`` says which).
     ///
     /// ``start``: ``"latest"`` (messages published after it connects) or ``"earliest"``
     /// (everything the publisher still holds). ``credential``: the topic's secret, for
     /// publishers that require one. ``auto_connect``: connect to the publishers discovery finds
     /// (default on). ``connect``: ``"ip:port"`` addresses of nodes to connect to at once.
     /// ``batch`` (bytes one READ brings), ``busy_poll``, ``max_message_len``,
-    /// ``max_record_payload``: as the library's ``SubscriberBuilder``.
+    /// ``max_record_payload``, ``max_feeds`` (publishers read at once, default 1,024; past it
+    /// a ``"feed_limit"`` event): as the library's ``SubscriberBuilder``.
     #[pyo3(signature = (topic, *, start = "latest", credential = None, auto_connect = true, connect = None,
-        batch = None, busy_poll = false, max_message_len = None, max_record_payload = None))]
+        batch = None, busy_poll = false, max_message_len = None, max_record_payload = None, max_feeds = None))]
     #[allow(clippy::too_many_arguments)]
     fn subscriber(
         &self,
@@ -170,6 +172,7 @@ impl Node {
         busy_poll: bool,
         max_message_len: Option<u64>,
         max_record_payload: Option<usize>,
+        max_feeds: Option<usize>,
     ) -> PyResult<Subscriber> {
         let start = options::start(start)?;
         let credential = credential.map(options::secret).transpose()?;
@@ -192,6 +195,9 @@ impl Node {
                 }
                 if let Some(bytes) = max_record_payload {
                     builder = builder.max_record_payload(bytes);
+                }
+                if let Some(feeds) = max_feeds {
+                    builder = builder.max_feeds(feeds);
                 }
                 builder.create()
             })

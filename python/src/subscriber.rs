@@ -38,7 +38,13 @@ pub(crate) struct Lending {
 /// What one receive brought.
 enum Received {
     /// A message lent in a generation.
-    Message { generation: u64, bytes: LentBytes, seq: u64, publisher: rdma_pubsub::PublisherInfo },
+    Message {
+        generation: u64,
+        bytes: LentBytes,
+        seq: u64,
+        publisher: rdma_pubsub::PublisherInfo,
+        topic: rdma_pubsub::Topic,
+    },
     /// The end of the subscription's messages: it is closed (its node or itself), or, without
     /// discovery, its last publisher's stream ended (`NotConnected`).
     End(Error),
@@ -122,6 +128,7 @@ impl Subscriber {
                     bytes: LentBytes { address: m.data.as_ptr() as usize, len: m.data.len() },
                     seq: m.seq,
                     publisher: m.publisher,
+                    topic: m.topic.clone(),
                 }))
             }
             Ok(None) => return Ok(None),
@@ -145,8 +152,8 @@ impl Subscriber {
         match in_slices(slf.py(), deadline, |slice| this.receive(slice))? {
             None => Ok(Ok(None)),
             Some(Received::End(e)) => Ok(Err(e)),
-            Some(Received::Message { generation, bytes, seq, publisher }) => {
-                Ok(Ok(Some(Message::new(slf.clone().unbind(), generation, bytes, seq, publisher))))
+            Some(Received::Message { generation, bytes, seq, publisher, topic }) => {
+                Ok(Ok(Some(Message::new(slf.clone().unbind(), generation, bytes, seq, publisher, topic))))
             }
         }
     }

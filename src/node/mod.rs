@@ -70,7 +70,7 @@ pub use subscription::{
     LossReason, Message, MessageRef, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters,
     SubscriptionEvent, MAX_EVENTS,
 };
-pub use topic::IntoTopic;
+pub use topic::{IntoKeyExpr, IntoTopic};
 
 /// Builds a [`Node`].
 ///
@@ -343,7 +343,13 @@ impl Node {
     /// [`create`](SubscriberBuilder::create) it. With discovery on it connects by itself, in
     /// the background, to every publisher of the topic as they are announced;
     /// [`SubscriberBuilder::connect`] and [`Subscription::connect`] connect by address.
-    pub fn subscriber(&self, topic: impl IntoTopic) -> SubscriberBuilder<'_> {
+    ///
+    /// `topic` may be a pattern, a [`KeyExpr`](crate::KeyExpr) with wildcards
+    /// (`sensors/**`): the subscription then reads every publisher, on any node of the domain,
+    /// whose topic the pattern includes, those announced when it starts and those announced
+    /// later, and lets go of each when it leaves. Each message names its topic
+    /// ([`Message::topic`](crate::Message::topic)). It needs discovery.
+    pub fn subscriber(&self, topic: impl IntoKeyExpr) -> SubscriberBuilder<'_> {
         SubscriberBuilder::new(&self.shared, topic)
     }
 }

@@ -168,7 +168,7 @@ impl NodeShared {
             publishers.insert(topic_id, Arc::downgrade(publisher));
         }
         self.stats.add_publisher(topic.as_str(), publisher.id(), publisher.counters_arc());
-        self.discovery.publisher_added(topic.as_str(), topic_id);
+        self.discovery.publisher_added(topic);
         Ok(())
     }
 
@@ -193,8 +193,13 @@ impl NodeShared {
     }
 
     /// Registers a subscription's counters for export.
-    pub(crate) fn add_subscription_stats(&self, topic: &str, counters: &Arc<SubscriptionCounters>) {
-        self.stats.add_subscription(topic, counters);
+    pub(crate) fn add_subscription_stats(
+        &self,
+        topic: &str,
+        counters: &Arc<SubscriptionCounters>,
+        matches: Option<Weak<Connector>>,
+    ) {
+        self.stats.add_subscription(topic, counters, matches);
     }
 
     /// The routes of the node's connections, locked: hold them while a connection is opened and

@@ -10,7 +10,7 @@ use crate::counters::CounterSet;
 use crate::stats::{Kind, Section};
 
 use super::publisher::PublisherCounters;
-use super::subscription::SubscriptionCounters;
+use super::subscription::{Connector, SubscriptionCounters};
 
 /// The named values of a counter set, from its descriptor table.
 pub(crate) fn values_of<C: CounterSet>(counters: &C) -> Vec<(String, u64)> {
@@ -39,6 +39,8 @@ struct PubEntry {
 struct SubEntry {
     topic: String,
     counters: Weak<SubscriptionCounters>,
+    /// A pattern subscription's connector: the topics it matched, each a `match` section.
+    matches: Option<Weak<Connector>>,
 }
 
 /// The publishers and subscriptions of a node whose counters are exported; entries of dropped
@@ -56,10 +58,17 @@ impl Registry {
         p.push(PubEntry { topic: topic.to_owned(), id, counters: Arc::downgrade(counters) });
     }
 
-    pub(crate) fn add_subscription(&self, topic: &str, counters: &Arc<SubscriptionCounters>) {
+    /// Exports a subscription to `topic` (or a pattern, whose connector `matches` tells the
+    /// topics it matched).
+    pub(crate) fn add_subscription(
+        &self,
+        topic: &str,
+        counters: &Arc<SubscriptionCounters>,
+        matches: Option<Weak<Connector>>,
+    ) {
         let mut s = self.subscriptions.lock();
         s.retain(|e| e.counters.strong_count() > 0);
-        s.push(SubEntry { topic: topic.to_owned(), counters: Arc::downgrade(counters) });
+        s.push(SubEntry { topic: topic.to_owned(), counters: Arc::downgrade(counters), matches });
     }
 
     /// The sections of the live publishers and subscriptions.
@@ -82,6 +91,12 @@ impl Registry {
         s.retain(|e| match e.counters.upgrade() {
             Some(c) => {
                 out.push(Section { kind: Kind::Subscription, topic: Some(e.topic.clone()), values: values_of(&*c) });
+                if let Some(connector) = e.matches.as_ref().and_then(Weak::upgrade) {
+                    for (topic, publishers) in connector.matched_publishers() {
+                        let values = vec![("publishers".to_owned(), publishers as u64)];
+                        out.push(Section { kind: Kind::Match, topic: Some(topic.as_str().to_owned()), values });
+                    }
+                }
                 true
             }
             None => false,

@@ -40,13 +40,18 @@
 //! counters disc sent=12 received=30 ... bad_datagrams=0
 //! counters pub id=... published=10 bytes=640 ... lag_bytes=0 topic=prices
 //! counters sub delivered=10 bytes=640 reads=4 ... topic=prices
+//! counters sub delivered=7 bytes=448 ... matched_topics=2 topic=sensors/**
+//! counters match publishers=1 topic=sensors/kitchen
+//! counters match publishers=2 topic=sensors/hall
 //! ```
 //!
 //! A `counters` line is `counters <kind> name=value ...` with `kind` one of `node`, `disc`,
-//! `pub`, `sub`; the names are those of the counter sets' descriptors
-//! ([`crate::counters`]); values are unsigned decimal integers; on `pub` and `sub` lines the last field is
-//! `topic=` followed by the topic name up to the end of the line (topic names have no control
-//! characters, but may contain spaces). Readers ignore unknown lines and unknown counter names,
+//! `pub`, `sub`, `match`; the names are those of the counter sets' descriptors
+//! ([`crate::counters`]); values are unsigned decimal integers; on `pub`, `sub` and `match`
+//! lines the last field is `topic=` followed by the topic name (a subscription's pattern, on a
+//! `sub` line) up to the end of the line (names have no control characters, but may contain
+//! spaces). The `match` lines after a pattern's `sub` line are the topics it matched, each
+//! with its publishers announced now. Readers ignore unknown lines and unknown counter names,
 //! so counters can be added without a new version.
 
 use std::time::Duration;

@@ -17,16 +17,20 @@ pub enum Kind {
     Publisher,
     /// One subscription.
     Subscription,
+    /// A topic the pattern of the subscription before it matched: its `publishers`
+    /// announced now.
+    Match,
 }
 
 impl Kind {
-    /// Its tag in the file: `node`, `disc`, `pub` or `sub`.
+    /// Its tag in the file: `node`, `disc`, `pub`, `sub` or `match`.
     pub fn tag(self) -> &'static str {
         match self {
             Kind::Node => "node",
             Kind::Discovery => "disc",
             Kind::Publisher => "pub",
             Kind::Subscription => "sub",
+            Kind::Match => "match",
         }
     }
     fn from_tag(tag: &str) -> Option<Kind> {
@@ -35,6 +39,7 @@ impl Kind {
             "disc" => Some(Kind::Discovery),
             "pub" => Some(Kind::Publisher),
             "sub" => Some(Kind::Subscription),
+            "match" => Some(Kind::Match),
             _ => None,
         }
     }
@@ -116,10 +121,11 @@ impl Snapshot {
     pub fn of_kind(&self, kind: Kind) -> impl Iterator<Item = &Section> {
         self.sections.iter().filter(move |s| s.kind == kind)
     }
-    /// Totals per topic, sorted by topic name.
+    /// Totals per topic (of the node's publishers and subscriptions; a pattern is a topic of
+    /// its own here), sorted by topic name.
     pub fn topics(&self) -> Vec<TopicTotals> {
         let mut topics: Vec<TopicTotals> = Vec::new();
-        for s in &self.sections {
+        for s in self.sections.iter().filter(|s| matches!(s.kind, Kind::Publisher | Kind::Subscription)) {
             let Some(name) = &s.topic else { continue };
             let i = match topics.iter().position(|t| &t.topic == name) {
                 Some(i) => i,
@@ -143,7 +149,7 @@ impl Snapshot {
                     t.delivered_bytes += s.get("bytes");
                     t.lost += s.get("lost");
                 }
-                Kind::Node | Kind::Discovery => {}
+                Kind::Node | Kind::Discovery | Kind::Match => {}
             }
         }
         topics.sort_by(|a, b| a.topic.cmp(&b.topic));

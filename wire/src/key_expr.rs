@@ -27,6 +27,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 /// Maximum length, in bytes, of the string accepted by [`KeyExpr::new`] (checked before canonicalization).
 pub const MAX_KEY_EXPR_LEN: usize = 1024;
@@ -85,10 +86,11 @@ pub enum KeyExprError {
 /// A validated key expression, stored in canonical form.
 ///
 /// Equality, ordering and hashing are those of the canonical string, so equal values denote equal sets of
-/// keys.
+/// keys. The string is shared: a clone is a reference count, so a subscription can hand each message its
+/// topic without allocating.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KeyExpr {
-    canon: String,
+    canon: Arc<str>,
 }
 
 /// A chunk after validation, with its `$*` runs already collapsed.
@@ -184,7 +186,7 @@ impl KeyExpr {
             }
         }
         flush_wilds(&mut canon, &mut singles, &mut double);
-        Ok(KeyExpr { canon })
+        Ok(KeyExpr { canon: canon.into() })
     }
 
     /// The canonical form of this key expression.

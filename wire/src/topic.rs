@@ -17,10 +17,10 @@ pub enum TopicError {
     /// chunks, no `?` or `#`, `$` only in `$*`).
     #[error(transparent)]
     KeyExpr(#[from] KeyExprError),
-    /// It has a wildcard: a topic names one stream. (Subscriptions by pattern are not built
-    /// yet: subscribe to each topic.)
+    /// It has a wildcard: a topic names one stream, so a publisher needs one. (A subscription
+    /// takes a pattern too: it is then a [`KeyExpr`].)
     #[error(
-        "{topic:?} has a wildcard (`*`, `**` or `$*`): a topic names one stream, and subscriptions by pattern are not supported yet"
+        "{topic:?} has a wildcard (`*`, `**` or `$*`): a topic names one stream (a publisher needs one; only a subscription takes a pattern)"
     )]
     Wildcard {
         /// The name given.
@@ -170,9 +170,6 @@ mod tests {
         assert_eq!(Topic::new(&long), Err(TopicError::TooLong { len: MAX_TOPIC_LEN + 1, max: MAX_TOPIC_LEN }));
         assert!(Topic::new(&"x".repeat(MAX_TOPIC_LEN)).is_ok());
         assert_eq!(Topic::new("a\nb"), Err(TopicError::ControlCharacter { index: 1 }));
-        assert!(Topic::new("sensors/*")
-            .unwrap_err()
-            .to_string()
-            .contains("subscriptions by pattern are not supported yet"));
+        assert!(Topic::new("sensors/*").unwrap_err().to_string().contains("only a subscription takes a pattern"));
     }
 }

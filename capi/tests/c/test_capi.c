@@ -64,6 +64,47 @@ static rps_subscription *subscribe(rps_node *node, const char *topic, const char
     return sub;
 }
 
+/* A pattern reads the publishers of every topic it includes, found by discovery (a domain of
+ * this process alone), and no other; without discovery it is refused. */
+static void pattern(void) {
+    rps_node *plain = make_node();
+    rps_subscription *sub = NULL;
+    CHECK(rps_subscription_create(plain, "c-pattern/*", NULL, &sub) == RPS_INVALID_OPTION && sub == NULL,
+          "a pattern without discovery: %s", rps_last_error());
+    rps_node_destroy(&plain);
+
+    rps_node_options options;
+    OK(rps_node_options_init(&options));
+    options.fabric = RPS_FABRIC_SOFT;
+    options.bind = "127.0.0.1:0";
+    options.domain = (uint16_t)(1000 + getpid() % 1000);
+    rps_node *a = NULL, *b = NULL;
+    OK(rps_node_create(&options, &a));
+    OK(rps_node_create(&options, &b));
+    rps_publisher *match = NULL, *other = NULL;
+    OK(rps_publisher_create(a, "c-pattern/x", NULL, &match));
+    OK(rps_publisher_create(a, "c-pattern-other", NULL, &other));
+    rps_subscriber_options so;
+    OK(rps_subscriber_options_init(&so));
+    so.start = RPS_START_EARLIEST;
+    OK(rps_subscription_create(b, "c-pattern/*", &so, &sub));
+    OK(rps_publisher_publish(other, (const uint8_t *)"other", 5, NULL));
+    OK(rps_publisher_publish(match, (const uint8_t *)"matched", 7, NULL));
+    rps_message_view view;
+    OK(rps_subscription_recv_ref(sub, WAIT_MS, &view));
+    CHECK(view.len == 7 && memcmp(view.data, "matched", 7) == 0, "the message of the matching topic");
+    OK(rps_subscription_release(sub));
+    CHECK(rps_subscription_recv_ref(sub, 0, &view) == RPS_EMPTY, "none of the other topic");
+    rps_publisher_counters counters;
+    OK(rps_publisher_get_counters(other, &counters));
+    CHECK(counters.subscribers == 0, "the other topic has no subscriber");
+    rps_subscription_destroy(&sub);
+    OK(rps_publisher_destroy(&match));
+    OK(rps_publisher_destroy(&other));
+    rps_node_destroy(&b);
+    rps_node_destroy(&a);
+}
+
 static void round_trip(void) {
     rps_node *a = make_node(), *b = make_node();
     char addr[64];
@@ -445,6 +486,7 @@ struct test {
 
 static const struct test TESTS[] = {
     {"round_trip", round_trip},
+    {"pattern", pattern},
     {"null_handles_and_destroying_twice", null_handles_and_destroying_twice},
     {"a_wrong_credential_is_refused", a_wrong_credential_is_refused},
     {"a_loan_dropped_unsent_publishes_nothing", a_loan_dropped_unsent_publishes_nothing},

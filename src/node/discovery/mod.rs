@@ -7,8 +7,10 @@
 //! clean shutdown. Heard announcements update the node's `Directory` of peers; a peer silent
 //! for `heartbeat × missed_heartbeats` is expired.
 //!
-//! Subscriptions register in the directory by topic and receive `Sighting`s on a channel when
-//! a publisher of their topic appears or disappears (`watch::Watch` turns them into connects
+//! Subscriptions register in the directory by topic (or by pattern: a key expression with
+//! wildcards, told of every topic it includes, matched by `KeyExpr::includes` when a topic is
+//! announced or withdrawn) and receive `Sighting`s on a channel when a publisher (a node and a
+//! topic) of their topic appears or disappears (`watch::Watch` turns them into connects
 //! and [`crate::SubscriptionEvent::PublisherLost`] events). Local publishers are sighted too.
 //!
 //! With a domain secret ([`DiscoveryOptions::secret`]) every datagram is sealed and checked
@@ -39,8 +41,13 @@
 //! dropped whole and counted (`refused`); a peer that leaves or expires gives its room back. A
 //! flood of forged announcements so costs at most about 20 MiB. A newer epoch of a known node
 //! means it restarted; an older one is ignored. A subscription's sightings travel on a channel
-//! of at most 4,096; one that overflows (its application calls nothing for a while) is caught
-//! up from the directory once drained.
+//! of at most 4,096; one that overflows (its application calls nothing for a while, or a
+//! pattern matched more publishers at once) is caught up from the directory once drained.
+//! Matching costs about 0.3 µs per pattern watch per topic an announcement changes (with
+//! 10,000 topics known: 0.38 ms per announcement of a 100-topic part with one pattern watch,
+//! 0.44 ms with 100; a new pattern watch tries every topic known, 27 ms for 10,000:
+//! `directory::tests::match_cost_per_announcement_with_10_000_topics_known`, ignored, a
+//! measurement).
 //!
 //! # Authentication
 //!

@@ -1,7 +1,9 @@
-//! What discovery tells a subscription of the publishers of its topic: a [`Sighting`] of one
+//! What discovery tells a subscription of the publishers of its topics: a [`Sighting`] of one
 //! that appeared or went, and why it went ([`LostReason`]).
 
 use std::net::SocketAddr;
+
+use rdma_wire::Topic;
 
 use crate::node::identity::NodeId;
 
@@ -19,14 +21,15 @@ pub enum LostReason {
     Withdrawn,
 }
 
-/// What a subscription learns about publishers of its topic.
+/// What a subscription learns about publishers of its topics (one, or those its pattern
+/// includes): a publisher is a node and a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Sighting {
     /// A node publishes the topic.
-    Up { node: NodeId, epoch: u64, addr: SocketAddr },
+    Up { node: NodeId, epoch: u64, addr: SocketAddr, topic: Topic },
     /// It no longer does.
-    Down { node: NodeId, epoch: u64, addr: SocketAddr, reason: LostReason },
+    Down { node: NodeId, epoch: u64, addr: SocketAddr, topic: Topic, reason: LostReason },
 }
 
-/// A publisher present: its node, epoch and address.
-pub(super) type Present = (NodeId, u64, SocketAddr);
+/// A publisher present: its node, epoch, address and topic.
+pub(super) type Present = (NodeId, u64, SocketAddr, Topic);

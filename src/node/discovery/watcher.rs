@@ -4,7 +4,8 @@
 //! remembers what it told the subscription instead, and once the channel is empty again it
 //! sends what brings the subscription from there to the publishers present then: a `Down` for
 //! each it was told of that is gone (with the reason, when the watcher saw it), an `Up` for
-//! each new one.
+//! each new one. A publisher is a node and a topic (a pattern's watch sees several topics of
+//! one node).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,10 +15,16 @@ use crossbeam::channel::{self, Receiver, Sender, TrySendError};
 use super::limits::MAX_PEERS;
 use super::sighting::{LostReason, Present, Sighting};
 use crate::node::identity::NodeId;
+use rdma_wire::protocol::TopicId;
+use rdma_wire::Topic;
 
-/// Most sightings queued for one subscription: more than twice the publishers a directory
-/// holds, so that catching up after an overflow always fits in an empty channel.
+/// Most sightings queued for one subscription: more than twice the publishers of one topic a
+/// directory holds, so that catching up after an overflow of an exact watch always fits in an
+/// empty channel (a pattern's catch-up that does not fit waits for the next drain).
 pub(crate) const WATCH_QUEUE: usize = 4 * MAX_PEERS;
+
+/// A publisher as a watcher knows it: its node and topic.
+type PublisherKey = (NodeId, TopicId);
 
 /// The directory's end of one subscription's watch.
 pub(super) struct Watcher {
@@ -25,11 +32,11 @@ pub(super) struct Watcher {
     token: u64,
     tx: Sender<Sighting>,
     /// The publishers the subscription was told are up (and not told down since).
-    told: HashMap<NodeId, (u64, SocketAddr)>,
+    told: HashMap<PublisherKey, (u64, SocketAddr, Topic)>,
     /// The channel overflowed: sightings wait for [`catch_up`](Self::catch_up).
     lagged: bool,
     /// Why publishers the subscription was told of went down while lagged.
-    missed: HashMap<NodeId, LostReason>,
+    missed: HashMap<PublisherKey, LostReason>,
 }
 
 impl Watcher {
@@ -55,9 +62,10 @@ impl Watcher {
                 Err(TrySendError::Full(_)) => self.lagged = true,
             }
         }
-        if let Sighting::Down { node, epoch, reason, .. } = *s {
-            if self.told.get(&node).is_some_and(|&(e, _)| e == epoch) {
-                self.missed.insert(node, reason);
+        if let Sighting::Down { node, epoch, reason, ref topic, .. } = *s {
+            let key = (node, topic.id());
+            if self.told.get(&key).is_some_and(|&(e, _, _)| e == epoch) {
+                self.missed.insert(key, reason);
             }
         }
         true
@@ -71,19 +79,29 @@ impl Watcher {
     /// Sends what brings the subscription from what it was told to `present`, and queues
     /// normally again; false once the subscription is gone.
     pub(super) fn catch_up(&mut self, present: &[Present]) -> bool {
+        let is_present = |&(node, _): &PublisherKey, &(epoch, addr, ref topic): &(u64, SocketAddr, Topic)| {
+            present.iter().any(|p| p.0 == node && p.1 == epoch && p.2 == addr && p.3 == *topic)
+        };
         let gone: Vec<Sighting> = self
             .told
             .iter()
-            .filter(|&(node, &(epoch, addr))| !present.contains(&(*node, epoch, addr)))
-            .map(|(&node, &(epoch, addr))| {
-                let reason = self.missed.get(&node).copied().unwrap_or(LostReason::Silent);
-                Sighting::Down { node, epoch, addr, reason }
+            .filter(|&(key, told)| !is_present(key, told))
+            .map(|(key, (epoch, addr, topic))| {
+                let reason = self.missed.get(key).copied().unwrap_or(LostReason::Silent);
+                Sighting::Down { node: key.0, epoch: *epoch, addr: *addr, topic: topic.clone(), reason }
             })
             .collect();
         let new = present
             .iter()
-            .filter(|(node, epoch, addr)| self.told.get(node) != Some(&(*epoch, *addr)))
-            .map(|&(node, epoch, addr)| Sighting::Up { node, epoch, addr });
+            .filter(|(node, epoch, addr, topic)| {
+                self.told.get(&(*node, topic.id())).is_none_or(|(e, a, _)| (e, a) != (epoch, addr))
+            })
+            .map(|(node, epoch, addr, topic)| Sighting::Up {
+                node: *node,
+                epoch: *epoch,
+                addr: *addr,
+                topic: topic.clone(),
+            });
         let sightings: Vec<Sighting> = gone.into_iter().chain(new).collect();
         self.lagged = false;
         self.missed.clear();
@@ -104,14 +122,14 @@ impl Watcher {
 
     /// Queues `s` and records what the subscription now knows.
     fn push(&mut self, s: Sighting) -> Result<(), TrySendError<Sighting>> {
-        let (node, up) = match s {
-            Sighting::Up { node, epoch, addr } => (node, Some((epoch, addr))),
-            Sighting::Down { node, .. } => (node, None),
+        let (key, up) = match &s {
+            Sighting::Up { node, epoch, addr, topic } => ((*node, topic.id()), Some((*epoch, *addr, topic.clone()))),
+            Sighting::Down { node, topic, .. } => ((*node, topic.id()), None),
         };
         self.tx.try_send(s)?;
         match up {
-            Some(up) => self.told.insert(node, up),
-            None => self.told.remove(&node),
+            Some(up) => self.told.insert(key, up),
+            None => self.told.remove(&key),
         };
         Ok(())
     }

@@ -1,7 +1,7 @@
-//! [`SubscriberBuilder`]: `node.subscriber("t").start(..).create()`.
+//! [`SubscriberBuilder`]: `node.subscriber("t").start(..).create()` (a topic or a pattern).
 
-use crate::node::topic::IntoTopic;
-use rdma_wire::Topic;
+use crate::node::topic::{IntoKeyExpr, TopicFilter};
+use rdma_wire::KeyExpr;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,7 +14,8 @@ use crate::node::message_type::MessageType;
 use crate::node::shared::NodeShared;
 use rdma_wire::protocol::Secret;
 
-/// Configures and creates a [`Subscription`] to one topic; from
+/// Configures and creates a [`Subscription`] to one topic, or to every topic a pattern
+/// includes (a [`KeyExpr`] with wildcards, found by discovery); from
 /// [`Node::subscriber`](crate::Node::subscriber).
 ///
 /// ```
@@ -40,7 +41,7 @@ use rdma_wire::protocol::Secret;
 #[must_use = "a builder does nothing until `create` is called"]
 pub struct SubscriberBuilder<'n, T: ?Sized + MessageType = [u8]> {
     node: &'n Arc<NodeShared>,
-    topic: Result<Topic>,
+    topic: Result<KeyExpr>,
     options: SubscriptionOptions,
     /// Publishers' nodes to connect to at creation.
     connect: Vec<SocketAddr>,
@@ -58,10 +59,10 @@ impl<T: ?Sized + MessageType> std::fmt::Debug for SubscriberBuilder<'_, T> {
 }
 
 impl<'n> SubscriberBuilder<'n> {
-    pub(crate) fn new(node: &'n Arc<NodeShared>, topic: impl IntoTopic) -> Self {
+    pub(crate) fn new(node: &'n Arc<NodeShared>, topic: impl IntoKeyExpr) -> Self {
         SubscriberBuilder {
             node,
-            topic: topic.into_topic(),
+            topic: topic.into_key_expr(),
             options: SubscriptionOptions::default(),
             connect: Vec::new(),
             _type: PhantomData,
@@ -128,7 +129,10 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
     }
     /// Also connects to the publisher of the topic on the node at `addr` (without discovery,
     /// the way to reach one); the outcome arrives as a
-    /// [`SubscriptionEvent`](crate::SubscriptionEvent). May be called several times.
+    /// [`SubscriptionEvent`](crate::SubscriptionEvent). May be called several times. A
+    /// pattern subscription finds its publishers through discovery only:
+    /// [`create`](Self::create) then fails with
+    /// [`Error::PatternNeedsDiscovery`](crate::Error::PatternNeedsDiscovery).
     pub fn connect(mut self, addr: SocketAddr) -> Self {
         self.connect.push(addr);
         self
@@ -143,17 +147,34 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
         self.options.schema_id = Some(id);
         self
     }
+    /// Most publisher connections (feeds) the subscription holds at once, 1 to 65,536
+    /// (default 1,024): a pattern may match many topics. A publisher announced past it is not
+    /// connected, and that is a
+    /// [`SubscriptionEvent::FeedLimit`](crate::SubscriptionEvent::FeedLimit) (counted in
+    /// `feed_limit_reached`), not an error: the others go on, and it is connected once a
+    /// connection goes.
+    pub fn max_feeds(mut self, feeds: usize) -> Self {
+        self.options.max_feeds = feeds;
+        self
+    }
     /// Creates the subscription and starts connecting.
     ///
     /// # Errors
     /// [`Error::InvalidTopic`](crate::Error::InvalidTopic),
     /// [`Error::InvalidOption`](crate::Error::InvalidOption) (the batch size, a
-    /// `max_message_len` out of `1..=u32::MAX`), and
-    /// [`Error::Fabric`](crate::Error::Fabric) when the completion queue or a connection
+    /// `max_message_len` out of `1..=u32::MAX`, `max_feeds` out of `1..=65,536`),
+    /// [`Error::PatternNeedsDiscovery`](crate::Error::PatternNeedsDiscovery) for a pattern
+    /// without discovery (the node's off, `auto_connect(false)`, or addresses to connect to),
+    /// and [`Error::Fabric`](crate::Error::Fabric) when the completion queue or a connection
     /// cannot be created.
     pub fn create(mut self) -> Result<Subscription<T>> {
         self.options.message_type = T::type_tag(self.options.schema_id);
-        let mut subscription = Subscription::create(self.node.clone(), self.topic?, self.options)?;
+        let filter = TopicFilter::new(self.topic?)?;
+        if filter.is_pattern() && !self.connect.is_empty() {
+            let pattern = filter.as_str().to_owned();
+            return Err(crate::Error::PatternNeedsDiscovery { pattern, detail: "it is given addresses to connect to" });
+        }
+        let mut subscription = Subscription::create(self.node.clone(), filter, self.options)?;
         for addr in self.connect {
             subscription.connect(addr)?;
         }

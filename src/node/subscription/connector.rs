@@ -1,6 +1,10 @@
 //! Opening connections to publishers, in the background: a subscription's [`Connector`] turns
-//! discovery's sightings of its topic into connections without any call of the application,
-//! and the node's connector thread runs every connector each [`RECHECK_INTERVAL`].
+//! discovery's sightings of its topic (or of every topic its pattern includes) into
+//! connections without any call of the application, and the node's connector thread runs
+//! every connector each [`RECHECK_INTERVAL`]. A connection is per publisher: per address and
+//! topic (a pattern may read several topics of one node, each on its own connection), and a
+//! subscription holds at most its `max_feeds` of them: past that a publisher is not connected
+//! ([`FeedEvent::FeedLimit`], once per publisher) until one goes.
 //!
 //! The connector owns what deciding and opening need: the discovery [`Watch`] (with its retry
 //! backoff), the addresses with an open connection, and the publishers connected before (a
@@ -22,6 +26,7 @@ use std::time::{Duration, Instant};
 use crossbeam::channel::Receiver;
 use parking_lot::Mutex;
 
+use super::counters::SubscriptionCounters;
 use super::feed::{CTRL_LEN, RECV_SLOTS};
 use super::feed_channel::{AcceptExpectation, FeedEvent, FeedSender, OpenedFeed};
 use super::options::{Start, SubscriptionOptions};
@@ -29,12 +34,14 @@ use crate::error::{Error, Result};
 use crate::node::discovery::{Lost, LostReason, Sighting, Watch};
 use crate::node::identity::publisher_id;
 use crate::node::shared::{NodeShared, Route, RECHECK_INTERVAL};
+use crate::node::topic::TopicFilter;
 use rdma_fabric::{Access, CompletionQueue, ConnId, QpCaps, QpInit, RNR_RETRY_INFINITE};
 use rdma_wire::protocol::{wall_clock_ms, ConnectAuth, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
+use rdma_wire::Topic;
 
-/// Most connections of one subscription open at once (its feed keys have 24 bits; far fewer
-/// publishers of one topic exist).
-const MAX_FEEDS: usize = 1 << 16;
+/// Most connections of one subscription open at once, the largest `max_feeds` (its feed keys
+/// have 24 bits; far fewer publishers of one topic exist).
+pub(super) const MAX_FEEDS: usize = 1 << 16;
 /// How long opening one connection may take (address and route resolution on verbs).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -44,17 +51,22 @@ pub(crate) struct Connector {
 }
 
 struct ConnectorState {
-    topic: String,
-    topic_id: TopicId,
+    filter: TopicFilter,
+    /// Most connections open at once (`SubscriberBuilder::max_feeds`).
+    max_feeds: usize,
+    /// Publishers (address and topic) not connected for the limit, told once each.
+    over_limit: HashSet<(SocketAddr, TopicId)>,
     start: Start,
     busy_poll: bool,
     credential: Option<rdma_wire::protocol::Secret>,
     cq: CompletionQueue,
     events: FeedSender,
+    /// The subscription's counters (`matched_topics`, `feed_limit_reached`).
+    counters: Arc<SubscriptionCounters>,
     /// Discovery's view of the topic (auto-connect on, discovery on).
     watch: Option<Watch>,
-    /// The connection open (not closed) to each address.
-    open: HashMap<SocketAddr, ConnId>,
+    /// The connection open (not closed) to each publisher: its address and topic.
+    open: HashMap<(SocketAddr, TopicId), ConnId>,
     /// Publishers (by id) ever connected: a connection to one again is a reconnection.
     seen: HashSet<u64>,
     /// The subscription is gone: open nothing more.
@@ -62,27 +74,30 @@ struct ConnectorState {
 }
 
 impl Connector {
-    /// A connector for a subscription to `topic` whose CQ is `cq` and whose CM events go to
-    /// `events`; it watches the topic when the options and the node's discovery say so.
+    /// A connector for a subscription to the topics of `filter` whose CQ is `cq` and whose CM
+    /// events go to `events`; it watches them when the options and the node's discovery say
+    /// so.
     pub(super) fn new(
         node: &NodeShared,
-        topic: &str,
-        topic_id: TopicId,
+        filter: &TopicFilter,
         options: &SubscriptionOptions,
         cq: CompletionQueue,
         events: FeedSender,
+        counters: Arc<SubscriptionCounters>,
     ) -> Arc<Connector> {
         let discovery = node.discovery();
-        let watch = (options.auto_connect && discovery.enabled()).then(|| Watch::new(discovery, topic_id));
+        let watch = (options.auto_connect && discovery.enabled()).then(|| Watch::new(discovery, filter.clone()));
         let connector = Arc::new(Connector {
             state: Mutex::new(ConnectorState {
-                topic: topic.to_owned(),
-                topic_id,
+                filter: filter.clone(),
+                max_feeds: options.max_feeds.min(MAX_FEEDS),
+                over_limit: HashSet::new(),
                 start: options.start,
                 busy_poll: options.busy_poll,
                 credential: options.credential.clone(),
                 cq,
                 events,
+                counters,
                 watch,
                 open: HashMap::new(),
                 seen: HashSet::new(),
@@ -109,53 +124,70 @@ impl Connector {
         state.open_due(node);
     }
 
-    /// Opens a connection to the publisher at `addr` unless one is open, starting where the
-    /// options say.
-    pub(super) fn connect(&self, node: &NodeShared, addr: SocketAddr) -> Result<()> {
+    /// Opens a connection to the publisher of `topic` at `addr` unless one is open, starting
+    /// where the options say.
+    pub(super) fn connect(&self, node: &NodeShared, addr: SocketAddr, topic: &Topic) -> Result<()> {
         let mut state = self.state.lock();
         let start = state.start_for_new();
-        state.open_feed(node, addr, start, None)
+        if state.open.len() >= state.max_feeds && !state.open.contains_key(&(addr, topic.id())) {
+            let detail = format!("the subscription reads {} publishers, its max_feeds", state.max_feeds);
+            return Err(Error::InvalidOption { option: "max_feeds", detail });
+        }
+        state.open_feed(node, addr, topic, start, None)
     }
 
-    /// A connection was established to publisher `id` at `addr`; returns whether it had been
-    /// connected before.
-    pub(super) fn established(&self, addr: SocketAddr, id: u64) -> bool {
+    /// A connection was established to publisher `id` of `topic` at `addr`; returns whether it
+    /// had been connected before.
+    pub(super) fn established(&self, addr: SocketAddr, topic: TopicId, id: u64) -> bool {
         let mut state = self.state.lock();
         if let Some(watch) = state.watch.as_mut() {
-            watch.connected(addr);
+            watch.connected(addr, topic);
         }
         !state.seen.insert(id)
     }
 
-    /// The connection `conn` to `addr` is closed (no READs any more): another may be opened.
-    pub(super) fn closed(&self, addr: SocketAddr, conn: ConnId) {
+    /// The connection `conn` to the publisher of `topic` at `addr` is closed (no READs any
+    /// more): another may be opened.
+    pub(super) fn closed(&self, addr: SocketAddr, topic: TopicId, conn: ConnId) {
         let mut state = self.state.lock();
-        if state.open.get(&addr) == Some(&conn) {
-            state.open.remove(&addr);
+        if state.open.get(&(addr, topic)) == Some(&conn) {
+            state.open.remove(&(addr, topic));
         }
     }
 
-    /// A connection to `addr` is gone for good: retry it only after the backoff.
-    pub(super) fn removed(&self, addr: SocketAddr, conn: ConnId) {
+    /// A connection to the publisher of `topic` at `addr` is gone for good: retry it only
+    /// after the backoff.
+    pub(super) fn removed(&self, addr: SocketAddr, topic: TopicId, conn: ConnId) {
         let mut state = self.state.lock();
-        if state.open.get(&addr) == Some(&conn) {
-            state.open.remove(&addr);
+        if state.open.get(&(addr, topic)) == Some(&conn) {
+            state.open.remove(&(addr, topic));
         }
         if let Some(watch) = state.watch.as_mut() {
-            watch.closed(addr, Instant::now());
+            watch.closed(addr, topic, Instant::now());
         }
     }
 
-    /// The publisher at `addr` ended its stream.
-    pub(super) fn ended(&self, addr: SocketAddr) {
+    /// The publisher of `topic` at `addr` ended its stream.
+    pub(super) fn ended(&self, addr: SocketAddr, topic: TopicId) {
         if let Some(watch) = self.state.lock().watch.as_mut() {
-            watch.ended(addr);
+            watch.ended(addr, topic);
         }
     }
 
-    /// Whether the publisher at `addr` ended its stream and discovery said nothing new of it.
-    pub(super) fn has_ended(&self, addr: SocketAddr) -> bool {
-        self.state.lock().watch.as_ref().is_some_and(|w| w.has_ended(addr))
+    /// Whether the publisher of `topic` at `addr` ended its stream and discovery said nothing
+    /// new of it.
+    pub(super) fn has_ended(&self, addr: SocketAddr, topic: TopicId) -> bool {
+        self.state.lock().watch.as_ref().is_some_and(|w| w.has_ended(addr, topic))
+    }
+
+    /// The topics of the publishers discovery says are present (those a pattern matched).
+    pub(super) fn matched_topics(&self) -> Vec<Topic> {
+        self.state.lock().watch.as_ref().map(Watch::matched_topics).unwrap_or_default()
+    }
+
+    /// Those topics, sorted, each with its publishers present (for the stats file).
+    pub(crate) fn matched_publishers(&self) -> Vec<(Topic, usize)> {
+        self.state.lock().watch.as_ref().map(Watch::matched_publishers).unwrap_or_default()
     }
 
     /// The subscription is gone: opens nothing more and leaves the directory.
@@ -176,9 +208,12 @@ impl ConnectorState {
         let now = Instant::now();
         let sightings: Vec<Sighting> = watch.receiver().try_iter().collect();
         let lost: Vec<Lost> = sightings.into_iter().filter_map(|s| watch.apply(s, now)).collect();
+        let matched = watch.matched_topic_count();
+        self.counters.matched_topics.store(matched as u64, std::sync::atomic::Ordering::Relaxed);
         for l in lost {
+            self.over_limit.remove(&(l.addr, l.topic.id()));
             if matches!(l.reason, LostReason::Silent | LostReason::Restarted) {
-                self.open.remove(&l.addr);
+                self.open.remove(&(l.addr, l.topic.id()));
             }
             let _ = self.events.send(FeedEvent::PublisherLost(l));
         }
@@ -188,14 +223,23 @@ impl ConnectorState {
     fn open_due(&mut self, node: &NodeShared) {
         let open = &self.open;
         let Some(watch) = self.watch.as_mut() else { return };
-        let due = watch.due(Instant::now(), |addr| open.contains_key(&addr));
-        for (publisher_node, addr) in due {
+        let room = self.max_feeds.saturating_sub(open.len());
+        let (due, no_room) = watch.due(Instant::now(), room, |addr, topic| open.contains_key(&(addr, topic)));
+        for (addr, topic) in no_room {
+            // Told once per publisher; it stays due, and is connected once a feed goes.
+            if self.over_limit.insert((addr, topic.id())) {
+                self.counters.feed_limit_reached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let limit = self.max_feeds;
+                let _ = self.events.send(FeedEvent::FeedLimit { addr, topic, limit });
+            }
+        }
+        for (publisher_node, addr, topic) in due {
             // A publisher read before is resumed from its earliest retained message (duplicates
             // of the same epoch are skipped); a new one starts where the options say.
-            let id = publisher_id(publisher_node, self.topic_id);
+            let id = publisher_id(publisher_node, topic.id());
             let start = if self.seen.contains(&id) { StartAt::Earliest } else { self.start_for_new() };
-            if let Err(e) = self.open_feed(node, addr, start, Some(id)) {
-                tracing::debug!(topic = %self.topic, %addr, "auto-connect: {e}");
+            if let Err(e) = self.open_feed(node, addr, &topic, start, Some(id)) {
+                tracing::debug!(filter = %self.filter.as_str(), %topic, %addr, "auto-connect: {e}");
                 let _ = self.events.send(FeedEvent::ConnectFailed { addr, detail: e.to_string() });
             }
         }
@@ -208,18 +252,22 @@ impl ConnectorState {
         }
     }
 
-    /// Opens a connection to `addr` (nothing to do when one is open) and hands it to the
-    /// subscription.
-    /// Connects to the publisher's node at `addr`; `publisher` is the publisher discovery
-    /// announced there (none for an explicit connect), whose accept must name it.
-    fn open_feed(&mut self, node: &NodeShared, addr: SocketAddr, start: StartAt, publisher: Option<u64>) -> Result<()> {
-        if self.closed || self.open.contains_key(&addr) {
+    /// Opens a connection to the publisher of `topic` at `addr` (nothing to do when one is
+    /// open) and hands it to the subscription; `publisher` is the publisher discovery announced
+    /// there (none for an explicit connect), whose accept must name it.
+    fn open_feed(
+        &mut self,
+        node: &NodeShared,
+        addr: SocketAddr,
+        topic: &Topic,
+        start: StartAt,
+        publisher: Option<u64>,
+    ) -> Result<()> {
+        if self.closed || self.open.contains_key(&(addr, topic.id())) {
             return Ok(());
         }
-        if self.open.len() >= MAX_FEEDS {
-            return Err(Error::InvalidOption { option: "connect", detail: "too many publishers".into() });
-        }
-        let (data, challenge) = self.connect_data(node, start)?;
+        self.over_limit.remove(&(addr, topic.id()));
+        let (data, challenge) = self.connect_data(node, topic.id(), start)?;
         let ctrl = node.pd().register(CTRL_LEN, Access::LOCAL_WRITE)?;
         let init = QpInit {
             caps: QpCaps { max_send_wr: 16, max_recv_wr: RECV_SLOTS as u32, max_send_sge: 1, max_recv_sge: 1 },
@@ -232,22 +280,23 @@ impl ConnectorState {
         let mut routes = node.routes();
         let qp = node.channel().connect(addr, &init, &data, CONNECT_TIMEOUT)?;
         let conn = qp.conn_id();
-        let opened = Box::new(OpenedFeed::new(qp, conn, addr, ctrl, AcceptExpectation { challenge, publisher }));
+        let expect = AcceptExpectation { challenge, publisher };
+        let opened = Box::new(OpenedFeed::new(qp, conn, addr, topic.clone(), ctrl, expect));
         if self.events.send(FeedEvent::Opened(opened)).is_err() {
             return Ok(()); // the subscription is gone; dropping the queue pair disconnects it
         }
         routes.insert(conn, Route::Feed(self.events.clone()));
         drop(routes);
-        self.open.insert(addr, conn);
+        self.open.insert((addr, topic.id()), conn);
         Ok(())
     }
 
     /// The connect private data: what this subscription asks for, with a fresh proof of its
     /// credential if it has one, or else a fresh challenge if its node has a domain secret; and
     /// the nonce the publisher's accept tags must answer (the proof's or the challenge's).
-    fn connect_data(&self, node: &NodeShared, start: StartAt) -> Result<(Vec<u8>, Option<u64>)> {
+    fn connect_data(&self, node: &NodeShared, topic: TopicId, start: StartAt) -> Result<(Vec<u8>, Option<u64>)> {
         let data = ConnectData {
-            topic: self.topic_id,
+            topic,
             start,
             accepts: PolicySet::ALL,
             node_id: node.id(),

@@ -53,6 +53,13 @@ crate::counters::counter_set! {
         /// [`MAX_EVENTS`](super::MAX_EVENTS) untaken (and errors about undeliverable messages
         /// beyond the 16 held for `recv`, whose events still name them).
         events_dropped: Total, Events;
+        /// Publishers discovery announced that the subscription did not connect to, because it
+        /// read [`max_feeds`](crate::SubscriberBuilder::max_feeds) publishers already (each
+        /// counted once, with its [`FeedLimit`](crate::SubscriptionEvent::FeedLimit) event).
+        feed_limit_reached: Total, Connections;
+        /// Topics discovery announces publishers of that the subscription reads now (a gauge:
+        /// 1 or 0 for a topic, the topics matched for a pattern).
+        matched_topics: Gauge, Connections;
     }
 }
 

@@ -14,6 +14,7 @@ use super::message::PublisherInfo;
 use crate::node::discovery::LostReason;
 use crate::node::identity::NodeId;
 use crate::reasons::{DropReason, RejectCode};
+use rdma_wire::Topic;
 
 /// Something that happened to a subscription's connections.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,10 +86,13 @@ pub enum SubscriptionEvent {
         /// The publisher, when the connection had been established.
         publisher: Option<PublisherInfo>,
     },
-    /// A publisher's node refused the subscription.
+    /// A publisher's node refused the subscription to one topic (a pattern subscription is
+    /// refused topic by topic: the others go on).
     Rejected {
         /// The node.
         addr: SocketAddr,
+        /// The topic it refused.
+        topic: Topic,
         /// Why.
         reason: RejectCode,
         /// Its explanation.
@@ -102,6 +106,8 @@ pub enum SubscriptionEvent {
     Unauthenticated {
         /// The node.
         addr: SocketAddr,
+        /// The topic connected to.
+        topic: Topic,
         /// What was missing or wrong.
         detail: String,
     },
@@ -112,9 +118,11 @@ pub enum SubscriptionEvent {
         /// What failed.
         detail: String,
     },
-    /// Discovery says a publisher of the topic is gone. After [`LostReason::Silent`] and
-    /// [`LostReason::Restarted`] the connection to it is closed; the subscription reconnects
-    /// by itself when the node is announced again.
+    /// Discovery says a publisher of the topic (or of a topic the pattern includes) is gone.
+    /// After [`LostReason::Silent`] and [`LostReason::Restarted`] the connection to it is
+    /// closed; the subscription reconnects by itself when the node is announced again. After
+    /// [`LostReason::Withdrawn`] and [`LostReason::Goodbye`] the publisher ends its stream
+    /// (an `Ended` of its connection, if it was read).
     PublisherLost {
         /// The publisher's node.
         node: NodeId,
@@ -122,8 +130,23 @@ pub enum SubscriptionEvent {
         epoch: u64,
         /// Its address.
         addr: SocketAddr,
+        /// The publisher's topic.
+        topic: Topic,
         /// How discovery knows.
         reason: LostReason,
+    },
+    /// Discovery announced a publisher of a topic the subscription reads, and the
+    /// subscription did not connect to it: it reads
+    /// [`max_feeds`](super::SubscriberBuilder::max_feeds) publishers already (counted in
+    /// `feed_limit_reached`). Told once per publisher; it is connected when a connection goes
+    /// and it is still announced. The other publishers go on.
+    FeedLimit {
+        /// The publisher's node.
+        addr: SocketAddr,
+        /// Its topic.
+        topic: Topic,
+        /// The limit.
+        limit: usize,
     },
 }
 

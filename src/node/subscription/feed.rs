@@ -75,6 +75,7 @@ use rdma_fabric::{
 };
 use rdma_wire::protocol::{AcceptData, Control};
 use rdma_wire::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop, CONTROL_READ_LEN, PROBE_LEN};
+use rdma_wire::Topic;
 
 use super::counters::SubscriptionCounters;
 use super::events::{EventQueue, LossReason, SubscriptionEvent};
@@ -193,6 +194,8 @@ pub(super) struct Feed {
     link: Link,
     conn: ConnId,
     addr: SocketAddr,
+    /// The publisher's topic (each message is handed a clone: a reference count).
+    topic: Topic,
     /// What the publisher's accept must prove.
     expect: AcceptExpectation,
     /// Its reading state, once the publisher accepted.
@@ -263,7 +266,7 @@ impl Feed {
     /// # Errors
     /// The provider's, when a receive cannot be posted (the connection is then dropped).
     pub(super) fn open(key: usize, gen: u32, opened: OpenedFeed) -> rdma_fabric::Result<Feed> {
-        let (qp, conn, addr, ctrl, expect) = opened.into_parts();
+        let (qp, conn, addr, topic, ctrl, expect) = opened.into_parts();
         let link = Link { key, gen, qp, ctrl };
         let (mut posted, mut quiesced) = (0, false);
         for slot in 0..RECV_SLOTS {
@@ -283,6 +286,7 @@ impl Feed {
             link,
             conn,
             addr,
+            topic,
             expect,
             active: None,
             closed: false,
@@ -390,6 +394,11 @@ impl Feed {
         self.addr
     }
 
+    /// The publisher's topic.
+    pub(super) fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
     /// The publisher, once it accepted.
     pub(super) fn publisher(&self) -> Option<PublisherInfo> {
         self.active.as_ref().map(|a| a.info)
@@ -415,10 +424,13 @@ impl Feed {
         self.active.as_ref().is_some_and(|a| !a.ready.is_empty())
     }
 
-    /// Whether this feed is an open connection to `addr` that, if accepted, reads the
-    /// publisher's `epoch`.
-    pub(super) fn serves(&self, addr: SocketAddr, epoch: u64) -> bool {
-        !self.closed && self.addr == addr && self.active.as_ref().is_none_or(|a| a.info.epoch == epoch)
+    /// Whether this feed is an open connection to the publisher of `topic` at `addr` that, if
+    /// accepted, reads the publisher's `epoch`.
+    pub(super) fn serves(&self, addr: SocketAddr, topic: &Topic, epoch: u64) -> bool {
+        !self.closed
+            && self.addr == addr
+            && self.topic == *topic
+            && self.active.as_ref().is_none_or(|a| a.info.epoch == epoch)
     }
 
     /// The highest sequence this feed read of publisher `id`'s `epoch`, if it reads that.
@@ -499,9 +511,9 @@ impl Feed {
         let _ = self.link.qp.disconnect();
     }
 
-    /// Takes the next ready message: its publisher, sequence and payload (borrowed from the
-    /// READ buffer it arrived in, or reassembled).
-    pub(super) fn next_message(&mut self) -> Option<(PublisherInfo, u64, Delivery<'_>)> {
+    /// Takes the next ready message: its publisher, sequence, topic and payload (borrowed from
+    /// the READ buffer it arrived in, or reassembled).
+    pub(super) fn next_message(&mut self) -> Option<(PublisherInfo, u64, &Topic, Delivery<'_>)> {
         let a = self.active.as_deref_mut()?;
         let ready = a.ready.pop_front()?;
         let data = match ready.payload {
@@ -511,7 +523,7 @@ impl Feed {
             }
             Payload::Owned(v) => Delivery::Reassembled(v),
         };
-        Some((a.info, ready.seq, data))
+        Some((a.info, ready.seq, &self.topic, data))
     }
 
     /// Posts the READ, ack and doorbell request the feed needs now.

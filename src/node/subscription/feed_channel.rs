@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 
 use crate::node::discovery::Lost;
 use rdma_fabric::{ConnId, ConnectionEvent, MemoryRegion, QueuePair};
+use rdma_wire::Topic;
 
 /// An event delivered to a subscription.
 #[derive(Debug)]
@@ -27,6 +28,9 @@ pub(crate) enum FeedEvent {
     PublisherLost(Lost),
     /// The connector could not open a connection discovery made due.
     ConnectFailed { addr: SocketAddr, detail: String },
+    /// The connector did not connect the publisher of `topic` at `addr`: the subscription
+    /// reads `limit` publishers already (told once per publisher).
+    FeedLimit { addr: SocketAddr, topic: Topic, limit: usize },
 }
 
 /// A connection opened for a subscription, handed over on its event channel.
@@ -35,6 +39,8 @@ pub(crate) struct OpenedFeed {
     qp: QueuePair,
     conn: ConnId,
     addr: SocketAddr,
+    /// The topic connected to.
+    topic: Topic,
     /// The feed's control slots: acks and doorbell requests sent, notices received.
     ctrl: MemoryRegion,
     /// What the publisher's accept must prove.
@@ -52,16 +58,17 @@ pub(crate) struct AcceptExpectation {
 }
 
 impl OpenedFeed {
-    /// The connection `conn` to the publisher's node at `addr`, on `qp`, with its control
+    /// The connection `conn` to the publisher of `topic` at `addr`, on `qp`, with its control
     /// region `ctrl`, whose accept must meet `expect`.
     pub(super) fn new(
         qp: QueuePair,
         conn: ConnId,
         addr: SocketAddr,
+        topic: Topic,
         ctrl: MemoryRegion,
         expect: AcceptExpectation,
     ) -> OpenedFeed {
-        OpenedFeed { qp, conn, addr, ctrl, expect }
+        OpenedFeed { qp, conn, addr, topic, ctrl, expect }
     }
 
     /// The connection's id.
@@ -74,9 +81,14 @@ impl OpenedFeed {
         self.addr
     }
 
-    /// Its queue pair, id, address, control region and what its accept must prove.
-    pub(super) fn into_parts(self) -> (QueuePair, ConnId, SocketAddr, MemoryRegion, AcceptExpectation) {
-        (self.qp, self.conn, self.addr, self.ctrl, self.expect)
+    /// The topic connected to.
+    pub(super) fn topic(&self) -> &Topic {
+        &self.topic
+    }
+
+    /// Its queue pair, id, address, topic, control region and what its accept must prove.
+    pub(super) fn into_parts(self) -> (QueuePair, ConnId, SocketAddr, Topic, MemoryRegion, AcceptExpectation) {
+        (self.qp, self.conn, self.addr, self.topic, self.ctrl, self.expect)
     }
 }
 

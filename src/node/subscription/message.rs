@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use crate::reasons::PolicyKind;
 use rdma_fabric::DataPath;
+use rdma_wire::Topic;
 
 /// Who published a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,11 +24,15 @@ pub struct PublisherInfo {
 }
 
 /// A delivered message: its payload `data` (raw bytes, `Vec<u8>`, by default; the decoded
-/// value on a typed subscription) and where it came from.
+/// value on a typed subscription) and where it came from: its publisher and topic (on a
+/// pattern subscription, the topic that matched).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message<D = Vec<u8>> {
     /// Who published it.
     pub publisher: PublisherInfo,
+    /// Its topic: a handle shared by every message of its publisher (a reference count, not a
+    /// string allocated per message).
+    pub topic: Topic,
     /// Its sequence number in that publisher's stream (1, 2, ...).
     pub seq: u64,
     /// The payload.
@@ -40,6 +45,8 @@ pub struct Message<D = Vec<u8>> {
 pub struct MessageRef<'a> {
     /// Who published it.
     pub publisher: PublisherInfo,
+    /// Its topic, borrowed from the subscription.
+    pub topic: &'a Topic,
     /// Its sequence number in that publisher's stream.
     pub seq: u64,
     /// The payload.

@@ -7,7 +7,11 @@
 //!
 //! With discovery on, a subscription watches its topic in the node's directory and connects to
 //! every publisher announced, reconnecting when one comes back (its [`Connector`], run by the
-//! node's connector thread too). Messages are deduplicated by (publisher id, epoch, seq): a
+//! node's connector thread too). A subscription to a pattern (a key expression with
+//! wildcards) watches every topic the pattern includes: a feed is a connection to one
+//! publisher of one topic, and each message is handed its feed's topic (a reference count, no
+//! allocation). At most `max_feeds` feeds are open; a publisher past it is an event, not an
+//! error. Messages are deduplicated by (publisher id, epoch, seq): a
 //! reconnection to an epoch already read starts at the earliest retained message and skips
 //! what was delivered.
 //!
@@ -48,7 +52,6 @@
 //! descriptor of `ready_fd`, for event loops), `builder.rs`, `options.rs`, `message.rs`,
 //! `counters.rs`.
 
-use rdma_wire::Topic;
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
@@ -69,6 +72,7 @@ use super::discovery::{Lost, LostReason, Sighting};
 use super::message_type::MessageType;
 use super::shared::{NodeShared, RECHECK_INTERVAL};
 use super::spin_permit::PollPermit;
+use super::topic::TopicFilter;
 use super::wr_id::WrId;
 use events::{EventQueue, HeldQueue, MAX_UNDELIVERABLE};
 use feed::{Delivery, Feed, FeedContext, FeedStep, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
@@ -101,8 +105,10 @@ mod refusals;
 #[cfg(feature = "async")]
 mod stream;
 
-/// A subscription to one topic: receives the messages of every publisher it is connected to,
-/// in order per publisher.
+/// A subscription to one topic, or to every topic a pattern includes: receives the messages
+/// of every publisher it is connected to, in order per publisher. No order is promised across
+/// publishers (of one topic, or of the topics a pattern matched): their feeds are served
+/// round-robin as their messages arrive. Each [`Message`] names its publisher and its topic.
 ///
 /// ```
 /// use std::time::Duration;
@@ -121,7 +127,8 @@ mod stream;
 pub struct Subscription<T: ?Sized + MessageType = [u8]> {
     _type: PhantomData<fn() -> Box<T>>,
     node: Arc<NodeShared>,
-    topic: Topic,
+    /// Its topic, or its pattern.
+    filter: TopicFilter,
     options: SubscriptionOptions,
     /// The CQ of every feed's work.
     cq: CompletionQueue,
@@ -168,17 +175,30 @@ pub struct Subscription<T: ?Sized + MessageType = [u8]> {
 
 impl<T: ?Sized + MessageType> std::fmt::Debug for Subscription<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Subscription").field("topic", &self.topic).field("feeds", &self.feeds.len()).finish()
+        f.debug_struct("Subscription").field("topic", &self.filter.as_str()).field("feeds", &self.feeds.len()).finish()
     }
 }
 
 impl<T: ?Sized + MessageType> Subscription<T> {
-    /// A subscription to `topic` on `node`: its CQ, its event channel and its connector (which
-    /// watches the topic when discovery is on).
+    /// A subscription to the topics of `filter` on `node`: its CQ, its event channel and its
+    /// connector (which watches them when discovery is on).
     ///
     /// # Errors
-    /// An invalid topic or batch size; the fabric's when the CQ cannot be created.
-    pub(crate) fn create(node: Arc<NodeShared>, topic: Topic, options: SubscriptionOptions) -> Result<Subscription<T>> {
+    /// An invalid batch size, message length or feed limit; a pattern without discovery; the
+    /// fabric's when the CQ cannot be created.
+    pub(crate) fn create(
+        node: Arc<NodeShared>,
+        filter: TopicFilter,
+        options: SubscriptionOptions,
+    ) -> Result<Subscription<T>> {
+        if options.max_feeds == 0 || options.max_feeds > connector::MAX_FEEDS {
+            let detail = format!("must be in 1..={}, got {}", connector::MAX_FEEDS, options.max_feeds);
+            return Err(Error::InvalidOption { option: "max_feeds", detail });
+        }
+        if filter.is_pattern() && !(options.auto_connect && node.discovery().enabled()) {
+            let detail = if options.auto_connect { "the node's discovery is off" } else { "its auto_connect is off" };
+            return Err(Error::PatternNeedsDiscovery { pattern: filter.as_str().to_owned(), detail });
+        }
         if options.batch < 4096 || options.batch > 64 << 20 {
             return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
         }
@@ -196,12 +216,13 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         let event_waker = Arc::new(EventWaker::default());
         let events_tx = FeedSender::new(events_tx, event_waker.clone());
         let counters = Arc::new(SubscriptionCounters::default());
-        node.add_subscription_stats(topic.as_str(), &counters);
-        let connector = Connector::new(&node, topic.as_str(), topic.id(), &options, cq.clone(), events_tx);
+        let connector = Connector::new(&node, &filter, &options, cq.clone(), events_tx, counters.clone());
+        let matches = filter.is_pattern().then(|| Arc::downgrade(&connector));
+        node.add_subscription_stats(filter.as_str(), &counters, matches);
         let sightings = connector.sightings();
         Ok(Subscription {
             _type: PhantomData,
-            topic,
+            filter,
             node,
             options,
             cq,
@@ -226,9 +247,19 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         })
     }
 
-    /// The topic.
+    /// The topic; for a subscription to a pattern, the pattern in canonical form (as
+    /// [`KeyExpr::as_str`](crate::KeyExpr::as_str) gives it: `sensors/**/*` is
+    /// `sensors/*/**`). Each message names its own topic
+    /// ([`Message::topic`](crate::Message::topic)).
     pub fn topic(&self) -> &str {
-        self.topic.as_str()
+        self.filter.as_str()
+    }
+
+    /// The topics this subscription reads publishers of now, as discovery announces them, each
+    /// once and sorted: its topic when a publisher of it is announced, the topics its pattern
+    /// matched for a pattern (empty without discovery).
+    pub fn matched_topics(&self) -> Vec<rdma_wire::Topic> {
+        self.connector.matched_topics()
     }
 
     /// The counters.
@@ -248,12 +279,20 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     ///
     /// # Errors
     /// [`Error::Fabric`] when the connection cannot be started (resources, addresses);
-    /// [`Error::InvalidOption`] past 65,536 publishers; [`Error::Closed`] once the
-    /// subscription's node was dropped or the subscription closed. Refusals and unreachable
-    /// nodes arrive as events.
+    /// [`Error::InvalidOption`] past its [`max_feeds`](crate::SubscriberBuilder::max_feeds)
+    /// publishers; [`Error::PatternNeedsDiscovery`] for a subscription to a pattern (it is
+    /// connected by discovery only); [`Error::Closed`] once the subscription's node was
+    /// dropped or the subscription closed. Refusals and unreachable nodes arrive as events.
     pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
         self.check_open()?;
-        self.connector.connect(&self.node, addr)?;
+        let topic = match &self.filter {
+            TopicFilter::Exact(topic) => topic,
+            TopicFilter::Pattern(key) => {
+                let detail = "it was asked to connect to an address";
+                return Err(Error::PatternNeedsDiscovery { pattern: key.as_str().to_owned(), detail });
+            }
+        };
+        self.connector.connect(&self.node, addr, topic)?;
         self.drain_feed_events();
         Ok(())
     }
@@ -293,7 +332,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                         self.user_events.push_back(SubscriptionEvent::Connected(info));
                         Ok(info)
                     }
-                    SubscriptionEvent::Rejected { addr, reason, detail } => {
+                    SubscriptionEvent::Rejected { addr, reason, detail, .. } => {
                         Err(Error::Rejected { peer: addr, reason, detail })
                     }
                     SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Unreachable { peer: addr, detail }),
@@ -381,7 +420,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     pub fn try_recv(&mut self) -> Result<Option<Message<T::Owned>>> {
         let ready = self.ready_within(None)?;
         if ready.is_none() && self.sightings.is_some() && !self.feeds.iter().any(|(_, f)| !f.is_closed()) {
-            return Err(Error::NotConnected { topic: self.topic.to_string(), discovery: true });
+            return Err(Error::NotConnected { topic: self.filter.as_str().to_owned(), discovery: true });
         }
         ready.map(|key| self.take(key)).transpose()
     }
@@ -627,7 +666,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     /// Takes the next message of feed `key`, decoded as a `T`.
     fn take(&mut self, key: usize) -> Result<Message<T::Owned>> {
-        let (publisher, seq, delivery) = self.feeds[key].next_message().expect("a ready feed has a message");
+        let (publisher, seq, topic, delivery) = self.feeds[key].next_message().expect("a ready feed has a message");
+        // A reference count: the topic's name is shared, not copied.
+        let topic = topic.clone();
         let (data, len) = match delivery {
             Delivery::InBuffer(bytes) => (T::decode(bytes), bytes.len()),
             Delivery::Reassembled(v) => {
@@ -642,7 +683,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             }
             e => e,
         })?;
-        Ok(Message { publisher, seq, data })
+        Ok(Message { publisher, topic, seq, data })
     }
 
     /// The next feed with a message ready, round-robin from the one after the last served.
@@ -707,7 +748,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 }
                 if self.feeds.is_empty() && self.sightings.is_none() {
                     // Without discovery nothing will ever connect it: waiting would never end.
-                    return Err(Error::NotConnected { topic: self.topic.to_string(), discovery: false });
+                    return Err(Error::NotConnected { topic: self.filter.as_str().to_owned(), discovery: false });
                 }
             }
             self.housekeeping();
@@ -778,8 +819,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     fn housekeeping(&mut self) {
         let now = Instant::now();
         let mut failed = Vec::new();
-        let Subscription { feeds, options, node, counters, permit, user_events, topic, .. } = self;
-        let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, topic.as_str());
+        let Subscription { feeds, options, node, counters, permit, user_events, filter, .. } = self;
+        let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, filter.as_str());
         for (key, feed) in feeds.iter_mut() {
             if let Err(e) = feed.housekeep(now, &mut ctx) {
                 failed.push((key, e));
@@ -795,7 +836,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         let mut wcs = [WorkCompletion::default(); 64];
         let cq = self.cq.clone();
         if let Err(e) = cq.drain(&mut wcs, |wcs| self.handle_completions(wcs)) {
-            tracing::warn!(topic = %self.topic, "subscription CQ: {e}");
+            tracing::warn!(topic = self.filter.as_str(), "subscription CQ: {e}");
         }
     }
 
@@ -805,9 +846,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         for wc in wcs {
             let Some(id) = WrId::decode(wc.wr_id) else { continue };
             let key = id.owner;
-            let Subscription { feeds, options, node, counters, permit, user_events, topic, .. } = self;
+            let Subscription { feeds, options, node, counters, permit, user_events, filter, .. } = self;
             let Some(feed) = feeds.get_mut(key) else { continue };
-            let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, topic.as_str());
+            let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, filter.as_str());
             match feed.complete(wc, id, &mut ctx) {
                 FeedStep::Continue => {}
                 FeedStep::Failed(e) => self.fail_feed(key, e),
@@ -815,7 +856,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                     self.stream_ended(key, publisher, final_seq, complete)
                 }
                 FeedStep::Dropped { publisher, reason } => {
-                    self.refusals.record(publisher.addr, Refusal::Dropped { publisher: publisher.id, reason });
+                    let topic = self.feeds[key].topic().id();
+                    let refusal = Refusal::Dropped { publisher: publisher.id, reason };
+                    self.refusals.record(publisher.addr, topic, refusal);
                     self.close_feed(key);
                 }
             }
@@ -848,33 +891,38 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 match self.activate(key, &private_data) {
                     Ok(info) => {
                         self.ever_connected = true;
-                        self.refusals.forget(info.addr);
-                        if self.connector.established(info.addr, info.id) {
+                        let topic = self.feeds[key].topic().id();
+                        self.refusals.forget(info.addr, topic);
+                        if self.connector.established(info.addr, topic, info.id) {
                             self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
                         }
                         self.user_events.push_back(SubscriptionEvent::Connected(info));
                     }
                     Err(e) => {
-                        let addr = self.feeds[key].addr();
-                        tracing::warn!(topic = %self.topic, %addr, "unusable accept from publisher: {e}");
+                        let (addr, topic) = (self.feeds[key].addr(), self.feeds[key].topic().clone());
+                        let topic_id = topic.id();
+                        tracing::warn!(topic = self.filter.as_str(), %addr, "unusable accept from publisher: {e}");
                         let event = match e {
                             Error::RecordTooLarge { len, limit, .. } => {
-                                self.refusals.record(addr, Refusal::RecordTooLarge { len, limit });
+                                self.refusals.record(addr, topic_id, Refusal::RecordTooLarge { len, limit });
                                 SubscriptionEvent::RecordTooLarge { addr, len, limit }
                             }
                             Error::Unauthenticated { detail, .. } => {
-                                self.refusals.record(addr, Refusal::Unauthenticated { detail: detail.clone() });
-                                SubscriptionEvent::Unauthenticated { addr, detail }
+                                let refusal = Refusal::Unauthenticated { detail: detail.clone() };
+                                self.refusals.record(addr, topic_id, refusal);
+                                SubscriptionEvent::Unauthenticated { addr, topic, detail }
                             }
                             Error::Rejected { reason, detail, .. } => {
-                                self.refusals.record(addr, Refusal::Rejected { reason, detail: detail.clone() });
-                                SubscriptionEvent::Rejected { addr, reason, detail }
+                                let refusal = Refusal::Rejected { reason, detail: detail.clone() };
+                                self.refusals.record(addr, topic_id, refusal);
+                                SubscriptionEvent::Rejected { addr, topic, reason, detail }
                             }
                             e => {
                                 let detail = format!("the publisher's accept data is unusable: {e}");
                                 let reason = RejectCode::Malformed;
-                                self.refusals.record(addr, Refusal::Rejected { reason, detail: detail.clone() });
-                                SubscriptionEvent::Rejected { addr, reason, detail }
+                                let refusal = Refusal::Rejected { reason, detail: detail.clone() };
+                                self.refusals.record(addr, topic_id, refusal);
+                                SubscriptionEvent::Rejected { addr, topic, reason, detail }
                             }
                         };
                         self.user_events.push_back(event);
@@ -884,26 +932,31 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             }
             FeedEvent::Connection(ConnectionEvent::Rejected { conn, reason, private_data }) => {
                 let Some(&key) = self.by_conn.get(&conn) else { return };
-                let addr = self.feeds[key].addr();
+                let (addr, topic) = (self.feeds[key].addr(), self.feeds[key].topic().clone());
+                let topic_id = topic.id();
                 let event = match (reason, RejectData::decode(&private_data)) {
-                    (_, Ok(r)) => SubscriptionEvent::Rejected { addr, reason: r.reason.into(), detail: r.detail },
+                    (_, Ok(r)) => {
+                        SubscriptionEvent::Rejected { addr, topic, reason: r.reason.into(), detail: r.detail }
+                    }
                     (CmReject::NoListener, Err(_)) => {
                         SubscriptionEvent::Unreachable { addr, detail: "no node listens at that address".into() }
                     }
                     (other, Err(e)) => SubscriptionEvent::Rejected {
                         addr,
+                        topic,
                         reason: RejectCode::Malformed,
                         detail: format!("rejected ({other:?}) without a readable reason: {e}"),
                     },
                 };
                 let end_already_told =
                     matches!(event, SubscriptionEvent::Rejected { reason: RejectCode::UnknownTopic, .. })
-                        && self.connector.has_ended(addr);
+                        && self.connector.has_ended(addr, topic_id);
                 if end_already_told {
-                    tracing::debug!(topic = %self.topic, %addr, "the publisher that ended is not there: no event");
+                    tracing::debug!(topic = self.filter.as_str(), %addr, "the publisher that ended is not there: no event");
                 } else {
                     if let SubscriptionEvent::Rejected { reason, detail, .. } = &event {
-                        self.refusals.record(addr, Refusal::Rejected { reason: *reason, detail: detail.clone() });
+                        let refusal = Refusal::Rejected { reason: *reason, detail: detail.clone() };
+                        self.refusals.record(addr, topic_id, refusal);
                     }
                     self.user_events.push_back(event);
                 }
@@ -923,7 +976,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 // Nothing more to tell of a feed closed already.
                 let Some(events) = self.feeds.get(key).and_then(Feed::disconnect_events) else { return };
                 if matches!(events.last(), Some(SubscriptionEvent::Ended { .. })) {
-                    self.connector.ended(self.feeds[key].addr());
+                    self.connector.ended(self.feeds[key].addr(), self.feeds[key].topic().id());
                 }
                 for event in events {
                     self.user_events.push_back(event);
@@ -935,12 +988,15 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             FeedEvent::ConnectFailed { addr, detail } => {
                 self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail });
             }
+            FeedEvent::FeedLimit { addr, topic, limit } => {
+                self.user_events.push_back(SubscriptionEvent::FeedLimit { addr, topic, limit });
+            }
         }
     }
 
     /// Takes a connection its connector opened: posts its receives and follows it.
     fn adopt(&mut self, opened: OpenedFeed) {
-        let (conn, addr) = (opened.conn(), opened.addr());
+        let (conn, addr, topic) = (opened.conn(), opened.addr(), opened.topic().id());
         let key = self.feeds.vacant_key();
         let gen = self.next_gen;
         self.next_gen = self.next_gen.wrapping_add(1);
@@ -951,7 +1007,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             }
             Err(e) => {
                 self.node.remove_route(conn);
-                self.connector.removed(addr, conn);
+                self.connector.removed(addr, topic, conn);
                 self.user_events.push_back(SubscriptionEvent::Unreachable { addr, detail: e.to_string() });
             }
         }
@@ -961,7 +1017,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// earlier connections to the same publisher's epoch delivered (or still hold ready).
     fn activate(&mut self, key: usize, private_data: &[u8]) -> Result<PublisherInfo> {
         let accept = AcceptData::decode(private_data).map_err(Error::from_peer_bytes)?;
-        if accept.topic != self.topic.id() {
+        if accept.topic != self.feeds[key].topic().id() {
             return Err(Error::PeerMisbehaved { detail: "the publisher accepted another topic".into() });
         }
         let expect = self.feeds[key].expectation();
@@ -995,19 +1051,20 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// Discovery says a publisher is gone: tells the application, and closes the connection
     /// to a silent or restarted one.
     fn publisher_lost(&mut self, l: Lost) {
-        self.user_events.push_back(SubscriptionEvent::PublisherLost {
-            node: l.node,
-            epoch: l.epoch,
-            addr: l.addr,
-            reason: l.reason,
-        });
         if matches!(l.reason, LostReason::Silent | LostReason::Restarted) {
             let gone: Vec<usize> =
-                self.feeds.iter().filter(|(_, f)| f.serves(l.addr, l.epoch)).map(|(k, _)| k).collect();
+                self.feeds.iter().filter(|(_, f)| f.serves(l.addr, &l.topic, l.epoch)).map(|(k, _)| k).collect();
             for key in gone {
                 self.close_feed(key);
             }
         }
+        self.user_events.push_back(SubscriptionEvent::PublisherLost {
+            node: l.node,
+            epoch: l.epoch,
+            addr: l.addr,
+            topic: l.topic,
+            reason: l.reason,
+        });
     }
 
     /// A publisher's stream ended, everything read: reports it and closes the feed. Discovery
@@ -1015,7 +1072,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// `UnknownTopic` before it says anything new is that same end, not reported again.
     fn stream_ended(&mut self, key: usize, publisher: PublisherInfo, final_seq: u64, complete: bool) {
         self.user_events.push_back(SubscriptionEvent::Ended { publisher, final_seq, complete });
-        self.connector.ended(publisher.addr);
+        self.connector.ended(publisher.addr, self.feeds[key].topic().id());
         self.close_feed(key);
     }
 
@@ -1026,26 +1083,26 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if feed.is_closed() {
             return;
         }
-        let addr = feed.addr();
+        let (addr, topic) = (feed.addr(), feed.topic().id());
         if matches!(e, Error::Fabric(rdma_fabric::Error::NotConnected { .. })) {
             // The connection is going away: the CM's Disconnected event closes the feed, with
             // the right event once the CQ was handled.
-            tracing::debug!(topic = %self.topic, %addr, "feed quiesced: {e}");
+            tracing::debug!(topic = self.filter.as_str(), %addr, "feed quiesced: {e}");
             feed.quiesce();
             return;
         }
-        tracing::warn!(topic = %self.topic, %addr, "feed failed: {e}");
+        tracing::warn!(topic = self.filter.as_str(), %addr, "feed failed: {e}");
         let publisher = feed.publisher();
         match (e, publisher) {
             (Error::MessageTooLarge { len, limit }, Some(publisher)) => {
                 self.user_events.push_back(SubscriptionEvent::MessageTooLarge { publisher, len, limit });
                 let id = publisher.id;
                 self.undeliverable.push_back(Error::MessageOverLimit { peer: addr, publisher: id, len, limit });
-                self.refusals.record(addr, Refusal::MessageOverLimit { publisher: id, len, limit });
+                self.refusals.record(addr, topic, Refusal::MessageOverLimit { publisher: id, len, limit });
             }
             (Error::RecordTooLarge { len, limit, .. }, _) => {
                 self.user_events.push_back(SubscriptionEvent::RecordTooLarge { addr, len, limit });
-                self.refusals.record(addr, Refusal::RecordTooLarge { len, limit });
+                self.refusals.record(addr, topic, Refusal::RecordTooLarge { len, limit });
             }
             _ => {}
         }
@@ -1055,7 +1112,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 for event in events {
                     self.user_events.push_back(event);
                 }
-                self.connector.ended(addr);
+                self.connector.ended(addr, topic);
             }
             None => self.user_events.push_back(SubscriptionEvent::Disconnected { addr, publisher }),
         }
@@ -1066,7 +1123,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     fn close_feed(&mut self, key: usize) {
         if let Some(feed) = self.feeds.get_mut(key) {
             feed.close();
-            self.connector.closed(feed.addr(), feed.conn());
+            self.connector.closed(feed.addr(), feed.topic().id(), feed.conn());
         }
     }
 
@@ -1084,7 +1141,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 // Older epochs of this publisher are never read again.
                 self.delivered.retain(|&(id, epoch), _| id != publisher.id || epoch >= publisher.epoch);
             }
-            self.connector.removed(feed.addr(), feed.conn());
+            self.connector.removed(feed.addr(), feed.topic().id(), feed.conn());
         }
     }
 
@@ -1135,7 +1192,7 @@ impl Subscription<[u8]> {
     pub fn recv_ref(&mut self, timeout: Duration) -> Result<Option<MessageRef<'_>>> {
         let Some(key) = self.ready_within(Some(timeout))? else { return Ok(None) };
         let Subscription { feeds, stash, counters, .. } = self;
-        let (publisher, seq, delivery) = feeds[key].next_message().expect("a ready feed has a message");
+        let (publisher, seq, topic, delivery) = feeds[key].next_message().expect("a ready feed has a message");
         let data: &[u8] = match delivery {
             Delivery::InBuffer(bytes) => bytes,
             Delivery::Reassembled(v) => {
@@ -1144,7 +1201,7 @@ impl Subscription<[u8]> {
             }
         };
         counters.count_delivery(data.len());
-        Ok(Some(MessageRef { publisher, seq, data }))
+        Ok(Some(MessageRef { publisher, topic, seq, data }))
     }
 }
 

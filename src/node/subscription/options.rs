@@ -52,7 +52,12 @@ pub(crate) struct SubscriptionOptions {
     /// What the messages must be: set by the typed handle from its type (`None`: raw bytes,
     /// any publisher is read).
     pub message_type: Option<MessageTypeTag>,
+    /// Most publisher connections (feeds) open at once, 1 to 65,536 (default 1,024).
+    pub max_feeds: usize,
 }
+
+/// The default of [`SubscriptionOptions::max_feeds`].
+pub(crate) const DEFAULT_MAX_FEEDS: usize = 1024;
 
 impl Default for SubscriptionOptions {
     fn default() -> Self {
@@ -67,6 +72,7 @@ impl Default for SubscriptionOptions {
             auto_connect: true,
             schema_id: None,
             message_type: None,
+            max_feeds: DEFAULT_MAX_FEEDS,
         }
     }
 }
