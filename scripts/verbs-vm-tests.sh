@@ -5,7 +5,8 @@
 # - TARGETS: the fabric crate's integration tests whose verbs cases are #[ignore]d (they need a
 #   device): run with `--ignored --test-threads=1` (fabric_conformance instantiates its suite
 #   for soft and for verbs; --ignored selects the verbs half).
-# - GENERIC_TARGETS: the pub/sub crate's provider-generic tests (tests/pubsub.rs), run normally with
+# - GENERIC_TARGETS: the pub/sub crate's provider-generic tests (tests/pubsub.rs, discovery.rs,
+#   patterns.rs), run normally with
 #   RDMA_PUBSUB_TEST_FABRIC=verbs, RXE_IP from the guest and RDMA_PUBSUB_TEST_SCALE (bulk
 #   message counts divided by it: the guest is emulated, about 100x slower).
 # - the fabric crate's own verbs unit tests (LIB_FILTER), their "device present" branches included.
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 # Integration-test targets whose #[ignore]d device tests run in the guest.
 TARGETS=(verbs_smoke fabric_conformance)
 # Provider-generic integration tests run on verbs through their environment.
-GENERIC_TARGETS=(pubsub discovery)
+GENERIC_TARGETS=(pubsub discovery patterns)
 # Soft-only tests of the generic targets (fault injection, raw UDP on the group, unicast peers).
 DISCOVERY_SKIP="--skip junk_datagrams --skip a_silent_publisher --skip unicast_peers --skip discovery_survives --skip an_announcement_of_another_domain --skip unicast_to_the_group_port"
 SCALE=${VERBS_PUBSUB_SCALE:-100}
@@ -43,7 +44,7 @@ if [ $# -gt 0 ]; then
   for t in "${want[@]}"; do
     case $t in
       examples) EXAMPLES=("${selected_examples[@]}") ;;
-      pubsub | discovery) GENERIC_TARGETS+=("$t") ;;
+      pubsub | discovery | patterns) GENERIC_TARGETS+=("$t") ;;
       *) TARGETS+=("$t") ;;
     esac
   done

@@ -6,7 +6,8 @@
 //! credential.
 //!
 //! `RDMA_PUBSUB_TEST_SAME_HOST=off` turns the same-host path off (`scripts/test.sh` runs this
-//! suite both ways). Each test uses its own multicast group and port (distinct per test index
+//! suite both ways); `RDMA_PUBSUB_TEST_FABRIC=verbs` runs it on the verbs provider in the
+//! Soft-RoCE guest (`scripts/verbs-vm-tests.sh`). Each test uses its own multicast group and port (distinct per test index
 //! and per process). Every wait is bounded; the waits poll the subscription (which is how it
 //! makes progress), never sleep to synchronise.
 
@@ -33,12 +34,30 @@ fn domain(index: u16) -> DiscoveryOptions {
     DiscoveryOptions::default().group(group).port(port)
 }
 
-/// A soft node on loopback in domain `d`, with the same-host setting under test.
+/// The provider under test: soft unless `RDMA_PUBSUB_TEST_FABRIC` says otherwise (the
+/// Soft-RoCE guest of `scripts/verbs-vm-tests.sh` sets it to verbs).
+fn fabric_kind() -> FabricKind {
+    std::env::var("RDMA_PUBSUB_TEST_FABRIC").ok().and_then(|v| v.parse().ok()).unwrap_or(FabricKind::Soft)
+}
+
+/// Loopback on soft; the rxe device's address (`RXE_IP`) on verbs.
+fn bind_addr() -> SocketAddr {
+    match fabric_kind() {
+        FabricKind::Verbs => {
+            let ip = std::env::var("RXE_IP").unwrap_or_else(|_| "10.0.2.15".into());
+            SocketAddr::new(ip.parse().expect("RXE_IP is an IP address"), 0)
+        }
+        _ => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+    }
+}
+
+/// A node of the provider under test in domain `d`, with the same-host setting under test
+/// (soft).
 fn node_in(d: &DiscoveryOptions) -> Node {
     Node::builder()
-        .fabric(FabricKind::Soft)
+        .fabric(fabric_kind())
         .same_host(nodes::same_host_under_test())
-        .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .bind(bind_addr())
         .discovery(d.clone())
         .build()
         .expect("node")
