@@ -195,9 +195,10 @@ typedef struct rps_publisher rps_publisher;
 // A subscription to one topic. One thread at a time uses it. Destroy it before its node.
 typedef struct rps_subscription rps_subscription;
 
-// A message's payload and origin. From `rps_subscription_recv_ref`, `data` points into the
-// subscription's READ buffer (zero copy) until `rps_subscription_release`; from
-// `rps_message_get_view`, into the `rps_message` until it is destroyed.
+// A message's payload and origin. From `rps_subscription_recv_ref`, `data` and `topic` point
+// into the subscription (its READ buffer: zero copy) until `rps_subscription_release`; from
+// `rps_message_get_view`, into the `rps_message` until it is destroyed; from
+// `rps_subscription_recv_into`, `topic` points into the subscription until its next receive.
 typedef struct rps_message_view {
   // The payload (not NUL-terminated; any pointer when `len` is 0).
   const uint8_t *data;
@@ -209,6 +210,11 @@ typedef struct rps_message_view {
   uint64_t publisher_id;
   // The publisher's node's epoch (a restarted node has a larger one).
   uint64_t publisher_epoch;
+  // The message's topic, UTF-8 (not NUL-terminated): on a pattern subscription, the topic
+  // of the publisher that matched.
+  const char *topic;
+  // Its length in bytes.
+  size_t topic_len;
 } rps_message_view;
 
 // How a node is made: fill with [`rps_node_options_init`], then change what you need.

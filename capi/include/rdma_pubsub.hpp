@@ -93,10 +93,13 @@ struct message_info {
     uint64_t seq;
     uint64_t publisher_id;
     uint64_t publisher_epoch;
+    /// Its topic (on a pattern subscription, the topic that matched), valid as long as `data`.
+    std::string_view topic;
 };
 
 inline message_info info_of(const rps_message_view &view) {
-    return {bytes(view.data, view.len), view.seq, view.publisher_id, view.publisher_epoch};
+    return {bytes(view.data, view.len), view.seq, view.publisher_id, view.publisher_epoch,
+            std::string_view(view.topic, view.topic_len)};
 }
 
 /// Options of a node, with the library's defaults (`rps_node_options_init`).

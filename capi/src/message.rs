@@ -3,14 +3,15 @@
 
 use std::ffi::c_char;
 
-use pubsub::{Message, PublisherInfo, RejectCode, SubscriptionEvent};
+use pubsub::{Message, PublisherInfo, RejectCode, SubscriptionEvent, Topic};
 
 use crate::handle::{handle_ref, out_ptr, take_handle};
 use crate::status::{guard, guard_void, rps_status};
 
-/// A message's payload and origin. From `rps_subscription_recv_ref`, `data` points into the
-/// subscription's READ buffer (zero copy) until `rps_subscription_release`; from
-/// `rps_message_get_view`, into the `rps_message` until it is destroyed.
+/// A message's payload and origin. From `rps_subscription_recv_ref`, `data` and `topic` point
+/// into the subscription (its READ buffer: zero copy) until `rps_subscription_release`; from
+/// `rps_message_get_view`, into the `rps_message` until it is destroyed; from
+/// `rps_subscription_recv_into`, `topic` points into the subscription until its next receive.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 #[allow(non_camel_case_types)]
@@ -25,17 +26,24 @@ pub struct rps_message_view {
     pub publisher_id: u64,
     /// The publisher's node's epoch (a restarted node has a larger one).
     pub publisher_epoch: u64,
+    /// The message's topic, UTF-8 (not NUL-terminated): on a pattern subscription, the topic
+    /// of the publisher that matched.
+    pub topic: *const c_char,
+    /// Its length in bytes.
+    pub topic_len: usize,
 }
 
 impl rps_message_view {
-    /// The view of `data` from `publisher`'s message `seq`.
-    pub(crate) fn new(data: &[u8], seq: u64, publisher: &PublisherInfo) -> rps_message_view {
+    /// The view of `data` from `publisher`'s message `seq` on `topic`.
+    pub(crate) fn new(data: &[u8], seq: u64, publisher: &PublisherInfo, topic: &Topic) -> rps_message_view {
         rps_message_view {
             data: data.as_ptr(),
             len: data.len(),
             seq,
             publisher_id: publisher.id,
             publisher_epoch: publisher.epoch,
+            topic: topic.as_str().as_ptr().cast(),
+            topic_len: topic.as_str().len(),
         }
     }
 }
@@ -57,7 +65,7 @@ pub unsafe extern "C" fn rps_message_get_view(message: *const rps_message, view:
         // SAFETY: the caller's contract, argument by argument.
         let (message, view) = unsafe { (handle_ref(message, "message")?, out_ptr(view, "view")?) };
         let m = &message.message;
-        *view = rps_message_view::new(&m.data, m.seq, &m.publisher);
+        *view = rps_message_view::new(&m.data, m.seq, &m.publisher, &m.topic);
         Ok(rps_status::RPS_OK)
     })
 }

@@ -8,7 +8,7 @@ use std::ffi::c_char;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use pubsub::{Message, Subscription};
+use pubsub::{Message, Subscription, Topic};
 
 use crate::counters::rps_subscription_counters;
 use crate::handle::{handle_mut, handle_ref, out_ptr, take_handle};
@@ -29,6 +29,9 @@ pub struct rps_subscription {
     borrowed: bool,
     /// A message `rps_subscription_recv_into` could not fit, for the next receive.
     pending: Option<Message>,
+    /// The topic of the message `rps_subscription_recv_into` copied last: its view points into
+    /// it until the next receive.
+    last_topic: Option<Topic>,
 }
 
 impl rps_subscription {
@@ -85,7 +88,7 @@ pub unsafe extern "C" fn rps_subscription_create(
         };
         // SAFETY: its credential is NULL or valid (the caller's contract).
         let sub = unsafe { options.apply(node.node.subscriber(topic)) }?.create()?;
-        *out = Box::into_raw(Box::new(rps_subscription { sub, borrowed: false, pending: None }));
+        *out = Box::into_raw(Box::new(rps_subscription { sub, borrowed: false, pending: None, last_topic: None }));
         Ok(rps_status::RPS_OK)
     })
 }
@@ -145,14 +148,14 @@ pub unsafe extern "C" fn rps_subscription_recv_ref(
         sub.check_not_borrowed()?;
         if let Some(m) = &sub.pending {
             // A message kept by `recv_into`: lent from the handle until the release.
-            *view = rps_message_view::new(&m.data, m.seq, &m.publisher);
+            *view = rps_message_view::new(&m.data, m.seq, &m.publisher, &m.topic);
             sub.borrowed = true;
             return Ok(rps_status::RPS_OK);
         }
         let Some(m) = sub.sub.recv_ref(Duration::from_millis(timeout_ms))? else {
             return Ok(rps_status::RPS_EMPTY);
         };
-        *view = rps_message_view::new(m.data, m.seq, &m.publisher);
+        *view = rps_message_view::new(m.data, m.seq, &m.publisher, m.topic);
         sub.borrowed = true;
         Ok(rps_status::RPS_OK)
     })
@@ -222,7 +225,9 @@ pub unsafe extern "C" fn rps_subscription_recv_into(
             return Err(Failure::invalid("buf", "NULL with a capacity"));
         }
         let Some(m) = sub.recv_owned(timeout_ms)? else { return Ok(rps_status::RPS_EMPTY) };
-        *info = rps_message_view::new(&m.data, m.seq, &m.publisher);
+        *info = rps_message_view::new(&m.data, m.seq, &m.publisher, &m.topic);
+        // The view's topic outlives the message until the next receive.
+        sub.last_topic = Some(m.topic.clone());
         if m.data.len() > cap {
             let needed = m.data.len();
             sub.pending = Some(m);

@@ -93,7 +93,22 @@ static void pattern(void) {
     rps_message_view view;
     OK(rps_subscription_recv_ref(sub, WAIT_MS, &view));
     CHECK(view.len == 7 && memcmp(view.data, "matched", 7) == 0, "the message of the matching topic");
+    CHECK(view.topic_len == 11 && memcmp(view.topic, "c-pattern/x", 11) == 0, "its topic: %.*s",
+          (int)view.topic_len, view.topic);
     OK(rps_subscription_release(sub));
+    /* The copying receives name the topic too. */
+    OK(rps_publisher_publish(match, (const uint8_t *)"again", 5, NULL));
+    uint8_t copy[16];
+    OK(rps_subscription_recv_into(sub, WAIT_MS, copy, sizeof copy, &view));
+    CHECK(view.len == 5 && view.topic_len == 11 && memcmp(view.topic, "c-pattern/x", 11) == 0,
+          "recv_into's topic: %.*s", (int)view.topic_len, view.topic);
+    OK(rps_publisher_publish(match, (const uint8_t *)"owned", 5, NULL));
+    rps_message *owned = NULL;
+    OK(rps_subscription_recv(sub, WAIT_MS, &owned));
+    OK(rps_message_get_view(owned, &view));
+    CHECK(view.len == 5 && view.topic_len == 11 && memcmp(view.topic, "c-pattern/x", 11) == 0,
+          "an owned message's topic: %.*s", (int)view.topic_len, view.topic);
+    rps_message_destroy(&owned);
     CHECK(rps_subscription_recv_ref(sub, 0, &view) == RPS_EMPTY, "none of the other topic");
     rps_publisher_counters counters;
     OK(rps_publisher_get_counters(other, &counters));
