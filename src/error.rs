@@ -55,8 +55,13 @@ pub enum Error {
     },
     /// A subscription to a pattern finds its publishers through discovery, and has none: the
     /// node's discovery is off, the subscription's `auto_connect` is off, or it was asked to
-    /// connect to an address (which serves one topic). Subscribe to each topic by name there.
-    #[error("the pattern {pattern:?} subscribes through discovery, and {detail}: subscribe to each topic by name")]
+    /// connect to an address (which serves one topic). Without multicast, discovery can list
+    /// the nodes to ask ([`DiscoveryOptions::unicast`](crate::DiscoveryOptions::unicast));
+    /// otherwise subscribe to each topic by name.
+    #[error(
+        "the pattern {pattern:?} subscribes through discovery, and {detail}: without multicast, list the \
+         publishers' nodes with DiscoveryOptions::unicast, or subscribe to each topic by name"
+    )]
     PatternNeedsDiscovery {
         /// The pattern, in canonical form.
         pattern: String,
