@@ -299,3 +299,38 @@ fn a_pattern_without_discovery_is_refused_and_says_why() {
     assert!(matches!(with.subscriber("sensors/a*").create(), Err(Error::InvalidTopic { .. })));
     assert!(matches!(with.subscriber("sensors").max_feeds(0).create(), Err(Error::InvalidOption { .. })));
 }
+
+/// Without multicast, a pattern subscription on a node that lists another node's address
+/// (unicast discovery) reads every topic of that node the pattern includes, and no other.
+#[test]
+fn a_pattern_reads_the_matching_topics_of_a_node_listed_by_address() {
+    let unicast_node = |peers: Vec<std::net::SocketAddrV4>| {
+        Node::builder()
+            .fabric(fabric_kind())
+            .same_host(nodes::same_host_under_test())
+            .bind(bind_addr())
+            .discovery(DiscoveryOptions::unicast(peers))
+            .build()
+            .expect("node")
+    };
+    let served = unicast_node(Vec::new());
+    let listed = match served.discovery_addr() {
+        Some(SocketAddr::V4(addr)) => addr,
+        other => panic!("a unicast node has an IPv4 discovery address: {other:?}"),
+    };
+    let first = publisher(&served, "plant/line-1/speed");
+    let second = publisher(&served, "plant/line-2/speed");
+    let other = publisher(&served, "office/speed");
+    let reader = unicast_node(vec![listed]);
+    let mut probe = Probe::new(reader.subscriber("plant/**").create().expect("pattern subscription"));
+    for p in [&first, &second] {
+        publish_topic(&mut probe, p, 5);
+    }
+    other.publish(other.topic().as_bytes()).expect("publish");
+    probe.until("both matching topics", |p| p.has(&["plant/line-1/speed", "plant/line-2/speed"], 5));
+    for m in &probe.messages {
+        assert_eq!(m.data, m.topic.as_str().as_bytes(), "each message names its own topic");
+    }
+    assert!(!probe.counts().contains_key("office/speed"), "{:?}", probe.counts());
+    assert_eq!(other.subscriber_count(), 0, "the topic the pattern does not include has no subscriber");
+}
