@@ -17,6 +17,8 @@
 //! goodbye and closes nothing in order.
 
 mod common;
+#[path = "common/nodes.rs"]
+mod nodes;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -24,6 +26,7 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nodes::{bind_addr, fabric_kind};
 use rdma_pubsub::fabric::UdFaults;
 use rdma_pubsub::node::discovery::{DEFAULT_PORT, SECRET_FILE_ENV};
 use rdma_pubsub::{
@@ -40,20 +43,6 @@ fn domain(index: u16) -> DiscoveryOptions {
     let port = 20000 + ((pid % 700) as u16 * 16 + index) % 12000;
     let group = Ipv4Addr::new(239, 193, (pid % 251) as u8, index as u8 + 1);
     DiscoveryOptions::default().group(group).port(port)
-}
-
-/// The provider under test: soft unless `RDMA_PUBSUB_TEST_FABRIC` says otherwise.
-fn fabric_kind() -> FabricKind {
-    std::env::var("RDMA_PUBSUB_TEST_FABRIC").ok().and_then(|v| v.parse().ok()).unwrap_or(FabricKind::Soft)
-}
-
-/// Loopback on soft; the rxe device's address (`RXE_IP`) on verbs.
-fn bind_addr() -> SocketAddr {
-    let ip = match fabric_kind() {
-        FabricKind::Verbs => std::env::var("RXE_IP").unwrap_or_else(|_| "10.0.2.15".into()),
-        _ => "127.0.0.1".into(),
-    };
-    SocketAddr::new(ip.parse().expect("RXE_IP is an IP address"), 0)
 }
 
 fn node_with(options: DiscoveryOptions) -> Node {

@@ -19,7 +19,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::{
-    DiscoveryOptions, Error, FabricKind, LostReason, Message, Node, Publisher, RejectCode, Secret, Start, Subscription,
+    DiscoveryOptions, Error, LostReason, Message, Node, Publisher, RejectCode, Secret, Start, Subscription,
     SubscriptionEvent,
 };
 
@@ -34,30 +34,13 @@ fn domain(index: u16) -> DiscoveryOptions {
     DiscoveryOptions::default().group(group).port(port)
 }
 
-/// The provider under test: soft unless `RDMA_PUBSUB_TEST_FABRIC` says otherwise (the
-/// Soft-RoCE guest of `scripts/verbs-vm-tests.sh` sets it to verbs).
-fn fabric_kind() -> FabricKind {
-    std::env::var("RDMA_PUBSUB_TEST_FABRIC").ok().and_then(|v| v.parse().ok()).unwrap_or(FabricKind::Soft)
-}
-
-/// Loopback on soft; the rxe device's address (`RXE_IP`) on verbs.
-fn bind_addr() -> SocketAddr {
-    match fabric_kind() {
-        FabricKind::Verbs => {
-            let ip = std::env::var("RXE_IP").unwrap_or_else(|_| "10.0.2.15".into());
-            SocketAddr::new(ip.parse().expect("RXE_IP is an IP address"), 0)
-        }
-        _ => SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-    }
-}
-
 /// A node of the provider under test in domain `d`, with the same-host setting under test
 /// (soft).
 fn node_in(d: &DiscoveryOptions) -> Node {
     Node::builder()
-        .fabric(fabric_kind())
+        .fabric(nodes::fabric_kind())
         .same_host(nodes::same_host_under_test())
-        .bind(bind_addr())
+        .bind(nodes::bind_addr())
         .discovery(d.clone())
         .build()
         .expect("node")
@@ -306,9 +289,9 @@ fn a_pattern_without_discovery_is_refused_and_says_why() {
 fn a_pattern_reads_the_matching_topics_of_a_node_listed_by_address() {
     let unicast_node = |peers: Vec<std::net::SocketAddrV4>| {
         Node::builder()
-            .fabric(fabric_kind())
+            .fabric(nodes::fabric_kind())
             .same_host(nodes::same_host_under_test())
-            .bind(bind_addr())
+            .bind(nodes::bind_addr())
             .discovery(DiscoveryOptions::unicast(peers))
             .build()
             .expect("node")

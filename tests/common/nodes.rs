@@ -1,6 +1,8 @@
 //! Nodes for tests that connect explicitly and expect a cut connection to end a subscription
 //! (with discovery, a live publisher would be reconnected by itself).
 
+use std::net::SocketAddr;
+
 use rdma_pubsub::fabric::SameHost;
 use rdma_pubsub::node::discovery::DiscoveryOptions;
 use rdma_pubsub::{FabricKind, Node};
@@ -27,4 +29,21 @@ pub fn soft_node_with(same_host: SameHost) -> Node {
         .discovery(DiscoveryOptions::disabled())
         .build()
         .expect("node")
+}
+
+/// The provider under test: soft unless `RDMA_PUBSUB_TEST_FABRIC` says otherwise (the
+/// Soft-RoCE guest of `scripts/verbs-vm-tests.sh` sets it to verbs).
+#[allow(dead_code)]
+pub fn fabric_kind() -> FabricKind {
+    std::env::var("RDMA_PUBSUB_TEST_FABRIC").ok().and_then(|v| v.parse().ok()).unwrap_or(FabricKind::Soft)
+}
+
+/// Loopback on soft; the rxe device's address (`RXE_IP`) on verbs.
+#[allow(dead_code)]
+pub fn bind_addr() -> SocketAddr {
+    let ip = match fabric_kind() {
+        FabricKind::Verbs => std::env::var("RXE_IP").unwrap_or_else(|_| "10.0.2.15".into()),
+        _ => "127.0.0.1".into(),
+    };
+    SocketAddr::new(ip.parse().expect("RXE_IP is an IP address"), 0)
 }

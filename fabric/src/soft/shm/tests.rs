@@ -26,6 +26,27 @@ fn attach(ep: &Endpoint) -> UnixStream {
     s
 }
 
+/// Plays the same-host end of connection `conn`: opens the device's stream with the offer's
+/// nonce and asks for the inbox (with its keys); returns the stream (the inbox lives while it
+/// is open) and the descriptors granted with it.
+fn take_inbox(ep: &Endpoint, conn: ConnId) -> (UnixStream, Vec<OwnedFd>) {
+    let offer = ep.offer(conn).expect("an offer");
+    let mut s = attach(ep);
+    s.write_all(&proto::hello(offer.nonce)).unwrap();
+    s.write_all(&proto::Request::Inbox { flags: proto::WANT_KEYS }.encode()).unwrap();
+    let mut answer = [0u8; proto::ANSWER_LEN];
+    let mut fds = Vec::new();
+    let mut got = 0;
+    while got < answer.len() {
+        let (n, more) = super::fds::recv_with_fds(&s, &mut answer[got..]).unwrap();
+        assert!(n > 0, "the device answers the inbox request");
+        got += n;
+        fds.extend(more);
+    }
+    assert!(proto::Answer::decode(&answer).unwrap().granted);
+    (s, fds)
+}
+
 /// Reads until the device closes the stream (bounded by the read timeout).
 fn closed_by_the_device(mut s: UnixStream) -> bool {
     let mut buf = [0u8; 64];
@@ -516,20 +537,7 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
 
     // The poisoner opens the same-host stream of its connection and asks for the inbox.
     let ep = device_b.shm.as_ref().expect("same-host path on by default");
-    let offer = ep.offer(ends[0].4.conn_id()).expect("an offer");
-    let mut s = attach(ep);
-    s.write_all(&proto::hello(offer.nonce)).unwrap();
-    s.write_all(&proto::Request::Inbox { flags: proto::WANT_KEYS }.encode()).unwrap();
-    let mut answer = [0u8; proto::ANSWER_LEN];
-    let mut fds = Vec::new();
-    let mut got = 0;
-    while got < answer.len() {
-        let (n, more) = super::fds::recv_with_fds(&s, &mut answer[got..]).unwrap();
-        assert!(n > 0, "the device answers the inbox request");
-        got += n;
-        fds.extend(more);
-    }
-    assert!(proto::Answer::decode(&answer).unwrap().granted);
+    let (_stream, fds) = take_inbox(ep, ends[0].4.conn_id());
     // Every page it was given that it can map writable, it poisons: its inbox and the bell.
     let writable: Vec<Arc<PeerMapping>> =
         fds.iter().filter_map(|fd| PeerMapping::new(fd.as_fd(), 4096, true).ok()).map(Arc::new).collect();
@@ -672,20 +680,7 @@ fn a_hostile_sender_delays_no_wake_up_of_the_others() {
 
     // The hostile opens the same-host stream of its connection and takes its inbox.
     let ep = device_b.shm.as_ref().expect("same-host path on by default");
-    let offer = ep.offer(ends[0].4.conn_id()).expect("an offer");
-    let mut s = attach(ep);
-    s.write_all(&proto::hello(offer.nonce)).unwrap();
-    s.write_all(&proto::Request::Inbox { flags: proto::WANT_KEYS }.encode()).unwrap();
-    let mut answer = [0u8; proto::ANSWER_LEN];
-    let mut fds = Vec::new();
-    let mut got = 0;
-    while got < answer.len() {
-        let (n, more) = super::fds::recv_with_fds(&s, &mut answer[got..]).unwrap();
-        assert!(n > 0, "the device answers the inbox request");
-        got += n;
-        fds.extend(more);
-    }
-    assert!(proto::Answer::decode(&answer).unwrap().granted);
+    let (_stream, fds) = take_inbox(ep, ends[0].4.conn_id());
     let is_event = |fd: &OwnedFd| {
         std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]")
