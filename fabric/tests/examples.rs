@@ -33,9 +33,17 @@ fn example_path(name: &str) -> PathBuf {
         path.display()
     );
     let built = modified(&path);
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let sources = [root.join("examples").join(format!("{name}.rs")), root.join("examples/common"), root.join("src")];
-    let newest_source = sources.iter().filter_map(|p| newest(p)).max();
+    // The sources cargo compiled into the binary (its dep-info file, beside it): a test-only
+    // module changed since is no reason to rebuild. Without that file, every library source.
+    let newest_source = match compiled_sources(&path) {
+        Some(sources) => sources.iter().filter_map(|p| newest(p)).max(),
+        None => {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+            let sources =
+                [root.join("examples").join(format!("{name}.rs")), root.join("examples/common"), root.join("src")];
+            sources.iter().filter_map(|p| newest(p)).max()
+        }
+    };
     if let Some((when, source)) = newest_source {
         assert!(
             when <= built,
@@ -45,6 +53,16 @@ fn example_path(name: &str) -> PathBuf {
         );
     }
     path
+}
+
+/// The Rust sources listed in the dep-info file cargo wrote beside the binary at `path`
+/// (`<binary>.d`: `<binary>: <source> <source> ...`), if there is one.
+fn compiled_sources(path: &std::path::Path) -> Option<Vec<PathBuf>> {
+    let text = std::fs::read_to_string(path.with_extension("d")).ok()?;
+    let (_, sources) = text.lines().next()?.split_once(": ")?;
+    let sources: Vec<PathBuf> =
+        sources.split_whitespace().map(PathBuf::from).filter(|p| p.extension().is_some_and(|e| e == "rs")).collect();
+    (!sources.is_empty()).then_some(sources)
 }
 
 fn modified(path: &std::path::Path) -> std::time::SystemTime {
@@ -365,4 +383,17 @@ fn tcp_bootstrap_connection_data_round_trips_and_refuses_what_no_peer_sends() {
     for endpoint in [QpEndpoint { qp_num: 1 << 24, ..data.endpoint }, QpEndpoint { psn: u32::MAX, ..data.endpoint }] {
         assert!(ConData::decode(&ConData { endpoint, ..data }.encode()).is_err(), "{endpoint:?}");
     }
+}
+
+/// The staleness check reads the sources cargo compiled into a binary from its dep-info file
+/// (so a test-only module changed since does not refuse it); without one it has nothing.
+#[test]
+fn the_sources_of_a_binary_come_from_its_dep_info_file() {
+    let dir = std::env::temp_dir().join(format!("examples-dep-info-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let binary = dir.join("sample");
+    assert_eq!(compiled_sources(&binary), None, "no dep-info file");
+    std::fs::write(dir.join("sample.d"), "/t/sample: /s/lib.rs /s/a/b.rs /s/Cargo.toml\n\n/s/lib.rs:\n").unwrap();
+    assert_eq!(compiled_sources(&binary), Some(vec![PathBuf::from("/s/lib.rs"), PathBuf::from("/s/a/b.rs")]));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
