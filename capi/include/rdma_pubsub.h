@@ -109,6 +109,9 @@ typedef enum rps_event_kind {
   // A publisher's accept did not prove what the subscription requires (domain secret,
   // credential, the announced publisher): refused before anything was read.
   RPS_EVENT_UNAUTHENTICATED = 11,
+  // A publisher matching the subscription's pattern was not connected: the subscription
+  // reads `max_feeds` (`value`) publishers already; it is connected once one goes.
+  RPS_EVENT_FEED_LIMIT = 12,
 } rps_event_kind;
 
 // Why a publisher refused a subscription (`rps_event.reject_code` of `RPS_EVENT_REJECTED`).
@@ -278,6 +281,9 @@ typedef struct rps_subscriber_options {
   size_t credential_len;
   // Connect by itself to every publisher discovery announces (default true).
   bool auto_connect;
+  // Most publishers read at once (0: the default, 1,024); past it each further matching
+  // publisher is an `RPS_EVENT_FEED_LIMIT` and is read once a connection goes.
+  size_t max_feeds;
 } rps_subscriber_options;
 
 // The counters of a publisher, read at one moment (`PublisherCounters`).

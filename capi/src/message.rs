@@ -111,6 +111,9 @@ pub enum rps_event_kind {
     /// A publisher's accept did not prove what the subscription requires (domain secret,
     /// credential, the announced publisher): refused before anything was read.
     RPS_EVENT_UNAUTHENTICATED = 11,
+    /// A publisher matching the subscription's pattern was not connected: the subscription
+    /// reads `max_feeds` (`value`) publishers already; it is connected once one goes.
+    RPS_EVENT_FEED_LIMIT = 12,
 }
 
 /// Why a publisher refused a subscription (`rps_event.reject_code` of `RPS_EVENT_REJECTED`).
@@ -182,6 +185,7 @@ impl rps_event {
             SubscriptionEvent::Unreachable { .. } => (RPS_EVENT_UNREACHABLE, 0, 0, None),
             SubscriptionEvent::PublisherLost { .. } => (RPS_EVENT_PUBLISHER_LOST, 0, 0, None),
             SubscriptionEvent::Unauthenticated { .. } => (RPS_EVENT_UNAUTHENTICATED, 0, 0, None),
+            SubscriptionEvent::FeedLimit { limit, .. } => (RPS_EVENT_FEED_LIMIT, 0, *limit as u64, None),
             _ => (RPS_EVENT_OTHER, 0, 0, None),
         };
         let reject_code = match reject_code {

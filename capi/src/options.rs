@@ -134,6 +134,9 @@ pub struct rps_subscriber_options {
     pub credential_len: usize,
     /// Connect by itself to every publisher discovery announces (default true).
     pub auto_connect: bool,
+    /// Most publishers read at once (0: the default, 1,024); past it each further matching
+    /// publisher is an `RPS_EVENT_FEED_LIMIT` and is read once a connection goes.
+    pub max_feeds: usize,
 }
 
 /// Fills `options` with the defaults. `RPS_INVALID_ARGUMENT` when `options` is NULL.
@@ -190,6 +193,7 @@ pub unsafe extern "C" fn rps_subscriber_options_init(options: *mut rps_subscribe
         credential: std::ptr::null(),
         credential_len: 0,
         auto_connect: true,
+        max_feeds: 0,
     };
     // SAFETY: the caller gives NULL or a writable `rps_subscriber_options`.
     unsafe { write_out(options, defaults, "options") }
@@ -329,6 +333,9 @@ impl rps_subscriber_options {
         }
         if self.max_record_payload != 0 {
             builder = builder.max_record_payload(self.max_record_payload);
+        }
+        if self.max_feeds != 0 {
+            builder = builder.max_feeds(self.max_feeds);
         }
         // SAFETY: NULL or valid for `credential_len` bytes (the caller's contract).
         if let Some(secret) = unsafe { secret_arg(self.credential, self.credential_len, "credential") }? {

@@ -109,6 +109,25 @@ static void pattern(void) {
     CHECK(view.len == 5 && view.topic_len == 11 && memcmp(view.topic, "c-pattern/x", 11) == 0,
           "an owned message's topic: %.*s", (int)view.topic_len, view.topic);
     rps_message_destroy(&owned);
+
+    /* With max_feeds 1 and two matching publishers, one is read and the other is an event. */
+    rps_publisher *second = NULL;
+    OK(rps_publisher_create(a, "c-pattern/y", NULL, &second));
+    rps_subscriber_options limited = so;
+    limited.max_feeds = 1;
+    rps_subscription *one = NULL;
+    OK(rps_subscription_create(b, "c-pattern/*", &limited, &one));
+    bool told = false;
+    for (int i = 0; i < WAIT_MS / 20 && !told; i++) {
+        if (rps_subscription_recv_ref(one, 20, &view) == RPS_OK) OK(rps_subscription_release(one));
+        rps_event event;
+        while (!told && rps_subscription_try_event(one, &event) == RPS_OK) {
+            told = event.kind == RPS_EVENT_FEED_LIMIT && event.value == 1;
+        }
+    }
+    CHECK(told, "an RPS_EVENT_FEED_LIMIT event naming the limit of 1");
+    rps_subscription_destroy(&one);
+    OK(rps_publisher_destroy(&second));
     CHECK(rps_subscription_recv_ref(sub, 0, &view) == RPS_EMPTY, "none of the other topic");
     rps_publisher_counters counters;
     OK(rps_publisher_get_counters(other, &counters));
