@@ -39,10 +39,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// The multicast group and port of test number `index` (distinct per test and per process).
 fn domain(index: u16) -> DiscoveryOptions {
-    let pid = std::process::id();
-    let port = 20000 + ((pid % 700) as u16 * 16 + index) % 12000;
-    let group = Ipv4Addr::new(239, 193, (pid % 251) as u8, index as u8 + 1);
-    DiscoveryOptions::default().group(group).port(port)
+    nodes::test_domain(193, 20000, 16, index)
 }
 
 fn node_with(options: DiscoveryOptions) -> Node {

@@ -15,7 +15,7 @@
 mod nodes;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rdma_pubsub::{
@@ -28,10 +28,7 @@ const WAIT: Duration = Duration::from_secs(20);
 /// The multicast group and port of test number `index` (distinct per test and per process, and
 /// from those of `tests/discovery.rs`).
 fn domain(index: u16) -> DiscoveryOptions {
-    let pid = std::process::id();
-    let port = 33000 + ((pid % 700) as u16 * 8 + index) % 12000;
-    let group = Ipv4Addr::new(239, 197, (pid % 251) as u8, index as u8 + 1);
-    DiscoveryOptions::default().group(group).port(port)
+    nodes::test_domain(197, 33000, 8, index)
 }
 
 /// A node of the provider under test in domain `d`, with the same-host setting under test

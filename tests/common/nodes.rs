@@ -1,7 +1,7 @@
 //! Nodes for tests that connect explicitly and expect a cut connection to end a subscription
 //! (with discovery, a live publisher would be reconnected by itself).
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 
 use rdma_pubsub::fabric::SameHost;
 use rdma_pubsub::node::discovery::DiscoveryOptions;
@@ -46,4 +46,16 @@ pub fn bind_addr() -> SocketAddr {
         _ => "127.0.0.1".into(),
     };
     SocketAddr::new(ip.parse().expect("RXE_IP is an IP address"), 0)
+}
+
+/// A discovery domain of its own for test number `index` of a suite: a multicast group
+/// `239.<suite_octet>.<pid>.<index + 1>` and a port from `port_base`, `stride` ports apart per
+/// process, so that the tests of a suite, suites, and processes running at once do not hear
+/// each other.
+#[allow(dead_code)]
+pub fn test_domain(suite_octet: u8, port_base: u16, stride: u16, index: u16) -> DiscoveryOptions {
+    let pid = std::process::id();
+    let port = port_base + ((pid % 700) as u16 * stride + index) % 12000;
+    let group = Ipv4Addr::new(239, suite_octet, (pid % 251) as u8, index as u8 + 1);
+    DiscoveryOptions::default().group(group).port(port)
 }
