@@ -54,13 +54,21 @@ timeout 300 "$work/test_capi"
 echo "-- valgrind: 1,000 create/destroy cycles of a node, a publisher and a subscription"
 leaks() {
   timeout 600 valgrind --leak-check=full --errors-for-leak-kinds=definite,indirect,possible \
-    --error-exitcode=3 "$work/test_capi" cycles "$1" 2> "$work/valgrind-$1.log" > /dev/null \
+    --suppressions=capi/tests/valgrind.supp --error-exitcode=3 \
+    "$work/test_capi" cycles "$1" 2> "$work/valgrind-$1.log" > /dev/null \
     || { cat "$work/valgrind-$1.log" >&2; echo "valgrind found errors or leaks over $1 cycles" >&2; return 1; }
-  # What is still reachable at exit (process-wide statics) must not grow with the cycles.
-  sed -n 's/.*in use at exit: \([0-9,]*\) bytes.*/\1/p' "$work/valgrind-$1.log"
+  # What is still reachable at exit (process-wide statics) must not grow with the cycles; the
+  # one parking_lot table, made or not by timing, is suppressed (capi/tests/valgrind.supp).
+  # (No summary at all when every block was freed.)
+  local reachable
+  reachable="$(sed -n 's/.*still reachable: \([0-9,]*\) bytes.*/\1/p' "$work/valgrind-$1.log")"
+  if [ -z "$reachable" ] && grep -q "All heap blocks were freed" "$work/valgrind-$1.log"; then
+    reachable=0
+  fi
+  echo "$reachable"
 }
 few="$(leaks 10)"
 many="$(leaks 1000)"
-echo "in use at exit: $few bytes after 10 cycles, $many after 1,000"
-[ "$few" = "$many" ] || { echo "memory in use at exit grows with the cycles" >&2; exit 1; }
+echo "still reachable at exit: $few bytes after 10 cycles, $many after 1,000"
+[ -n "$few" ] && [ "$few" = "$many" ] || { echo "memory still reachable at exit grows with the cycles" >&2; exit 1; }
 echo "C API: examples, C tests and the leak check passed"
