@@ -35,6 +35,7 @@ mod identity;
 mod message_type;
 mod pacing;
 mod publisher;
+mod seq_floors;
 mod shared;
 mod single_writer;
 mod spin_permit;

@@ -20,6 +20,7 @@ use rdma_wire::protocol::{RejectCode, RejectData, Secret};
 use super::discovery::Directory;
 use super::identity::NodeId;
 use super::publisher::PublisherShared;
+use super::seq_floors::SeqFloors;
 use super::stats_registry::Registry;
 use super::subscription::{Connector, FeedSender, SubscriptionCounters};
 use crate::error::{Error, Result};
@@ -51,6 +52,9 @@ pub(crate) struct NodeShared {
     channel: EventChannel,
     /// Local publishers by topic, for incoming connect requests.
     publishers: Mutex<HashMap<TopicId, Weak<PublisherShared>>>,
+    /// Where each topic's next local publisher starts its sequence (taken with `publishers`
+    /// held, after it).
+    seq_floors: Mutex<SeqFloors>,
     /// Where events of each connection go.
     routes: Mutex<Routes>,
     /// The connectors of the subscriptions that connect by themselves (discovery), run by the
@@ -83,6 +87,7 @@ impl NodeShared {
             pd,
             channel,
             publishers: Mutex::new(HashMap::new()),
+            seq_floors: Mutex::new(SeqFloors::default()),
             routes: Mutex::new(HashMap::new()),
             connectors: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -165,6 +170,9 @@ impl NodeShared {
             if publishers.get(&topic_id).and_then(Weak::upgrade).is_some() {
                 return Err(Error::AlreadyPublishing { topic: topic.to_string() });
             }
+            // Numbered after the topic's last publisher here, decided with the table held:
+            // a predecessor still closing records its last sequence before it leaves it.
+            publisher.start_at_seq(self.seq_floors.lock().first_seq(topic_id))?;
             publishers.insert(topic_id, Arc::downgrade(publisher));
         }
         self.stats.add_publisher(topic.as_str(), publisher.id(), publisher.counters_arc());
@@ -173,9 +181,11 @@ impl NodeShared {
     }
 
     /// The publisher of `topic_id` is closing: it takes no more connect requests and is no
-    /// longer announced (unless another publisher of the topic has replaced it).
-    pub(crate) fn remove_publisher(&self, topic_id: TopicId, publisher: &PublisherShared) {
+    /// longer announced (unless another publisher of the topic has replaced it). Its next
+    /// message would have been `next_seq` (the next publisher of the topic here starts there).
+    pub(crate) fn remove_publisher(&self, topic_id: TopicId, publisher: &PublisherShared, next_seq: u64) {
         let mut publishers = self.publishers.lock();
+        self.seq_floors.lock().closed(topic_id, next_seq);
         if publishers.get(&topic_id).is_some_and(|w| std::ptr::addr_eq(w.as_ptr(), publisher)) {
             publishers.remove(&topic_id);
             self.discovery.publisher_removed(topic_id);

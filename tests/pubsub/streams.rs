@@ -129,6 +129,53 @@ fn a_dropped_publisher_ends_the_stream_after_its_last_message() {
     );
 }
 
+/// A publisher closed and created again on the same node keeps its id and epoch; a
+/// subscription that read the first gets every message of the second (none taken for a
+/// duplicate of the first's), numbered after the first's.
+#[test]
+fn a_publisher_created_again_on_its_node_is_read_in_full() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let addr = pub_node.local_addr();
+    let first = pub_node.publisher("again").create().unwrap();
+    let mut sub = subscribe(&sub_node, "again", Start::Earliest, addr);
+    wait_subscribers(&first, 1);
+    for i in 1..=5 {
+        first.publish(&payload(i, 48)).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    let got: Vec<Message> = (0..5).map(|_| recv_until(&mut sub, deadline)).collect();
+    assert_eq!(got.iter().map(|m| m.seq).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+    let info = got[0].publisher;
+    drop(first);
+    loop {
+        assert!(Instant::now() < deadline, "the first publisher's stream did not end");
+        match sub.recv_timeout(Duration::from_millis(100)) {
+            Ok(m) => assert!(m.is_none(), "nothing after the first publisher's last: {m:?}"),
+            Err(Error::NotConnected { .. }) => break,
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+    let second = pub_node.publisher("again").create().unwrap();
+    sub.connect_wait(addr, WAIT).expect("connected again");
+    wait_subscribers(&second, 1);
+    for i in 101..=105 {
+        second.publish(&payload(i, 48)).unwrap();
+    }
+    let again: Vec<Message> = (0..5).map(|_| recv_until(&mut sub, deadline)).collect();
+    assert_eq!(
+        again.iter().map(|m| m.data.clone()).collect::<Vec<_>>(),
+        (101..=105).map(|i| payload(i, 48)).collect::<Vec<_>>()
+    );
+    assert_eq!((again[0].publisher.id, again[0].publisher.epoch), (info.id, info.epoch));
+    assert!(
+        again.windows(2).all(|w| w[1].seq == w[0].seq + 1) && again[0].seq > 5,
+        "{:?}",
+        again.iter().map(|m| m.seq).collect::<Vec<_>>()
+    );
+    assert_eq!(sub.counters().duplicates(), 0);
+}
+
 #[test]
 fn a_sixteen_mib_message_passes_through_a_one_mib_ring() {
     let pub_node = node();

@@ -389,6 +389,12 @@ impl PublisherShared {
         self.state.lock().subs.len()
     }
 
+    /// Numbers its first message `first_seq` (a publisher re-created on its node goes on
+    /// after its predecessor); before it is added to the node, so before any message.
+    pub(crate) fn start_at_seq(&self, first_seq: u64) -> Result<()> {
+        self.state.lock().producer.start_at_seq(first_seq).map_err(Error::from_ring)
+    }
+
     /// The sequence number the next message gets.
     pub(super) fn next_seq(&self) -> u64 {
         self.state.lock().producer.tail_seq()
@@ -502,8 +508,10 @@ impl PublisherShared {
             return true;
         }
         st.closing = true;
+        // After the last message, the one in progress included (finished below).
+        let next_seq = st.producer.tail_seq() + 1;
         drop(st);
-        self.node.remove_publisher(self.topic.id(), self);
+        self.node.remove_publisher(self.topic.id(), self, next_seq);
         // Whether or not it could be finished, the subscribers get what is complete.
         if let Ok(st) = self.finish_unfinished(self.state.lock(), linger) {
             drop(st);

@@ -33,7 +33,9 @@ pub struct Message<D = Vec<u8>> {
     /// Its topic: a handle shared by every message of its publisher (a reference count, not a
     /// string allocated per message).
     pub topic: Topic,
-    /// Its sequence number in that publisher's stream (1, 2, ...).
+    /// Its sequence number in that publisher's stream (1, 2, ...; a publisher created again
+    /// on its node goes on after its predecessor's last, so (publisher id, epoch, seq) names
+    /// one message).
     pub seq: u64,
     /// The payload.
     pub data: D,

@@ -128,7 +128,8 @@ pub struct RingProducer {
 #[allow(clippy::missing_errors_doc, reason = "the publisher documents its errors")]
 impl RingProducer {
     /// Initialises the ring in `buf` (zeroes the data area, writes the control block). The first
-    /// record is at position `capacity` with sequence 1.
+    /// record is at position `capacity` with sequence 1 ([`start_at_seq`](Self::start_at_seq)
+    /// numbers it otherwise).
     pub fn new(buf: Arc<RegisteredBuffer>, config: RingConfig) -> Result<RingProducer, RingError> {
         layout::check_geometry(config.capacity, config.max_record_payload)?;
         if buf.len() < config.region_len() {
@@ -172,6 +173,24 @@ impl RingProducer {
         p.store(ctrl::TAIL, start)?;
         p.store(ctrl::MAGIC, layout::MAGIC)?;
         Ok(p)
+    }
+
+    /// Numbers the first message `first_seq` instead of 1. A publisher re-created on its node
+    /// goes on after its predecessor's last sequence, so that a subscriber that read the
+    /// predecessor (same publisher id and epoch) takes nothing of the successor for a
+    /// duplicate. Only before anything was written.
+    pub fn start_at_seq(&mut self, first_seq: u64) -> Result<(), RingError> {
+        let untouched = self.tail == self.capacity as u64 && self.in_progress.is_none() && !self.claimed;
+        if !untouched || first_seq == 0 || first_seq > u64::MAX / 2 {
+            return Err(RingError::InvalidConfig(format!(
+                "the first sequence ({first_seq}) is set once, before any record, within 1..=2^63"
+            )));
+        }
+        self.tail_seq = first_seq;
+        self.head_seq = first_seq;
+        self.store(ctrl::HEAD_SEQ, first_seq)?;
+        self.store(ctrl::TAIL_SEQ, first_seq)?;
+        Ok(())
     }
 
     /// The registered buffer holding the ring.

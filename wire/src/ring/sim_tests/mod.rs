@@ -156,6 +156,30 @@ fn single_messages_roundtrip_zero_copy() {
     assert_eq!(reader.parse(&bytes, plan.position, |_, _| panic!("stale")).unwrap().stop, Stop::Stale);
 }
 
+/// A ring numbered from another first sequence (a publisher re-created on its node) is read
+/// from that sequence, from the start and from the control block; it is set once, before
+/// anything is written.
+#[test]
+fn a_ring_started_at_another_sequence_is_read_from_it() {
+    let (buf, mut prod) = ring(CAP);
+    prod.start_at_seq(42).unwrap();
+    let mut reader = reader_at(&prod, prod.latest());
+    let mut from_earliest = reader_at(&prod, prod.earliest());
+    for seq in 42..=44u64 {
+        assert_eq!(prod.append(&payload(seq, 100), NO_LIMIT).unwrap(), Append::Complete { seq });
+    }
+    for r in [&mut reader, &mut from_earliest] {
+        let mut got = Vec::new();
+        read_and_collect(r, &buf, &mut got);
+        assert_eq!(got, (42..=44).map(|seq| (seq, payload(seq, 100))).collect::<Vec<_>>());
+    }
+    assert_eq!(sim_control(&buf).tail_seq, 45);
+    assert_eq!(prod.earliest().seq, 42);
+    assert!(matches!(prod.start_at_seq(50), Err(RingError::InvalidConfig(_))), "only before any record");
+    let (_buf, mut fresh) = ring(CAP);
+    assert!(fresh.start_at_seq(0).is_err(), "sequences start at 1");
+}
+
 #[test]
 fn records_of_every_small_length_carry_their_checksum_with_either_function() {
     // Lengths on both sides of the one-call checksum over a 128-byte copy (96 payload bytes),
