@@ -3,9 +3,10 @@
 //!
 //! Threads: one CM thread per node (accepts subscribers of local publishers, routes connection
 //! events to subscriptions), one discovery thread (announces the node's publishers over UD
-//! multicast or unicast, hears the other nodes', tells subscriptions: see [`discovery`]) and,
-//! with discovery, one connector thread (opens the subscriptions' connections to the
-//! publishers discovery announces, without any call of the application, every 20 ms), and,
+//! multicast or unicast, hears the other nodes', tells subscriptions: see [`discovery`]), one
+//! connector thread (opens the subscriptions' connections to the publishers discovery
+//! announces or a node's topic listing lists, without any call of the application, every
+//! 20 ms), and,
 //! unless `stats_dir(None)`, the stats exporter (rewrites the node's stats file every 100 ms:
 //! [`crate::stats`]). Data never passes through them: a publisher's thread writes its ring and
 //! handles acks inline; a subscription's thread posts READs and polls its own CQ. There is no
@@ -42,6 +43,7 @@ mod stats_export;
 mod stats_registry;
 mod subscription;
 mod topic;
+mod topic_listing;
 mod type_shape;
 mod wr_id;
 
@@ -227,7 +229,8 @@ impl NodeBuilder {
         let (id, epoch) = (self.node_id.unwrap_or_else(rand::random), epoch_now());
         let directory = discovery::Directory::new(id, self.discovery.domain, epoch, addr, self.discovery.enabled);
         let secret = self.discovery.secret.clone();
-        let shared = Arc::new(NodeShared::new((id, epoch, addr), (fabric, pd, channel), directory, secret));
+        let listing = topic_listing::ListingServer::new(&fabric, id, epoch)?;
+        let shared = Arc::new(NodeShared::new((id, epoch, addr), (fabric, pd, channel), (directory, listing), secret));
         let disc_setup =
             if self.discovery.enabled { Some(discovery::thread::setup(&shared, &self.discovery)?) } else { None };
         let discovery_addr = disc_setup.as_ref().map(|s| s.ud.local_addr());
@@ -237,13 +240,13 @@ impl NodeBuilder {
             .spawn(move || cm::run(thread_shared, listener))
             .map_err(|e| fabric::Error::os("spawn CM thread", None, e))?;
         let mut node = Node { shared, cm: Some(cm), discovery: None, connector: None, discovery_addr, exporter: None };
+        let thread_shared = node.shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("pubsub-conn-{}", addr.port()))
+            .spawn(move || subscription::run_connectors(thread_shared))
+            .map_err(|e| fabric::Error::os("spawn connector thread", None, e))?;
+        node.connector = Some(spawned);
         if let Some(setup) = disc_setup {
-            let thread_shared = node.shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("pubsub-conn-{}", addr.port()))
-                .spawn(move || subscription::run_connectors(thread_shared))
-                .map_err(|e| fabric::Error::os("spawn connector thread", None, e))?;
-            node.connector = Some(spawned);
             let thread_shared = node.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("pubsub-disc-{}", addr.port()))
@@ -277,7 +280,7 @@ pub struct Node {
     cm: Option<JoinHandle<()>>,
     exporter: Option<stats::Exporter>,
     discovery: Option<JoinHandle<()>>,
-    /// Opens the subscriptions' connections to discovered publishers (with discovery).
+    /// Opens the subscriptions' connections to discovered or listed publishers.
     connector: Option<JoinHandle<()>>,
     discovery_addr: Option<SocketAddr>,
 }
