@@ -26,7 +26,7 @@
 // | `discovery/` | announcing and hearing publishers; each subscription's view of its topic |
 // | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `Loan`, `Liveness`, the flow-control rules |
 // | `subscription/` | `Subscription` (`mod.rs`, whole) taking turns over its `Feed`s (`feed.rs`: one publisher's stream, posted, completed, parsed and acked), the `Connector` and its thread, events, the async stream |
-// | `cm`, `stats_registry`, `stats_export` | the CM thread; the counters exported and the stats snapshot |
+// | `cm`, `topic_listing`, `stats_registry`, `stats_export` | the CM thread; the node's topic listing (`ListingServer`: the region pattern subscriptions connected by address READ, its listing connections); the counters exported and the stats snapshot |
 // | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
 
 mod ack_clock;

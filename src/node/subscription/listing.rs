@@ -177,6 +177,9 @@ impl ListingReader {
     /// Handles the connection's CM events and READs the header when it is due. `domain` is the
     /// subscriber node's domain secret.
     pub(super) fn poll(&mut self, domain: Option<&Secret>, now: Instant) -> ListingNews {
+        if self.failed() {
+            return ListingNews::Nothing;
+        }
         while let Ok(event) = self.events.try_recv() {
             if let ListingNews::Failed(detail) = self.on_event(event, domain) {
                 return self.fail(detail);

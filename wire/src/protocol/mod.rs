@@ -27,6 +27,12 @@
 //! subscriber's nonce (the proof's, or a challenge) with tags under the publisher node's domain
 //! secret and the topic's credential ([`AcceptData::check_tags`]): an address taken over by
 //! someone without them, or an old accept replayed, is not believed.
+//!
+//! A pattern subscription connected to a node's address, without discovery, asks for the
+//! node's [`TopicListing`] ([`ConnectFlags::LISTING`]): the node accepts with a
+//! [`ListingAccept`] saying where the listing region is, and the subscriber READs it, as it
+//! READs a ring: bounded, checked, READ again when torn (`listing.rs`). Old nodes refuse the
+//! flag as malformed; the format is new, so `PROTOCOL_VERSION` stays.
 
 mod announce;
 mod auth;
