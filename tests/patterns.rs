@@ -383,6 +383,37 @@ fn a_pattern_connected_to_an_address_is_refused_topic_by_topic_where_it_lacks_th
     assert!(probe.messages.iter().all(|m| m.topic.as_str() == "vault/open"));
 }
 
+/// Without discovery, a pattern connected to a node that lists more matching topics than its
+/// `max_feeds` reads that many and tells of the other once; when one it reads closes, it reads
+/// the one that waited.
+#[test]
+fn a_pattern_connected_to_an_address_keeps_to_its_feed_limit() {
+    let served = node_without_discovery();
+    let publishers = [publisher(&served, "rooms/1"), publisher(&served, "rooms/2")];
+    let reader = node_without_discovery();
+    let sub = reader.subscriber("rooms/*").max_feeds(1).connect(served.local_addr()).create().unwrap();
+    let mut probe = Probe::new(sub);
+    probe.until("a FeedLimit event", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::FeedLimit { .. })));
+    probe.until("one publisher read", |_| publishers.iter().any(|p| p.subscriber_count() == 1));
+    let limited: Vec<String> = probe
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SubscriptionEvent::FeedLimit { topic, limit: 1, .. } => Some(topic.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(limited.len(), 1, "told once: {:?}", probe.events);
+    assert_eq!(probe.sub.counters().feed_limit_reached(), 1);
+    let [a, b] = publishers;
+    let (read, waiting) = if a.topic() == limited[0] { (b, a) } else { (a, b) };
+    assert_eq!(waiting.subscriber_count(), 0);
+    read.close(WAIT).expect("close");
+    publish_topic(&mut probe, &waiting, 1);
+    probe.until("the publisher that waited", |p| p.has(&[limited[0].as_str()], 1));
+    assert_eq!(probe.sub.counters().feed_limit_reached(), 1, "told once");
+}
+
 /// With a domain secret, a node's listing accept answers the subscriber's challenge under it:
 /// a node of the same domain is read, one of another domain is not believed (the listing fails,
 /// with an event and a count), and an address where no node listens fails too.

@@ -254,7 +254,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     /// The topics this subscription reads publishers of now, as discovery announces them, each
     /// once and sorted: its topic when a publisher of it is announced, the topics its pattern
-    /// matched for a pattern (empty without discovery).
+    /// matched for a pattern (with those listed by the nodes a pattern subscription is
+    /// connected to; empty for a topic without discovery).
     pub fn matched_topics(&self) -> Vec<rdma_wire::Topic> {
         self.connector.matched_topics()
     }
