@@ -10,7 +10,9 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use rdma_pubsub::SubscriptionEvent;
-use rdma_wire::protocol::{ListedTopic, ListingAccept, TopicListing, LISTING_HEADER_LEN, LISTING_REGION_LEN};
+use rdma_wire::protocol::{
+    ListedTopic, ListingAccept, RejectCode, RejectData, TopicListing, LISTING_HEADER_LEN, LISTING_REGION_LEN,
+};
 
 /// A raw-fabric node that accepts every connect request as a listing connection, with a
 /// listing region holding `region` and an accept saying it is `region_len` bytes long, until
@@ -23,6 +25,11 @@ struct ListingForger {
 
 impl ListingForger {
     fn start(region: Vec<u8>, region_len: u32) -> ListingForger {
+        ListingForger::answering(region, region_len, None)
+    }
+
+    /// A forger that refuses every connect with `reject` (reject private data) when given.
+    fn answering(region: Vec<u8>, region_len: u32, reject: Option<Vec<u8>>) -> ListingForger {
         let (addr_tx, addr_rx) = mpsc::channel();
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -40,7 +47,10 @@ impl ListingForger {
             let deadline = Instant::now() + 3 * WAIT;
             while stopped.try_recv().is_err() && Instant::now() < deadline {
                 if let Ok(Some(CmEvent::ConnectRequest(req))) = channel.get_event(Duration::from_millis(20)) {
-                    qps.push(req.accept(&QpInit::new(&pd, &cq), &accept).expect("accept"));
+                    match &reject {
+                        Some(reject) => req.reject(reject).expect("reject"),
+                        None => qps.push(req.accept(&QpInit::new(&pd, &cq), &accept).expect("accept")),
+                    }
                 }
             }
         });
@@ -78,7 +88,11 @@ fn listing_of(node_id: u64, names: &[&str]) -> Vec<u8> {
 /// long): its listing must fail with a detail containing `what`, counted, with nothing
 /// connected.
 fn assert_listing_fails(region: Vec<u8>, region_len: u32, what: &str) {
-    let forger = ListingForger::start(region, region_len);
+    assert_forger_fails(ListingForger::start(region, region_len), what);
+}
+
+/// As [`assert_listing_fails`], for `forger`.
+fn assert_forger_fails(forger: ListingForger, what: &str) {
     let node = nodes::soft_node_without_discovery();
     let mut sub = node.subscriber("forged/**").connect(forger.addr).create().expect("subscription");
     let deadline = Instant::now() + WAIT;
@@ -144,4 +158,14 @@ fn a_header_only_region_with_a_torn_checksum_fails_after_its_retries() {
     let mut region = listing_of(7, &["forged/ok"]);
     region[LISTING_HEADER_LEN] ^= 0xff;
     assert_listing_fails(region, FULL, "did not validate");
+}
+
+/// A node of an older version does not know the listing flag: it refuses the connect as
+/// malformed (as its decoder does any unknown flag), and the subscription says why.
+#[test]
+fn a_node_of_an_older_version_refusing_the_listing_flag_is_told_apart() {
+    let old_node_detail = "connect private data: malformed: unknown connect flags 0x02";
+    let reject = RejectData::new(RejectCode::Malformed, old_node_detail).encode().unwrap();
+    let forger = ListingForger::answering(Vec::new(), FULL, Some(reject));
+    assert_forger_fails(forger, "older version");
 }

@@ -1,7 +1,9 @@
 //! Opening connections to publishers, in the background: a subscription's [`Connector`] turns
-//! discovery's sightings of its topic (or of every topic its pattern includes) into
-//! connections without any call of the application, and the node's connector thread runs
-//! every connector each [`RECHECK_INTERVAL`]. A connection is per publisher: per address and
+//! discovery's sightings of its topic (or of every topic its pattern includes), and the topic
+//! listings of the nodes a pattern subscription was connected to (`listing.rs`: one
+//! [`ListingReader`] per address, without discovery), into connections without any call of the
+//! application, and the node's connector thread runs every connector each
+//! [`RECHECK_INTERVAL`]. A connection is per publisher: per address and
 //! topic (a pattern may read several topics of one node, each on its own connection), and a
 //! subscription holds at most its `max_feeds` of them: past that a publisher is not connected
 //! ([`FeedEvent::FeedLimit`], once per publisher) until one goes.

@@ -7,7 +7,9 @@
 //!
 //! With discovery on, a subscription watches its topic in the node's directory and connects to
 //! every publisher announced, reconnecting when one comes back (its [`Connector`], run by the
-//! node's connector thread too). A subscription to a pattern (a key expression with
+//! node's connector thread too). Without it, a subscription to a pattern connected to a node's
+//! address reads that node's topic listing and connects to each topic listed that it includes
+//! (`listing.rs`). A subscription to a pattern (a key expression with
 //! wildcards) watches every topic the pattern includes: a feed is a connection to one
 //! publisher of one topic, and each message is handed its feed's topic (a reference count, no
 //! allocation). At most `max_feeds` feeds are open; a publisher past it is an event, not an
@@ -46,7 +48,8 @@
 //! `refusals.rs`) is documented at [`Subscription::recv`].
 //!
 //! Files: this one (`Subscription`, whole), `feed.rs` (`Feed`), `connector.rs` (opening
-//! connections, the connector thread), `feed_channel.rs` (what other threads tell a
+//! connections, the connector thread), `listing.rs` (a pattern's listing connection to a
+//! node's address, READing the node's topic listing), `feed_channel.rs` (what other threads tell a
 //! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `refusals.rs` (the
 //! publishers that refused or dropped it), `stream.rs` (feature `async`), `readiness.rs` (the
 //! descriptor of `ready_fd`, for event loops), `builder.rs`, `options.rs`, `message.rs`,
