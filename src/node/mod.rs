@@ -351,7 +351,10 @@ impl Node {
     /// (`sensors/**`): the subscription then reads every publisher, on any node of the domain,
     /// whose topic the pattern includes, those announced when it starts and those announced
     /// later, and lets go of each when it leaves. Each message names its topic
-    /// ([`Message::topic`](crate::Message::topic)). It needs discovery.
+    /// ([`Message::topic`](crate::Message::topic)). Without discovery, connected to a node's
+    /// address, it reads every topic that node lists that the pattern includes, those created
+    /// there later too; with neither, [`create`](SubscriberBuilder::create) is
+    /// [`Error::PatternNeedsDiscovery`](crate::Error::PatternNeedsDiscovery).
     pub fn subscriber(&self, topic: impl IntoKeyExpr) -> SubscriberBuilder<'_> {
         SubscriberBuilder::new(&self.shared, topic)
     }
