@@ -2,7 +2,9 @@
 //! holds whatever it likes (garbage under a good checksum, a length past its region, a name
 //! that is no topic, another node's listing), or its accept advertises a region larger than a
 //! listing. The subscription fails that listing with a reason (`ListingFailed`, counted in
-//! `listing_failures`), connects to nothing, and never panics nor allocates past 64 KiB.
+//! `listing_failures`), connects to nothing, and never panics nor allocates past 64 KiB. And a
+//! hostile subscriber: a listing connection reaches no memory but the listing, and a node
+//! serves a bounded number of them.
 
 use super::*;
 
@@ -168,4 +170,83 @@ fn a_node_of_an_older_version_refusing_the_listing_flag_is_told_apart() {
     let reject = RejectData::new(RejectCode::Malformed, old_node_detail).encode().unwrap();
     let forger = ListingForger::answering(Vec::new(), FULL, Some(reject));
     assert_forger_fails(forger, "older version");
+}
+
+/// A listing request, as a pattern subscription sends it.
+fn listing_request() -> Vec<u8> {
+    ConnectData { flags: ConnectFlags::LISTING, topic: TopicId(0), ..connect_request("unused") }.encode().unwrap()
+}
+
+impl Attacker {
+    /// Opens a listing connection to `addr`: its queue pair and the node's answer.
+    fn list(&self, addr: SocketAddr) -> (QueuePair, CmEvent) {
+        let qp =
+            self.channel.connect(addr, &QpInit::new(&self.pd, &self.cq), &listing_request(), WAIT).expect("connect");
+        loop {
+            match self.channel.get_event(WAIT).expect("get_event") {
+                Some(event @ (CmEvent::Established { .. } | CmEvent::Rejected { .. }))
+                    if event.conn() == Some(qp.conn_id()) =>
+                {
+                    return (qp, event);
+                }
+                // Earlier connections of this attacker going away.
+                Some(CmEvent::Disconnected { .. }) => {}
+                other => panic!("expected the listing's answer, got {other:?}"),
+            }
+        }
+    }
+
+    /// READs `len` bytes at `remote` over `qp`; the completion's status.
+    fn read_over(&self, qp: &QueuePair, remote: RemoteAddr, len: usize) -> WcStatus {
+        qp.post_send(&SendRequest::new(1, SendOp::RdmaRead(remote), &[self.buf.sge(0, len)])).expect("post READ");
+        self.completion().status
+    }
+}
+
+/// A listing connection reaches the listing and nothing else of the node: a READ of a
+/// publisher's ring over it (with the ring's own rkey) is a remote access error.
+#[test]
+fn a_listing_connection_reaches_no_memory_but_the_listing() {
+    let node = nodes::soft_node_without_discovery();
+    let _publisher = node.publisher("guarded/ring").ring_capacity(64 * 1024).create().unwrap();
+    let attacker = Attacker::new();
+    let (_ring_qp, ring) = attacker.subscribe(node.local_addr(), "guarded/ring");
+    let (qp, answer) = attacker.list(node.local_addr());
+    let CmEvent::Established { private_data, .. } = answer else { panic!("the listing is refused: {answer:?}") };
+    let accept = ListingAccept::decode(&private_data).expect("a listing accept");
+    assert_eq!(attacker.read_over(&qp, accept.region, accept.region_len as usize), WcStatus::Success);
+    let mut read = vec![0u8; accept.region_len as usize];
+    attacker.buf.buffer().read(0, &mut read).unwrap();
+    let listing = TopicListing::decode_region(&read).expect("the node's listing");
+    assert_eq!(listing.topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["guarded/ring"]);
+    assert_eq!(attacker.read_over(&qp, ring.ring, 64), WcStatus::RemoteAccessError, "the ring is not reachable");
+}
+
+/// A node serves at most 256 listing connections at once: past it a listing connect is refused
+/// (`TooManySubscribers`, counted), and once they go one is served again.
+#[test]
+fn a_node_serves_a_bounded_number_of_listing_connections() {
+    const MAX_LISTING_CONNECTIONS: usize = 256;
+    let node = nodes::soft_node_without_discovery();
+    let attacker = Attacker::new();
+    let mut held = Vec::new();
+    for i in 0..MAX_LISTING_CONNECTIONS {
+        match attacker.list(node.local_addr()) {
+            (qp, CmEvent::Established { .. }) => held.push(qp),
+            (_, other) => panic!("listing connection {i} refused: {other:?}"),
+        }
+    }
+    let (_qp, refused) = attacker.list(node.local_addr());
+    let CmEvent::Rejected { private_data, .. } = refused else { panic!("one past the bound: {refused:?}") };
+    assert_eq!(RejectData::decode(&private_data).unwrap().reason, RejectCode::TooManySubscribers);
+    assert_eq!(node.counters().rejected_connects(), 1);
+    drop(held);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match attacker.list(node.local_addr()) {
+            (_qp, CmEvent::Established { .. }) => break,
+            (_, CmEvent::Rejected { .. }) => assert!(Instant::now() < deadline, "never served again"),
+            (_, other) => panic!("{other:?}"),
+        }
+    }
 }
