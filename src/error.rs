@@ -53,14 +53,17 @@ pub enum Error {
         /// Which rule it breaks (see [`Topic`](crate::Topic)).
         detail: String,
     },
-    /// A subscription to a pattern finds its publishers through discovery, and has none: the
-    /// node's discovery is off, the subscription's `auto_connect` is off, or it was asked to
-    /// connect to an address (which serves one topic). Without multicast, discovery can list
-    /// the nodes to ask ([`DiscoveryOptions::unicast`](crate::DiscoveryOptions::unicast));
-    /// otherwise subscribe to each topic by name.
+    /// A subscription to a pattern has no way to find its publishers: no discovery (the
+    /// node's discovery is off, or the subscription's `auto_connect`) and no address to
+    /// connect to. Give it the addresses of the publishers' nodes
+    /// ([`SubscriberBuilder::connect`](crate::SubscriberBuilder::connect): it reads their topic
+    /// listings), list those nodes for discovery
+    /// ([`DiscoveryOptions::unicast`](crate::DiscoveryOptions::unicast)), or subscribe to each
+    /// topic by name.
     #[error(
-        "the pattern {pattern:?} subscribes through discovery, and {detail}: without multicast, list the \
-         publishers' nodes with DiscoveryOptions::unicast, or subscribe to each topic by name"
+        "the pattern {pattern:?} has no way to find publishers: {detail}, and it has no address to connect to: \
+         give it the publishers' nodes (SubscriberBuilder::connect), list them with DiscoveryOptions::unicast, \
+         or subscribe to each topic by name"
     )]
     PatternNeedsDiscovery {
         /// The pattern, in canonical form.

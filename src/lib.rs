@@ -9,9 +9,10 @@
 //!
 //! Topics are [`KeyExpr`]s without wildcards ([`Topic`]). A subscription may take a pattern,
 //! a key expression with wildcards (`node.subscriber("sensors/**")`): it reads every publisher,
-//! on any node of the domain, whose topic the pattern includes, as discovery finds them and
-//! until they leave; each [`Message`] names its topic (a shared handle), order is kept per
-//! publisher only, and [`SubscriberBuilder::max_feeds`] bounds its connections.
+//! on any node of the domain, whose topic the pattern includes, as discovery finds them (or,
+//! without discovery, as the nodes it is connected to list them) and until they leave; each
+//! [`Message`] names its topic (a shared handle), order is kept per publisher only, and
+//! [`SubscriberBuilder::max_feeds`] bounds its connections.
 //!
 //! Layers, bottom up, each a crate: [`fabric`] (the crate `rdma-fabric`: a verbs-shaped
 //! transport with a soft and a verbs provider) → `rdma-wire` (ring layout, producer, remote
@@ -70,6 +71,7 @@
 //! | unicast to the group port from anywhere | a multicast endpoint binds the group address: unicast never reaches it | `discovery::datagrams::unicast_to_the_group_port_does_not_reach_a_multicast_node` |
 //! | an application that never takes its subscription's events (while peers make them) | at most [`MAX_EVENTS`](node::MAX_EVENTS) (1,024) held; the oldest dropped and counted (`events_dropped`) | `node::subscription::events::tests::a_full_queue_drops_and_counts_the_oldest` |
 //! | announcements of many topics a subscription's pattern includes (`sensors/**`) | the directory's bounds above hold what is matched; the subscription connects to at most [`SubscriberBuilder::max_feeds`] (1,024) publishers, and tells of each other one once ([`SubscriptionEvent::FeedLimit`], counted in `feed_limit_reached`) | `patterns::past_its_feed_limit_a_pattern_subscription_tells_of_each_publisher_it_does_not_read`, `node::discovery::watch::tests::publishers_due_past_the_room_keep_their_retry_time` |
+//! | a node serving a hostile topic listing to a pattern subscription connected to it (garbage under a good checksum, counts and lengths past the bytes or the region, names that are no topic, another node's listing, a region larger than a listing, a listing that never validates) | every length and count bounded before use (a READ at most 64 KiB, 1,024 topics of at most 200 bytes); torn READs retried at most 64 times in a row; the listing fails with a reason ([`SubscriptionEvent::ListingFailed`], counted in `listing_failures`), nothing is connected; a node serves at most 256 listing connections, each in the listing's own protection domain, reaching no other memory | `hostile::listing::*` (`a_listing_connection_reaches_no_memory_but_the_listing`, `a_node_serves_a_bounded_number_of_listing_connections`), `rdma_wire::protocol::listing::tests::*`, `patterns::a_listing_is_believed_only_from_a_node_of_the_domain` |
 //! | a subscription that stops reading its discovery updates | its queue is bounded (4,096), then it catches up with the difference | `node::discovery::watch::tests::a_subscription_that_does_not_drain_gets_a_bounded_queue_then_catches_up` |
 //! | subscribing without the credential, with a wrong one, or replaying a captured connect | `Unauthorized`, counted in `rejected_unauthorized` (stats file, `pubsub-demo stat`); each publisher keeps its own replay set (at most 4,096 nonces, 256 per source /24 or /64), stored only for accepted connects, and refuses rather than grows, so another topic's credential holder cannot fill it; a pattern subscription is refused topic by topic (a `Rejected` event naming each topic), the other topics go on | `hostile::access::*`, `hostile::access::a_holder_of_one_topics_credential_cannot_fill_the_nonce_set_of_another_topic`, `patterns::a_pattern_subscription_is_refused_topic_by_topic_where_it_lacks_the_credential` |
 //! | a publisher advertising, or a record claiming, more than the subscriber reads | READ buffers bounded by [`SubscriberBuilder::max_record_payload`] (16 MiB); `RecordTooLarge` naming both sizes; RSS asserted in a child process | `hostile::limits::*` |

@@ -22,6 +22,8 @@ mod access;
 mod discovery;
 #[path = "hostile/limits.rs"]
 mod limits;
+#[path = "hostile/listing.rs"]
+mod listing;
 #[path = "hostile/nic.rs"]
 mod nic;
 #[path = "hostile/node.rs"]

@@ -251,16 +251,16 @@ fn a_pattern_subscription_is_refused_topic_by_topic_where_it_lacks_the_credentia
     assert!(probe.refusals.iter().all(unauthorized), "{:?}", probe.refusals);
 }
 
-/// A pattern finds its publishers through discovery: without it, or asked to connect to an
-/// address, it is refused with an error saying so; a literal name with a wildcard-free form
-/// stays a topic.
+/// A pattern with no way to find publishers (no discovery, no address to connect to) is refused
+/// with an error saying what to do; a literal name with a wildcard-free form stays a topic.
 #[test]
-fn a_pattern_without_discovery_is_refused_and_says_why() {
+fn a_pattern_without_discovery_or_address_is_refused_and_says_why() {
     let node = nodes::soft_node_without_discovery();
     match node.subscriber("sensors/**/*").create() {
         // The pattern in canonical form, and what to do instead.
         Err(e) if matches!(&e, Error::PatternNeedsDiscovery { pattern, .. } if pattern == "sensors/*/**") => {
-            assert!(e.to_string().contains("DiscoveryOptions::unicast"), "{e}")
+            let text = e.to_string();
+            assert!(text.contains("SubscriberBuilder::connect") && text.contains("DiscoveryOptions::unicast"), "{e}")
         }
         other => panic!("a pattern without discovery: {other:?}"),
     }
@@ -270,14 +270,192 @@ fn a_pattern_without_discovery_is_refused_and_says_why() {
         with.subscriber("sensors/*").auto_connect(false).create(),
         Err(Error::PatternNeedsDiscovery { .. })
     ));
-    assert!(matches!(
-        with.subscriber("sensors/*").connect(node.local_addr()).create(),
-        Err(Error::PatternNeedsDiscovery { .. })
-    ));
+    with.subscriber("sensors/*").connect(node.local_addr()).create().expect("given an address");
     let mut sub = with.subscriber("sensors/*").create().expect("with discovery");
-    assert!(matches!(sub.connect(node.local_addr()), Err(Error::PatternNeedsDiscovery { .. })));
+    sub.connect(node.local_addr()).expect("a pattern connects to an address too");
     assert!(matches!(with.subscriber("sensors/a*").create(), Err(Error::InvalidTopic { .. })));
     assert!(matches!(with.subscriber("sensors").max_feeds(0).create(), Err(Error::InvalidOption { .. })));
+}
+
+/// A node of the provider under test without discovery, with the same-host setting under test.
+fn node_without_discovery() -> Node {
+    node_without_discovery_with(None)
+}
+
+/// Such a node, with `secret` as its domain secret.
+fn node_without_discovery_with(secret: Option<Secret>) -> Node {
+    let builder = Node::builder()
+        .fabric(nodes::fabric_kind())
+        .same_host(nodes::same_host_under_test())
+        .bind(nodes::bind_addr())
+        .discovery(DiscoveryOptions::disabled());
+    match secret {
+        Some(secret) => builder.domain_secret(secret),
+        None => builder,
+    }
+    .build()
+    .expect("node")
+}
+
+/// The topics the subscription reads publishers of now, as names.
+fn matched(probe: &Probe) -> BTreeSet<String> {
+    probe.sub.matched_topics().iter().map(|t| t.to_string()).collect()
+}
+
+/// Without discovery on either node, a pattern subscription connected to a node's address
+/// reads every topic of that node the pattern includes and no other (the node lists its
+/// topics); a publisher created there later is read too, one closed ends its stream and is no
+/// longer matched, and a new publisher of that topic is read again.
+#[test]
+fn a_pattern_connected_to_a_node_address_reads_its_matching_topics_without_discovery() {
+    let served = node_without_discovery();
+    let first = publisher(&served, "plant/line-1/speed");
+    let second = publisher(&served, "plant/line-2/speed");
+    let other = publisher(&served, "office/speed");
+    let reader = node_without_discovery();
+    let sub = reader
+        .subscriber("plant/**")
+        .start(Start::Earliest)
+        .connect(served.local_addr())
+        .create()
+        .expect("a pattern subscription connected to an address");
+    let mut probe = Probe::new(sub);
+    for p in [&first, &second] {
+        publish_topic(&mut probe, p, 5);
+    }
+    other.publish(other.topic().as_bytes()).expect("publish");
+    probe.until("both matching topics", |p| p.has(&["plant/line-1/speed", "plant/line-2/speed"], 5));
+    assert_eq!(matched(&probe), BTreeSet::from(["plant/line-1/speed".into(), "plant/line-2/speed".into()]));
+    assert_eq!(probe.sub.counters().matched_topics(), 2);
+    assert_eq!(other.subscriber_count(), 0, "the topic the pattern does not include has no subscriber");
+
+    // Created afterwards on that node: attached (the listing is READ again).
+    let third = publisher(&served, "plant/line-3/speed");
+    publish_topic(&mut probe, &third, 3);
+    probe.until("the later topic", |p| p.has(&["plant/line-3/speed"], 3));
+
+    // Closed: its stream ends, and it is no longer matched.
+    let first_id = first.id();
+    first.close(WAIT).expect("close");
+    probe.until("the end of plant/line-1/speed", |p| {
+        p.events.iter().any(|e| matches!(e, SubscriptionEvent::Ended { publisher, .. } if publisher.id == first_id))
+    });
+    probe.until("plant/line-1/speed no longer matched", |p| !matched(p).contains("plant/line-1/speed"));
+    let before = probe.messages.len();
+    second.publish(second.topic().as_bytes()).expect("publish");
+    probe.until("the other topics go on", |p| p.messages.len() > before);
+
+    // A new publisher of the closed topic is connected again, and read in full: it has the
+    // same publisher id and node epoch as the closed one, and goes on after its sequences.
+    let again = publisher(&served, "plant/line-1/speed");
+    publish_topic(&mut probe, &again, 3);
+    probe.until("the new publisher of plant/line-1/speed", |p| p.has(&["plant/line-1/speed"], 5 + 3));
+    assert_eq!(probe.sub.counters().duplicates(), 0);
+    for m in &probe.messages {
+        assert_eq!(m.data, m.topic.as_str().as_bytes(), "each message names its own topic");
+    }
+    assert!(!probe.counts().contains_key("office/speed"), "{:?}", probe.counts());
+    assert_eq!(probe.sub.counters().listing_failures(), 0);
+}
+
+/// Without discovery, a pattern connected to a node's address is refused topic by topic where
+/// it lacks the credential (an event naming the topic), and reads the others; `connect_wait`
+/// returns with the first publisher read.
+#[test]
+fn a_pattern_connected_to_an_address_is_refused_topic_by_topic_where_it_lacks_the_credential() {
+    let served = node_without_discovery();
+    let theirs = Secret::new(vec![9; 24]).expect("secret");
+    let open = publisher(&served, "vault/open");
+    let _closed = served.publisher("vault/closed").ring_capacity(64 * 1024).credential(theirs).create().unwrap();
+    let reader = node_without_discovery();
+    let addr = served.local_addr();
+    let mut sub = reader.subscriber("vault/*").start(Start::Earliest).connect(addr).create().expect("subscription");
+    let info = sub.connect_wait(served.local_addr(), WAIT).expect("the readable topic");
+    assert_eq!(info.id, open.id());
+    let mut probe = Probe::new(sub);
+    probe.until("the refusal of vault/closed", |p| {
+        p.events.iter().any(|e| {
+            matches!(e, SubscriptionEvent::Rejected { topic, reason: RejectCode::Unauthorized, .. } if topic.as_str() == "vault/closed")
+        })
+    });
+    publish_topic(&mut probe, &open, 3);
+    probe.until("the messages of vault/open", |p| p.has(&["vault/open"], 3));
+    assert!(probe.messages.iter().all(|m| m.topic.as_str() == "vault/open"));
+}
+
+/// Without discovery, a pattern connected to a node that lists more matching topics than its
+/// `max_feeds` reads that many and tells of the other once; when one it reads closes, it reads
+/// the one that waited.
+#[test]
+fn a_pattern_connected_to_an_address_keeps_to_its_feed_limit() {
+    let served = node_without_discovery();
+    let publishers = [publisher(&served, "rooms/1"), publisher(&served, "rooms/2")];
+    let reader = node_without_discovery();
+    let sub = reader.subscriber("rooms/*").max_feeds(1).connect(served.local_addr()).create().unwrap();
+    let mut probe = Probe::new(sub);
+    probe.until("a FeedLimit event", |p| p.events.iter().any(|e| matches!(e, SubscriptionEvent::FeedLimit { .. })));
+    probe.until("one publisher read", |_| publishers.iter().any(|p| p.subscriber_count() == 1));
+    let limited: Vec<String> = probe
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            SubscriptionEvent::FeedLimit { topic, limit: 1, .. } => Some(topic.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(limited.len(), 1, "told once: {:?}", probe.events);
+    assert_eq!(probe.sub.counters().feed_limit_reached(), 1);
+    let [a, b] = publishers;
+    let (read, waiting) = if a.topic() == limited[0] { (b, a) } else { (a, b) };
+    assert_eq!(waiting.subscriber_count(), 0);
+    read.close(WAIT).expect("close");
+    publish_topic(&mut probe, &waiting, 1);
+    probe.until("the publisher that waited", |p| p.has(&[limited[0].as_str()], 1));
+    assert_eq!(probe.sub.counters().feed_limit_reached(), 1, "told once");
+}
+
+/// With a domain secret, a node's listing accept answers the subscriber's challenge under it:
+/// a node of the same domain is read, one of another domain is not believed (the listing fails,
+/// with an event and a count), and an address where no node listens fails too.
+#[test]
+fn a_listing_is_believed_only_from_a_node_of_the_domain() {
+    let ours = Secret::new(vec![3; 24]).expect("secret");
+    let theirs = Secret::new(vec![4; 24]).expect("secret");
+    let served = node_without_discovery_with(Some(ours.clone()));
+    let p = publisher(&served, "secure/a");
+    let reader = node_without_discovery_with(Some(ours));
+    let sub = reader.subscriber("secure/**").start(Start::Earliest).connect(served.local_addr()).create().unwrap();
+    let mut probe = Probe::new(sub);
+    publish_topic(&mut probe, &p, 2);
+    probe.until("the messages of secure/a", |p| p.has(&["secure/a"], 2));
+
+    let stranger = node_without_discovery_with(Some(theirs));
+    let mut sub = stranger.subscriber("secure/**").connect(served.local_addr()).create().unwrap();
+    let deadline = Instant::now() + WAIT;
+    let failure = loop {
+        assert!(Instant::now() < deadline, "timed out waiting for the listing to fail");
+        // Once the listing failed, no publisher is left to connect: `NotConnected` at once.
+        match sub.recv_timeout(Duration::from_millis(20)) {
+            Ok(None) | Err(Error::NotConnected { .. }) => {}
+            other => panic!("a subscription to a node of another domain: {other:?}"),
+        }
+        if let Some(SubscriptionEvent::ListingFailed { detail, .. }) = sub.try_event() {
+            break detail;
+        }
+    };
+    assert!(failure.contains("authenticate"), "{failure}");
+    assert_eq!(sub.counters().listing_failures(), 1);
+    assert_eq!(p.subscriber_count(), 1, "only the subscriber of the domain reads it");
+
+    let nobody = {
+        let gone = node_without_discovery();
+        gone.local_addr()
+    };
+    let mut sub = reader.subscriber("secure/**").connect(nobody).create().expect("subscription");
+    match sub.connect_wait(nobody, WAIT) {
+        Err(Error::Unreachable { peer, .. }) => assert_eq!(peer, nobody),
+        other => panic!("a listing where no node listens: {other:?}"),
+    }
 }
 
 /// Without multicast, a pattern subscription on a node that lists another node's address

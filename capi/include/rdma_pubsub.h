@@ -284,6 +284,10 @@ typedef struct rps_subscriber_options {
   // Most publishers read at once (0: the default, 1,024); past it each further matching
   // publisher is an `RPS_EVENT_FEED_LIMIT` and is read once a connection goes.
   size_t max_feeds;
+  // The node to connect to at creation, `"ip:port"` (NULL: none; the default). A pattern
+  // subscription without discovery needs one: it reads that node's topic listing and every
+  // topic there it includes (more nodes: `rps_subscription_connect`).
+  const char *connect;
 } rps_subscriber_options;
 
 // The counters of a publisher, read at one moment (`PublisherCounters`).
@@ -539,8 +543,9 @@ const char *rps_status_name(enum rps_status status);
 // Makes a subscription to `topic` on `node` with `options` (NULL: the defaults) in `*out`.
 // With discovery, it connects by itself to the topic's publishers; without, connect it with
 // [`rps_subscription_connect`]. `topic` may be a pattern (a key expression with wildcards,
-// `"sensors/**"`): with discovery, the subscription reads every publisher of a topic it
-// includes; without, it is `RPS_INVALID_OPTION`.
+// `"sensors/**"`): the subscription reads every publisher of a topic it includes, found by
+// discovery or listed by the nodes it connects to; without discovery it needs
+// `options->connect` (else `RPS_INVALID_OPTION`).
 //
 // # Safety
 // `node` is NULL or a live node; `topic` NULL or a NUL-terminated string; `options` NULL or
@@ -558,7 +563,8 @@ enum rps_status rps_subscription_create(const struct rps_node *node,
 // used by no other thread during or after the call.
 void rps_subscription_destroy(struct rps_subscription **sub);
 
-// Connects to the publisher of the topic on the node at `addr` (`"ip:port"`). With
+// Connects to the publisher of the topic on the node at `addr` (`"ip:port"`; for a pattern,
+// to every publisher there of a topic it includes, the first awaited). With
 // `timeout_ms` 0 it only starts connecting (the outcome arrives as an event); otherwise it
 // waits: `RPS_UNAUTHORIZED` when the publisher refused the credential, `RPS_REJECTED`,
 // `RPS_UNREACHABLE`, `RPS_TIMEOUT`.

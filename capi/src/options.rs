@@ -137,6 +137,10 @@ pub struct rps_subscriber_options {
     /// Most publishers read at once (0: the default, 1,024); past it each further matching
     /// publisher is an `RPS_EVENT_FEED_LIMIT` and is read once a connection goes.
     pub max_feeds: usize,
+    /// The node to connect to at creation, `"ip:port"` (NULL: none; the default). A pattern
+    /// subscription without discovery needs one: it reads that node's topic listing and every
+    /// topic there it includes (more nodes: `rps_subscription_connect`).
+    pub connect: *const c_char,
 }
 
 /// Fills `options` with the defaults. `RPS_INVALID_ARGUMENT` when `options` is NULL.
@@ -194,6 +198,7 @@ pub unsafe extern "C" fn rps_subscriber_options_init(options: *mut rps_subscribe
         credential_len: 0,
         auto_connect: true,
         max_feeds: 0,
+        connect: std::ptr::null(),
     };
     // SAFETY: the caller gives NULL or a writable `rps_subscriber_options`.
     unsafe { write_out(options, defaults, "options") }
@@ -316,7 +321,8 @@ impl rps_subscriber_options {
     /// `builder` with these options.
     ///
     /// # Safety
-    /// `credential` is NULL or valid for `credential_len` bytes.
+    /// `credential` is NULL or valid for `credential_len` bytes; `connect` is NULL or a
+    /// NUL-terminated string.
     pub(crate) unsafe fn apply<'n>(
         &self,
         mut builder: SubscriberBuilder<'n>,
@@ -340,6 +346,10 @@ impl rps_subscriber_options {
         // SAFETY: NULL or valid for `credential_len` bytes (the caller's contract).
         if let Some(secret) = unsafe { secret_arg(self.credential, self.credential_len, "credential") }? {
             builder = builder.credential(secret);
+        }
+        if !self.connect.is_null() {
+            // SAFETY: not NULL, a NUL-terminated string (the caller's contract).
+            builder = builder.connect(unsafe { addr_arg(self.connect, "connect") }?);
         }
         Ok(builder)
     }

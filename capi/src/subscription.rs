@@ -60,8 +60,9 @@ impl rps_subscription {
 /// Makes a subscription to `topic` on `node` with `options` (NULL: the defaults) in `*out`.
 /// With discovery, it connects by itself to the topic's publishers; without, connect it with
 /// [`rps_subscription_connect`]. `topic` may be a pattern (a key expression with wildcards,
-/// `"sensors/**"`): with discovery, the subscription reads every publisher of a topic it
-/// includes; without, it is `RPS_INVALID_OPTION`.
+/// `"sensors/**"`): the subscription reads every publisher of a topic it includes, found by
+/// discovery or listed by the nodes it connects to; without discovery it needs
+/// `options->connect` (else `RPS_INVALID_OPTION`).
 ///
 /// # Safety
 /// `node` is NULL or a live node; `topic` NULL or a NUL-terminated string; `options` NULL or
@@ -105,7 +106,8 @@ pub unsafe extern "C" fn rps_subscription_destroy(sub: *mut *mut rps_subscriptio
     guard_void(|| drop(unsafe { take_handle(sub) }));
 }
 
-/// Connects to the publisher of the topic on the node at `addr` (`"ip:port"`). With
+/// Connects to the publisher of the topic on the node at `addr` (`"ip:port"`; for a pattern,
+/// to every publisher there of a topic it includes, the first awaited). With
 /// `timeout_ms` 0 it only starts connecting (the outcome arrives as an event); otherwise it
 /// waits: `RPS_UNAUTHORIZED` when the publisher refused the credential, `RPS_REJECTED`,
 /// `RPS_UNREACHABLE`, `RPS_TIMEOUT`.

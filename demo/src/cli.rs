@@ -270,11 +270,13 @@ pub struct SubArgs {
     #[arg(long, default_value = "127.0.0.1:0", value_parser = parse_bind)]
     pub bind: SocketAddr,
     /// Connect to the publisher's node at IP:PORT (what `pub` printed) instead of finding the
-    /// publishers of the topic by discovery.
+    /// publishers of the topic by discovery (with a pattern: every topic that node lists that
+    /// the pattern includes).
     #[arg(long, value_parser = parse_peer, conflicts_with_all = ["group", "peers"])]
     pub connect: Option<SocketAddr>,
     /// Topic to subscribe to, or a pattern of topics (`sensors/**`, `sensors/*/temp`,
-    /// `room-$*`: Zenoh key expressions), whose publishers discovery finds.
+    /// `room-$*`: Zenoh key expressions), whose publishers discovery finds (or the node of
+    /// --connect lists).
     #[arg(long, default_value = "demo")]
     pub topic: String,
     /// Expected message size (checked when given).

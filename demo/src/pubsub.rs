@@ -3,8 +3,8 @@
 //! peers) or connects where `--connect` says, checks every byte of every message (the payloads
 //! are deterministic, derived from each message's topic) and fails if anything was damaged, or
 //! lost while the publisher's policy promised no loss. Its topic may be a pattern
-//! (`--topic 'sensors/**'`, with discovery): it then reads every publisher of a topic the
-//! pattern includes.
+//! (`--topic 'sensors/**'`): it then reads every publisher of a topic the pattern includes,
+//! found by discovery or listed by the node of `--connect`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -172,7 +172,13 @@ pub fn subscribe(args: &SubArgs) -> Result<(), Fail> {
         None => args.discovery.options(),
     };
     let node = args.fabric.node(args.bind, discovery.clone())?;
-    let mut sub = node.subscriber(&args.topic).start(Start::Earliest).auto_connect(args.connect.is_none()).create()?;
+    let builder = node.subscriber(&args.topic).start(Start::Earliest).auto_connect(args.connect.is_none());
+    // A pattern connected to a node reads the topics that node lists, from the start.
+    let mut sub = match args.connect {
+        Some(addr) => builder.connect(addr),
+        None => builder,
+    }
+    .create()?;
     let (info, how) = match args.connect {
         Some(addr) => (sub.connect_wait(addr, Duration::from_secs(10))?, String::new()),
         None => {

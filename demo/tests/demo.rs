@@ -274,6 +274,24 @@ fn sub_with_a_pattern_reads_every_matching_pub_and_checks_each_by_its_topic() {
 }
 
 #[test]
+fn sub_with_a_pattern_connected_to_a_pub_reads_its_matching_topic_without_discovery() {
+    let dir = stats_dir("pattern-connect");
+    let topic = topic("pattern-connect");
+    let matching = format!("{topic}/a");
+    let publisher = Pub::start(&dir, &["--topic", &matching, "--no-discovery", "--count", "500", "--size", "64"]);
+    let addr = publisher.addr();
+    let pattern = format!("{topic}/*");
+    let args = ["sub", "--connect", &addr, "--topic", &pattern, "--size", "64"];
+    let out = run(&dir, &args, Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "sub:\n{}\n{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains(&format!("subscribed to {pattern:?} at {addr} ")), "{}", out.stdout);
+    assert!(out.stdout.contains("delivered 500 messages"), "{}", out.stdout);
+    assert!(out.stdout.contains("ok: every message arrived intact"), "{}", out.stdout);
+    let pub_out = finish(publisher.child, Duration::from_secs(30), "pub");
+    assert_eq!(pub_out.code, Some(0), "pub: {}", pub_out.stderr);
+}
+
+#[test]
 fn sub_finds_pub_by_unicast_discovery_and_receives_everything() {
     let dir = stats_dir("unicast");
     let topic = topic("unicast");

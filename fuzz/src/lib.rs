@@ -1,6 +1,6 @@
 //! Fuzz targets for every decoder of bytes that arrive from the network: connection-manager
-//! private data (connect, accept, reject), control messages (acks...), discovery
-//! announcements, ring records and the ring's control block as a subscriber READs them, and the
+//! private data (connect, accept, reject, a listing accept), control messages (acks...),
+//! discovery announcements, a node's topic listing as a subscriber READs it, ring records and the ring's control block as a subscriber READs them, and the
 //! soft provider's wire frame header.
 //!
 //! Each target must never panic on any input, and checks what a decoder promises beyond that:
@@ -20,8 +20,9 @@ use rdma_fabric::{
 };
 use rdma_wire::protocol::{
     AcceptData, AcceptTags, AnnounceKind, Announcement, ConnectAuth, ConnectData, ConnectFlags, Control, DropReason,
-    MessageTypeTag, PolicyKind, PolicySet, RejectCode, RejectData, Secret, StartAt, TopicId, CONTROL_MSG_MAX,
-    MAX_ANNOUNCEMENT,
+    ListedTopic, ListingAccept, ListingHeader, MessageTypeTag, PolicyKind, PolicySet, RejectCode, RejectData, Secret,
+    StartAt, TopicId, TopicListing, CONTROL_MSG_MAX, LISTING_HEADER_LEN, LISTING_REGION_LEN, MAX_ANNOUNCEMENT,
+    MAX_LISTED_NAME, MAX_LISTED_TOPICS,
 };
 use rdma_wire::ring::{
     layout, Checksum, ControlOutcome, ControlSnapshot, ReaderConfig, RecordHeader, RingConfig, RingProducer,
@@ -40,6 +41,8 @@ pub const TARGETS: &[(&str, Target, Seeds)] = &[
     ("connect_data", connect_data, seeds_connect),
     ("accept_data", accept_data, seeds_accept),
     ("reject_data", reject_data, seeds_reject),
+    ("listing_accept", listing_accept, seeds_listing_accept),
+    ("topic_listing", topic_listing, seeds_topic_listing),
     ("control", control, seeds_control),
     ("announcement", announcement, seeds_announcement),
     ("ring_records", ring_records, seeds_ring_records),
@@ -98,6 +101,54 @@ pub fn reject_data(data: &[u8]) -> bool {
     } else {
         false
     }
+}
+
+/// A listing accept (what a node answers a listing connection): what decodes has a region
+/// within a listing's length and re-encodes to itself.
+pub fn listing_accept(data: &[u8]) -> bool {
+    if let Ok(a) = ListingAccept::decode(data) {
+        assert!((LISTING_HEADER_LEN..=LISTING_REGION_LEN).contains(&(a.region_len as usize)));
+        let bytes = a.encode().expect("a decoded listing accept re-encodes");
+        assert!(bytes.len() <= MAX_ACCEPT_PRIVATE_DATA);
+        assert_eq!(ListingAccept::decode(&bytes).expect("re-decodes"), a);
+        true
+    } else {
+        false
+    }
+}
+
+/// A node's topic listing as a subscriber READs it: the input as the region's bytes, then as
+/// a body under a header whose checksum holds (what a hostile node writes), for a few
+/// generations. What decodes is within the bounds and re-encodes to itself.
+pub fn topic_listing(data: &[u8]) -> bool {
+    let check = |listing: TopicListing| {
+        assert!(listing.topics.len() <= MAX_LISTED_TOPICS);
+        assert!(listing.topics.iter().all(|t| t.name.len() <= MAX_LISTED_NAME));
+        let bytes = listing.encode_region().expect("a decoded listing re-encodes");
+        assert!(bytes.len() <= LISTING_REGION_LEN);
+        assert_eq!(TopicListing::decode_region(&bytes).expect("re-decodes"), listing);
+    };
+    let mut accepted = false;
+    if let Ok(listing) = TopicListing::decode_region(data) {
+        let header = ListingHeader::read(data).expect("a listing has a header");
+        assert!(header.region_bytes().is_some_and(|n| n <= data.len()));
+        check(listing);
+        accepted = true;
+    }
+    let body = &data[..data.len().min(LISTING_REGION_LEN - LISTING_HEADER_LEN)];
+    for generation in [0, 1, data.get(4).map_or(0, |&b| u64::from(b))] {
+        let mut region = generation.to_le_bytes().to_vec();
+        region.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        let crc = Checksum::Crc32c.of_pair(&region, body);
+        region.extend_from_slice(&crc.to_le_bytes());
+        region.extend_from_slice(body);
+        if let Ok(listing) = TopicListing::decode_region(&region) {
+            assert_eq!(listing.generation, generation);
+            check(listing);
+            accepted = true;
+        }
+    }
+    accepted
 }
 
 /// Control messages (acks, doorbell requests, doorbells, drops, end of stream).
@@ -419,6 +470,26 @@ fn seeds_reject() -> Vec<Vec<u8>> {
         RejectData::new(RejectCode::TooManySubscribers, &long).encode().unwrap(),
         RejectData::new(RejectCode::Unauthorized, "the proof's nonce was used before").encode().unwrap(),
     ])
+}
+
+fn seeds_listing_accept() -> Vec<Vec<u8>> {
+    let a = ListingAccept {
+        node_id: 42,
+        epoch: 1_700_000_000_000_000,
+        region: RemoteAddr { addr: 0x7f00_dead_c000, rkey: 0x1234_5678 },
+        region_len: LISTING_REGION_LEN as u32,
+        tag: None,
+    };
+    let tagged = a.clone().with_tag(Some(7), Some(seed_secret()));
+    with_variants(vec![a.encode().unwrap(), tagged.encode().unwrap()])
+}
+
+fn seeds_topic_listing() -> Vec<Vec<u8>> {
+    let topics = ["sensors/a/temp", "sensors/b", "@admin/x"].map(|name| ListedTopic { name: name.into(), instance: 3 });
+    let region = TopicListing::fitted(42, 7, 1, topics).encode_region().unwrap();
+    // The body alone too: the target wraps it under a good checksum.
+    let body = region[LISTING_HEADER_LEN..].to_vec();
+    with_variants(vec![region, body])
 }
 
 fn seeds_control() -> Vec<Vec<u8>> {

@@ -37,7 +37,7 @@ class Event:
     def kind(self) -> str:
         """``"connected"``, ``"lost"``, ``"ended"``, ``"dropped"``, ``"message_too_large"``,
         ``"record_too_large"``, ``"disconnected"``, ``"rejected"``, ``"unreachable"``,
-        ``"unauthenticated"``, ``"publisher_lost"``, ``"feed_limit"``."""
+        ``"unauthenticated"``, ``"publisher_lost"``, ``"feed_limit"``, ``"listing_failed"``."""
     @property
     def publisher(self) -> Optional[PublisherInfo]: ...
     @property
@@ -141,8 +141,9 @@ class Publisher:
     def __exit__(self, *exc: object) -> bool: ...
 
 class Subscriber:
-    """A subscriber of one topic, or of every topic a pattern includes (``"sensors/**"``, with
-    discovery); ``for msg in sub`` and ``async for msg in sub``."""
+    """A subscriber of one topic, or of every topic a pattern includes (``"sensors/**"``, found
+    by discovery or listed by the nodes it connects to); ``for msg in sub`` and
+    ``async for msg in sub``."""
 
     def recv(self, timeout: Optional[float] = None) -> Optional[Message]:
         """The next message, or None after ``timeout`` seconds; Ctrl-C interrupts it."""

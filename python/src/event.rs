@@ -12,7 +12,9 @@ use crate::message::PublisherInfo;
 /// dropped this subscriber; ``reason``), ``"message_too_large"`` / ``"record_too_large"``
 /// (``len`` over ``limit``), ``"disconnected"``, ``"rejected"`` (``reason``, ``detail``),
 /// ``"unreachable"`` (``detail``), ``"publisher_lost"`` (discovery; ``reason``, ``topic``),
-/// ``"feed_limit"`` (a publisher of ``topic`` not read: ``limit`` feeds open); ``"rejected"``
+/// ``"feed_limit"`` (a publisher of ``topic`` not read: ``limit`` feeds open),
+/// ``"listing_failed"`` (a pattern subscriber no longer learns the topics of the node at
+/// ``addr``; ``detail``); ``"rejected"``
 /// and ``"unauthenticated"`` name their ``topic`` too; fields a kind does not have are
 /// ``None``.
 #[pyclass(module = "rdma_pubsub", frozen, get_all)]
@@ -35,7 +37,8 @@ pub struct Event {
     pub complete: Option<bool>,
     /// Why (``"dropped"``, ``"rejected"``, ``"publisher_lost"``, ``"lost"``).
     pub reason: Option<String>,
-    /// An explanation (``"rejected"``, ``"unreachable"``, ``"unauthenticated"``).
+    /// An explanation (``"rejected"``, ``"unreachable"``, ``"unauthenticated"``,
+    /// ``"listing_failed"``).
     pub detail: Option<String>,
     /// A length in bytes over ``limit``.
     pub len: Option<u64>,
@@ -126,6 +129,9 @@ impl From<SubscriptionEvent> for Event {
                 limit: Some(limit as u64),
                 ..Event::default()
             },
+            SubscriptionEvent::ListingFailed { addr, detail } => {
+                Event { kind: "listing_failed", addr: Some(addr.to_string()), detail: Some(detail), ..Event::default() }
+            }
             other => Event { kind: "other", detail: Some(format!("{other:?}")), ..Event::default() },
         }
     }

@@ -147,8 +147,9 @@ impl Node {
         Ok(Publisher::new(py_result(made)?))
     }
 
-    /// A subscriber of ``topic``, or of every topic a pattern includes (``"sensors/**"``, with
-    /// discovery; each message's ``topic`` says which).
+    /// A subscriber of ``topic``, or of every topic a pattern includes (``"sensors/**"``, found
+    /// by discovery or listed by the nodes of ``connect``; each message's ``topic`` says
+    /// which).
     ///
     /// ``start``: ``"latest"`` (messages published after it connects) or ``"earliest"``
     /// (everything the publisher still holds). ``credential``: the topic's secret, for

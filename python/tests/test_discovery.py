@@ -1,4 +1,5 @@
-"""Discovery from Python: a subscriber finds a publisher by itself (unicast, on loopback)."""
+"""Discovery from Python: a subscriber finds a publisher by itself (unicast, on loopback); a
+pattern subscriber without discovery reads the topics listed by the node it connects to."""
 
 import time
 
@@ -66,3 +67,23 @@ def test_past_max_feeds_a_pattern_subscriber_tells_of_the_publisher_it_does_not_
 def test_without_discovery_a_node_has_no_discovery_address():
     with rdma_pubsub.Node(discovery=False) as node:
         assert node.discovery_addr is None
+
+
+def test_without_discovery_a_pattern_subscriber_reads_the_matching_topics_its_node_lists(nodes, topic):
+    a, b = nodes
+    publishers = [a.publisher(f"{topic}/{name}") for name in ("x", "y")]
+    other = a.publisher(f"{topic}-other")
+    subscriber = b.subscriber(f"{topic}/*", start="earliest", connect=[a.local_addr])
+    for publisher in publishers + [other]:
+        publisher.publish(publisher.topic.encode())
+    received = []
+    for _ in range(2):
+        message = subscriber.recv(timeout=TIMEOUT)
+        assert message is not None
+        assert bytes(message) == message.topic.encode(), "each message names its topic"
+        received.append(message.topic)
+    assert sorted(received) == [f"{topic}/x", f"{topic}/y"]
+    assert other.subscriber_count == 0
+    subscriber.close()
+    for publisher in publishers + [other]:
+        publisher.close()

@@ -1,12 +1,13 @@
-//! The node's connection-manager thread: answers connect requests for local publishers,
-//! routes every other connection event to the publisher or subscription that owns it, and
-//! services the local publishers every `SERVICE_INTERVAL`.
+//! The node's connection-manager thread: answers connect requests for local publishers and
+//! for the node's topic listing, routes every other connection event to the publisher,
+//! subscription or listing connection that owns it, and services the local publishers every
+//! `SERVICE_INTERVAL`.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use rdma_fabric::{CmEvent, ConnId, ConnectRequest, ConnectionEvent, Error as FabricError, Listener};
-use rdma_wire::protocol::{ConnectData, ProtocolError, RejectCode};
+use rdma_wire::protocol::{ConnectData, ConnectFlags, ProtocolError, RejectCode};
 
 use super::publisher::SERVICE_INTERVAL;
 use super::shared::{NodeShared, Route, RECHECK_INTERVAL};
@@ -63,6 +64,11 @@ fn dispatch(node: &Arc<NodeShared>, event: CmEvent) {
     let established = matches!(event, ConnectionEvent::Established { .. });
     match route(node, conn, !established) {
         Some(Route::Feed(events)) => events.connection_event(event),
+        // The connector is gone when its end of the channel is: nothing to tell.
+        Some(Route::Listing(events)) => drop(events.send(event)),
+        // Its route was taken out with any event but `Established`: the connection ended.
+        Some(Route::ListingServed) if !established => node.listing().disconnected(conn),
+        Some(Route::ListingServed) => {}
         Some(Route::Subscriber(p)) => {
             let Some(p) = p.upgrade() else { return };
             match event {
@@ -77,7 +83,8 @@ fn dispatch(node: &Arc<NodeShared>, event: CmEvent) {
     }
 }
 
-/// Routes a connect request to the local publisher of its topic.
+/// Routes a connect request to the local publisher of its topic, or to the topic listing when
+/// it asks for that.
 fn handle_connect_request(node: &NodeShared, req: ConnectRequest) {
     let data = match ConnectData::decode(req.private_data()) {
         Ok(d) => d,
@@ -91,6 +98,9 @@ fn handle_connect_request(node: &NodeShared, req: ConnectRequest) {
             return;
         }
     };
+    if data.flags.contains(ConnectFlags::LISTING) {
+        return node.listing().accept(node, req, &data);
+    }
     match node.publisher_of(data.topic) {
         Some(p) => p.accept(req, &data),
         None => node.reject_connect(req, RejectCode::UnknownTopic, "no publisher of that topic on this node"),

@@ -3,9 +3,10 @@
 //!
 //! Threads: one CM thread per node (accepts subscribers of local publishers, routes connection
 //! events to subscriptions), one discovery thread (announces the node's publishers over UD
-//! multicast or unicast, hears the other nodes', tells subscriptions: see [`discovery`]) and,
-//! with discovery, one connector thread (opens the subscriptions' connections to the
-//! publishers discovery announces, without any call of the application, every 20 ms), and,
+//! multicast or unicast, hears the other nodes', tells subscriptions: see [`discovery`]), one
+//! connector thread (opens the subscriptions' connections to the publishers discovery
+//! announces or a node's topic listing lists, without any call of the application, every
+//! 20 ms), and,
 //! unless `stats_dir(None)`, the stats exporter (rewrites the node's stats file every 100 ms:
 //! [`crate::stats`]). Data never passes through them: a publisher's thread writes its ring and
 //! handles acks inline; a subscription's thread posts READs and polls its own CQ. There is no
@@ -25,7 +26,7 @@
 // | `discovery/` | announcing and hearing publishers; each subscription's view of its topic |
 // | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `Loan`, `Liveness`, the flow-control rules |
 // | `subscription/` | `Subscription` (`mod.rs`, whole) taking turns over its `Feed`s (`feed.rs`: one publisher's stream, posted, completed, parsed and acked), the `Connector` and its thread, events, the async stream |
-// | `cm`, `stats_registry`, `stats_export` | the CM thread; the counters exported and the stats snapshot |
+// | `cm`, `topic_listing`, `stats_registry`, `stats_export` | the CM thread; the node's topic listing (`ListingServer`: the region pattern subscriptions connected by address READ, its listing connections); the counters exported and the stats snapshot |
 // | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
 
 mod ack_clock;
@@ -43,6 +44,7 @@ mod stats_export;
 mod stats_registry;
 mod subscription;
 mod topic;
+mod topic_listing;
 mod type_shape;
 mod wr_id;
 
@@ -228,7 +230,8 @@ impl NodeBuilder {
         let (id, epoch) = (self.node_id.unwrap_or_else(rand::random), epoch_now());
         let directory = discovery::Directory::new(id, self.discovery.domain, epoch, addr, self.discovery.enabled);
         let secret = self.discovery.secret.clone();
-        let shared = Arc::new(NodeShared::new((id, epoch, addr), (fabric, pd, channel), directory, secret));
+        let listing = topic_listing::ListingServer::new(&fabric, id, epoch)?;
+        let shared = Arc::new(NodeShared::new((id, epoch, addr), (fabric, pd, channel), (directory, listing), secret));
         let disc_setup =
             if self.discovery.enabled { Some(discovery::thread::setup(&shared, &self.discovery)?) } else { None };
         let discovery_addr = disc_setup.as_ref().map(|s| s.ud.local_addr());
@@ -238,13 +241,13 @@ impl NodeBuilder {
             .spawn(move || cm::run(thread_shared, listener))
             .map_err(|e| fabric::Error::os("spawn CM thread", None, e))?;
         let mut node = Node { shared, cm: Some(cm), discovery: None, connector: None, discovery_addr, exporter: None };
+        let thread_shared = node.shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("pubsub-conn-{}", addr.port()))
+            .spawn(move || subscription::run_connectors(thread_shared))
+            .map_err(|e| fabric::Error::os("spawn connector thread", None, e))?;
+        node.connector = Some(spawned);
         if let Some(setup) = disc_setup {
-            let thread_shared = node.shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("pubsub-conn-{}", addr.port()))
-                .spawn(move || subscription::run_connectors(thread_shared))
-                .map_err(|e| fabric::Error::os("spawn connector thread", None, e))?;
-            node.connector = Some(spawned);
             let thread_shared = node.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("pubsub-disc-{}", addr.port()))
@@ -278,7 +281,7 @@ pub struct Node {
     cm: Option<JoinHandle<()>>,
     exporter: Option<stats::Exporter>,
     discovery: Option<JoinHandle<()>>,
-    /// Opens the subscriptions' connections to discovered publishers (with discovery).
+    /// Opens the subscriptions' connections to discovered or listed publishers.
     connector: Option<JoinHandle<()>>,
     discovery_addr: Option<SocketAddr>,
 }
@@ -349,7 +352,10 @@ impl Node {
     /// (`sensors/**`): the subscription then reads every publisher, on any node of the domain,
     /// whose topic the pattern includes, those announced when it starts and those announced
     /// later, and lets go of each when it leaves. Each message names its topic
-    /// ([`Message::topic`](crate::Message::topic)). It needs discovery.
+    /// ([`Message::topic`](crate::Message::topic)). Without discovery, connected to a node's
+    /// address, it reads every topic that node lists that the pattern includes, those created
+    /// there later too; with neither, [`create`](SubscriberBuilder::create) is
+    /// [`Error::PatternNeedsDiscovery`](crate::Error::PatternNeedsDiscovery).
     pub fn subscriber(&self, topic: impl IntoKeyExpr) -> SubscriberBuilder<'_> {
         SubscriberBuilder::new(&self.shared, topic)
     }

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 
-use rdma_fabric::{ConnId, ConnectRequest, EventChannel, Fabric, ProtectionDomain};
+use crossbeam::channel::Sender;
+use rdma_fabric::{ConnId, ConnectRequest, ConnectionEvent, EventChannel, Fabric, ProtectionDomain};
 use rdma_wire::protocol::TopicId;
 use rdma_wire::protocol::{RejectCode, RejectData, Secret};
 
@@ -23,6 +24,7 @@ use super::publisher::PublisherShared;
 use super::seq_floors::SeqFloors;
 use super::stats_registry::Registry;
 use super::subscription::{Connector, FeedSender, SubscriptionCounters};
+use super::topic_listing::ListingServer;
 use crate::error::{Error, Result};
 
 /// The longest a node thread or a blocking call waits before it checks again what it waits
@@ -37,6 +39,11 @@ pub(crate) enum Route {
     /// A local subscription's connection to a publisher: its events go on the subscription's
     /// event channel.
     Feed(FeedSender),
+    /// A local pattern subscription's listing connection to a node: its events go to the
+    /// subscription's connector, which reads the node's topic listing through it.
+    Listing(Sender<ConnectionEvent>),
+    /// A subscriber's listing connection to this node's topic listing.
+    ListingServed,
 }
 
 /// The connections of a node and where their CM events go, locked.
@@ -66,6 +73,8 @@ pub(crate) struct NodeShared {
     stats: Registry,
     /// Local and discovered publishers, and the subscriptions watching them.
     discovery: Directory,
+    /// The topics of the local publishers, for pattern subscriptions connected by address.
+    listing: ListingServer,
     /// The domain secret: it seals announcements, and accepts answer subscribers' challenges
     /// under it (either side of a connection proves it is of the domain).
     domain_secret: Option<Secret>,
@@ -76,7 +85,7 @@ impl NodeShared {
     pub(crate) fn new(
         (id, epoch, addr): (NodeId, u64, SocketAddr),
         (fabric, pd, channel): (Fabric, ProtectionDomain, EventChannel),
-        discovery: Directory,
+        (discovery, listing): (Directory, ListingServer),
         domain_secret: Option<Secret>,
     ) -> NodeShared {
         NodeShared {
@@ -94,6 +103,7 @@ impl NodeShared {
             counters: NodeCounters::default(),
             stats: Registry::default(),
             discovery,
+            listing,
             domain_secret,
         }
     }
@@ -148,6 +158,11 @@ impl NodeShared {
         &self.discovery
     }
 
+    /// The topic listing of the local publishers.
+    pub(crate) fn listing(&self) -> &ListingServer {
+        &self.listing
+    }
+
     /// Whether the node is stopping: its threads end.
     pub(crate) fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
@@ -159,7 +174,7 @@ impl NodeShared {
     }
 
     /// Adds the publisher of `topic` to the node: connect requests for the topic reach it, its
-    /// counters are exported and discovery announces it.
+    /// counters are exported, discovery announces it and the topic listing lists it.
     ///
     /// # Errors
     /// [`Error::AlreadyPublishing`] when a live publisher of the topic is there already.
@@ -177,18 +192,21 @@ impl NodeShared {
         }
         self.stats.add_publisher(topic.as_str(), publisher.id(), publisher.counters_arc());
         self.discovery.publisher_added(topic);
+        self.listing.publisher_added(topic);
         Ok(())
     }
 
     /// The publisher of `topic_id` is closing: it takes no more connect requests and is no
-    /// longer announced (unless another publisher of the topic has replaced it). Its next
-    /// message would have been `next_seq` (the next publisher of the topic here starts there).
+    /// longer announced nor listed (unless another publisher of the topic has replaced it).
+    /// Its next message would have been `next_seq` (the next publisher of the topic here
+    /// starts there).
     pub(crate) fn remove_publisher(&self, topic_id: TopicId, publisher: &PublisherShared, next_seq: u64) {
         let mut publishers = self.publishers.lock();
         self.seq_floors.lock().closed(topic_id, next_seq);
         if publishers.get(&topic_id).is_some_and(|w| std::ptr::addr_eq(w.as_ptr(), publisher)) {
             publishers.remove(&topic_id);
             self.discovery.publisher_removed(topic_id);
+            self.listing.publisher_removed(topic_id);
         }
     }
 

@@ -134,7 +134,8 @@ impl IntoKeyExpr for &KeyExpr {
 }
 
 /// What a subscription reads: one topic (its publishers are found by the topic's id), or every
-/// topic a pattern includes (matched, by [`KeyExpr::includes`], when a publisher is announced).
+/// topic a pattern includes (matched, by [`KeyExpr::includes`], when a publisher is announced
+/// or a node's topic listing lists it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum TopicFilter {
     /// One topic.

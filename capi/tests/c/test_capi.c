@@ -65,12 +65,38 @@ static rps_subscription *subscribe(rps_node *node, const char *topic, const char
 }
 
 /* A pattern reads the publishers of every topic it includes, found by discovery (a domain of
- * this process alone), and no other; without discovery it is refused. */
+ * this process alone) or listed by the node it connects to, and no other; without discovery
+ * and without a node to connect to it is refused. */
 static void pattern(void) {
     rps_node *plain = make_node();
     rps_subscription *sub = NULL;
     CHECK(rps_subscription_create(plain, "c-pattern/*", NULL, &sub) == RPS_INVALID_OPTION && sub == NULL,
           "a pattern without discovery: %s", rps_last_error());
+    /* Without discovery, connected to the publishers' node: its matching topic only. */
+    rps_node *served = make_node();
+    rps_publisher *listed = NULL, *unlisted = NULL;
+    OK(rps_publisher_create(served, "c-listed/x", NULL, &listed));
+    OK(rps_publisher_create(served, "c-unlisted", NULL, &unlisted));
+    char served_addr[64];
+    local_addr(served, served_addr, sizeof served_addr);
+    rps_subscriber_options by_addr;
+    OK(rps_subscriber_options_init(&by_addr));
+    by_addr.start = RPS_START_EARLIEST;
+    by_addr.connect = served_addr;
+    OK(rps_subscription_create(plain, "c-listed/*", &by_addr, &sub));
+    OK(rps_subscription_connect(sub, served_addr, WAIT_MS));
+    OK(rps_publisher_publish(unlisted, (const uint8_t *)"other", 5, NULL));
+    OK(rps_publisher_publish(listed, (const uint8_t *)"listed", 6, NULL));
+    rps_message_view listed_view;
+    OK(rps_subscription_recv_ref(sub, WAIT_MS, &listed_view));
+    CHECK(listed_view.len == 6 && listed_view.topic_len == 10 && memcmp(listed_view.topic, "c-listed/x", 10) == 0,
+          "the listed topic: %.*s", (int)listed_view.topic_len, listed_view.topic);
+    OK(rps_subscription_release(sub));
+    CHECK(rps_subscription_recv_ref(sub, 0, &listed_view) == RPS_EMPTY, "none of the unlisted topic");
+    rps_subscription_destroy(&sub);
+    OK(rps_publisher_destroy(&listed));
+    OK(rps_publisher_destroy(&unlisted));
+    rps_node_destroy(&served);
     rps_node_destroy(&plain);
 
     rps_node_options options;

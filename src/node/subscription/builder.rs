@@ -15,7 +15,8 @@ use crate::node::shared::NodeShared;
 use rdma_wire::protocol::Secret;
 
 /// Configures and creates a [`Subscription`] to one topic, or to every topic a pattern
-/// includes (a [`KeyExpr`] with wildcards, found by discovery); from
+/// includes (a [`KeyExpr`] with wildcards, found by discovery or in the topic listing of the
+/// nodes it is connected to); from
 /// [`Node::subscriber`](crate::Node::subscriber).
 ///
 /// ```
@@ -130,9 +131,9 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
     /// Also connects to the publisher of the topic on the node at `addr` (without discovery,
     /// the way to reach one); the outcome arrives as a
     /// [`SubscriptionEvent`](crate::SubscriptionEvent). May be called several times. A
-    /// pattern subscription finds its publishers through discovery only:
-    /// [`create`](Self::create) then fails with
-    /// [`Error::PatternNeedsDiscovery`](crate::Error::PatternNeedsDiscovery).
+    /// pattern subscription reads the topic listing of the node at `addr` and connects to
+    /// every publisher there whose topic the pattern includes, those created later too,
+    /// without discovery (see [`Subscription::connect`]).
     pub fn connect(mut self, addr: SocketAddr) -> Self {
         self.connect.push(addr);
         self
@@ -164,15 +165,18 @@ impl<'n, T: ?Sized + MessageType> SubscriberBuilder<'n, T> {
     /// [`Error::InvalidOption`](crate::Error::InvalidOption) (the batch size, a
     /// `max_message_len` out of `1..=u32::MAX`, `max_feeds` out of `1..=65,536`),
     /// [`Error::PatternNeedsDiscovery`](crate::Error::PatternNeedsDiscovery) for a pattern
-    /// without discovery (the node's off, `auto_connect(false)`, or addresses to connect to),
+    /// with no way to find publishers: without discovery (the node's off, or
+    /// `auto_connect(false)`) and without addresses to [`connect`](Self::connect) to,
     /// and [`Error::Fabric`](crate::Error::Fabric) when the completion queue or a connection
     /// cannot be created.
     pub fn create(mut self) -> Result<Subscription<T>> {
         self.options.message_type = T::type_tag(self.options.schema_id);
         let filter = TopicFilter::new(self.topic?)?;
-        if filter.is_pattern() && !self.connect.is_empty() {
-            let pattern = filter.as_str().to_owned();
-            return Err(crate::Error::PatternNeedsDiscovery { pattern, detail: "it is given addresses to connect to" });
+        let discovers = self.options.auto_connect && self.node.discovery().enabled();
+        if filter.is_pattern() && self.connect.is_empty() && !discovers {
+            let detail =
+                if self.options.auto_connect { "the node's discovery is off" } else { "its auto_connect is off" };
+            return Err(crate::Error::PatternNeedsDiscovery { pattern: filter.as_str().to_owned(), detail });
         }
         let mut subscription = Subscription::create(self.node.clone(), filter, self.options)?;
         for addr in self.connect {

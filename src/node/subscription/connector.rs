@@ -1,7 +1,9 @@
 //! Opening connections to publishers, in the background: a subscription's [`Connector`] turns
-//! discovery's sightings of its topic (or of every topic its pattern includes) into
-//! connections without any call of the application, and the node's connector thread runs
-//! every connector each [`RECHECK_INTERVAL`]. A connection is per publisher: per address and
+//! discovery's sightings of its topic (or of every topic its pattern includes), and the topic
+//! listings of the nodes a pattern subscription was connected to (`listing.rs`: one
+//! [`ListingReader`] per address, without discovery), into connections without any call of the
+//! application, and the node's connector thread runs every connector each
+//! [`RECHECK_INTERVAL`]. A connection is per publisher: per address and
 //! topic (a pattern may read several topics of one node, each on its own connection), and a
 //! subscription holds at most its `max_feeds` of them: past that a publisher is not connected
 //! ([`FeedEvent::FeedLimit`], once per publisher) until one goes.
@@ -29,13 +31,14 @@ use parking_lot::Mutex;
 use super::counters::SubscriptionCounters;
 use super::feed::{CTRL_LEN, RECV_SLOTS};
 use super::feed_channel::{AcceptExpectation, FeedEvent, FeedSender, OpenedFeed};
+use super::listing::{ListingNews, ListingReader};
 use super::options::{Start, SubscriptionOptions};
 use crate::error::{Error, Result};
 use crate::node::discovery::{Lost, LostReason, Sighting, Watch};
 use crate::node::identity::publisher_id;
 use crate::node::shared::{NodeShared, Route, RECHECK_INTERVAL};
 use crate::node::topic::TopicFilter;
-use rdma_fabric::{Access, CompletionQueue, ConnId, QpCaps, QpInit, RNR_RETRY_INFINITE};
+use rdma_fabric::{Access, CompletionQueue, ConnId, QpCaps, QpInit, WorkCompletion, RNR_RETRY_INFINITE};
 use rdma_wire::protocol::{wall_clock_ms, ConnectAuth, ConnectData, ConnectFlags, PolicySet, StartAt, TopicId};
 use rdma_wire::Topic;
 
@@ -44,6 +47,9 @@ use rdma_wire::Topic;
 pub(super) const MAX_FEEDS: usize = 1 << 16;
 /// How long opening one connection may take (address and route resolution on verbs).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most nodes one pattern subscription reads the topic listing of (addresses it was asked to
+/// connect to).
+pub(super) const MAX_LISTED_NODES: usize = 64;
 
 /// What a subscription's connections are opened with, and the state of its discovery.
 pub(crate) struct Connector {
@@ -69,6 +75,13 @@ struct ConnectorState {
     open: HashMap<(SocketAddr, TopicId), ConnId>,
     /// Publishers (by id) ever connected: a connection to one again is a reconnection.
     seen: HashSet<u64>,
+    /// The listing connections of a pattern subscription, one per address it was asked to
+    /// connect to (without discovery, how it learns the topics of those nodes).
+    listings: Vec<ListingReader>,
+    /// The CQ of the listing connections' READs (made with the first).
+    listing_cq: Option<CompletionQueue>,
+    /// The node's connector thread runs this connector.
+    registered: bool,
     /// The subscription is gone: open nothing more.
     closed: bool,
 }
@@ -101,12 +114,18 @@ impl Connector {
                 watch,
                 open: HashMap::new(),
                 seen: HashSet::new(),
+                listings: Vec::new(),
+                listing_cq: None,
+                registered: false,
                 closed: false,
             }),
         });
-        if connector.state.lock().watch.is_some() {
+        let mut state = connector.state.lock();
+        if state.watch.is_some() {
+            state.registered = true;
             node.add_connector(Arc::downgrade(&connector));
         }
+        drop(state);
         connector
     }
 
@@ -122,6 +141,60 @@ impl Connector {
         let Some(mut state) = state else { return };
         state.apply_sightings();
         state.open_due(node);
+        state.run_listings(node);
+    }
+
+    /// Starts reading the topic listing of the node at `addr` (a pattern subscription asked to
+    /// connect to it; nothing to do when it reads it already), and runs the connector on the
+    /// node's connector thread from then on: every topic listed there that the pattern
+    /// includes is connected, as discovery's would be, now and as the listing changes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOption`] past [`MAX_LISTED_NODES`] addresses; the fabric's when the
+    /// connection cannot be started.
+    pub(super) fn connect_listing(self: &Arc<Self>, node: &NodeShared, addr: SocketAddr) -> Result<()> {
+        let mut state = self.state.lock();
+        if state.closed || state.listings.iter().any(|l| l.addr() == addr) {
+            return Ok(());
+        }
+        if state.listings.len() >= MAX_LISTED_NODES {
+            let detail = format!("a pattern subscription reads the topics of at most {MAX_LISTED_NODES} nodes");
+            return Err(Error::InvalidOption { option: "connect", detail });
+        }
+        let cq = match &state.listing_cq {
+            Some(cq) => cq.clone(),
+            None => {
+                let depth = (2 * MAX_LISTED_NODES as u32).min(node.fabric().attributes().max_cqe);
+                let cq = node.fabric().create_cq(depth)?;
+                state.listing_cq = Some(cq.clone());
+                cq
+            }
+        };
+        let data = ConnectData {
+            topic: TopicId(0),
+            start: StartAt::Latest,
+            accepts: PolicySet::ALL,
+            node_id: node.id(),
+            flags: ConnectFlags::LISTING,
+            auth: ConnectAuth::None,
+        };
+        let data = if node.domain_secret().is_some() { data.with_challenge(rand::random()) } else { data };
+        let encoded = data.encode().map_err(Error::from_own_encoding)?;
+        let reader = ListingReader::open(node, &cq, addr, &encoded, data.challenge(), CONNECT_TIMEOUT)?;
+        state.listings.push(reader);
+        if !state.registered {
+            state.registered = true;
+            node.add_connector(Arc::downgrade(self));
+        }
+        drop(state);
+        self.run(node, true);
+        Ok(())
+    }
+
+    /// Whether it reads the topic listing of a node (so publishers may still be connected
+    /// without discovery).
+    pub(super) fn reads_listings(&self) -> bool {
+        !self.state.lock().listings.is_empty()
     }
 
     /// Opens a connection to the publisher of `topic` at `addr` unless one is open, starting
@@ -180,14 +253,28 @@ impl Connector {
         self.state.lock().watch.as_ref().is_some_and(|w| w.has_ended(addr, topic))
     }
 
-    /// The topics of the publishers discovery says are present (those a pattern matched).
+    /// The topics of the publishers discovery says are present, or the nodes whose listing it
+    /// reads list (those a pattern matched), each once and sorted.
     pub(super) fn matched_topics(&self) -> Vec<Topic> {
-        self.state.lock().watch.as_ref().map(Watch::matched_topics).unwrap_or_default()
+        let state = self.state.lock();
+        let mut topics = state.watch.as_ref().map(Watch::matched_topics).unwrap_or_default();
+        topics.extend(state.listings.iter().flat_map(ListingReader::listed).map(|(t, _)| t.clone()));
+        topics.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        topics.dedup();
+        topics
     }
 
     /// Those topics, sorted, each with its publishers present (for the stats file).
     pub(crate) fn matched_publishers(&self) -> Vec<(Topic, usize)> {
-        self.state.lock().watch.as_ref().map(Watch::matched_publishers).unwrap_or_default()
+        let state = self.state.lock();
+        let mut counts: HashMap<Topic, usize> =
+            state.watch.as_ref().map(Watch::matched_publishers).unwrap_or_default().into_iter().collect();
+        for (topic, _) in state.listings.iter().flat_map(ListingReader::listed) {
+            *counts.entry(topic.clone()).or_insert(0) += 1;
+        }
+        let mut all: Vec<(Topic, usize)> = counts.into_iter().collect();
+        all.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        all
     }
 
     /// The subscription is gone: opens nothing more and leaves the directory.
@@ -196,6 +283,10 @@ impl Connector {
         state.closed = true;
         if let Some(watch) = state.watch.take() {
             watch.unwatch(node.discovery());
+        }
+        // Dropping a listing's queue pair disconnects it.
+        for listing in state.listings.drain(..) {
+            node.remove_route(listing.conn());
         }
     }
 }
@@ -242,6 +333,83 @@ impl ConnectorState {
                 tracing::debug!(filter = %self.filter.as_str(), %topic, %addr, "auto-connect: {e}");
                 let _ = self.events.send(FeedEvent::ConnectFailed { addr, detail: e.to_string() });
             }
+        }
+    }
+
+    /// Runs the listing connections: their READs' completions, their CM events, the READs
+    /// due; then connects each listed publisher the pattern includes that is not yet, within
+    /// `max_feeds` (past it a `FeedLimit`, once, as for discovery's). A failed listing is told
+    /// to the subscription and counted, and its connection closed.
+    fn run_listings(&mut self, node: &NodeShared) {
+        if self.listings.is_empty() || self.closed {
+            return;
+        }
+        let now = Instant::now();
+        let filter = &self.filter;
+        let keep = |topic: &Topic| filter.matches(topic);
+        let mut news = Vec::new();
+        if let Some(cq) = &self.listing_cq {
+            let mut wcs = [WorkCompletion::default(); 16];
+            let n = cq.poll(&mut wcs).unwrap_or_else(|e| {
+                tracing::warn!(filter = %filter.as_str(), "listing CQ: {e}");
+                0
+            });
+            for wc in &wcs[..n] {
+                if let Some(l) = self.listings.iter_mut().find(|l| l.conn() == wc.wr_id) {
+                    news.push((l.addr(), l.complete(wc, &keep, now)));
+                }
+            }
+        }
+        for l in &mut self.listings {
+            news.push((l.addr(), l.poll(node.domain_secret(), now)));
+        }
+        for (addr, n) in news {
+            if let ListingNews::Failed(detail) = n {
+                self.counters.listing_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _ = self.events.send(FeedEvent::ListingFailed { addr, detail });
+            }
+        }
+        for failed in self.listings.iter().filter(|l| l.failed()) {
+            node.remove_route(failed.conn());
+        }
+        self.listings.retain(|l| !l.failed());
+        self.open_listed(node);
+    }
+
+    /// Connects the listed publishers not connected yet (see [`run_listings`](Self::run_listings)).
+    fn open_listed(&mut self, node: &NodeShared) {
+        let mut due = Vec::new();
+        for l in &self.listings {
+            let Some(node_id) = l.node_id() else { continue };
+            for (topic, instance) in l.listed() {
+                // A connection to an earlier instance still open: this one once it goes.
+                if !l.attempted(topic.id(), instance) && !self.open.contains_key(&(l.addr(), topic.id())) {
+                    due.push((l.addr(), node_id, topic.clone(), instance));
+                }
+            }
+        }
+        for (addr, node_id, topic, instance) in due {
+            if self.open.len() >= self.max_feeds {
+                if self.over_limit.insert((addr, topic.id())) {
+                    self.counters.feed_limit_reached.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let limit = self.max_feeds;
+                    let _ = self.events.send(FeedEvent::FeedLimit { addr, topic, limit });
+                }
+                continue;
+            }
+            let id = publisher_id(node_id, topic.id());
+            let start = if self.seen.contains(&id) { StartAt::Earliest } else { self.start_for_new() };
+            if let Err(e) = self.open_feed(node, addr, &topic, start, Some(id)) {
+                tracing::debug!(filter = %self.filter.as_str(), %topic, %addr, "listed topic: {e}");
+                let _ = self.events.send(FeedEvent::ConnectFailed { addr, detail: e.to_string() });
+            }
+            if let Some(l) = self.listings.iter_mut().find(|l| l.addr() == addr) {
+                l.mark_attempted(topic.id(), instance);
+            }
+        }
+        let matched: usize = self.listings.iter().map(|l| l.listed().count()).sum();
+        if self.watch.is_none() {
+            self.counters.matched_topics.store(matched as u64, std::sync::atomic::Ordering::Relaxed);
         }
     }
 

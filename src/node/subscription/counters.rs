@@ -58,8 +58,13 @@ crate::counters::counter_set! {
         /// counted once, with its [`FeedLimit`](crate::SubscriptionEvent::FeedLimit) event).
         feed_limit_reached: Total, Connections;
         /// Topics discovery announces publishers of that the subscription reads now (a gauge:
-        /// 1 or 0 for a topic, the topics matched for a pattern).
+        /// 1 or 0 for a topic, the topics matched for a pattern; without discovery, the topics
+        /// the listings of the nodes it connected to list that the pattern includes).
         matched_topics: Gauge, Connections;
+        /// Topic listings of nodes a pattern subscription was connected to that failed: refused,
+        /// unauthenticated, invalid or broken (each with a
+        /// [`ListingFailed`](crate::SubscriptionEvent::ListingFailed) event).
+        listing_failures: Total, Events;
     }
 }
 

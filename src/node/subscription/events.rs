@@ -135,11 +135,11 @@ pub enum SubscriptionEvent {
         /// How discovery knows.
         reason: LostReason,
     },
-    /// Discovery announced a publisher of a topic the subscription reads, and the
-    /// subscription did not connect to it: it reads
-    /// [`max_feeds`](super::SubscriberBuilder::max_feeds) publishers already (counted in
-    /// `feed_limit_reached`). Told once per publisher; it is connected when a connection goes
-    /// and it is still announced. The other publishers go on.
+    /// Discovery announced a publisher of a topic the subscription reads (or a node whose
+    /// topic listing a pattern subscription reads listed one), and the subscription did not
+    /// connect to it: it reads [`max_feeds`](super::SubscriberBuilder::max_feeds) publishers
+    /// already (counted in `feed_limit_reached`). Told once per publisher; it is connected
+    /// when a connection goes and it is still announced or listed. The other publishers go on.
     FeedLimit {
         /// The publisher's node.
         addr: SocketAddr,
@@ -147,6 +147,18 @@ pub enum SubscriptionEvent {
         topic: Topic,
         /// The limit.
         limit: usize,
+    },
+    /// A pattern subscription connected to a node's address
+    /// ([`Subscription::connect`](super::Subscription::connect)) no longer learns that node's
+    /// topics: the node refused to list them (a node of an older version lists none), its
+    /// listing accept did not authenticate, its listing was invalid (counted in
+    /// `listing_failures`), or the listing connection broke. The publishers connected already
+    /// go on; connect to the address again to read its listing again.
+    ListingFailed {
+        /// The node.
+        addr: SocketAddr,
+        /// What failed.
+        detail: String,
     },
 }
 

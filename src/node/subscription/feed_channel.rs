@@ -31,6 +31,8 @@ pub(crate) enum FeedEvent {
     /// The connector did not connect the publisher of `topic` at `addr`: the subscription
     /// reads `limit` publishers already (told once per publisher).
     FeedLimit { addr: SocketAddr, topic: Topic, limit: usize },
+    /// The topic listing of the node at `addr` failed (the connector dropped it).
+    ListingFailed { addr: SocketAddr, detail: String },
 }
 
 /// A connection opened for a subscription, handed over on its event channel.

@@ -7,7 +7,9 @@
 //!
 //! With discovery on, a subscription watches its topic in the node's directory and connects to
 //! every publisher announced, reconnecting when one comes back (its [`Connector`], run by the
-//! node's connector thread too). A subscription to a pattern (a key expression with
+//! node's connector thread too). Without it, a subscription to a pattern connected to a node's
+//! address reads that node's topic listing and connects to each topic listed that it includes
+//! (`listing.rs`). A subscription to a pattern (a key expression with
 //! wildcards) watches every topic the pattern includes: a feed is a connection to one
 //! publisher of one topic, and each message is handed its feed's topic (a reference count, no
 //! allocation). At most `max_feeds` feeds are open; a publisher past it is an event, not an
@@ -46,7 +48,8 @@
 //! `refusals.rs`) is documented at [`Subscription::recv`].
 //!
 //! Files: this one (`Subscription`, whole), `feed.rs` (`Feed`), `connector.rs` (opening
-//! connections, the connector thread), `feed_channel.rs` (what other threads tell a
+//! connections, the connector thread), `listing.rs` (a pattern's listing connection to a
+//! node's address, READing the node's topic listing), `feed_channel.rs` (what other threads tell a
 //! subscription), `events.rs` (`SubscriptionEvent`, the bounded queues), `refusals.rs` (the
 //! publishers that refused or dropped it), `stream.rs` (feature `async`), `readiness.rs` (the
 //! descriptor of `ready_fd`, for event loops), `builder.rs`, `options.rs`, `message.rs`,
@@ -98,6 +101,7 @@ mod counters;
 mod events;
 mod feed;
 mod feed_channel;
+mod listing;
 mod message;
 mod options;
 mod readiness;
@@ -184,8 +188,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// connector (which watches them when discovery is on).
     ///
     /// # Errors
-    /// An invalid batch size, message length or feed limit; a pattern without discovery; the
-    /// fabric's when the CQ cannot be created.
+    /// An invalid batch size, message length or feed limit; the fabric's when the CQ cannot be
+    /// created.
     pub(crate) fn create(
         node: Arc<NodeShared>,
         filter: TopicFilter,
@@ -194,10 +198,6 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if options.max_feeds == 0 || options.max_feeds > connector::MAX_FEEDS {
             let detail = format!("must be in 1..={}, got {}", connector::MAX_FEEDS, options.max_feeds);
             return Err(Error::InvalidOption { option: "max_feeds", detail });
-        }
-        if filter.is_pattern() && !(options.auto_connect && node.discovery().enabled()) {
-            let detail = if options.auto_connect { "the node's discovery is off" } else { "its auto_connect is off" };
-            return Err(Error::PatternNeedsDiscovery { pattern: filter.as_str().to_owned(), detail });
         }
         if options.batch < 4096 || options.batch > 64 << 20 {
             return Err(Error::InvalidOption { option: "batch", detail: "must be in 4 KiB..=64 MiB".into() });
@@ -257,7 +257,8 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     /// The topics this subscription reads publishers of now, as discovery announces them, each
     /// once and sorted: its topic when a publisher of it is announced, the topics its pattern
-    /// matched for a pattern (empty without discovery).
+    /// matched for a pattern (with those listed by the nodes a pattern subscription is
+    /// connected to; empty for a topic without discovery).
     pub fn matched_topics(&self) -> Vec<rdma_wire::Topic> {
         self.connector.matched_topics()
     }
@@ -277,42 +278,53 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// arrives as a [`SubscriptionEvent`] (see [`try_event`](Self::try_event)) while receiving,
     /// or wait for it with [`connect_wait`](Self::connect_wait).
     ///
+    /// A subscription to a pattern reads the node's topic listing instead, and connects to
+    /// every publisher of that node whose topic the pattern includes, without discovery: those
+    /// listed now, and those created later (the listing is READ again every 100 ms); one
+    /// closed ends its stream as usual. Each publisher is a connection of its own (refused or
+    /// accepted per topic, within [`max_feeds`](crate::SubscriberBuilder::max_feeds)); a
+    /// listing that fails is a [`SubscriptionEvent::ListingFailed`].
+    ///
     /// # Errors
     /// [`Error::Fabric`] when the connection cannot be started (resources, addresses);
     /// [`Error::InvalidOption`] past its [`max_feeds`](crate::SubscriberBuilder::max_feeds)
-    /// publishers; [`Error::PatternNeedsDiscovery`] for a subscription to a pattern (it is
-    /// connected by discovery only); [`Error::Closed`] once the subscription's node was
-    /// dropped or the subscription closed. Refusals and unreachable nodes arrive as events.
+    /// publishers, or for a pattern past 64 addresses; [`Error::Closed`] once the
+    /// subscription's node was dropped or the subscription closed. Refusals and unreachable
+    /// nodes arrive as events.
     pub fn connect(&mut self, addr: SocketAddr) -> Result<()> {
         self.check_open()?;
-        let topic = match &self.filter {
-            TopicFilter::Exact(topic) => topic,
-            TopicFilter::Pattern(key) => {
-                let detail = "it was asked to connect to an address";
-                return Err(Error::PatternNeedsDiscovery { pattern: key.as_str().to_owned(), detail });
-            }
-        };
-        self.connector.connect(&self.node, addr, topic)?;
+        match &self.filter {
+            TopicFilter::Exact(topic) => self.connector.connect(&self.node, addr, topic)?,
+            TopicFilter::Pattern(_) => self.connector.connect_listing(&self.node, addr)?,
+        }
         self.drain_feed_events();
         Ok(())
     }
 
-    /// Connects to `addr` and waits until the publisher accepted or refused.
+    /// Connects to `addr` and waits until the publisher accepted or refused. A subscription to
+    /// a pattern waits until the first publisher at `addr` whose topic it includes is
+    /// connected (the others follow; their refusals stay events, since the other topics go
+    /// on).
     ///
     /// # Errors
     /// [`Error::Rejected`] with the publisher's reason, [`Error::RecordTooLarge`] when its
     /// records are larger than this subscription READs, [`Error::Unauthenticated`] when its
     /// accept does not prove what this subscription requires (a domain secret or a credential
     /// tag answering the connect's challenge), [`Error::Unreachable`] when no node
-    /// answers at `addr` or the connection broke while it was set up, [`Error::Timeout`] when
+    /// answers at `addr`, the connection broke while it was set up or, for a pattern, the
+    /// node's topic listing failed ([`SubscriptionEvent::ListingFailed`]), [`Error::Timeout`] when
     /// no answer came within `timeout`, and [`Error::Closed`] at once when the subscription's
     /// node was dropped or the subscription closed (before or while waiting); the errors of
     /// [`connect`](Self::connect).
     pub fn connect_wait(&mut self, addr: SocketAddr, timeout: Duration) -> Result<PublisherInfo> {
         self.connect(addr)?;
         let deadline = rdma_fabric::time::deadline_after(timeout);
+        let pattern = self.filter.is_pattern();
         loop {
             self.check_open()?;
+            if pattern {
+                self.connector.run(&self.node, true);
+            }
             self.drain_feed_events();
             let open = self.feeds.iter().find(|(_, f)| !f.is_closed() && f.addr() == addr);
             if let Some(info) = open.and_then(|(_, f)| f.publisher()) {
@@ -320,11 +332,14 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             }
             if let Some(event) = self.user_events.take_first(|e| match e {
                 SubscriptionEvent::Connected(info) => info.addr == addr,
+                SubscriptionEvent::Unreachable { addr: a, .. } | SubscriptionEvent::ListingFailed { addr: a, .. } => {
+                    *a == addr
+                }
+                // A pattern's topics are refused one by one, and the others go on.
                 SubscriptionEvent::Rejected { addr: a, .. }
-                | SubscriptionEvent::Unreachable { addr: a, .. }
                 | SubscriptionEvent::RecordTooLarge { addr: a, .. }
-                | SubscriptionEvent::Unauthenticated { addr: a, .. } => *a == addr,
-                SubscriptionEvent::Disconnected { addr: a, .. } => *a == addr,
+                | SubscriptionEvent::Unauthenticated { addr: a, .. }
+                | SubscriptionEvent::Disconnected { addr: a, .. } => !pattern && *a == addr,
                 _ => false,
             }) {
                 return match event {
@@ -336,6 +351,10 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                         Err(Error::Rejected { peer: addr, reason, detail })
                     }
                     SubscriptionEvent::Unreachable { detail, .. } => Err(Error::Unreachable { peer: addr, detail }),
+                    SubscriptionEvent::ListingFailed { detail, .. } => {
+                        self.user_events.push_back(SubscriptionEvent::ListingFailed { addr, detail: detail.clone() });
+                        Err(Error::Unreachable { peer: addr, detail: format!("its topic listing failed: {detail}") })
+                    }
                     SubscriptionEvent::RecordTooLarge { len, limit, .. } => {
                         Err(Error::RecordTooLarge { peer: addr, len, limit })
                     }
@@ -746,7 +765,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 if let Some(refusal) = self.refusals.newest() {
                     return Err(refusal);
                 }
-                if self.feeds.is_empty() && self.sightings.is_none() {
+                if self.feeds.is_empty() && self.sightings.is_none() && !self.connector.reads_listings() {
                     // Without discovery nothing will ever connect it: waiting would never end.
                     return Err(Error::NotConnected { topic: self.filter.as_str().to_owned(), discovery: false });
                 }
@@ -990,6 +1009,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             }
             FeedEvent::FeedLimit { addr, topic, limit } => {
                 self.user_events.push_back(SubscriptionEvent::FeedLimit { addr, topic, limit });
+            }
+            FeedEvent::ListingFailed { addr, detail } => {
+                self.user_events.push_back(SubscriptionEvent::ListingFailed { addr, detail });
             }
         }
     }

@@ -26,6 +26,10 @@ pub mod kind {
     pub const ANNOUNCEMENT: u8 = 5;
     /// [`super::super::Announcement`] sealed with the domain secret (`Announcement::seal`).
     pub const SEALED_ANNOUNCEMENT: u8 = 6;
+    /// [`super::super::ListingAccept`].
+    pub const LISTING_ACCEPT: u8 = 7;
+    /// The body of a [`super::super::TopicListing`].
+    pub const TOPIC_LISTING: u8 = 8;
 }
 
 /// Encodes `msg` as `[version, kind, body]`, refusing more than `max` bytes.

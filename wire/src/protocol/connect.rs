@@ -101,7 +101,11 @@ impl ConnectFlags {
     pub const NONE: ConnectFlags = ConnectFlags(0);
     /// The subscriber wants doorbell SENDs when new data arrives (instead of only polling).
     pub const WANTS_DOORBELLS: ConnectFlags = ConnectFlags(1);
-    const KNOWN: u8 = 1;
+    /// The subscriber asks for the node's topic listing, not a topic (its `topic` is ignored):
+    /// the node answers with a [`ListingAccept`](super::ListingAccept). A node of an older
+    /// build refuses the unknown flag as [`RejectCode::Malformed`].
+    pub const LISTING: ConnectFlags = ConnectFlags(2);
+    const KNOWN: u8 = 3;
 
     /// Whether every flag of `other` is set.
     pub fn contains(self, other: ConnectFlags) -> bool {
@@ -180,7 +184,7 @@ impl ConnectData {
     /// | 1 | start (0 latest, 1 earliest) |
     /// | 1 | policies accepted (bits: 1 block, 2 drop-slow, 4 overwrite) |
     /// | 1–9 | subscriber node id (varint) |
-    /// | 1 | flags (1: wants doorbells) |
+    /// | 1 | flags (1: wants doorbells, 2: asks for the topic listing) |
     /// | 1 | authentication: 0 none, 1 proof, 2 challenge; for a proof: |
     /// | 8 | nonce (little-endian), also the challenge |
     /// | 8 | time, ms since the Unix epoch (little-endian) |
@@ -255,7 +259,7 @@ impl ConnectData {
 }
 
 /// Serialises a [`RemoteAddr`] as `(addr, rkey)`.
-mod remote_addr {
+pub(super) mod remote_addr {
     use super::RemoteAddr;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 

@@ -76,6 +76,21 @@ fn announcement() -> Announcement {
     }
 }
 
+fn listing_accept() -> ListingAccept {
+    ListingAccept {
+        node_id: 0x0102_0304_0506_0708,
+        epoch: 3,
+        region: RemoteAddr { addr: 0x7f00_1234_6000, rkey: 0xfeed_f00d },
+        region_len: LISTING_REGION_LEN as u32,
+        tag: Some([0x5a; PROOF_TAG_LEN]),
+    }
+}
+
+fn topic_listing() -> TopicListing {
+    let topics = [("golden/b", 4), ("golden/a", 2)].map(|(name, instance)| ListedTopic { name: name.into(), instance });
+    TopicListing::fitted(0x0102_0304_0506_0708, 3, 9, topics)
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -97,6 +112,12 @@ fn encodings() -> Vec<(String, Vec<u8>)> {
             connect().with_challenge(0x5555_6666_7777_8888).encode().expect("encode"),
         ),
         ("accept".to_string(), accept().encode().expect("encode")),
+        (
+            "listing connect".to_string(),
+            ConnectData { flags: ConnectFlags::LISTING, topic: TopicId(0), ..connect() }.encode().expect("encode"),
+        ),
+        ("listing accept".to_string(), listing_accept().encode().expect("encode")),
+        ("topic listing".to_string(), topic_listing().encode_region().expect("encode")),
         ("reject".to_string(), RejectData::new(RejectCode::Unauthorized, "stale proof").encode().expect("encode")),
         ("announcement".to_string(), announcement().encode().expect("encode")),
         ("sealed announcement".to_string(), announcement().seal(&secret(), 5, 1_700_000_000_000).expect("seal")),
@@ -111,6 +132,9 @@ const GOLDENS: &[(&str, &str)] = &[
     ("connect with proof", "0501fdc4d937fe8ec8722b0105fd0807060504030201010144443333222211110068e5cf8b0100005189424f4583d52d1865307bf908bbba"),
     ("connect with challenge", "0501fdc4d937fe8ec8722b0105fd080706050403020101028888777766665555"),
     ("accept", "0502fdc4d937fe8ec8722bfd00503412007f0000fcefbeaddefc00101000fc0000100003fd080706050403020101fbe0fffc6000100007080101fd08070605040302010d676f6c64656e3a3a51756f746501a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a500"),
+    ("listing connect", "0501000105fd08070605040302010200"),
+    ("listing accept", "0507fd080706050403020103fd00603412007f0000fc0df0edfefc00000100015a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"),
+    ("topic listing", "0900000000000000230000004967cf5e0508fd08070605040302010309000208676f6c64656e2f610208676f6c64656e2f6204"),
     ("reject", "0503060b7374616c652070726f6f66"),
     ("announcement", "05050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b"),
     ("sealed announcement", "050605000000000000000068e5cf8b01000005050107fd080706050403020103000a000002fb2f1d00010106676f6c64656efdc4d937fe8ec8722b5b98d5eb6fca78dbc815ede2ca5cfdbc"),
@@ -156,6 +180,10 @@ fn the_golden_bytes_decode_to_their_values() {
     };
     assert_eq!(ConnectData::decode(&bytes("connect")).expect("decode"), connect());
     assert_eq!(AcceptData::decode(&bytes("accept")).expect("decode"), accept());
+    let listing_connect = ConnectData::decode(&bytes("listing connect")).expect("decode");
+    assert!(listing_connect.flags.contains(ConnectFlags::LISTING));
+    assert_eq!(ListingAccept::decode(&bytes("listing accept")).expect("decode"), listing_accept());
+    assert_eq!(TopicListing::decode_region(&bytes("topic listing")).expect("decode"), topic_listing());
     assert_eq!(
         RejectData::decode(&bytes("reject")).expect("decode"),
         RejectData::new(RejectCode::Unauthorized, "stale proof")
