@@ -339,3 +339,67 @@ fn a_same_host_subscription_reads_the_ring_in_place_and_gets_every_message_in_or
         }
     }
 }
+
+/// Records carry no checksum while every subscriber reads the ring in place, and carry one
+/// again, the retained ones completed before the accept, as soon as a subscriber that READs
+/// (over the network) is accepted: it gets every retained message from the earliest; once it
+/// leaves, records go without a checksum again.
+#[test]
+fn records_carry_a_checksum_exactly_while_a_subscriber_reads_them() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node.publisher("checksums").ring_capacity(1 << 20).create().unwrap();
+    let mut in_place = sub_node.subscriber("checksums").create().unwrap();
+    in_place.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    let deadline = Instant::now() + WAIT;
+    let unchecked = || publisher.counters().unchecked_records();
+    let mut published = 0u64;
+    let mut publish_and_take = |sub: &mut rdma_pubsub::Subscription, count: u64| {
+        for _ in 0..count {
+            published = publisher.publish(&payload(published + 1, 200)).unwrap();
+            assert_eq!(recv_until(sub, deadline).seq, published);
+        }
+        published
+    };
+    if in_place.counters().in_place_connects() == 0 {
+        // Over the network every subscriber READs: every record carries its checksum.
+        publish_and_take(&mut in_place, 100);
+        assert_eq!(unchecked(), 0);
+        return;
+    }
+    // Once the publisher heard that its one subscriber reads in place, records go unchecked.
+    while unchecked() == 0 {
+        assert!(Instant::now() < deadline, "the publisher never wrote a record without a checksum");
+        publish_and_take(&mut in_place, 1);
+    }
+    let before_reader = publish_and_take(&mut in_place, 100);
+    let unchecked_before = unchecked();
+    assert!(unchecked_before >= 100);
+
+    // A subscriber that READs joins at the earliest message: every retained record validates.
+    let network_node = nodes::soft_node_with(SameHost::Off);
+    let mut reading = network_node.subscriber("checksums").start(Start::Earliest).create().unwrap();
+    reading.connect_wait(pub_node.local_addr(), WAIT).expect("connect over the network");
+    assert_eq!(reading.counters().in_place_connects(), 0);
+    for seq in 1..=before_reader {
+        let m = recv_until(&mut reading, deadline);
+        assert_eq!(m.seq, seq, "every retained message, in order");
+        check(&m, |_| 200);
+    }
+    let with_reader = publish_and_take(&mut in_place, 100);
+    for seq in before_reader + 1..=with_reader {
+        assert_eq!(recv_until(&mut reading, deadline).seq, seq);
+    }
+    assert_eq!(unchecked(), unchecked_before, "every record written while it READs has a checksum");
+    assert_eq!(reading.counters().torn(), 0);
+
+    // It leaves: records go unchecked again.
+    drop(reading);
+    drop(network_node);
+    while publisher.counters().subscribers() != 1 {
+        assert!(Instant::now() < deadline, "the READing subscriber was never removed");
+        std::thread::yield_now();
+    }
+    publish_and_take(&mut in_place, 100);
+    assert_eq!(unchecked(), unchecked_before + 100, "records without a checksum again");
+}

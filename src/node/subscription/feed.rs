@@ -75,7 +75,9 @@
 //! request, no completion, no checksum per batch. An empty ring costs a load of its tail word,
 //! so a busy-polling subscription spins on that word; a feed that finds it empty for `spin`
 //! parks exactly as above (`DoorbellRequest` SEND, one more read, the publisher's `Doorbell`
-//! wakes it), so an idle topic still costs nothing. Acks stay SENDs. A ring that breaks the
+//! wakes it), so an idle topic still costs nothing. Acks stay SENDs. Once reading in place the
+//! feed tells the publisher (`Control::ReadsInPlace`, from the ack's slot), which then writes
+//! its records without a checksum while every subscriber reads in place. A ring that breaks the
 //! rules below its tail fails the feed (`PeerMisbehaved`, `RecordTooLarge`); a ring that can no
 //! longer be read (deregistered, connection gone) quiesces it, as a flushed READ does.
 
@@ -409,7 +411,16 @@ impl Feed {
             in_place,
         });
         counters.read_buffer_bytes.fetch_add(active.read_buffer_bytes(), Ordering::Relaxed);
-        self.active = Some(active);
+        let in_place = active.in_place.is_some();
+        let a = self.active.insert(active);
+        if in_place {
+            // The publisher then writes its records without a checksum while every subscriber
+            // reads in place. From the ack's slot, taken as an ack in flight: the first ack
+            // waits for its completion (acks are coalesced anyway).
+            self.link.post_control(WrKind::Ack, 0, &Control::ReadsInPlace, false)?;
+            a.ack_in_flight = true;
+            self.outstanding += 1;
+        }
         Ok(info)
     }
 

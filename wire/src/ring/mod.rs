@@ -33,7 +33,10 @@
 //! (after an acquire fence) loads `floor`, which the producer raises, with a release fence,
 //! before it overwrites anything: a copy the floor passed is discarded as a lap. The same
 //! record walk then checks positions, sequences, flags and lengths, and a record that breaks
-//! them below the tail is an error (it cannot be torn).
+//! them below the tail is an error (it cannot be torn). While every reader reads in place the
+//! producer may leave the checksum out ([`RingProducer::set_checksums`], records flagged
+//! [`layout::FLAG_NO_CHECKSUM`], which a reader of READs takes for torn); turning it back on
+//! completes every retained record's first.
 //!
 //! The checksum ([`checksum`]) is the publisher's choice, carried in the accept: CRC-32C
 //! (folded with carry-less multiplication, about 1 µs per 64 KiB) or the low 32 bits of XXH64

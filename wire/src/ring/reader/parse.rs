@@ -99,7 +99,9 @@ impl RingReader {
                 break;
             }
             let payload = &rest[HEADER_LEN..HEADER_LEN + h.len as usize];
-            if !committed && h.compute_crc(self.checksum, payload) != h.crc {
+            // A record without a checksum is for readers in place only: READ, it may be torn.
+            let unchecked = h.flags & layout::FLAG_NO_CHECKSUM != 0;
+            if !committed && (unchecked || h.compute_crc(self.checksum, payload) != h.crc) {
                 self.stats.torn += 1;
                 out.stop = Stop::Torn;
                 break;
@@ -163,7 +165,7 @@ impl RingReader {
             return h.len as u64 + HEADER_LEN as u64 == layout::room_to_end(h.position, self.capacity)
                 && h.compute_crc(self.checksum, &[]) == h.crc;
         }
-        if h.len as usize > self.max_record_payload {
+        if h.len as usize > self.max_record_payload || h.flags & layout::FLAG_NO_CHECKSUM != 0 {
             return false;
         }
         let size = h.size() as usize;
@@ -216,7 +218,7 @@ impl RingReader {
     where
         F: FnMut(u64, &[u8]),
     {
-        let known = layout::FLAG_FIRST | layout::FLAG_LAST;
+        let known = layout::FLAG_FIRST | layout::FLAG_LAST | layout::FLAG_NO_CHECKSUM;
         if h.flags & !known != 0 || h.reserved != 0 || h.len > h.total_len {
             return Err(self.corrupt(h, "bad flags or lengths"));
         }

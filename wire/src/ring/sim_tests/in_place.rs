@@ -252,3 +252,43 @@ fn an_in_place_reader_lapped_counts_exactly_what_it_lost() {
     assert!(seen.lost > 0, "a 64 KiB ring holds fewer than 100 KiB of messages");
     assert_eq!(seen.delivered, ((100 - seen.delivered.len() as u64 + 1)..=100).collect::<Vec<_>>());
 }
+
+/// Records written while no reader needs a checksum carry none (a READ takes them for torn, in
+/// place they read as any other); turning checksums back on completes every retained record's,
+/// so a READ from the earliest message gets them all, and later records carry theirs.
+#[test]
+fn records_without_a_checksum_are_read_in_place_and_completed_for_a_reader_of_reads() {
+    let (buf, mut prod) = ring(CAP);
+    let earliest = prod.earliest();
+    prod.set_checksums(false).unwrap();
+    for seq in 1..=20 {
+        prod.append(&payload(seq, 100 + seq as usize * 50), NO_LIMIT).unwrap();
+    }
+    assert_eq!(prod.unchecked_records(), 20);
+    let len_of = |s: u64| 100 + s as usize * 50;
+
+    // READ: the first record has no checksum, so it may be torn: nothing is delivered.
+    let mut reading = reader_at(&prod, earliest);
+    let plan = reading.next_read(64 << 10, true);
+    let parsed = reading.parse(&sim_read(&buf, plan), plan.position, |_, _| panic!("not delivered")).unwrap();
+    assert_eq!((parsed.stop, reading.stats().torn), (Stop::Torn, 1));
+
+    // In place: every message, exact.
+    let mut in_place = reader_at(&prod, earliest);
+    let mut seen = Seen::new(1);
+    while in_place_step(&mut in_place, &*buf, 64 << 10, &mut seen, &len_of) != Stop::NotYetWritten {}
+    assert_eq!(seen.delivered, (1..=20).collect::<Vec<_>>());
+
+    // Back on: the 20 retained records get their checksums, and a READ delivers them all.
+    assert_eq!(prod.set_checksums(true).unwrap(), 20);
+    assert_eq!(prod.set_checksums(true).unwrap(), 0, "nothing left to complete");
+    prod.append(&payload(21, len_of(21)), NO_LIMIT).unwrap();
+    assert_eq!(prod.unchecked_records(), 20, "a record written with checksums on has one");
+    let mut seen = Seen::new(1);
+    drain(&mut reading, &buf, &mut seen, 21, &len_of);
+    assert_eq!(seen.delivered, (1..=21).collect::<Vec<_>>());
+    assert_eq!(seen.lost, 0);
+    let mut seen = Seen::new(21);
+    while in_place_step(&mut in_place, &*buf, 64 << 10, &mut seen, &len_of) != Stop::NotYetWritten {}
+    assert_eq!(seen.delivered, vec![21], "the reader in place reads completed records as before");
+}
