@@ -20,6 +20,8 @@ mod accepts;
 mod access;
 #[path = "hostile/discovery.rs"]
 mod discovery;
+#[path = "hostile/in_place.rs"]
+mod in_place;
 #[path = "hostile/limits.rs"]
 mod limits;
 #[path = "hostile/listing.rs"]

@@ -155,6 +155,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The peer's memory cannot be read in place: it refused the range (rkey, protection
+    /// domain, bounds or access, as a READ's `RemoteAccessError`), deregistered it, or the
+    /// connection is gone.
+    #[error("{verb}: {detail}")]
+    RemoteAccess {
+        /// The verb.
+        verb: &'static str,
+        /// What was refused, and why.
+        detail: String,
+    },
     /// The fabric has been closed.
     #[error("the fabric is closed")]
     Closed,

@@ -119,6 +119,7 @@ mod memory;
 mod provider;
 mod read_buffer;
 mod region;
+mod remote_view;
 pub mod soft;
 pub mod time;
 pub mod types;
@@ -138,6 +139,7 @@ pub use handles::*;
 pub use memory::{RegisteredBuffer, BUFFER_ALIGN};
 pub use read_buffer::ReadBuffer;
 pub use region::{MemoryRegion, Sge};
+pub use remote_view::RemoteView;
 pub use types::*;
 pub use work_request::SendRequest;
 

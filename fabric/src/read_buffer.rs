@@ -70,6 +70,28 @@ impl ReadBuffer {
         self.filled = if wc.status.is_success() { self.posted } else { 0 };
     }
 
+    /// Fills the first `len` bytes with `fill` instead of a READ (a reader that copies the
+    /// peer's memory itself, [`RemoteView::copy_to`](crate::RemoteView::copy_to)): from then on
+    /// [`bytes`](Self::bytes) lends them, as after a READ of `len` bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] while a READ into the buffer is outstanding;
+    /// [`Error::LocalBounds`] when `len` exceeds the capacity.
+    pub fn fill_with<R>(&mut self, len: usize, fill: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        if self.in_flight {
+            return Err(Error::invalid("fill a READ buffer", "a READ into this buffer is outstanding"));
+        }
+        self.filled = 0;
+        // SAFETY: no READ into this buffer is outstanding (checked above) and none can be posted
+        // while the slice lives (`&mut self`); the region grants no remote access and nothing
+        // else of this process touches it: the slice is the only access to these bytes.
+        let dst = unsafe { self.mr.buffer().slice_mut(0, len) }?;
+        let made = fill(dst);
+        self.posted = len;
+        self.filled = len;
+        Ok(made)
+    }
+
     /// The bytes the last successful READ brought; empty while a READ is outstanding.
     pub fn bytes(&self) -> &[u8] {
         if self.in_flight || self.filled == 0 {

@@ -39,6 +39,7 @@ mod cases {
     pub mod leaks;
     pub mod rc;
     pub mod rc_errors;
+    pub mod remote_view;
     pub mod srq;
     pub mod ud;
 }
@@ -114,6 +115,9 @@ macro_rules! for_each_case {
             rc_errors::post_after_disconnect,
             rc_errors::disconnect_flushes_and_notifies,
             rc_errors::sends_completed_before_a_disconnect_are_received,
+            remote_view::remote_view_reads_the_region_in_place,
+            remote_view::remote_view_refused_as_a_read_fails_the_queue_pair,
+            remote_view::remote_view_sees_deregistration_and_disconnection,
             srq::srq_shared_by_two_queue_pairs,
             ud::ud_multicast_delivery,
             ud::ud_unicast_between_endpoints,

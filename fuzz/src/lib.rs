@@ -502,6 +502,7 @@ fn seeds_control() -> Vec<Vec<u8>> {
         Control::Dropped { reason: DropReason::ProtocolViolation },
         Control::EndOfStream { final_seq: 7 },
         Control::CreditWanted { position: 65536 + 4096 },
+        Control::ReadsInPlace,
     ];
     with_variants(msgs.iter().map(|m| m.encode().unwrap()).collect())
 }

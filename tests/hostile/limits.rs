@@ -22,8 +22,8 @@ struct Ring {
     claimed_len: u32,
 }
 
-/// A raw-fabric publisher of one ring: it accepts one subscriber with accept data of its own
-/// making and serves READs of its region until dropped.
+/// A raw-fabric publisher of one ring, on the network path: it accepts one subscriber with
+/// accept data of its own making and serves READs of its region until dropped.
 struct HostilePublisher {
     addr: SocketAddr,
     stop: mpsc::Sender<()>,
@@ -36,7 +36,13 @@ impl HostilePublisher {
         let (stop, stopped) = mpsc::channel::<()>();
         let topic = TopicId::of(topic);
         let thread = std::thread::spawn(move || {
-            let fabric = fabric::open(&FabricConfig::new(FabricKind::Soft)).expect("hostile fabric");
+            // On the network path: its subscriber READs the ring (on the same host it would read
+            // it in place, where `in_place.rs` attacks it).
+            let config = FabricConfig {
+                soft: fabric::SoftOptions::default().same_host(fabric::SameHost::Off),
+                ..FabricConfig::new(FabricKind::Soft)
+            };
+            let fabric = fabric::open(&config).expect("hostile fabric");
             let pd = fabric.alloc_pd().unwrap();
             let cq = fabric.create_cq(64).unwrap();
             let channel = fabric.create_event_channel().unwrap();

@@ -299,7 +299,8 @@ fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
 
 /// A READ whose headers show more written data after it is followed by the next READ before
 /// its records are validated and its messages handed out, so the next batch travels while the
-/// subscriber checks this one and the caller works on it.
+/// subscriber checks this one and the caller works on it (over the network path; on the same
+/// host the ring is read in place).
 #[test]
 fn the_next_read_is_in_flight_while_a_message_is_delivered() {
     let (pub_node, sub_node) = (node(), node());
@@ -313,9 +314,15 @@ fn the_next_read_is_in_flight_while_a_message_is_delivered() {
     let first = recv_until(&mut sub, Instant::now() + WAIT);
     assert_eq!(first.seq, 1);
     check(&first, |_| 3000);
-    assert_eq!(sub.counters().reads(), 2, "the second READ was posted before delivery");
-    // It went out as soon as the headers showed the second record, before the first was validated.
-    assert_eq!(sub.counters().reads_ahead(), 1);
+    if sub.counters().in_place_connects() == 0 {
+        assert_eq!(sub.counters().reads(), 2, "the second READ was posted before delivery");
+        // It went out as soon as the headers showed the second record, before the first was
+        // validated.
+        assert_eq!(sub.counters().reads_ahead(), 1);
+    } else {
+        // On the same host the ring is read in place: there is no READ to send ahead.
+        assert_eq!(sub.counters().reads_ahead(), 0);
+    }
     let second = recv_until(&mut sub, Instant::now() + WAIT);
     check(&second, |_| 3000);
 }
@@ -338,4 +345,108 @@ fn a_subscriber_reads_through_the_path_its_node_chose_and_counts_it() {
     let m = sub.recv_timeout(WAIT).unwrap().expect("a message");
     assert_eq!(m.data, payload(1, 100));
     assert_eq!(m.publisher.data_path, info.data_path);
+}
+
+/// On the same host a subscription reads its publisher's ring in place (counted), parking or
+/// busy-polling, and gets every message, in order, byte for byte; over the network it READs.
+#[test]
+fn a_same_host_subscription_reads_the_ring_in_place_and_gets_every_message_in_order() {
+    const MESSAGES: u64 = 20_000;
+    for busy_poll in [false, true] {
+        let pub_node = node_without_discovery();
+        let sub_node = node_without_discovery();
+        let publisher = pub_node.publisher("in-place").ring_capacity(64 * 1024).create().unwrap();
+        let mut sub = sub_node.subscriber("in-place").busy_poll(busy_poll).create().unwrap();
+        sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+        publisher.wait_for_subscribers(1, WAIT).expect("accepted");
+        let in_place = u64::from(expected_data_path() == DataPath::SharedMemory);
+        assert_eq!(sub.counters().in_place_connects(), in_place, "busy_poll {busy_poll}");
+        let writer = thread::spawn(move || {
+            for seq in 1..=MESSAGES {
+                // Bursts, and pauses until the subscriber consumed everything (it acks once idle):
+                // the subscriber both keeps up and waits.
+                if seq % 5000 == 0 {
+                    publisher.flush(WAIT).expect("the subscriber acknowledged the tail");
+                }
+                assert_eq!(publisher.publish(&payload(seq, (seq % 300) as usize)).unwrap(), seq);
+            }
+            publisher
+        });
+        let deadline = Instant::now() + WAIT;
+        for seq in 1..=MESSAGES {
+            let m = recv_until(&mut sub, deadline);
+            assert_eq!(m.seq, seq, "busy_poll {busy_poll}: in order");
+            check(&m, |s| (s % 300) as usize);
+        }
+        drop(writer.join().unwrap());
+        let c = sub.counters();
+        assert_eq!((c.lost(), c.torn()), (0, 0), "busy_poll {busy_poll}");
+        if in_place == 1 {
+            assert_eq!(c.reads_ahead(), 0, "busy_poll {busy_poll}: no READ was posted");
+        }
+    }
+}
+
+/// Records carry no checksum while every subscriber reads the ring in place, and carry one
+/// again, the retained ones completed before the accept, as soon as a subscriber that READs
+/// (over the network) is accepted: it gets every retained message from the earliest; once it
+/// leaves, records go without a checksum again.
+#[test]
+fn records_carry_a_checksum_exactly_while_a_subscriber_reads_them() {
+    let pub_node = node_without_discovery();
+    let sub_node = node_without_discovery();
+    let publisher = pub_node.publisher("checksums").ring_capacity(1 << 20).create().unwrap();
+    let mut in_place = sub_node.subscriber("checksums").create().unwrap();
+    in_place.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    let deadline = Instant::now() + WAIT;
+    let unchecked = || publisher.counters().unchecked_records();
+    let mut published = 0u64;
+    let mut publish_and_take = |sub: &mut rdma_pubsub::Subscription, count: u64| {
+        for _ in 0..count {
+            published = publisher.publish(&payload(published + 1, 200)).unwrap();
+            assert_eq!(recv_until(sub, deadline).seq, published);
+        }
+        published
+    };
+    if in_place.counters().in_place_connects() == 0 {
+        // Over the network every subscriber READs: every record carries its checksum.
+        publish_and_take(&mut in_place, 100);
+        assert_eq!(unchecked(), 0);
+        return;
+    }
+    // Once the publisher heard that its one subscriber reads in place, records go unchecked.
+    while unchecked() == 0 {
+        assert!(Instant::now() < deadline, "the publisher never wrote a record without a checksum");
+        publish_and_take(&mut in_place, 1);
+    }
+    let before_reader = publish_and_take(&mut in_place, 100);
+    let unchecked_before = unchecked();
+    assert!(unchecked_before >= 100);
+
+    // A subscriber that READs joins at the earliest message: every retained record validates.
+    let network_node = nodes::soft_node_with(SameHost::Off);
+    let mut reading = network_node.subscriber("checksums").start(Start::Earliest).create().unwrap();
+    reading.connect_wait(pub_node.local_addr(), WAIT).expect("connect over the network");
+    assert_eq!(reading.counters().in_place_connects(), 0);
+    for seq in 1..=before_reader {
+        let m = recv_until(&mut reading, deadline);
+        assert_eq!(m.seq, seq, "every retained message, in order");
+        check(&m, |_| 200);
+    }
+    let with_reader = publish_and_take(&mut in_place, 100);
+    for seq in before_reader + 1..=with_reader {
+        assert_eq!(recv_until(&mut reading, deadline).seq, seq);
+    }
+    assert_eq!(unchecked(), unchecked_before, "every record written while it READs has a checksum");
+    assert_eq!(reading.counters().torn(), 0);
+
+    // It leaves: records go unchecked again.
+    drop(reading);
+    drop(network_node);
+    while publisher.counters().subscribers() != 1 {
+        assert!(Instant::now() < deadline, "the READing subscriber was never removed");
+        std::thread::yield_now();
+    }
+    publish_and_take(&mut in_place, 100);
+    assert_eq!(unchecked(), unchecked_before + 100, "records without a checksum again");
 }

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::provider::QpInitAttr;
 use crate::region::{check_sges, Sge};
 use crate::soft::{SoftQp, SoftQpInit};
-use crate::types::{ConnId, DataPath, DeviceAttributes, FabricKind, QpCaps, DEFAULT_RD_ATOMIC};
+use crate::types::{ConnId, DataPath, DeviceAttributes, FabricKind, QpCaps, RemoteAddr, DEFAULT_RD_ATOMIC};
 #[cfg(feature = "verbs")]
 use crate::verbs;
 use crate::work_request::SendRequest;
@@ -204,6 +204,23 @@ impl QueuePair {
             QpFlavor::Soft(qp) => qp.data_path(),
             #[cfg(feature = "verbs")]
             QpFlavor::Verbs(_) => DataPath::Network,
+        }
+    }
+    /// A read-only view of `len` bytes at `remote` of the peer's memory, read in place (see
+    /// [`RemoteView`](crate::RemoteView)): `None` unless the data path is shared memory (the
+    /// soft provider with both ends on this host; never verbs or the network path). Make it
+    /// once the connection is established. It is checked as a READ of that range is checked,
+    /// and a refusal fails the queue pair as the READ's completion would.
+    ///
+    /// # Errors
+    /// [`Error::NotConnected`] before the connection is established or once it is in error;
+    /// [`Error::RemoteAccess`] when the peer refuses the range (rkey, protection domain, bounds,
+    /// access) or the connection is gone: the queue pair is then in error.
+    pub fn remote_view(&self, remote: RemoteAddr, len: usize) -> Result<Option<crate::RemoteView>> {
+        match &self.flavor {
+            QpFlavor::Soft(qp) => Ok(qp.remote_view(remote, len)?.map(crate::RemoteView::from_soft)),
+            #[cfg(feature = "verbs")]
+            QpFlavor::Verbs(_) => Ok(None),
         }
     }
     /// Posts a receive into `sges`.

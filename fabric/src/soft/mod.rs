@@ -133,6 +133,7 @@ pub(crate) use mr::SoftMr;
 pub(crate) use open::{open, SoftFabric, SoftFaults};
 pub(crate) use pd::SoftPd;
 pub(crate) use qp::SoftQp;
+pub(crate) use shm::{ShmView, ViewRefused};
 pub(crate) use srq::SoftSrq;
 pub(crate) use ud::SoftUd;
 

@@ -11,7 +11,7 @@ use super::events::EventQueue;
 use super::hand_qp;
 use super::recv::{sge_segment, RecvWr};
 use super::seg::Segs;
-use super::shm::MAX_INLINE;
+use super::shm::{ShmView, ViewRefused, MAX_INLINE};
 use super::timers::TimerKind;
 use super::wire::{FrameType, Header, AUX_SOLICITED};
 use super::SoftQpInit;
@@ -73,6 +73,37 @@ impl SoftQp {
             DataPath::Network
         }
     }
+    /// A read-only view of `len` bytes at `remote` of the peer's memory, on the same-host path
+    /// (`None` on the network path), checked as a READ of that range is checked. A refusal
+    /// fails the queue pair as the READ's completion would.
+    pub(crate) fn remote_view(&self, remote: RemoteAddr, len: usize) -> Result<Option<ShmView>> {
+        const VERB: &str = "remote view";
+        let Some(client) = self.conn.shm.get() else { return Ok(None) };
+        {
+            let st = self.conn.st.lock();
+            if !st.can_post_send() || st.qp.as_ref().is_none_or(|qp| qp.error) {
+                return Err(self.not_connected(VERB, st.state_name()));
+            }
+        }
+        // Asking the peer waits for its NIC thread: no lock of the connection is held.
+        client.prefetch(remote.rkey);
+        match client.view(remote.rkey, remote.addr, len) {
+            Ok(view) => Ok(Some(view)),
+            Err(why) => {
+                let mut st = self.conn.st.lock();
+                st.qp_error();
+                let detail = match why {
+                    ViewRefused::Access => format!(
+                        "the peer refused [{:#x}, +{len}) of rkey {:#x} (remote access error)",
+                        remote.addr, remote.rkey
+                    ),
+                    ViewRefused::Transport => "the connection to the peer is gone".to_owned(),
+                };
+                Err(Error::RemoteAccess { verb: VERB, detail })
+            }
+        }
+    }
+
     /// The queue pair's state. One the connection manager made is RTS while connected.
     pub(crate) fn state(&self) -> IbvState {
         hand_qp::state(&self.conn)

@@ -31,6 +31,9 @@ crate::counters::counter_set! {
         credit_requests: Total, Events;
         /// Subscribers connected now (a gauge).
         subscribers: Gauge, Connections;
+        /// Message records written without a checksum (while every subscriber read the ring in
+        /// place: see `PublisherShared` on checksums).
+        unchecked_records: Total, Messages;
         /// Ring position after the last message published (a gauge, bytes).
         position: Gauge, Position;
         /// Position acknowledged by the slowest connected subscriber (a gauge, bytes): the lag is

@@ -42,6 +42,17 @@
 //! (`pubsub::streams::a_sixteen_mib_message_passes_through_a_one_mib_ring`). A loan's bytes are written without atomics, which is sound because no other Rust
 //! code of the process touches them before the commit.
 //!
+//! # Checksums
+//!
+//! A record's checksum is needed only where a READ can race a write. A subscriber that reads
+//! the ring in place (same host) says so once (`Control::ReadsInPlace`); while every connected
+//! subscriber has, records are written without one (`FLAG_NO_CHECKSUM`, counter
+//! `unchecked_records`), which saves the largest part of a small message's cost. Any other
+//! subscriber may READ: before its accept goes out (under the state lock) the producer gives
+//! every retained record its checksum (`RingProducer::set_checksums`), and records carry one
+//! for as long as such a subscriber is connected. A READ that finds a record without one takes
+//! it for torn.
+//!
 //! # Credits, the limit and the turn
 //!
 //! Credit is each subscriber's acked position. The publisher limit (`PubState::limit`,
@@ -180,6 +191,8 @@ struct SubConn {
     /// Its activity, and its own control send slots (so that one subscriber that takes no
     /// SENDs cannot hold up the others' doorbells or end of stream).
     liveness: Liveness,
+    /// It said it reads the ring in place (`Control::ReadsInPlace`): it needs no checksum.
+    reads_in_place: bool,
 }
 
 /// What the `state` lock guards: the producer, the cached publisher limit and the subscriber
@@ -216,6 +229,17 @@ impl PubState {
         };
         counters.subscribers.store(self.subs.len() as u64, Ordering::Relaxed);
         counters.slowest_ack.store(slowest.unwrap_or(self.producer.tail()), Ordering::Relaxed);
+    }
+
+    /// Makes the records carry their checksum while some subscriber READs the ring (any that
+    /// has not said it reads it in place), and none while every one reads it in place; the
+    /// producer completes the retained records' checksums when they come back on.
+    fn refresh_checksums(&mut self, counters: &PublisherCounters) {
+        let needed = self.subs.iter().any(|(_, s)| !s.reads_in_place);
+        if let Err(e) = self.producer.set_checksums(needed) {
+            tracing::error!("completing the retained records' checksums: {e}");
+        }
+        counters.unchecked_records.store(self.producer.unchecked_records(), Ordering::Relaxed);
     }
 
     /// Whether a publishing call may write now without taking the turn: no other call holds
@@ -488,6 +512,7 @@ impl PublisherShared {
         add_single_writer(&c.published, 1);
         add_single_writer(&c.bytes, len as u64);
         c.position.store(st.producer.tail(), Ordering::Relaxed);
+        c.unchecked_records.store(st.producer.unchecked_records(), Ordering::Relaxed);
         self.progress(st);
         self.ring_doorbells(st);
         if len >= self.yield_after {
@@ -843,6 +868,11 @@ impl PublisherShared {
                 }
                 self.ring_doorbells(st);
             }
+            Ok(Control::ReadsInPlace) => {
+                st.subs[key].liveness.heard();
+                st.subs[key].reads_in_place = true;
+                st.refresh_checksums(&self.counters);
+            }
             Ok(Control::Bye) => {}
             Ok(other) => {
                 self.counters.bad_acks.fetch_add(1, Ordering::Relaxed);
@@ -1017,6 +1047,7 @@ impl PublisherShared {
         }
         let sub = st.subs.remove(key);
         st.refresh_credit(&self.counters);
+        st.refresh_checksums(&self.counters);
         self.subscribers_changed.notify_all();
         st.by_conn.remove(&sub.conn);
         st.by_qp.remove(&sub.qp.qp_num());
@@ -1101,6 +1132,12 @@ impl PublisherShared {
             // READ depths: the default, within the device's limits.
             ..QpInit::new(&self.pd, &self.cq)
         };
+        // Until it says it reads the ring in place, a subscriber may READ it: every retained
+        // record gets its checksum before the accept (with the ring's address) goes out.
+        if let Err(e) = st.producer.set_checksums(true) {
+            tracing::error!(topic = %self.topic, "completing the retained records' checksums: {e}");
+        }
+        self.counters.unchecked_records.store(st.producer.unchecked_records(), Ordering::Relaxed);
         let conn = req.conn_id();
         let peer = req.peer_addr();
         let route: Weak<Self> = Arc::downgrade(self);
@@ -1140,6 +1177,7 @@ impl PublisherShared {
             clock: AckClock::default(),
             asked_for: 0,
             liveness: Liveness::default(),
+            reads_in_place: false,
         });
         st.refresh_credit(&self.counters);
         self.subscribers_changed.notify_all();

@@ -9,9 +9,9 @@ crate::counters::counter_set! {
         delivered: Total, Messages;
         /// Payload bytes delivered.
         bytes: Total, Bytes;
-        /// READs issued.
+        /// READs issued (and reads of a ring read in place).
         reads: Total, Events;
-        /// READs that brought nothing new.
+        /// READs (or reads in place) that brought nothing new.
         empty_reads: Total, Events;
         /// READs posted ahead: before the READ that showed more written data was validated.
         reads_ahead: Total, Events;
@@ -43,6 +43,9 @@ crate::counters::counter_set! {
         /// Connections to publishers whose ring this subscription reads through shared memory
         /// (same host, soft fabric).
         shared_memory_connects: Total, Connections;
+        /// Of those, connections whose ring the subscription reads in place, from its read-only
+        /// mapping (no READ work request, no completion per batch, no checksum).
+        in_place_connects: Total, Connections;
         /// Connections to publishers whose ring this subscription reads over the network.
         network_connects: Total, Connections;
         /// Bytes of READ buffers the subscription holds now (a gauge). A feed's two buffers start

@@ -63,6 +63,24 @@
 //! finds the request armed); if that READ is empty the feed parks until a `Doorbell` arrives,
 //! with a `PARK_RECHECK` (100 ms) safety READ. `busy_poll` never parks.
 
+//!
+//! # Reading in place
+//!
+//! When the connection's data path is shared memory (soft, both ends on this host), the feed
+//! takes a read-only view of the publisher's whole ring once, when the publisher accepts
+//! (`QueuePair::remote_view`, checked as a READ of it would be; counter `in_place_connects`),
+//! and reads the ring in place instead of posting READs: each turn of the subscription
+//! (`housekeep`) copies the records committed past its position into a free READ buffer and
+//! validates them seqlock style, without a checksum (`RingReader::read_in_place`): no work
+//! request, no completion, no checksum per batch. An empty ring costs a load of its tail word,
+//! so a busy-polling subscription spins on that word; a feed that finds it empty for `spin`
+//! parks exactly as above (`DoorbellRequest` SEND, one more read, the publisher's `Doorbell`
+//! wakes it), so an idle topic still costs nothing. Acks stay SENDs. Once reading in place the
+//! feed tells the publisher (`Control::ReadsInPlace`, from the ack's slot), which then writes
+//! its records without a checksum while every subscriber reads in place. A ring that breaks the
+//! rules below its tail fails the feed (`PeerMisbehaved`, `RecordTooLarge`); a ring that can no
+//! longer be read (deregistered, connection gone) quiesces it, as a flushed READ does.
+
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -70,11 +88,13 @@ use std::time::{Duration, Instant};
 
 use crate::reasons::{DropReason, PolicyKind};
 use rdma_fabric::{
-    ConnId, DataPath, MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, SendOp, SendRequest, WcOpcode,
-    WcStatus, WorkCompletion,
+    ConnId, DataPath, MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, RemoteView, SendOp,
+    SendRequest, WcOpcode, WcStatus, WorkCompletion,
 };
 use rdma_wire::protocol::{AcceptData, Control};
-use rdma_wire::ring::{ControlOutcome, ControlSnapshot, ReadPlan, RingReader, Stop, CONTROL_READ_LEN, PROBE_LEN};
+use rdma_wire::ring::{
+    layout, ControlOutcome, ControlSnapshot, Parsed, ReadPlan, RingError, RingReader, Stop, CONTROL_READ_LEN, PROBE_LEN,
+};
 use rdma_wire::Topic;
 
 use super::counters::SubscriptionCounters;
@@ -257,6 +277,9 @@ struct ActiveFeed {
     /// READ is this thread's copy and probing with the whole next record would copy it for
     /// nothing again and again; unbounded over the network (one READ then brings the record).
     empty_probe_len: usize,
+    /// The publisher's ring mapped read-only, on the same host: read in place, with no READ
+    /// (see "Reading in place" in the module doc).
+    in_place: Option<RemoteView>,
 }
 
 impl Feed {
@@ -332,6 +355,10 @@ impl Feed {
         let landing_len = options.batch.max(CONTROL_READ_LEN);
         let landings = [ReadBuffer::new(pd, landing_len)?, ReadBuffer::new(pd, landing_len)?];
         let data_path = self.link.qp.data_path();
+        // On the same host the ring is read in place: its view is checked once, here, as a
+        // READ of the whole region would be (a refusal fails the connection).
+        let region_len = layout::region_len(accept.capacity as usize);
+        let in_place = self.link.qp.remote_view(accept.ring, region_len)?;
         let info = PublisherInfo {
             id: accept.publisher_id,
             epoch: accept.epoch,
@@ -344,6 +371,9 @@ impl Feed {
             DataPath::Network => &counters.network_connects,
         };
         connects.fetch_add(1, Ordering::Relaxed);
+        if in_place.is_some() {
+            counters.in_place_connects.fetch_add(1, Ordering::Relaxed);
+        }
         let active = Box::new(ActiveFeed {
             info,
             reader,
@@ -378,9 +408,19 @@ impl Feed {
                 DataPath::SharedMemory => PROBE_LEN,
                 DataPath::Network => usize::MAX,
             },
+            in_place,
         });
         counters.read_buffer_bytes.fetch_add(active.read_buffer_bytes(), Ordering::Relaxed);
-        self.active = Some(active);
+        let in_place = active.in_place.is_some();
+        let a = self.active.insert(active);
+        if in_place {
+            // The publisher then writes its records without a checksum while every subscriber
+            // reads in place. From the ack's slot, taken as an ack in flight: the first ack
+            // waits for its completion (acks are coalesced anyway).
+            self.link.post_control(WrKind::Ack, 0, &Control::ReadsInPlace, false)?;
+            a.ack_in_flight = true;
+            self.outstanding += 1;
+        }
         Ok(info)
     }
 
@@ -526,16 +566,19 @@ impl Feed {
         Some((a.info, ready.seq, &self.topic, data))
     }
 
-    /// Posts the READ, ack and doorbell request the feed needs now.
+    /// Posts the READ, ack and doorbell request the feed needs now; a feed reading in place
+    /// reads the ring now instead of posting a READ, and reports what the subscription must do
+    /// of what it read (the end of the stream).
     ///
     /// # Errors
-    /// When an ack or a READ cannot be posted: the feed has failed.
-    pub(super) fn housekeep(&mut self, now: Instant, ctx: &mut FeedContext<'_>) -> Result<()> {
+    /// When an ack or a READ cannot be posted, or the ring read in place breaks its rules: the
+    /// feed has failed.
+    pub(super) fn housekeep(&mut self, now: Instant, ctx: &mut FeedContext<'_>) -> Result<FeedStep> {
         if self.closed || self.quiesced {
-            return Ok(());
+            return Ok(FeedStep::Continue);
         }
         let Feed { link, active, outstanding, .. } = self;
-        let Some(a) = active.as_deref_mut() else { return Ok(()) };
+        let Some(a) = active.as_deref_mut() else { return Ok(FeedStep::Continue) };
         let options = ctx.options;
         // Acks are coalesced to a quarter ring; one more goes out once the feed has found
         // nothing new for `spin` (parking or busy-polling), so a publisher flushing or
@@ -560,19 +603,24 @@ impl Feed {
             }
         }
         if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) {
-            return Ok(());
+            return Ok(FeedStep::Continue);
         }
         // A buffer no queued message points into: the READ lands there while the messages
         // of the other buffer are being delivered.
-        let Some(buf) = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight()) else { return Ok(()) };
+        let Some(buf) = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight()) else {
+            return Ok(FeedStep::Continue);
+        };
         if let Idle::Parked { since } = a.idle {
             if now.duration_since(since) < PARK_RECHECK {
-                return Ok(());
+                return Ok(FeedStep::Continue);
             }
             a.idle = Idle::Requested;
         }
+        if a.in_place.is_some() {
+            return self.read_in_place(buf, now, ctx);
+        }
         if !a.need_control && !a.pacer.ready(now) {
-            return Ok(());
+            return Ok(FeedStep::Continue);
         }
         let plan = if a.need_control {
             ReadPlan::control()
@@ -583,7 +631,88 @@ impl Feed {
         link.post_read(a, buf, plan, ctx.pd, ctx.counters)?;
         *outstanding += 1;
         ctx.counters.reads.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(FeedStep::Continue)
+    }
+
+    /// Reads the publisher's ring in place into READ buffer `buf` (which no queued message
+    /// points into): the records committed past the position, validated without a checksum
+    /// (`RingReader::read_in_place`), queued as a READ's would be.
+    fn read_in_place(&mut self, buf: usize, now: Instant, ctx: &mut FeedContext<'_>) -> Result<FeedStep> {
+        let Feed { link, active, outstanding, addr, quiesced, .. } = self;
+        let peer = *addr;
+        let a = active.as_deref_mut().expect("only an active feed reads");
+        // The buffer holds a batch, and at least the whole record at the position.
+        let need = a.reader.in_place_need();
+        let old = a.landings[buf].capacity();
+        if need > old {
+            let len = (2 * old).min(a.max_read_len).max(need);
+            a.landings[buf] = ReadBuffer::new(ctx.pd, len)?;
+            ctx.counters.read_buffer_bytes.fetch_add((len - old) as u64, Ordering::Relaxed);
+        }
+        let len = a.landings[buf].capacity().min(ctx.options.batch.max(need));
+        let ActiveFeed { reader, landings, ready, pending, in_place, skip_through, .. } = a;
+        let view = in_place.as_ref().expect("a feed reading in place has its view");
+        let (skip_through, pending) = (*skip_through, &mut pending[buf]);
+        let mut skipped = 0u64;
+        let parsed = landings[buf].fill_with(len, |dst| {
+            let (base, end) = (dst.as_ptr() as usize, dst.as_ptr() as usize + dst.len());
+            reader.read_in_place(view, dst, |seq, payload| {
+                if seq <= skip_through {
+                    skipped += 1;
+                    return;
+                }
+                let p = payload.as_ptr() as usize;
+                let payload = if p >= base && p + payload.len() <= end {
+                    *pending += 1;
+                    Payload::Slice { buf, offset: p - base, len: payload.len() }
+                } else {
+                    Payload::Owned(payload.to_vec())
+                };
+                ready.push_back(Ready { seq, payload });
+            })
+        })?;
+        ctx.counters.reads.fetch_add(1, Ordering::Relaxed);
+        if skipped > 0 {
+            ctx.counters.duplicates.fetch_add(skipped, Ordering::Relaxed);
+        }
+        let parsed: Parsed = match parsed {
+            Ok(parsed) => parsed,
+            Err(RingError::Memory(e)) => {
+                // The ring was deregistered or the connection is going: as a flushed READ,
+                // the CM event decides how the stream ended.
+                tracing::debug!(%peer, "the ring read in place is gone: {e}");
+                *quiesced = true;
+                return Ok(FeedStep::Continue);
+            }
+            Err(e) => return Err(Error::from_peer_ring(e, peer)),
+        };
+        if parsed.lost > 0 {
+            a.lost += parsed.lost;
+            ctx.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
+            let lost =
+                SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost, reason: LossReason::Overwritten };
+            ctx.events.push_back(lost);
+        }
+        // Caught up only when nothing was committed past the position; a lap or a copy that
+        // ended at the buffer reads again at once.
+        a.caught_up = parsed.stop == Stop::NotYetWritten;
+        if parsed.consumed > 0 || parsed.stop != Stop::NotYetWritten {
+            a.note_progress();
+        } else {
+            ctx.counters.empty_reads.fetch_add(1, Ordering::Relaxed);
+            if a.note_empty(ctx.options, now, ctx.permit) {
+                link.request_doorbell_counted(outstanding, a, ctx.counters)?;
+            }
+        }
+        Ok(a.ended())
+    }
+
+    /// Whether the feed reads its ring in place and polls it (not parked): the subscription
+    /// then keeps calling [`housekeep`](Self::housekeep) instead of waiting for a completion.
+    pub(super) fn polls_in_place(&self) -> bool {
+        !self.closed
+            && !self.quiesced
+            && self.active.as_ref().is_some_and(|a| a.in_place.is_some() && !matches!(a.idle, Idle::Parked { .. }))
     }
 
     /// Handles a completion of this feed's work (`id`, decoded from it); one of an earlier

@@ -631,9 +631,10 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// protocol): makes it unreadable, arms the CQ and the event channel, then makes the
     /// progress a [`try_recv`](Self::try_recv) makes, without blocking and without handing out
     /// a message. Returns `true` when something may be ready already (a message; an error
-    /// `try_recv` returns, such as [`Error::Closed`]; an event; or a READ its pacer holds back
-    /// for microseconds, which no descriptor wakes for): the caller takes what is there again
-    /// instead of waiting. `false`: wait for the descriptor.
+    /// `try_recv` returns, such as [`Error::Closed`]; an event; a READ its pacer holds back
+    /// for microseconds, or a publisher's ring on this host read in place and not yet parked,
+    /// which no descriptor wakes for): the caller takes what is there again instead of waiting.
+    /// `false`: wait for the descriptor.
     ///
     /// # Errors
     /// A message that cannot be delivered, found by the progress it makes
@@ -653,7 +654,12 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             Err(Error::Closed(_) | Error::NotConnected { .. }) => true,
             Err(e) => return Err(e),
         };
-        Ok(progressed || !self.user_events.is_empty() || self.paced_read_due(Instant::now()).is_some())
+        // A ring read in place completes nothing: until its feed parks (a doorbell then wakes
+        // the descriptor), the caller polls.
+        Ok(progressed
+            || !self.user_events.is_empty()
+            || self.paced_read_due(Instant::now()).is_some()
+            || self.polls_in_place())
     }
 
     /// The readiness descriptor, made at the first call.
@@ -778,6 +784,13 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 fruitless += 1;
                 continue;
             }
+            if self.polls_in_place() {
+                // A feed reading in place completes nothing: the next round reads its ring
+                // again (a load of its tail while it is empty), yielding now and then as
+                // above, until it finds messages or parks.
+                fruitless += 1;
+                continue;
+            }
             let Some(deadline) = deadline else { return Ok(None) };
             let now = Instant::now();
             if now >= deadline {
@@ -834,20 +847,29 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         self.feeds.iter().filter_map(|(_, f)| f.paced_read_due(now)).min()
     }
 
-    /// Posts the READs, acks and doorbell requests each feed needs now.
+    /// Posts the READs, acks and doorbell requests each feed needs now (feeds that read in
+    /// place read now), and does what the feeds report.
     fn housekeeping(&mut self) {
         let now = Instant::now();
-        let mut failed = Vec::new();
+        let mut steps = Vec::new();
         let Subscription { feeds, options, node, counters, permit, user_events, filter, .. } = self;
         let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, filter.as_str());
         for (key, feed) in feeds.iter_mut() {
-            if let Err(e) = feed.housekeep(now, &mut ctx) {
-                failed.push((key, e));
+            match feed.housekeep(now, &mut ctx) {
+                Ok(FeedStep::Continue) => {}
+                Ok(step) => steps.push((key, step)),
+                Err(e) => steps.push((key, FeedStep::Failed(e))),
             }
         }
-        for (key, e) in failed {
-            self.fail_feed(key, e);
+        for (key, step) in steps {
+            self.apply_step(key, step);
         }
+    }
+
+    /// Whether a feed reads its ring in place and is not parked: the subscription polls it
+    /// rather than wait for a completion.
+    pub(super) fn polls_in_place(&self) -> bool {
+        self.feeds.iter().any(|(_, f)| f.polls_in_place())
     }
 
     /// Handles every completion already in the CQ, without waiting.
@@ -868,18 +890,24 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             let Subscription { feeds, options, node, counters, permit, user_events, filter, .. } = self;
             let Some(feed) = feeds.get_mut(key) else { continue };
             let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, filter.as_str());
-            match feed.complete(wc, id, &mut ctx) {
-                FeedStep::Continue => {}
-                FeedStep::Failed(e) => self.fail_feed(key, e),
-                FeedStep::Ended { publisher, final_seq, complete } => {
-                    self.stream_ended(key, publisher, final_seq, complete)
-                }
-                FeedStep::Dropped { publisher, reason } => {
-                    let topic = self.feeds[key].topic().id();
-                    let refusal = Refusal::Dropped { publisher: publisher.id, reason };
-                    self.refusals.record(publisher.addr, topic, refusal);
-                    self.close_feed(key);
-                }
+            let step = feed.complete(wc, id, &mut ctx);
+            self.apply_step(key, step);
+        }
+    }
+
+    /// Does what feed `key` reported.
+    fn apply_step(&mut self, key: usize, step: FeedStep) {
+        match step {
+            FeedStep::Continue => {}
+            FeedStep::Failed(e) => self.fail_feed(key, e),
+            FeedStep::Ended { publisher, final_seq, complete } => {
+                self.stream_ended(key, publisher, final_seq, complete)
+            }
+            FeedStep::Dropped { publisher, reason } => {
+                let topic = self.feeds[key].topic().id();
+                let refusal = Refusal::Dropped { publisher: publisher.id, reason };
+                self.refusals.record(publisher.addr, topic, refusal);
+                self.close_feed(key);
             }
         }
     }

@@ -114,8 +114,9 @@ impl<T: ?Sized + MessageType> MessageStream<'_, T> {
         if let Some(m) = self.sub.try_progress()? {
             return Poll::Ready(Ok(m));
         }
-        if self.sub.paced_read_due(Instant::now()).is_some() {
-            // Nothing will wake the task for a READ its pacer holds back for microseconds.
+        if self.sub.paced_read_due(Instant::now()).is_some() || self.sub.polls_in_place() {
+            // Nothing will wake the task for a READ its pacer holds back for microseconds, nor
+            // for a ring read in place (no completion) until its feed parks.
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }

@@ -71,6 +71,9 @@ pub enum Control {
         /// The position to ack.
         position: u64,
     },
+    /// Subscriber → publisher: the subscriber reads the ring in place (same host), with no
+    /// READ: its records need no checksum for it.
+    ReadsInPlace,
 }
 
 impl Control {
@@ -78,7 +81,7 @@ impl Control {
 
     /// Encodes (at most [`CONTROL_MSG_MAX`] bytes): version, kind (4: control), the variant's
     /// index (one byte, in declaration order: ack 0, doorbell request 1, bye 2, doorbell 3,
-    /// dropped 4, end of stream 5, credit wanted 6), then its fields in order, integers as the
+    /// dropped 4, end of stream 5, credit wanted 6, reads in place 7), then its fields in order, integers as the
     /// varints of [`ConnectData::encode`](super::ConnectData::encode) (1–9 bytes), a bool as
     /// one byte, and a [`DropReason`] as its index (too slow 0, protocol violation 1, shutting
     /// down 2, idle 3) followed by its field. The largest, an ack, is 2 + 1 + 9 + 9 = 21 bytes.

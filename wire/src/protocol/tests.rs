@@ -56,6 +56,7 @@ fn largest_controls() -> Vec<Control> {
         Control::Dropped { reason: DropReason::ShuttingDown },
         Control::EndOfStream { final_seq: u64::MAX },
         Control::CreditWanted { position: u64::MAX },
+        Control::ReadsInPlace,
     ]
 }
 

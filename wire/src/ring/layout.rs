@@ -68,6 +68,10 @@ pub const FLAG_FIRST: u16 = 1;
 pub const FLAG_LAST: u16 = 2;
 /// Record flag: filler up to the end of the data area (no message data).
 pub const FLAG_PADDING: u16 = 4;
+/// Record flag: the record carries no checksum (`crc` is 0): written while every subscriber
+/// read the ring in place. A reader of READs takes it for torn (never delivers it); padding
+/// always carries its checksum.
+pub const FLAG_NO_CHECKSUM: u16 = 8;
 
 /// Length of the region holding a ring of `capacity` data bytes.
 pub fn region_len(capacity: usize) -> usize {

@@ -27,6 +27,17 @@
 //! length and position in a record is bounded by the geometry the publisher announced before
 //! it is used: a hostile publisher's ring can mislead no reader into reading out of bounds.
 //!
+//! A reader that shares memory with the producer (a same-host subscriber mapping the ring)
+//! reads it in place instead ([`RingReader::read_in_place`], over a [`RingMemory`]): seqlock
+//! style, with no checksum. It loads `tail` (acquire), copies the records below it, then
+//! (after an acquire fence) loads `floor`, which the producer raises, with a release fence,
+//! before it overwrites anything: a copy the floor passed is discarded as a lap. The same
+//! record walk then checks positions, sequences, flags and lengths, and a record that breaks
+//! them below the tail is an error (it cannot be torn). While every reader reads in place the
+//! producer may leave the checksum out ([`RingProducer::set_checksums`], records flagged
+//! [`layout::FLAG_NO_CHECKSUM`], which a reader of READs takes for torn); turning it back on
+//! completes every retained record's first.
+//!
 //! The checksum ([`checksum`]) is the publisher's choice, carried in the accept: CRC-32C
 //! (folded with carry-less multiplication, about 1 µs per 64 KiB) or the low 32 bits of XXH64
 //! (plain multiplies: the faster in an emulated guest, where carry-less multiplication is
@@ -47,7 +58,7 @@ pub use checksum::Checksum;
 pub use error::RingError;
 pub use layout::{ControlSnapshot, CONTROL_READ_LEN};
 pub use producer::{Append, Claim, RingConfig, RingProducer, StartPoint, NO_LIMIT};
-pub use reader::{ControlOutcome, ReadPlan, ReaderConfig, RingReader, Stop, PROBE_LEN};
+pub use reader::{ControlOutcome, ReadPlan, ReaderConfig, RingMemory, RingReader, Stop, PROBE_LEN};
 
 // What only the tests and the fuzz targets name.
 pub use checksum::RecordCrc;

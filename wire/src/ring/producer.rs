@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use super::checksum::Checksum;
 use super::error::RingError;
-use super::layout::{self, ctrl, RecordHeader, CONTROL_SIZE, FLAG_FIRST, FLAG_LAST, FLAG_PADDING, HEADER_LEN};
+use super::layout::{
+    self, ctrl, RecordHeader, CONTROL_SIZE, FLAG_FIRST, FLAG_LAST, FLAG_NO_CHECKSUM, FLAG_PADDING, HEADER_LEN,
+};
 use rdma_fabric::RegisteredBuffer;
 
 /// A `limit` that never stops the producer (overwrite mode, or no subscriber).
@@ -120,6 +122,11 @@ pub struct RingProducer {
     in_progress: Option<InProgress>,
     /// A claim is outstanding: nothing else is written until it is committed or abandoned.
     claimed: bool,
+    /// Message records carry their checksum (some reader READs the ring); otherwise they carry
+    /// [`FLAG_NO_CHECKSUM`] (see [`set_checksums`](Self::set_checksums)).
+    checksums: bool,
+    /// Message records written without a checksum so far.
+    unchecked: u64,
     /// Headers read back from the ring (what the head walk costs), for the tests.
     #[cfg(test)]
     header_reads: std::sync::atomic::AtomicU64,
@@ -159,6 +166,8 @@ impl RingProducer {
             floor: start,
             in_progress: None,
             claimed: false,
+            checksums: true,
+            unchecked: 0,
             #[cfg(test)]
             header_reads: Default::default(),
         };
@@ -238,6 +247,60 @@ impl RingProducer {
         self.head_seq
     }
 
+    /// Whether message records carry their checksum.
+    pub fn checksums(&self) -> bool {
+        self.checksums
+    }
+
+    /// Message records written without a checksum so far.
+    pub fn unchecked_records(&self) -> u64 {
+        self.unchecked
+    }
+
+    /// Whether message records carry their checksum from now on: on while some reader READs
+    /// the ring (a READ may race a write: only the checksum tells), off while every reader
+    /// reads it in place ([`RingReader::read_in_place`](super::RingReader::read_in_place)),
+    /// where the checksum is ~40% of a small message's cost. Turning it on first gives every
+    /// retained record (from `head` to `tail`) that lacks one its checksum, so a reader that
+    /// starts at any start point this producer offers finds every record checked; returns how
+    /// many records it completed.
+    pub fn set_checksums(&mut self, on: bool) -> Result<u64, RingError> {
+        let was = std::mem::replace(&mut self.checksums, on);
+        if !on || was {
+            return Ok(0);
+        }
+        let (mut position, mut completed) = (self.head, 0);
+        let mut payload = Vec::new();
+        while position < self.tail {
+            let mut h = self.read_header(position)?;
+            if h.flags & FLAG_NO_CHECKSUM != 0 {
+                payload.resize(h.len as usize, 0);
+                self.buf.read(layout::data_offset(position, self.capacity) + HEADER_LEN, &mut payload)?;
+                h.flags &= !FLAG_NO_CHECKSUM;
+                h.crc = h.compute_crc(self.checksum, &payload);
+                self.write_header(&h)?;
+                completed += 1;
+            }
+            position += h.size();
+        }
+        if self.head_header.is_some_and(|h| h.flags & FLAG_NO_CHECKSUM != 0) {
+            self.head_header = None;
+        }
+        Ok(completed)
+    }
+
+    /// Seals a message record's header: its checksum over `payload`, or the flag saying it has
+    /// none.
+    fn seal(&mut self, h: &mut RecordHeader, payload: &[u8]) {
+        if self.checksums {
+            h.crc = h.compute_crc(self.checksum, payload);
+        } else {
+            h.flags |= FLAG_NO_CHECKSUM;
+            h.crc = 0;
+            self.unchecked += 1;
+        }
+    }
+
     /// The partly written message, if any.
     pub fn in_progress(&self) -> Option<InProgress> {
         self.in_progress
@@ -305,7 +368,7 @@ impl RingProducer {
                 total_len: total as u32,
                 crc: 0,
             };
-            h.crc = h.compute_crc(self.checksum, body);
+            self.seal(&mut h, body);
             written += frag;
             if last {
                 self.in_progress = None;
@@ -352,7 +415,7 @@ impl RingProducer {
             total_len: claim.len as u32,
             crc: 0,
         };
-        h.crc = h.compute_crc(self.checksum, claim.bytes());
+        self.seal(&mut h, claim.bytes());
         self.commit_record(&h, claim.seq + 1)?;
         Ok(claim.seq)
     }

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -17,6 +18,7 @@ use super::keys::{KeySlot, PeerKeys};
 use super::map::PeerMapping;
 use super::pool::PeerCredits;
 use super::proto::{Answer, Request, ANSWER_LEN, WANT_KEYS};
+use super::view::{ShmView, ViewRefused};
 use crate::memory::{send_vectored, IoPart};
 use crate::soft::seg::Seg;
 use crate::types::{Access, WcStatus};
@@ -26,7 +28,8 @@ const MAX_REGIONS: usize = 256;
 
 /// A responder's region as mapped here.
 struct PeerRegion {
-    map: PeerMapping,
+    /// Shared with the views handed out ([`ShmView`]), which keep it mapped.
+    map: Arc<PeerMapping>,
     base: u64,
     len: u64,
     access: Access,
@@ -49,12 +52,15 @@ struct Outbox {
 pub(crate) struct ShmClient {
     stream: Mutex<UnixStream>,
     mapped: Mutex<Mapped>,
+    /// Set when the connection closed: the views handed out read no more.
+    closed: Arc<AtomicBool>,
 }
 
 /// What a [`ShmClient`] has mapped of the responder.
 #[derive(Default)]
 struct Mapped {
-    keys: Option<PeerKeys>,
+    /// Shared with the views handed out.
+    keys: Option<Arc<PeerKeys>>,
     regions: HashMap<u32, PeerRegion>,
     /// The responder's inbox once asked for (`None` inside: it refused).
     outbox: Option<Option<Outbox>>,
@@ -66,7 +72,11 @@ struct Mapped {
 
 impl ShmClient {
     pub(crate) fn new(stream: UnixStream) -> ShmClient {
-        ShmClient { stream: Mutex::new(stream), mapped: Mutex::new(Mapped::default()) }
+        ShmClient {
+            stream: Mutex::new(stream),
+            mapped: Mutex::new(Mapped::default()),
+            closed: Arc::new(AtomicBool::new(false)),
+        }
     }
 
     /// Maps the responder's inbox unless asked for already (a round trip to its NIC thread, as
@@ -140,9 +150,32 @@ impl ShmClient {
         status
     }
 
+    /// A view of `[addr, addr + len)` of region `rkey`, mapped by [`prefetch`](Self::prefetch),
+    /// checked as a READ of that range is checked: the region granted remote read to this
+    /// connection's protection domain, the range is inside it, and the key-table words of the
+    /// region and of the connection's queue pair are live.
+    pub(crate) fn view(&self, rkey: u32, addr: u64, len: usize) -> Result<ShmView, ViewRefused> {
+        let mapped = self.mapped.lock();
+        let (Some(region), Some(keys), Some(conn)) = (mapped.regions.get(&rkey), mapped.keys.as_ref(), mapped.conn)
+        else {
+            return Err(if mapped.broken { ViewRefused::Transport } else { ViewRefused::Access });
+        };
+        let start = addr
+            .checked_sub(region.base)
+            .filter(|off| {
+                region.access.contains(Access::REMOTE_READ)
+                    && off.checked_add(len as u64).is_some_and(|end| end <= region.len)
+            })
+            .ok_or(ViewRefused::Access)?;
+        let view = ShmView::new(region.map.clone(), keys.clone(), region.slot, conn, self.closed.clone(), start, len);
+        view.check_live()?;
+        Ok(view)
+    }
+
     /// The connection closed: unmaps everything of the peer and ends the stream (the peer's
     /// device then forgets it); later operations fail as transport errors.
     pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         *self.mapped.lock() = Mapped { broken: true, ..Mapped::default() };
         let _ = self.stream.lock().shutdown(std::net::Shutdown::Both);
     }
@@ -189,7 +222,7 @@ enum Fetched {
 struct Granted<T> {
     object: T,
     conn: KeySlot,
-    keys: Option<PeerKeys>,
+    keys: Option<Arc<PeerKeys>>,
 }
 
 impl Mapped {
@@ -233,15 +266,16 @@ fn open_region(answer: Answer, fds: Vec<OwnedFd>, want_keys: bool) -> io::Result
     if fds.len() != expected {
         return Err(invalid("answer with the wrong number of descriptors"));
     }
-    let keys = want_keys.then(|| PeerKeys::map(fds[1].as_fd()).map_err(io::Error::other)).transpose()?;
+    let keys = want_keys.then(|| PeerKeys::map(fds[1].as_fd()).map(Arc::new).map_err(io::Error::other)).transpose()?;
     let slot = KeySlot::from_peer(answer.slot, answer.word).map_err(io::Error::other)?;
     let access = answer.access();
     if answer.base.checked_add(answer.len).is_none() || answer.len > isize::MAX as u64 {
         return Err(invalid("region out of the address space"));
     }
     let map_len = (answer.len as usize).max(1);
-    let map =
-        PeerMapping::new(fds[0].as_fd(), map_len, access.contains(Access::REMOTE_WRITE)).map_err(io::Error::other)?;
+    let map = PeerMapping::new(fds[0].as_fd(), map_len, access.contains(Access::REMOTE_WRITE))
+        .map(Arc::new)
+        .map_err(io::Error::other)?;
     let region = PeerRegion { map, base: answer.base, len: answer.len, access, slot };
     Ok(Some(Granted { object: region, conn: conn_slot(&answer)?, keys }))
 }
@@ -258,7 +292,7 @@ fn open_inbox(answer: Answer, fds: Vec<OwnedFd>, want_keys: bool) -> io::Result<
     let mut fds = fds.into_iter();
     let mut next = || fds.next().expect("counted above");
     let (inbox, credits, owner, hint, event) = (next(), next(), next(), next(), next());
-    let keys = want_keys.then(|| PeerKeys::map(next().as_fd()).map_err(io::Error::other)).transpose()?;
+    let keys = want_keys.then(|| PeerKeys::map(next().as_fd()).map(Arc::new).map_err(io::Error::other)).transpose()?;
     let outbox = Outbox {
         inbox: InboxWriter::map(inbox.as_fd()).map_err(io::Error::other)?,
         credits: PeerCredits::map(credits.as_fd()).map_err(io::Error::other)?,

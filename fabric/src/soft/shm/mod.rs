@@ -18,6 +18,10 @@
 //!   every copy: deregistration revokes access at once (a remote access error, never stale
 //!   bytes). Mappings are checked to be sealed and large enough, so the owner's exit or
 //!   deregistration never faults the requester.
+//! - **Views** ([`view`]): the layer above may ask, once a connection is established, for a
+//!   read-only view of a range of the responder's region, checked as a READ of it is (a
+//!   refused one fails the queue pair as the READ's completion would); it reads the ring in
+//!   place with acquire loads and copies, the key-table words checked around each copy.
 //! - **SENDs** of at most [`inbox::MAX_INLINE`] bytes with nothing in flight before them are
 //!   written by the posting thread into the responder's inbox ([`inbox`]) with one of the
 //!   receive credits the responder granted to this sender alone ([`pool`]), and ring its CQ's
@@ -99,6 +103,7 @@ mod proto;
 mod serve;
 #[cfg(test)]
 mod tests;
+mod view;
 
 pub(crate) use bell::{Bell, SenderFds};
 pub(crate) use client::ShmClient;
@@ -109,3 +114,4 @@ pub(crate) use map::reopen_read_only;
 pub(crate) use pool::{Credits, NoCredit};
 pub(crate) use proto::Answer;
 pub(crate) use serve::{Owner, Streams, LISTENER_TOKEN};
+pub(crate) use view::{ShmView, ViewRefused};

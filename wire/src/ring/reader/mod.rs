@@ -16,8 +16,11 @@ use super::error::RingError;
 use super::layout::{self, ControlSnapshot, RecordHeader, CONTROL_READ_LEN, HEADER_LEN};
 use super::producer::StartPoint;
 
+mod in_place;
 mod parse;
 mod plan;
+
+pub use in_place::RingMemory;
 
 /// What a subscriber knows about the ring it reads (from the accept private data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +141,18 @@ enum State {
     Assembling { total_len: u64 },
     /// Skipping the rest of message `seq` whose beginning is gone (`next_seq == seq + 1`).
     Skipping { seq: u64 },
+}
+
+/// How [`RingReader::parse_as`] validates records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Validation {
+    /// The bytes came from a READ that may have raced the producer: a record is valid when its
+    /// checksum matches; anything else may be a torn READ or a later lap.
+    Checksum,
+    /// The bytes were copied in place from below the ring's committed tail and above its
+    /// floor (checked after the copy): every record there is whole and of this lap, so a
+    /// record that breaks a rule is the publisher's doing.
+    Committed,
 }
 
 /// What to do with a record after validation.

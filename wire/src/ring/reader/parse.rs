@@ -7,10 +7,25 @@ impl RingReader {
     /// Walks the records in `bytes` (a READ of the ring from absolute `position`), delivering
     /// each complete message to `deliver(seq, payload)` in order. Unfragmented payloads are
     /// sub-slices of `bytes`; reassembled ones borrow the reader's buffer.
-    pub fn parse<F>(&mut self, bytes: &[u8], position: u64, mut deliver: F) -> Result<Parsed, RingError>
+    pub fn parse<F>(&mut self, bytes: &[u8], position: u64, deliver: F) -> Result<Parsed, RingError>
     where
         F: FnMut(u64, &[u8]),
     {
+        self.parse_as(bytes, position, Validation::Checksum, deliver)
+    }
+
+    /// [`parse`](Self::parse), validating as `validation` says.
+    pub(super) fn parse_as<F>(
+        &mut self,
+        bytes: &[u8],
+        position: u64,
+        validation: Validation,
+        mut deliver: F,
+    ) -> Result<Parsed, RingError>
+    where
+        F: FnMut(u64, &[u8]),
+    {
+        let committed = validation == Validation::Committed;
         let mut out = Parsed::default();
         if position != self.position {
             out.stop = Stop::Stale;
@@ -26,6 +41,9 @@ impl RingReader {
                 self.need = HEADER_LEN;
                 break;
             };
+            if h.position != self.position && committed {
+                return Err(self.corrupt(&h, "a record below the tail carries another position"));
+            }
             if h.position != self.position {
                 // Either bytes of an older lap (or of no record at all: the producer has not
                 // reached this position), or a record of a later lap (the reader was lapped).
@@ -35,7 +53,12 @@ impl RingReader {
             }
             if h.is_padding() {
                 let room = layout::room_to_end(self.position, self.capacity);
-                if h.len as u64 + HEADER_LEN as u64 != room || h.compute_crc(self.checksum, &[]) != h.crc {
+                if committed && h.len as u64 + HEADER_LEN as u64 != room {
+                    return Err(self.corrupt(&h, "padding that does not end at the end of the data area"));
+                }
+                if !committed
+                    && (h.len as u64 + HEADER_LEN as u64 != room || h.compute_crc(self.checksum, &[]) != h.crc)
+                {
                     self.stats.torn += 1;
                     out.stop = Stop::Torn;
                     break;
@@ -61,7 +84,7 @@ impl RingReader {
                 // claim at the same position twice is no race (the producer writes the position
                 // last) but a record larger than the ring allows.
                 let claim = (self.position, h.len);
-                if self.oversized == Some(claim) {
+                if committed || self.oversized == Some(claim) {
                     let (position, len, max) = (self.position, h.len.into(), self.max_record_payload as u64);
                     return Err(RingError::RecordTooLarge { position, len, max });
                 }
@@ -76,7 +99,9 @@ impl RingReader {
                 break;
             }
             let payload = &rest[HEADER_LEN..HEADER_LEN + h.len as usize];
-            if h.compute_crc(self.checksum, payload) != h.crc {
+            // A record without a checksum is for readers in place only: READ, it may be torn.
+            let unchecked = h.flags & layout::FLAG_NO_CHECKSUM != 0;
+            if !committed && (unchecked || h.compute_crc(self.checksum, payload) != h.crc) {
                 self.stats.torn += 1;
                 out.stop = Stop::Torn;
                 break;
@@ -140,7 +165,7 @@ impl RingReader {
             return h.len as u64 + HEADER_LEN as u64 == layout::room_to_end(h.position, self.capacity)
                 && h.compute_crc(self.checksum, &[]) == h.crc;
         }
-        if h.len as usize > self.max_record_payload {
+        if h.len as usize > self.max_record_payload || h.flags & layout::FLAG_NO_CHECKSUM != 0 {
             return false;
         }
         let size = h.size() as usize;
@@ -193,7 +218,7 @@ impl RingReader {
     where
         F: FnMut(u64, &[u8]),
     {
-        let known = layout::FLAG_FIRST | layout::FLAG_LAST;
+        let known = layout::FLAG_FIRST | layout::FLAG_LAST | layout::FLAG_NO_CHECKSUM;
         if h.flags & !known != 0 || h.reserved != 0 || h.len > h.total_len {
             return Err(self.corrupt(h, "bad flags or lengths"));
         }

@@ -7,6 +7,7 @@ use super::layout::{self, RecordHeader};
 use super::*;
 use rdma_fabric::RegisteredBuffer;
 
+mod in_place;
 mod properties;
 mod read_planning;
 
