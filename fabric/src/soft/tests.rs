@@ -580,3 +580,54 @@ fn flood(
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// A thread that polls its CQ for a READ over the network takes the response from the socket
+/// itself (`conn/responses.rs`): the READs complete, with their bytes and in post order, while
+/// the requester's NIC thread cannot read the connection at all (the test holds the table it
+/// finds connections in). Without it no completion arrives until the NIC thread reads again.
+#[test]
+fn a_poller_takes_its_read_responses_itself_while_the_nic_thread_is_held() {
+    let off =
+        FabricConfig { soft: SoftOptions::default().same_host(SameHost::Off), ..FabricConfig::new(FabricKind::Soft) };
+    let (requester, _, conns) = super::open::for_tests::open_inspected(&off, HANDSHAKE_TIMEOUT).unwrap();
+    let responder = open(&off).unwrap();
+    let (pd_a, pd_b) = (requester.alloc_pd().unwrap(), responder.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (requester.create_cq(64).unwrap(), responder.create_cq(64).unwrap());
+    let (ch_a, ch_b) = (requester.create_event_channel().unwrap(), responder.create_event_channel().unwrap());
+    let listener = ch_b.listen(loopback(), 16).unwrap();
+    let a = ch_a.connect(listener.local_addr(), &QpInit::new(&pd_a, &cq_a), b"", T).unwrap();
+    let CmEvent::ConnectRequest(req) = event(&ch_b) else { panic!("expected a connect request") };
+    let _b = req.accept(&QpInit::new(&pd_b, &cq_b), b"").unwrap();
+    assert!(matches!(event(&ch_a), CmEvent::Established { .. }));
+    let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    remote.buffer().write(0, &pattern).unwrap();
+    let local = pd_a.register(8192, Access::LOCAL_WRITE).unwrap();
+
+    // From here the requester's NIC thread, woken by the responses, waits for this lock.
+    let held = conns.open.lock();
+    let sizes = [64usize, 1000, 2048, 8];
+    for (i, &len) in sizes.iter().enumerate() {
+        let at = RemoteAddr { addr: remote.remote().addr + 8 * i as u64, rkey: remote.rkey() };
+        read(&a, i as u64, &local, 2048 * i, len, at);
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + T;
+    while got.len() < sizes.len() && Instant::now() < deadline {
+        let mut wc = [WorkCompletion::default(); 4];
+        let n = cq_a.poll(&mut wc).unwrap();
+        got.extend(wc[..n].iter().map(|w| (w.wr_id, w.status, w.byte_len)));
+    }
+    drop(held);
+    let expected: Vec<_> =
+        sizes.iter().enumerate().map(|(i, &len)| (i as u64, WcStatus::Success, len as u32)).collect();
+    assert_eq!(got, expected, "every READ completed, in post order, without the NIC thread");
+    for (i, &len) in sizes.iter().enumerate() {
+        let mut bytes = vec![0u8; len];
+        local.buffer().read(2048 * i, &mut bytes).unwrap();
+        assert_eq!(bytes, pattern[8 * i..8 * i + len], "the bytes of READ {i}");
+    }
+    // The connection goes on as before once the NIC thread reads it again.
+    read(&a, 99, &local, 0, 16, remote.remote());
+    assert_eq!(completion(&cq_a).wr_id, 99);
+}

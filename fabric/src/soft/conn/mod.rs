@@ -8,6 +8,7 @@ mod out_queue;
 mod phase;
 mod qp_state;
 mod receive;
+mod responses;
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -25,9 +26,10 @@ pub(crate) use out_queue::{FramePayload, OutFrame};
 pub use out_queue::{OUT_CAP, OUT_RESUME};
 pub(crate) use phase::Phase;
 pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpState};
-pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState};
+pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState, RX_BUF};
+pub(crate) use responses::{finish_read_response, on_ack, on_read_response};
 
-use super::cq::{BellSeat, Drain, InboxSource};
+use super::cq::{BellSeat, Drain, InboxSource, ResponseSource};
 use super::device::SoftCounters;
 use super::device::{DeviceState, NicCommand};
 use super::events::{ChannelEvent, EventQueue};
@@ -333,6 +335,12 @@ impl InboxSource for Conn {
         } else {
             Drain::Done
         }
+    }
+}
+
+impl ResponseSource for Conn {
+    fn receive_on_poll(&self) {
+        responses::receive_on_poll(self);
     }
 }
 

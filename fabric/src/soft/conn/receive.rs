@@ -7,6 +7,9 @@ use crate::soft::recv::RecvWr;
 use crate::soft::seg::Segs;
 use crate::soft::wire::{Header, Status};
 
+/// Receive buffer of a connection (headers and small frames).
+pub(crate) const RX_BUF: usize = 16 * 1024;
+
 /// Where incoming bytes go.
 pub(crate) struct Destination {
     segs: Segs,
@@ -135,5 +138,16 @@ impl ReceiveState {
     /// Bytes read ahead and not yet parsed.
     pub(crate) fn avail(&self) -> usize {
         self.end - self.start
+    }
+
+    /// The payload of `hdr` comes next and goes nowhere; then `after` is done.
+    pub(crate) fn discard(&mut self, hdr: &Header, after: AfterPayload) {
+        self.expecting = Expecting::Payload {
+            destination: Destination::new(Segs::new()),
+            remaining: hdr.len as usize,
+            len: hdr.len,
+            after,
+            psn: hdr.psn,
+        };
     }
 }

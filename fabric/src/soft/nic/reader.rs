@@ -6,9 +6,9 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use super::state::{io_step, Nic, ReadOutcome, READ_BUDGET, RX_BUF};
+use super::state::{io_step, Nic, ReadOutcome, READ_BUDGET};
 use crate::memory;
-use crate::soft::conn::{AfterPayload, Conn, Expecting, Phase, ReceiveState};
+use crate::soft::conn::{AfterPayload, Conn, Expecting, Phase, ReceiveState, RX_BUF};
 use crate::soft::wire::{Header, HEADER_LEN};
 
 impl Nic {
