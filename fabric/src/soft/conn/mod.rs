@@ -29,7 +29,7 @@ pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpState};
 pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState, RX_BUF};
 pub(crate) use responses::{finish_read_response, on_ack, on_read_response};
 
-use super::cq::{BellSeat, Drain, InboxSource, ResponseSource};
+use super::cq::{BellSeat, Drain, InboxSource};
 use super::device::SoftCounters;
 use super::device::{DeviceState, NicCommand};
 use super::events::{ChannelEvent, EventQueue};
@@ -338,12 +338,6 @@ impl InboxSource for Conn {
     }
 }
 
-impl ResponseSource for Conn {
-    fn receive_on_poll(&self) {
-        responses::receive_on_poll(self);
-    }
-}
-
 /// A connection shared by the NIC thread and the user's queue pair.
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
@@ -355,7 +349,9 @@ pub(crate) struct Conn {
     peer: OnceLock<SocketAddr>,
     pub(crate) local: SocketAddr,
     pub(crate) st: Mutex<ConnState>,
-    /// Receive state: used by the NIC thread only (lock order: `rx` before `st`).
+    /// Receive state: used by the NIC thread, and by a thread polling an empty CQ that takes
+    /// its READ responses itself (`responses.rs`, with `try_lock`) (lock order: `rx` before
+    /// `st`).
     pub(crate) rx: Mutex<ReceiveState>,
     /// Same-host path: this end's stream to the peer's device and what it mapped of the peer,
     /// when both ends share a host (set once, before the connection is established; the client

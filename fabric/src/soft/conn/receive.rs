@@ -1,4 +1,5 @@
-//! The receive state of a connection, used by the NIC thread only: the bytes read ahead, what
+//! The receive state of a connection, used by the NIC thread (and by a thread polling an empty
+//! CQ for its READ responses, `responses.rs`, under the same lock): the bytes read ahead, what
 //! the next bytes of the stream are (a header; a payload, where it goes and what to do once it
 //! is in; or nothing while a SEND waits for a receive).
 
@@ -107,7 +108,8 @@ pub(crate) enum Expecting {
     },
 }
 
-/// The receive state of a connection (NIC thread only).
+/// The receive state of a connection (the NIC thread's, and a polling thread's while it takes
+/// READ responses).
 pub(crate) struct ReceiveState {
     pub(crate) buf: Vec<u8>,
     pub(crate) start: usize,

@@ -20,6 +20,7 @@ use std::os::fd::AsFd;
 use super::receive::{AfterPayload, Destination, Expecting, ReceiveState};
 use super::{Conn, ConnState, Phase};
 use crate::memory;
+use crate::soft::cq::ResponseSource;
 use crate::soft::device::NicCommand;
 use crate::soft::wire::{FrameType, Header, Status, HEADER_LEN};
 use crate::types::*;
@@ -115,10 +116,16 @@ enum Step {
     HandOff,
 }
 
+impl ResponseSource for Conn {
+    fn receive_on_poll(&self) {
+        receive_on_poll(self);
+    }
+}
+
 /// A user thread polling an empty CQ takes the ACKs and READ responses waiting in `c`'s
 /// socket itself, when `c` has a READ on the wire and the NIC thread is not reading it (see the
 /// module doc).
-pub(crate) fn receive_on_poll(c: &Conn) {
+fn receive_on_poll(c: &Conn) {
     let Some(mut rx) = c.rx.try_lock() else { return };
     {
         let st = c.st.lock();
