@@ -666,6 +666,17 @@ fn a_poller_takes_its_read_responses_itself_while_the_nic_thread_is_held() {
     // The connection goes on as before once the NIC thread reads it again.
     read(&a, 99, &local, 0, 16, remote.remote());
     assert_eq!(completion(cq_a).wr_id, 99);
+
+    // A READ larger than a poller takes is the NIC thread's: held, it does not complete.
+    let len = super::conn::POLLED_READ_MAX as usize * 2;
+    let (big_remote, big_local) =
+        (pd_b.register(len, Access::REMOTE_READ).unwrap(), pd_a.register(len, Access::LOCAL_WRITE).unwrap());
+    let held = conns.open.lock();
+    read(&a, 100, &big_local, 0, len, big_remote.remote());
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::from_millis(20), Duration::from_millis(20)).unwrap(), 0);
+    drop(held);
+    assert_eq!(completion(cq_a).wr_id, 100);
 }
 
 /// The NIC thread does not wait for a thread that holds a connection's receive state (a poller

@@ -27,6 +27,8 @@ pub use out_queue::{OUT_CAP, OUT_RESUME};
 pub(crate) use phase::Phase;
 pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpState};
 pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState, RX_BUF};
+#[cfg(test)]
+pub(crate) use responses::POLLED_READ_MAX;
 pub(crate) use responses::{finish_read_response, on_ack, on_read_response};
 
 use super::cq::{BellSeat, Drain, InboxSource};

@@ -9,7 +9,7 @@
 //! costs microseconds to tens of microseconds). It changes nothing of what the connection does:
 //! the same checks, the same completions in the same order, under the same locks (the receive
 //! state `rx`, then `st`), and only the frames whose handling needs no NIC thread state
-//! (ACKs and READ responses). Anything else (a SEND, a READ request, a CM frame, a frame that
+//! (ACKs and READ responses of up to [`POLLED_READ_MAX`] bytes). Anything else (a SEND, a READ request, a CM frame, a frame that
 //! would cut the connection, the end of the stream) is left where it is, unconsumed, and the NIC
 //! thread is told to read the connection (its edge-triggered poll signals every arrival too,
 //! so the bytes this thread read ahead are found either way).
@@ -28,6 +28,10 @@ use crate::types::*;
 /// Frames one look of a polling thread takes at most before it leaves the rest to the NIC
 /// thread (a poller's call stays short).
 const FRAMES_PER_LOOK: usize = 64;
+/// The largest READ response a polling thread takes: small READs are where a hop costs (the
+/// probe of a caught-up subscriber, a message READ alone); a large one is received by the NIC
+/// thread while the poller validates the READ before it, as before.
+pub(crate) const POLLED_READ_MAX: u32 = 16 << 10;
 
 /// Handles the ACK (or NAK) of the request at the front of the send queue. An ACK that answers
 /// nothing in flight is an error, returned before anything changes.
@@ -161,16 +165,15 @@ fn receive_on_poll(c: &Conn) {
 /// The next header: an ACK or a READ response is taken, anything else left to the NIC thread.
 fn header_step(c: &Conn, rx: &mut ReceiveState) -> Step {
     if rx.avail() < HEADER_LEN {
-        return fill(c, rx);
+        return peek_then_fill(c, rx);
     }
     let mut raw = [0u8; HEADER_LEN];
     raw.copy_from_slice(&rx.buf[rx.start..rx.start + HEADER_LEN]);
-    let Ok(hdr) = Header::decode(&raw, c.device.attrs.max_msg_size) else { return Step::HandOff };
+    let Some(hdr) = takeable(c, &raw) else { return Step::HandOff };
     let mut st = c.st.lock();
     let taken = match hdr.ty {
         FrameType::Ack => on_ack(c, &mut st, &hdr),
-        FrameType::ReadResp => on_read_response(c, &mut st, rx, &hdr),
-        _ => return Step::HandOff,
+        _ => on_read_response(c, &mut st, rx, &hdr),
     };
     if taken.is_err() {
         // The NIC reads the frame again and cuts the connection.
@@ -181,6 +184,36 @@ fn header_step(c: &Conn, rx: &mut ReceiveState) -> Step {
         c.flush_from_user(&mut st);
     }
     Step::Continue
+}
+
+/// The header in `raw`, if it is a frame a polling thread takes: an ACK, or a READ response of
+/// at most [`POLLED_READ_MAX`] bytes.
+fn takeable(c: &Conn, raw: &[u8; HEADER_LEN]) -> Option<Header> {
+    let hdr = Header::decode(raw, c.device.attrs.max_msg_size).ok()?;
+    match hdr.ty {
+        FrameType::Ack => Some(hdr),
+        FrameType::ReadResp if hdr.len <= POLLED_READ_MAX => Some(hdr),
+        _ => None,
+    }
+}
+
+/// With nothing buffered, looks at the next header in the socket without taking it (a frame
+/// this thread leaves to the NIC thread stays in the socket, untouched), and reads the stream
+/// into the receive buffer only if the frame is one it takes.
+fn peek_then_fill(c: &Conn, rx: &mut ReceiveState) -> Step {
+    if rx.avail() > 0 {
+        // Part of a header, read by the NIC thread: the NIC thread's to finish.
+        return Step::HandOff;
+    }
+    let Some(sock) = c.sock() else { return Step::HandOff };
+    let mut raw = [0u8; HEADER_LEN];
+    match sock.peek(&mut raw) {
+        Ok(0) => Step::HandOff,
+        Ok(n) if n < HEADER_LEN => Step::Empty,
+        Ok(_) if takeable(c, &raw).is_none() => Step::HandOff,
+        Ok(_) => fill(c, rx),
+        Err(e) => io_step(&e),
+    }
 }
 
 /// Reads more of the stream into the receive buffer.
