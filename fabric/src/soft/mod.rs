@@ -44,8 +44,9 @@
 //! per-connection output queue; WRITABLE interest only while something is queued, so two NICs
 //! READing each other never deadlock. A posting thread writes its frame itself when nothing is
 //! queued ahead (no wake-up of the NIC thread). A thread polling an empty CQ while one of its
-//! READs is on the wire reads the READ response from the socket itself, into the READ's
-//! destination (`conn/responses.rs`): the requester's NIC thread is not a hop of the READ.
+//! READs is on the wire reads a small READ response (up to 16 KiB) from the socket itself, into
+//! the READ's destination (`conn/responses.rs`): the requester's NIC thread is not a hop of a
+//! small READ; large ones it receives while the poller works on the READ before.
 //!
 //! # Limits
 //!

@@ -2,17 +2,18 @@
 //! either by the NIC thread or, while a user thread polls an empty CQ with a READ of the
 //! connection on the wire, by that thread itself ([`receive_on_poll`]).
 //!
-//! Taking a READ response on the polling thread removes a hop from the path of every READ: the
+//! Taking a READ response on the polling thread removes a hop from the path of a small READ: the
 //! response lands in the socket, and the thread that waits for it reads it into the READ's
 //! destination and completes the READ, instead of the NIC thread being scheduled to do so and
 //! the poller then finding the completion (on 2 vCPUs shared by four busy threads each hop
 //! costs microseconds to tens of microseconds). It changes nothing of what the connection does:
 //! the same checks, the same completions in the same order, under the same locks (the receive
-//! state `rx`, then `st`), and only the frames whose handling needs no NIC thread state
-//! (ACKs and READ responses of up to [`POLLED_READ_MAX`] bytes). Anything else (a SEND, a READ request, a CM frame, a frame that
-//! would cut the connection, the end of the stream) is left where it is, unconsumed, and the NIC
-//! thread is told to read the connection (its edge-triggered poll signals every arrival too,
-//! so the bytes this thread read ahead are found either way).
+//! state `rx`, then `st`), and only the frames whose handling needs no NIC thread state (ACKs,
+//! READ responses of up to [`POLLED_READ_MAX`] bytes; the poller peeks at the next header before
+//! it reads the stream). Anything else (a SEND, a READ request, a large READ response, a CM
+//! frame, a frame that would cut the connection, the end of the stream) is left where it is,
+//! unconsumed, and, if this thread read bytes ahead of it, the NIC thread is told to read the
+//! connection (its edge-triggered poll signals every arrival too, so they are found either way).
 
 use std::io::{self, Read};
 use std::os::fd::AsFd;
