@@ -37,6 +37,14 @@ pub(crate) trait InboxSource: Send + Sync {
     fn drain(&self) -> Drain;
 }
 
+/// A connection whose READs complete on this CQ: a poller that finds the CQ empty takes the
+/// READ responses (and ACKs) waiting in its socket itself (`conn/responses.rs`).
+pub(crate) trait ResponseSource: Send + Sync {
+    /// Takes the answers waiting in the socket, if a READ is on the wire and the NIC thread is
+    /// not reading the connection.
+    fn receive_on_poll(&self);
+}
+
 /// The state of a completion queue shared by the NIC (producer) and the owner (consumer).
 pub(crate) struct CqInner {
     depth: u32,
@@ -59,6 +67,15 @@ pub(crate) struct CqInner {
     drained_at: AtomicU64,
     /// SENDs were left waiting for receives: look again at the next poll.
     backlog: AtomicBool,
+    /// Connections that posted a READ over the network completing here (lock order: before
+    /// a connection's locks).
+    requesters: Mutex<Vec<Weak<dyn ResponseSource>>>,
+    /// `requesters` is not empty: an empty poll of a CQ without any (the publisher's look after
+    /// each message) stays a few loads.
+    has_requesters: AtomicBool,
+    /// Empty polls since the last look into the requesters' sockets (every
+    /// [`LOOK_EVERY`]th empty poll looks).
+    empty_polls: AtomicU32,
     /// Looks that skipped the inboxes because the bell's hint had not moved: every
     /// [`RECHECK_EVERY`]th looks anyway, since any sender may write the hint.
     skipped: AtomicU32,
@@ -68,6 +85,13 @@ pub(crate) struct CqInner {
 /// peer of the CQ can write) says nothing new was written: what a peer freezing the hint can
 /// delay the others' SENDs by, for a poller that never arms (one that arms looks anyway).
 const RECHECK_EVERY: u32 = 64;
+
+/// How often an empty poll of a CQ with requesters looks into their sockets: a look is a
+/// system call (about a microsecond), an empty poll a few loads, and a spinning poller yields
+/// its CPU after a number of polls (`CompletionQueue::poll_wait`), so looking at every poll
+/// would keep it from yielding for tens of microseconds. One look per 16 polls delays a
+/// response by well under a microsecond.
+const LOOK_EVERY: u32 = 16;
 
 #[derive(Default)]
 struct CqState {
@@ -86,6 +110,9 @@ impl CqInner {
             sources: Mutex::new(Vec::new()),
             drained_at: AtomicU64::new(0),
             backlog: AtomicBool::new(false),
+            requesters: Mutex::new(Vec::new()),
+            has_requesters: AtomicBool::new(false),
+            empty_polls: AtomicU32::new(0),
             skipped: AtomicU32::new(0),
         })
     }
@@ -93,6 +120,36 @@ impl CqInner {
     /// Makes polls of this CQ drain `source`'s inbox.
     pub(crate) fn attach(&self, source: Weak<dyn InboxSource>) {
         self.sources.lock().push(source);
+    }
+
+    /// Makes empty polls of this CQ take `source`'s READ responses (dropped connections leave
+    /// the list here).
+    pub(crate) fn attach_requester(&self, source: Weak<dyn ResponseSource>) {
+        let mut requesters = self.requesters.lock();
+        requesters.retain(|s| s.strong_count() > 0);
+        requesters.push(source);
+        self.has_requesters.store(true, Ordering::Relaxed);
+    }
+
+    /// Counts an empty poll; true on every [`LOOK_EVERY`]th, which looks into the requesters'
+    /// sockets (a load and a store, as `skip_once`).
+    #[inline]
+    fn look_now(&self) -> bool {
+        let polls = self.empty_polls.load(Ordering::Relaxed).wrapping_add(1);
+        self.empty_polls.store(polls, Ordering::Relaxed);
+        polls % LOOK_EVERY == 0
+    }
+
+    /// Lets the connections with READs on the wire take their responses on this thread (one
+    /// poller at a time; another one polling meanwhile just finds what this one completed).
+    #[inline(never)]
+    fn receive_responses(&self) {
+        let Some(requesters) = self.requesters.try_lock() else { return };
+        for source in requesters.iter() {
+            if let Some(source) = source.upgrade() {
+                source.receive_on_poll();
+            }
+        }
     }
 
     /// A place at the bell for a new same-host sender: the descriptors to hand it, and the seat
@@ -170,7 +227,9 @@ impl CqInner {
 
     /// Moves completions into `out`, after placing the SENDs waiting in inboxes. An empty queue
     /// with nothing new in the inboxes is seen from a few atomic loads, without the
-    /// lock; the poller never yields here (waiting is `poll_wait`'s business).
+    /// lock; the poller never yields here (waiting is `poll_wait`'s business). When the queue
+    /// is empty and a connection has a READ on the wire, the poller first takes the responses
+    /// waiting in its socket itself (`receive_responses`).
     #[inline]
     fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
         if self.look_all.load(Ordering::Relaxed) {
@@ -183,8 +242,17 @@ impl CqInner {
         if self.overrun.load(Ordering::Acquire) {
             return Err(Error::CqOverrun { depth: self.depth });
         }
-        if out.is_empty() || self.queued.load(Ordering::Acquire) == 0 {
+        if out.is_empty() {
             return Ok(0);
+        }
+        if self.queued.load(Ordering::Acquire) == 0 {
+            if !self.has_requesters.load(Ordering::Relaxed) || !self.look_now() {
+                return Ok(0);
+            }
+            self.receive_responses();
+            if self.queued.load(Ordering::Acquire) == 0 {
+                return Ok(0);
+            }
         }
         Ok(self.take(out))
     }

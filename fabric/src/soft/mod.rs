@@ -43,7 +43,10 @@
 //! READ goodput there (`benches/pubsub.rs` prints the split). Sockets are non-blocking with a
 //! per-connection output queue; WRITABLE interest only while something is queued, so two NICs
 //! READing each other never deadlock. A posting thread writes its frame itself when nothing is
-//! queued ahead (no wake-up of the NIC thread).
+//! queued ahead (no wake-up of the NIC thread). A thread polling an empty CQ while one of its
+//! READs is on the wire reads a small READ response (up to 16 KiB) from the socket itself, into
+//! the READ's destination (`conn/responses.rs`): the requester's NIC thread is not a hop of a
+//! small READ; large ones it receives while the poller works on the READ before.
 //!
 //! # Limits
 //!
@@ -86,7 +89,7 @@
 //! | same host | `shm/` | the same-host path: endpoint, streams, key table, mappings, inboxes, receive pools, bells |
 //! | device | `regions`, `device` | the region table and its remote checks; what the NIC thread and the objects share (`DeviceState`, `NicCommand`, counters) and the `Device` that owns the NIC thread |
 //! | objects | `mr`, `cq`, `ud`, `recv`, `srq`, `pd` | memory regions, completion queues, UD endpoints, posted receives and the local SGE check (against the region handle, `crate::region`), shared receive queues, protection domains |
-//! | connection | `conn/` (`phase`, `out_queue`, `receive`, `qp_state`, `by_hand`, `mod`) | one RC connection: its output queue, the NIC's receive state of it, its queue-pair state, what a queue pair connected by hand adds (state machine, endpoints, who dials); `Conn`, `ConnState` and the CM event `NicCmEvent` it produces |
+//! | connection | `conn/` (`phase`, `out_queue`, `receive`, `qp_state`, `by_hand`, `mod`, `responses`) | one RC connection: its output queue, the NIC's receive state of it, its queue-pair state, the answers to its requests (ACKs, READ responses: the NIC's, or a polling thread's), what a queue pair connected by hand adds (state machine, endpoints, who dials); `Conn`, `ConnState` and the CM event `NicCmEvent` it produces |
 //! | connection table | `connections` | the open connections and listening sockets of a device, by id; queue pairs connected by hand by number; the data port |
 //! | handles | `hand_qp`, `qp`, `cm` | queue pairs connected by hand: creating, endpoint, INIT/RTR/RTS; posting on a queue pair; event channels, listeners, connect, accept, reject |
 //! | NIC thread | `nic/` (`state`, `teardown`, `hand_streams`, `cm_frames`, `data_frames`, `reader`, `timeouts`, `same_host`, `event_loop`) | the `mio` loop, the frame parser, the READ responder, SENDs and RNR, timers, teardown, binding the streams of queue pairs connected by hand |

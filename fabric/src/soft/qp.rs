@@ -2,10 +2,12 @@
 //! the socket itself when nothing is queued before it, so the hot path needs no NIC wake-up.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::conn::{rdma_header, Conn, FramePayload, InFlight, LocalOp, NicCmEvent, OutFrame, Phase, CLOSE_LINGER};
+use super::cq::ResponseSource;
 use super::device::{Device, NicCommand};
 use super::events::EventQueue;
 use super::hand_qp;
@@ -24,8 +26,10 @@ use crate::types::*;
 pub(crate) struct SoftQp {
     conn: Arc<Conn>,
     qp_num: u32,
+    /// The connection is among its send CQ's requesters (from its first READ over the network).
+    polled_for_responses: AtomicBool,
     // Kept alive for as long as the queue pair exists (CQs, PD, SRQ, channel, device).
-    _init: SoftQpInit,
+    init: SoftQpInit,
     _channel: Option<Arc<EventQueue<NicCmEvent>>>,
     _dev: Arc<Device>,
 }
@@ -40,7 +44,7 @@ impl SoftQp {
         channel: Option<Arc<EventQueue<NicCmEvent>>>,
     ) -> Self {
         let qp_num = conn.st.lock().qp.as_ref().map_or(0, |q| q.qp_num);
-        SoftQp { conn, qp_num, _init: init, _channel: channel, _dev: dev }
+        SoftQp { conn, qp_num, polled_for_responses: AtomicBool::new(false), init, _channel: channel, _dev: dev }
     }
 
     /// The error of a post the queue pair cannot take in `state` (as errors name it).
@@ -174,6 +178,9 @@ impl SoftQp {
             (Some(client), None) if inline => client.prefetch_inbox(),
             _ => {}
         }
+        if shm.is_none() && matches!(wr.op, SendOp::RdmaRead(_)) {
+            self.poll_for_responses();
+        }
         let mut st = self.conn.st.lock();
         if !st.can_post_send() {
             return Err(self.not_connected("post_send", st.state_name()));
@@ -280,6 +287,17 @@ impl SoftQp {
         }
         hand_qp::request_waits(&self.conn, &st);
         Ok(())
+    }
+
+    /// Has polls of the send CQ take this connection's READ responses (`conn/responses.rs`);
+    /// once, before the connection's lock is taken (the CQ's list is locked before it).
+    fn poll_for_responses(&self) {
+        if self.polled_for_responses.load(Ordering::Relaxed) || self.polled_for_responses.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        let source: Weak<dyn ResponseSource> = Arc::downgrade(&self.conn) as Weak<dyn ResponseSource>;
+        self.init.send_cq.inner.attach_requester(source);
     }
 
     /// Disconnects: outstanding work requests complete with `WorkRequestFlushed`, both sides

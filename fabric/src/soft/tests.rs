@@ -580,3 +580,134 @@ fn flood(
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// Two soft devices with the same-host path off (so every frame goes through the NIC threads),
+/// the first with its connection table, and what connects queue pairs between them.
+struct NetworkEnds {
+    pd_a: ProtectionDomain,
+    pd_b: ProtectionDomain,
+    cq_a: CompletionQueue,
+    cq_b: CompletionQueue,
+    ch_a: EventChannel,
+    ch_b: EventChannel,
+    listener: Listener,
+    conns_a: std::sync::Arc<super::connections::Connections>,
+    _fabrics: (Fabric, Fabric),
+}
+
+impl NetworkEnds {
+    fn new() -> NetworkEnds {
+        let off = FabricConfig {
+            soft: SoftOptions::default().same_host(SameHost::Off),
+            ..FabricConfig::new(FabricKind::Soft)
+        };
+        let (a, _, conns_a) = super::open::for_tests::open_inspected(&off, HANDSHAKE_TIMEOUT).unwrap();
+        let b = open(&off).unwrap();
+        let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
+        let (ch_a, ch_b) = (a.create_event_channel().unwrap(), b.create_event_channel().unwrap());
+        let listener = ch_b.listen(loopback(), 16).unwrap();
+        NetworkEnds { pd_a, pd_b, cq_a, cq_b, ch_a, ch_b, listener, conns_a, _fabrics: (a, b) }
+    }
+
+    /// A connected pair of queue pairs: (on the first device, on the second).
+    fn connect(&self) -> (QueuePair, QueuePair) {
+        let a = self.ch_a.connect(self.listener.local_addr(), &QpInit::new(&self.pd_a, &self.cq_a), b"", T).unwrap();
+        let CmEvent::ConnectRequest(req) = event(&self.ch_b) else { panic!("expected a connect request") };
+        let b = req.accept(&QpInit::new(&self.pd_b, &self.cq_b), b"").unwrap();
+        assert!(matches!(event(&self.ch_a), CmEvent::Established { .. }));
+        assert!(matches!(event(&self.ch_b), CmEvent::Established { .. }));
+        (a, b)
+    }
+
+    /// The first device's connection of `qp`.
+    fn conn_a(&self, qp: &QueuePair) -> std::sync::Arc<super::conn::Conn> {
+        self.conns_a.open.lock().get(&qp.conn_id()).expect("the connection").clone()
+    }
+}
+
+/// A thread that polls its CQ for a READ over the network takes the response from the socket
+/// itself (`conn/responses.rs`): the READs complete, with their bytes and in post order, while
+/// the requester's NIC thread cannot read the connection at all (the test holds the table it
+/// finds connections in). Without it no completion arrives until the NIC thread reads again.
+#[test]
+fn a_poller_takes_its_read_responses_itself_while_the_nic_thread_is_held() {
+    let ends = NetworkEnds::new();
+    let (a, _b) = ends.connect();
+    let NetworkEnds { pd_a, pd_b, cq_a, conns_a: conns, .. } = &ends;
+    let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    remote.buffer().write(0, &pattern).unwrap();
+    let local = pd_a.register(8192, Access::LOCAL_WRITE).unwrap();
+
+    // From here the requester's NIC thread, woken by the responses, waits for this lock.
+    let held = conns.open.lock();
+    let sizes = [64usize, 1000, 2048, 8];
+    for (i, &len) in sizes.iter().enumerate() {
+        let at = RemoteAddr { addr: remote.remote().addr + 8 * i as u64, rkey: remote.rkey() };
+        read(&a, i as u64, &local, 2048 * i, len, at);
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + T;
+    while got.len() < sizes.len() && Instant::now() < deadline {
+        let mut wc = [WorkCompletion::default(); 4];
+        let n = cq_a.poll(&mut wc).unwrap();
+        got.extend(wc[..n].iter().map(|w| (w.wr_id, w.status, w.byte_len)));
+    }
+    drop(held);
+    let expected: Vec<_> =
+        sizes.iter().enumerate().map(|(i, &len)| (i as u64, WcStatus::Success, len as u32)).collect();
+    assert_eq!(got, expected, "every READ completed, in post order, without the NIC thread");
+    for (i, &len) in sizes.iter().enumerate() {
+        let mut bytes = vec![0u8; len];
+        local.buffer().read(2048 * i, &mut bytes).unwrap();
+        assert_eq!(bytes, pattern[8 * i..8 * i + len], "the bytes of READ {i}");
+    }
+    // The connection goes on as before once the NIC thread reads it again.
+    read(&a, 99, &local, 0, 16, remote.remote());
+    assert_eq!(completion(cq_a).wr_id, 99);
+
+    // A READ larger than a poller takes is the NIC thread's: held, it does not complete.
+    let len = super::conn::POLLED_READ_MAX as usize * 2;
+    let (big_remote, big_local) =
+        (pd_b.register(len, Access::REMOTE_READ).unwrap(), pd_a.register(len, Access::LOCAL_WRITE).unwrap());
+    let held = conns.open.lock();
+    read(&a, 100, &big_local, 0, len, big_remote.remote());
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(cq_a.poll_wait(&mut wc, Duration::from_millis(20), Duration::from_millis(20)).unwrap(), 0);
+    drop(held);
+    assert_eq!(completion(cq_a).wr_id, 100);
+}
+
+/// The NIC thread does not wait for a thread that holds a connection's receive state (a poller
+/// taking its READ responses, `conn/responses.rs`): it reads that connection again later and
+/// serves the device's other connections meanwhile. Here the test holds the receive state of one
+/// connection while a SEND arrives on it, and a SEND on a second connection is still placed.
+#[test]
+fn the_nic_thread_serves_other_connections_while_a_poller_holds_one() {
+    let ends = NetworkEnds::new();
+    let (a1, b1) = ends.connect();
+    let (a2, b2) = ends.connect();
+    let rbuf = ends.pd_a.register(128, Access::LOCAL_WRITE).unwrap();
+    a1.post_recv(1, &[rbuf.sge(0, 64)]).unwrap();
+    a2.post_recv(2, &[rbuf.sge(64, 64)]).unwrap();
+    let sbuf = ends.pd_b.register(64, Access::NONE).unwrap();
+    let sge = [sbuf.sge(0, 16)];
+
+    let conn1 = ends.conn_a(&a1);
+    let held = conn1.rx.lock();
+    b1.post_send(&SendRequest::new(11, SendOp::Send, &sge)).unwrap();
+    // Not acknowledged while its connection's receive state is held (and meanwhile the NIC
+    // thread has had its event).
+    let mut wc = [WorkCompletion::default(); 1];
+    assert_eq!(ends.cq_b.poll_wait(&mut wc, Duration::ZERO, Duration::from_millis(20)).unwrap(), 0);
+    b2.post_send(&SendRequest::new(12, SendOp::Send, &sge)).unwrap();
+    let placed = completion(&ends.cq_a);
+    drop(held);
+    assert_eq!((placed.wr_id, placed.status), (2, WcStatus::Success), "the second connection's SEND, placed meanwhile");
+    // The held connection is read once it is free.
+    assert_eq!(completion(&ends.cq_a).wr_id, 1);
+    let mut acked: Vec<u64> = (0..2).map(|_| completion(&ends.cq_b).wr_id).collect();
+    acked.sort_unstable();
+    assert_eq!(acked, [11, 12]);
+}

@@ -8,6 +8,7 @@ mod out_queue;
 mod phase;
 mod qp_state;
 mod receive;
+mod responses;
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -25,7 +26,10 @@ pub(crate) use out_queue::{FramePayload, OutFrame};
 pub use out_queue::{OUT_CAP, OUT_RESUME};
 pub(crate) use phase::Phase;
 pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpState};
-pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState};
+pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState, RX_BUF};
+#[cfg(test)]
+pub(crate) use responses::POLLED_READ_MAX;
+pub(crate) use responses::{finish_read_response, on_ack, on_read_response};
 
 use super::cq::{BellSeat, Drain, InboxSource};
 use super::device::SoftCounters;
@@ -347,7 +351,9 @@ pub(crate) struct Conn {
     peer: OnceLock<SocketAddr>,
     pub(crate) local: SocketAddr,
     pub(crate) st: Mutex<ConnState>,
-    /// Receive state: used by the NIC thread only (lock order: `rx` before `st`).
+    /// Receive state: used by the NIC thread, and by a thread polling an empty CQ that takes
+    /// its READ responses itself (`responses.rs`, with `try_lock`) (lock order: `rx` before
+    /// `st`).
     pub(crate) rx: Mutex<ReceiveState>,
     /// Same-host path: this end's stream to the peer's device and what it mapped of the peer,
     /// when both ends share a host (set once, before the connection is established; the client

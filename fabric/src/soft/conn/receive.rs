@@ -1,4 +1,5 @@
-//! The receive state of a connection, used by the NIC thread only: the bytes read ahead, what
+//! The receive state of a connection, used by the NIC thread (and by a thread polling an empty
+//! CQ for its READ responses, `responses.rs`, under the same lock): the bytes read ahead, what
 //! the next bytes of the stream are (a header; a payload, where it goes and what to do once it
 //! is in; or nothing while a SEND waits for a receive).
 
@@ -6,6 +7,9 @@ use crate::memory::{RawRange, MAX_IOV};
 use crate::soft::recv::RecvWr;
 use crate::soft::seg::Segs;
 use crate::soft::wire::{Header, Status};
+
+/// Receive buffer of a connection (headers and small frames).
+pub(crate) const RX_BUF: usize = 16 * 1024;
 
 /// Where incoming bytes go.
 pub(crate) struct Destination {
@@ -104,7 +108,8 @@ pub(crate) enum Expecting {
     },
 }
 
-/// The receive state of a connection (NIC thread only).
+/// The receive state of a connection (the NIC thread's, and a polling thread's while it takes
+/// READ responses).
 pub(crate) struct ReceiveState {
     pub(crate) buf: Vec<u8>,
     pub(crate) start: usize,
@@ -135,5 +140,16 @@ impl ReceiveState {
     /// Bytes read ahead and not yet parsed.
     pub(crate) fn avail(&self) -> usize {
         self.end - self.start
+    }
+
+    /// The payload of `hdr` comes next and goes nowhere; then `after` is done.
+    pub(crate) fn discard(&mut self, hdr: &Header, after: AfterPayload) {
+        self.expecting = Expecting::Payload {
+            destination: Destination::new(Segs::new()),
+            remaining: hdr.len as usize,
+            len: hdr.len,
+            after,
+            psn: hdr.psn,
+        };
     }
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::state::{Nic, ReadOutcome};
 use crate::soft::conn::{
-    AfterPayload, Conn, ConnState, Destination, Expecting, FramePayload, OutFrame, Phase, ReceiveState,
+    finish_read_response, on_ack, on_read_response, AfterPayload, Conn, ConnState, Destination, Expecting,
+    FramePayload, OutFrame, Phase, ReceiveState,
 };
 use crate::soft::device::SoftCounters;
 use crate::soft::recv::Taker;
@@ -41,57 +42,14 @@ impl Nic {
     ) -> ReadOutcome {
         let live = st.phase == Phase::Established && st.qp.is_some();
         match hdr.ty {
-            FrameType::Ack => {
-                let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else { return ReadOutcome::Continue };
-                match qp.inflight.front() {
-                    Some(f) if f.psn == hdr.psn && matches!(f.op, WcOpcode::Send | WcOpcode::RdmaWrite) => {}
-                    _ => {
-                        return ReadOutcome::Broken(format!("unexpected acknowledgement {} from {}", hdr.psn, c.peer()))
-                    }
-                }
-                let f = qp.inflight.pop_front().expect("front checked");
-                qp.retire(f, hdr.status.wc_status());
-                if hdr.status == Status::Ok {
-                    c.run_local_front(st);
-                } else {
-                    st.qp_error();
-                }
-                ReadOutcome::Continue
-            }
-            FrameType::ReadResp => {
-                let Some(qp) = st.qp.as_mut().filter(|q| live && !q.error) else {
-                    return Self::discard(rx, &hdr, AfterPayload::Nothing);
-                };
-                let front_ok = matches!(qp.inflight.front(), Some(f) if f.psn == hdr.psn && f.op == WcOpcode::RdmaRead);
-                if !front_ok {
-                    return ReadOutcome::Broken(format!("unexpected READ response {} from {}", hdr.psn, c.peer()));
-                }
-                if hdr.status != Status::Ok {
-                    let f = qp.inflight.pop_front().expect("front checked");
-                    qp.retire(f, hdr.status.wc_status());
-                    st.qp_error();
-                    return ReadOutcome::Continue;
-                }
-                let f = qp.inflight.front_mut().expect("front checked");
-                if f.len != hdr.len {
-                    return ReadOutcome::Broken(format!(
-                        "READ response of {} bytes for {} from {}",
-                        hdr.len,
-                        f.len,
-                        c.peer()
-                    ));
-                }
-                f.busy = true;
-                let segs = f.dest.clone();
-                rx.expecting = Expecting::Payload {
-                    destination: Destination::new(segs),
-                    remaining: hdr.len as usize,
-                    len: hdr.len,
-                    after: AfterPayload::ReadResp,
-                    psn: hdr.psn,
-                };
-                ReadOutcome::Continue
-            }
+            FrameType::Ack => match on_ack(c, st, &hdr) {
+                Ok(()) => ReadOutcome::Continue,
+                Err(why) => ReadOutcome::Broken(why),
+            },
+            FrameType::ReadResp => match on_read_response(c, st, rx, &hdr) {
+                Ok(()) => ReadOutcome::Continue,
+                Err(why) => ReadOutcome::Broken(why),
+            },
             FrameType::ReadReq => {
                 let Some(qp) = st.qp.as_ref().filter(|_| live) else { return ReadOutcome::Continue };
                 let allowed = qp.responder_resources;
@@ -238,20 +196,7 @@ impl Nic {
                     Self::reply(st, psn, status);
                 }
             }
-            AfterPayload::ReadResp => {
-                let Some(qp) = st.qp.as_mut() else { return };
-                match qp.inflight.front() {
-                    Some(f) if f.busy && f.psn == psn => {}
-                    _ => return,
-                }
-                let f = qp.inflight.pop_front().expect("front checked");
-                let status = if live && !qp.error { WcStatus::Success } else { WcStatus::WorkRequestFlushed };
-                qp.retire(f, status);
-                if status.is_success() {
-                    st.read_answered();
-                    c.run_local_front(st);
-                }
-            }
+            AfterPayload::ReadResp => finish_read_response(c, st, psn),
             AfterPayload::Recv { recv, imm, solicited } => {
                 let Some(qp) = st.qp.as_mut() else { return };
                 if live && !qp.error {

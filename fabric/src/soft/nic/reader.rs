@@ -6,14 +6,15 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use super::state::{io_step, Nic, ReadOutcome, READ_BUDGET, RX_BUF};
+use super::state::{io_step, Nic, ReadOutcome, READ_BUDGET};
 use crate::memory;
-use crate::soft::conn::{AfterPayload, Conn, Expecting, Phase, ReceiveState};
+use crate::soft::conn::{AfterPayload, Conn, Expecting, Phase, ReceiveState, RX_BUF};
 use crate::soft::wire::{Header, HEADER_LEN};
 
 impl Nic {
     /// Reads and processes frames until the socket is drained, the budget is used, or an RNR
-    /// wait stops the connection; then writes the responses queued meanwhile.
+    /// wait stops the connection; then writes the responses queued meanwhile. A connection
+    /// whose receive state a polling thread holds is read again on the next turn.
     pub(super) fn drive(&mut self, c: &Arc<Conn>) {
         {
             let mut st = c.st.lock();
@@ -21,7 +22,13 @@ impl Nic {
                 return;
             }
         }
-        let mut rx = c.rx.lock();
+        let Some(mut rx) = c.rx.try_lock() else {
+            // A thread polling its CQ is taking its READ responses (`conn/responses.rs`): read
+            // the connection again on the next turn rather than wait for it here, so that the
+            // device's other connections are not held up by one poller's look.
+            self.ready.push(c.id);
+            return;
+        };
         rx.drained = false;
         let mut budget = READ_BUDGET;
         loop {

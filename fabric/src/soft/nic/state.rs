@@ -7,17 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::provider::ConnId;
-use crate::soft::conn::{AfterPayload, Conn, ConnState, Destination, Expecting, FramePayload, OutFrame, ReceiveState};
+use crate::soft::conn::{AfterPayload, Conn, ConnState, FramePayload, OutFrame, ReceiveState};
 use crate::soft::connections::Connections;
 use crate::soft::device::DeviceState;
 use crate::soft::hello_streams::HelloStreams;
-use crate::soft::seg::Segs;
 use crate::soft::shm::Streams;
 use crate::soft::timers::{TimerKind, Timers};
 use crate::soft::wire::{FrameType, Header, Status};
 
-/// Receive buffer of a connection (headers and small frames).
-pub(super) const RX_BUF: usize = 16 * 1024;
 /// Bytes one connection may read before others get a turn.
 pub(super) const READ_BUDGET: usize = 4 << 20;
 /// How long a connection whose reading is paused (its answers over `OUT_CAP`, unread by the
@@ -85,13 +82,7 @@ impl Nic {
 
     /// Reads the payload of `hdr` into nothing, then does `then`.
     pub(super) fn discard(rx: &mut ReceiveState, hdr: &Header, after: AfterPayload) -> ReadOutcome {
-        rx.expecting = Expecting::Payload {
-            destination: Destination::new(Segs::new()),
-            remaining: hdr.len as usize,
-            len: hdr.len,
-            after,
-            psn: hdr.psn,
-        };
+        rx.discard(hdr, after);
         ReadOutcome::Continue
     }
 
