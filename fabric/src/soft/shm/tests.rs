@@ -547,8 +547,9 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
         "only the inbox and the bell's hint page are writable (not the credits, not the owner page)"
     );
     let poisoning = Arc::new(AtomicBool::new(true));
+    let passes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let poisoner = {
-        let (writable, poisoning) = (writable.clone(), poisoning.clone());
+        let (writable, poisoning, passes) = (writable.clone(), poisoning.clone(), passes.clone());
         std::thread::spawn(move || {
             while poisoning.load(Ordering::Relaxed) {
                 for page in &writable {
@@ -556,10 +557,18 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
                         page.word(at).unwrap().store(u64::MAX, Ordering::SeqCst);
                     }
                 }
+                passes.fetch_add(1, Ordering::Release);
                 std::thread::yield_now();
             }
         })
     };
+    // The pages are poisoned before anyone sends (on a loaded machine the poisoner's thread
+    // may otherwise first run after every SEND landed, and nothing would have been seen).
+    let deadline = Instant::now() + T;
+    while passes.load(Ordering::Acquire) == 0 {
+        assert!(Instant::now() < deadline, "the poisoner did not run within {T:?}");
+        std::thread::yield_now();
+    }
 
     // The others send, in turn; every SEND lands, within a bound.
     let sbufs: Vec<MemoryRegion> = ends.iter().map(|e| e.0.register(8, Access::NONE).unwrap()).collect();
@@ -598,6 +607,11 @@ fn a_sender_poisoning_shared_pages_is_cut_and_nobody_else_notices() {
         reap(&mut received, Duration::from_millis(1));
     }
     assert_eq!(received, [0, SENDS, SENDS], "every SEND of the others landed, none of the poisoner's");
+    // The owner cuts the poisoner when it next looks at its pages: polling the CQ.
+    while fab_b.counters().shared_page_violations == 0 {
+        assert!(Instant::now() < deadline, "the poisoner was not cut within {T:?}: {:?}", fab_b.counters());
+        reap(&mut received, Duration::from_millis(1));
+    }
     eprintln!(
         "received {received:?} in {:?}; {:?}",
         T - deadline.saturating_duration_since(Instant::now()),
