@@ -30,6 +30,8 @@ mod listing;
 mod nic;
 #[path = "hostile/node.rs"]
 mod node;
+#[path = "hostile/raw_publisher.rs"]
+mod raw_publisher;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;

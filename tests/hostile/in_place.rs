@@ -3,13 +3,11 @@
 //! fails with a typed error and the subscription's other feed goes on; nothing is delivered
 //! from the broken ring, and nothing crashes or hangs.
 
+use super::raw_publisher::{RawPublisher, RawRing};
 use super::*;
 
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-
+use rdma_pubsub::fabric::SameHost;
 use rdma_pubsub::SubscriptionEvent;
-use rdma_wire::protocol::PolicyKind;
 use rdma_wire::ring::layout::ctrl;
 
 /// Data-area capacity of the hostile ring.
@@ -19,81 +17,28 @@ const MAX_RECORD: u32 = 16 * 1024 - 32;
 
 /// A raw-fabric publisher (same-host path as the node setting under test allows) whose ring
 /// holds one record header `bad` at the start position, below a published tail.
-struct HostileRing {
-    addr: SocketAddr,
-    stop: mpsc::Sender<()>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl HostileRing {
-    fn start(topic: &str, bad: RecordHeader) -> HostileRing {
-        let (addr_tx, addr_rx) = mpsc::channel();
-        let (stop, stopped) = mpsc::channel::<()>();
-        let topic = TopicId::of(topic);
-        let thread = std::thread::spawn(move || {
-            let fabric = fabric::open(&FabricConfig::new(FabricKind::Soft)).expect("hostile fabric");
-            let pd = fabric.alloc_pd().unwrap();
-            let cq = fabric.create_cq(64).unwrap();
-            let channel = fabric.create_event_channel().unwrap();
-            let region = pd.register(layout::region_len(CAPACITY), Access::REMOTE_READ).unwrap();
-            let start = CAPACITY as u64;
-            let word = |offset: usize, value: u64| region.buffer().write(offset, &value.to_le_bytes()).unwrap();
-            region.buffer().write(layout::data_offset(start, CAPACITY), &bad.encode()).unwrap();
-            for (offset, value) in [
-                (ctrl::MAGIC, layout::MAGIC),
-                (ctrl::VERSION, layout::LAYOUT_VERSION),
-                (ctrl::CAPACITY, CAPACITY as u64),
-                (ctrl::EPOCH, 1),
-                (ctrl::HEAD, start),
-                (ctrl::HEAD_SEQ, 1),
-                (ctrl::MAX_RECORD_PAYLOAD, u64::from(MAX_RECORD)),
-                (ctrl::FLOOR, start),
-                (ctrl::TAIL_SEQ, 2),
-                // The tail says one 64-byte record is committed.
-                (ctrl::TAIL, start + 64),
-            ] {
-                word(offset, value);
-            }
-            let listener = channel.listen(SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
-            addr_tx.send(listener.local_addr()).unwrap();
-            let accept = AcceptData {
-                topic,
-                ring: region.remote(),
-                region_len: region.len() as u64,
-                capacity: CAPACITY as u64,
-                epoch: 1,
-                publisher_id: 0x1bad,
-                policy: PolicyKind::Block,
-                max_record_payload: MAX_RECORD,
-                start_position: start,
-                start_seq: 1,
-                first_seq: 1,
-                checksum: Checksum::Crc32c,
-                message_type: None,
-                tags: AcceptTags::default(),
-            }
-            .encode()
-            .unwrap();
-            let mut qps = Vec::new();
-            let deadline = Instant::now() + 3 * WAIT;
-            while stopped.try_recv().is_err() && Instant::now() < deadline {
-                if let Ok(Some(CmEvent::ConnectRequest(req))) = channel.get_event(Duration::from_millis(20)) {
-                    qps.push(req.accept(&QpInit::new(&pd, &cq), &accept).expect("accept"));
-                }
-            }
-        });
-        let addr = addr_rx.recv_timeout(WAIT).expect("the hostile publisher listens");
-        HostileRing { addr, stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for HostileRing {
-    fn drop(&mut self) {
-        let _ = self.stop.send(());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+fn hostile_ring(topic: &str, bad: RecordHeader) -> RawPublisher {
+    let ring = RawRing { capacity: CAPACITY, max_record_payload: MAX_RECORD, publisher_id: 0x1bad };
+    RawPublisher::start(topic, SameHost::Auto, ring, move |region| {
+        let start = CAPACITY as u64;
+        let word = |offset: usize, value: u64| region.buffer().write(offset, &value.to_le_bytes()).unwrap();
+        region.buffer().write(layout::data_offset(start, CAPACITY), &bad.encode()).unwrap();
+        for (offset, value) in [
+            (ctrl::MAGIC, layout::MAGIC),
+            (ctrl::VERSION, layout::LAYOUT_VERSION),
+            (ctrl::CAPACITY, CAPACITY as u64),
+            (ctrl::EPOCH, 1),
+            (ctrl::HEAD, start),
+            (ctrl::HEAD_SEQ, 1),
+            (ctrl::MAX_RECORD_PAYLOAD, u64::from(MAX_RECORD)),
+            (ctrl::FLOOR, start),
+            (ctrl::TAIL_SEQ, 2),
+            // The tail says one 64-byte record is committed.
+            (ctrl::TAIL, start + 64),
+        ] {
+            word(offset, value);
         }
-    }
+    })
 }
 
 /// What a subscription to a hostile ring and an honest publisher of the same topic saw: the
@@ -102,7 +47,7 @@ fn read_beside_an_honest_publisher(
     topic: &str,
     bad: RecordHeader,
 ) -> (Subscription, SocketAddr, Vec<SubscriptionEvent>) {
-    let hostile = HostileRing::start(topic, bad);
+    let hostile = hostile_ring(topic, bad);
     let honest_node = nodes::soft_node_without_discovery();
     let honest = honest_node.publisher(topic).create().unwrap();
     let node = nodes::soft_node_without_discovery();

@@ -3,13 +3,11 @@
 //! advertised. The subscriber's READ buffers stay within its own limits, and the application
 //! gets a typed error naming the size and the limit.
 
+use super::raw_publisher::{RawPublisher, RawRing};
 use super::*;
 
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-
+use rdma_pubsub::fabric::SameHost;
 use rdma_pubsub::SubscriptionEvent;
-use rdma_wire::protocol::PolicyKind;
 
 /// What a hostile publisher advertises and writes.
 #[derive(Clone, Copy)]
@@ -22,77 +20,18 @@ struct Ring {
     claimed_len: u32,
 }
 
-/// A raw-fabric publisher of one ring, on the network path: it accepts one subscriber with
-/// accept data of its own making and serves READs of its region until dropped.
-struct HostilePublisher {
-    addr: SocketAddr,
-    stop: mpsc::Sender<()>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl HostilePublisher {
-    fn start(topic: &str, ring: Ring) -> HostilePublisher {
-        let (addr_tx, addr_rx) = mpsc::channel();
-        let (stop, stopped) = mpsc::channel::<()>();
-        let topic = TopicId::of(topic);
-        let thread = std::thread::spawn(move || {
-            // On the network path: its subscriber READs the ring (on the same host it would read
-            // it in place, where `in_place.rs` attacks it).
-            let config = FabricConfig {
-                soft: fabric::SoftOptions::default().same_host(fabric::SameHost::Off),
-                ..FabricConfig::new(FabricKind::Soft)
-            };
-            let fabric = fabric::open(&config).expect("hostile fabric");
-            let pd = fabric.alloc_pd().unwrap();
-            let cq = fabric.create_cq(64).unwrap();
-            let channel = fabric.create_event_channel().unwrap();
-            let region = pd.register(layout::region_len(ring.capacity), Access::REMOTE_READ).unwrap();
-            let start = ring.capacity as u64;
-            let flags = layout::FLAG_FIRST | layout::FLAG_LAST;
-            let (len, total_len) = (ring.claimed_len, ring.claimed_len);
-            let header = RecordHeader { position: start, seq: 1, len, flags, reserved: 0, total_len, crc: 0 };
-            region.buffer().write(layout::region_len(ring.capacity) - ring.capacity, &header.encode()).unwrap();
-            let listener = channel.listen(SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
-            addr_tx.send(listener.local_addr()).unwrap();
-            let accept = AcceptData {
-                topic,
-                ring: region.remote(),
-                region_len: region.len() as u64,
-                capacity: ring.capacity as u64,
-                epoch: 1,
-                publisher_id: 0x4057,
-                policy: PolicyKind::Block,
-                max_record_payload: ring.max_record_payload,
-                start_position: start,
-                start_seq: 1,
-                first_seq: 1,
-                checksum: Checksum::Crc32c,
-                message_type: None,
-                tags: AcceptTags::default(),
-            }
-            .encode()
-            .unwrap();
-            let mut qps = Vec::new();
-            // Serves until told to stop (or for longer than any test waits).
-            let deadline = Instant::now() + 3 * WAIT;
-            while stopped.try_recv().is_err() && Instant::now() < deadline {
-                if let Ok(Some(CmEvent::ConnectRequest(req))) = channel.get_event(Duration::from_millis(20)) {
-                    qps.push(req.accept(&QpInit::new(&pd, &cq), &accept).expect("accept"));
-                }
-            }
-        });
-        let addr = addr_rx.recv_timeout(WAIT).expect("the hostile publisher listens");
-        HostilePublisher { addr, stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for HostilePublisher {
-    fn drop(&mut self) {
-        let _ = self.stop.send(());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+/// A raw-fabric publisher of one ring, on the network path (on the same host its subscriber
+/// would read the ring in place, where `in_place.rs` attacks it): one record header at the
+/// start position claims `ring.claimed_len` bytes.
+fn hostile_publisher(topic: &str, ring: Ring) -> RawPublisher {
+    let raw = RawRing { capacity: ring.capacity, max_record_payload: ring.max_record_payload, publisher_id: 0x4057 };
+    RawPublisher::start(topic, SameHost::Off, raw, move |region| {
+        let start = ring.capacity as u64;
+        let flags = layout::FLAG_FIRST | layout::FLAG_LAST;
+        let (len, total_len) = (ring.claimed_len, ring.claimed_len);
+        let header = RecordHeader { position: start, seq: 1, len, flags, reserved: 0, total_len, crc: 0 };
+        region.buffer().write(layout::region_len(ring.capacity) - ring.capacity, &header.encode()).unwrap();
+    })
 }
 
 /// Resident memory a refused publisher may cost the subscriber's process, at its peak (READing
@@ -110,7 +49,7 @@ fn a_publisher_advertising_records_over_the_limit_is_refused_before_any_read() {
         return;
     }
     let ring = Ring { capacity: 64 << 20, max_record_payload: (32 << 20) - 32, claimed_len: (32 << 20) - 32 };
-    let hostile = HostilePublisher::start("huge-records", ring);
+    let hostile = hostile_publisher("huge-records", ring);
     let node = nodes::soft_node_without_discovery();
     let mut sub = node.subscriber("huge-records").create().unwrap();
     let limit: u64 = 16 << 20; // the default of SubscriberBuilder::max_record_payload
@@ -139,7 +78,7 @@ fn a_publisher_advertising_records_over_the_limit_is_refused_before_any_read() {
 #[test]
 fn a_record_header_claiming_more_than_advertised_is_an_event_naming_both_and_ends_the_feed() {
     let ring = Ring { capacity: 64 * 1024, max_record_payload: 16 * 1024 - 32, claimed_len: 1 << 30 };
-    let hostile = HostilePublisher::start("lying-header", ring);
+    let hostile = hostile_publisher("lying-header", ring);
     let node = nodes::soft_node_without_discovery();
     let batch: u64 = 256 << 10; // the default of SubscriberBuilder::batch
     let mut sub = node.subscriber("lying-header").auto_connect(false).create().unwrap();
@@ -172,7 +111,7 @@ fn a_record_header_claiming_more_than_advertised_is_an_event_naming_both_and_end
 #[test]
 fn a_record_that_never_validates_does_not_hold_recv_past_its_timeout() {
     let ring = Ring { capacity: 64 * 1024, max_record_payload: 16 * 1024 - 32, claimed_len: 100 };
-    let hostile = HostilePublisher::start("never-valid", ring);
+    let hostile = hostile_publisher("never-valid", ring);
     let node = nodes::soft_node_without_discovery();
     let mut sub = node.subscriber("never-valid").auto_connect(false).create().unwrap();
     sub.connect_wait(hostile.addr, WAIT).unwrap();
