@@ -8,6 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use super::handshakes::{HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES, MAX_PENDING_HANDSHAKES_PER_SOURCE};
+use super::shm::tests::{network_only_fabric, Ends};
 use crate::*;
 
 const T: Duration = Duration::from_secs(5);
@@ -584,13 +585,7 @@ fn flood(
 /// Two soft devices with the same-host path off (so every frame goes through the NIC threads),
 /// the first with its connection table, and what connects queue pairs between them.
 struct NetworkEnds {
-    pd_a: ProtectionDomain,
-    pd_b: ProtectionDomain,
-    cq_a: CompletionQueue,
-    cq_b: CompletionQueue,
-    ch_a: EventChannel,
-    ch_b: EventChannel,
-    listener: Listener,
+    ends: Ends,
     conns_a: std::sync::Arc<super::connections::Connections>,
     _fabrics: (Fabric, Fabric),
 }
@@ -602,22 +597,13 @@ impl NetworkEnds {
             ..FabricConfig::new(FabricKind::Soft)
         };
         let (a, _, conns_a) = super::open::for_tests::open_inspected(&off, HANDSHAKE_TIMEOUT).unwrap();
-        let b = open(&off).unwrap();
-        let (pd_a, pd_b) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-        let (cq_a, cq_b) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-        let (ch_a, ch_b) = (a.create_event_channel().unwrap(), b.create_event_channel().unwrap());
-        let listener = ch_b.listen(loopback(), 16).unwrap();
-        NetworkEnds { pd_a, pd_b, cq_a, cq_b, ch_a, ch_b, listener, conns_a, _fabrics: (a, b) }
+        let b = network_only_fabric();
+        NetworkEnds { ends: Ends::new(&a, &b), conns_a, _fabrics: (a, b) }
     }
 
     /// A connected pair of queue pairs: (on the first device, on the second).
     fn connect(&self) -> (QueuePair, QueuePair) {
-        let a = self.ch_a.connect(self.listener.local_addr(), &QpInit::new(&self.pd_a, &self.cq_a), b"", T).unwrap();
-        let CmEvent::ConnectRequest(req) = event(&self.ch_b) else { panic!("expected a connect request") };
-        let b = req.accept(&QpInit::new(&self.pd_b, &self.cq_b), b"").unwrap();
-        assert!(matches!(event(&self.ch_a), CmEvent::Established { .. }));
-        assert!(matches!(event(&self.ch_b), CmEvent::Established { .. }));
-        (a, b)
+        self.ends.connect(|init| init, |init| init)
     }
 
     /// The first device's connection of `qp`.
@@ -634,7 +620,7 @@ impl NetworkEnds {
 fn a_poller_takes_its_read_responses_itself_while_the_nic_thread_is_held() {
     let ends = NetworkEnds::new();
     let (a, _b) = ends.connect();
-    let NetworkEnds { pd_a, pd_b, cq_a, conns_a: conns, .. } = &ends;
+    let (Ends { pd_a, pd_b, cq_a, .. }, conns) = (&ends.ends, &ends.conns_a);
     let remote = pd_b.register(4096, Access::REMOTE_READ).unwrap();
     let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
     remote.buffer().write(0, &pattern).unwrap();
@@ -688,10 +674,10 @@ fn the_nic_thread_serves_other_connections_while_a_poller_holds_one() {
     let ends = NetworkEnds::new();
     let (a1, b1) = ends.connect();
     let (a2, b2) = ends.connect();
-    let rbuf = ends.pd_a.register(128, Access::LOCAL_WRITE).unwrap();
+    let rbuf = ends.ends.pd_a.register(128, Access::LOCAL_WRITE).unwrap();
     a1.post_recv(1, &[rbuf.sge(0, 64)]).unwrap();
     a2.post_recv(2, &[rbuf.sge(64, 64)]).unwrap();
-    let sbuf = ends.pd_b.register(64, Access::NONE).unwrap();
+    let sbuf = ends.ends.pd_b.register(64, Access::NONE).unwrap();
     let sge = [sbuf.sge(0, 16)];
 
     let conn1 = ends.conn_a(&a1);
@@ -700,14 +686,14 @@ fn the_nic_thread_serves_other_connections_while_a_poller_holds_one() {
     // Not acknowledged while its connection's receive state is held (and meanwhile the NIC
     // thread has had its event).
     let mut wc = [WorkCompletion::default(); 1];
-    assert_eq!(ends.cq_b.poll_wait(&mut wc, Duration::ZERO, Duration::from_millis(20)).unwrap(), 0);
+    assert_eq!(ends.ends.cq_b.poll_wait(&mut wc, Duration::ZERO, Duration::from_millis(20)).unwrap(), 0);
     b2.post_send(&SendRequest::new(12, SendOp::Send, &sge)).unwrap();
-    let placed = completion(&ends.cq_a);
+    let placed = completion(&ends.ends.cq_a);
     drop(held);
     assert_eq!((placed.wr_id, placed.status), (2, WcStatus::Success), "the second connection's SEND, placed meanwhile");
     // The held connection is read once it is free.
-    assert_eq!(completion(&ends.cq_a).wr_id, 1);
-    let mut acked: Vec<u64> = (0..2).map(|_| completion(&ends.cq_b).wr_id).collect();
+    assert_eq!(completion(&ends.ends.cq_a).wr_id, 1);
+    let mut acked: Vec<u64> = (0..2).map(|_| completion(&ends.ends.cq_b).wr_id).collect();
     acked.sort_unstable();
     assert_eq!(acked, [11, 12]);
 }

@@ -189,6 +189,49 @@ struct Ready {
     payload: Payload,
 }
 
+/// Where the messages of one batch parsed from landing buffer `buf` go, in place or READ: the
+/// ready queue, each borrowing the buffer when its payload lies in it, unless a reconnection
+/// delivered it already (`skip_through`; counted in `skipped`).
+struct Batch<'a> {
+    buf: usize,
+    /// The addresses of the buffer's bytes.
+    range: std::ops::Range<usize>,
+    skip_through: u64,
+    ready: &'a mut VecDeque<Ready>,
+    /// Messages borrowing the buffer.
+    pending: &'a mut usize,
+    skipped: u64,
+}
+
+impl<'a> Batch<'a> {
+    fn new(
+        buf: usize,
+        bytes: &[u8],
+        skip_through: u64,
+        ready: &'a mut VecDeque<Ready>,
+        pending: &'a mut usize,
+    ) -> Self {
+        let base = bytes.as_ptr() as usize;
+        Batch { buf, range: base..base + bytes.len(), skip_through, ready, pending, skipped: 0 }
+    }
+
+    /// Queues message `seq`.
+    fn push(&mut self, seq: u64, payload: &[u8]) {
+        if seq <= self.skip_through {
+            self.skipped += 1;
+            return;
+        }
+        let p = payload.as_ptr() as usize;
+        let payload = if p >= self.range.start && p + payload.len() <= self.range.end {
+            *self.pending += 1;
+            Payload::Slice { buf: self.buf, offset: p - self.range.start, len: payload.len() }
+        } else {
+            Payload::Owned(payload.to_vec())
+        };
+        self.ready.push_back(Ready { seq, payload });
+    }
+}
+
 /// Whether a feed READs or waits for a doorbell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Idle {
@@ -652,24 +695,12 @@ impl Feed {
         let len = a.landings[buf].capacity().min(ctx.options.batch.max(need));
         let ActiveFeed { reader, landings, ready, pending, in_place, skip_through, .. } = a;
         let view = in_place.as_ref().expect("a feed reading in place has its view");
-        let (skip_through, pending) = (*skip_through, &mut pending[buf]);
         let mut skipped = 0u64;
         let parsed = landings[buf].fill_with(len, |dst| {
-            let (base, end) = (dst.as_ptr() as usize, dst.as_ptr() as usize + dst.len());
-            reader.read_in_place(view, dst, |seq, payload| {
-                if seq <= skip_through {
-                    skipped += 1;
-                    return;
-                }
-                let p = payload.as_ptr() as usize;
-                let payload = if p >= base && p + payload.len() <= end {
-                    *pending += 1;
-                    Payload::Slice { buf, offset: p - base, len: payload.len() }
-                } else {
-                    Payload::Owned(payload.to_vec())
-                };
-                ready.push_back(Ready { seq, payload });
-            })
+            let mut batch = Batch::new(buf, dst, *skip_through, ready, &mut pending[buf]);
+            let parsed = reader.read_in_place(view, dst, |seq, payload| batch.push(seq, payload));
+            skipped = batch.skipped;
+            parsed
         })?;
         ctx.counters.reads.fetch_add(1, Ordering::Relaxed);
         if skipped > 0 {
@@ -686,13 +717,7 @@ impl Feed {
             }
             Err(e) => return Err(Error::from_peer_ring(e, peer)),
         };
-        if parsed.lost > 0 {
-            a.lost += parsed.lost;
-            ctx.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
-            let lost =
-                SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost, reason: LossReason::Overwritten };
-            ctx.events.push_back(lost);
-        }
+        a.note_overwritten(parsed.lost, ctx);
         // Caught up only when nothing was committed past the position; a lap or a copy that
         // ended at the buffer reads again at once.
         a.caught_up = parsed.stop == Stop::NotYetWritten;
@@ -816,31 +841,13 @@ impl Feed {
             return Ok(FeedStep::Continue);
         }
         let bytes = a.landings[buf].bytes();
-        let base = bytes.as_ptr() as usize;
-        let end = base + bytes.len();
-        let ready = &mut a.ready;
-        let pending = &mut a.pending[buf];
-        let skip_through = a.skip_through;
-        let mut skipped = 0u64;
+        let mut batch = Batch::new(buf, bytes, a.skip_through, &mut a.ready, &mut a.pending[buf]);
         let parsed = a
             .reader
-            .parse(bytes, plan.position, |seq, payload| {
-                if seq <= skip_through {
-                    skipped += 1;
-                    return;
-                }
-                let p = payload.as_ptr() as usize;
-                let payload = if p >= base && p + payload.len() <= end {
-                    *pending += 1;
-                    Payload::Slice { buf, offset: p - base, len: payload.len() }
-                } else {
-                    Payload::Owned(payload.to_vec())
-                };
-                ready.push_back(Ready { seq, payload });
-            })
+            .parse(bytes, plan.position, |seq, payload| batch.push(seq, payload))
             .map_err(|e| Error::from_peer_ring(e, peer))?;
-        if skipped > 0 {
-            ctx.counters.duplicates.fetch_add(skipped, Ordering::Relaxed);
+        if batch.skipped > 0 {
+            ctx.counters.duplicates.fetch_add(batch.skipped, Ordering::Relaxed);
         }
         if parsed.stop == Stop::Stale {
             // A READ ahead past a record the parse of the previous READ did not accept: it
@@ -850,13 +857,7 @@ impl Feed {
         a.caught_up = parsed.stop != Stop::End;
         // The clock is read only by an enabled pacer that sets a delay (never on the same host).
         a.pacer.after_read(Instant::now, parsed.consumed, plan.len, !a.caught_up);
-        if parsed.lost > 0 {
-            a.lost += parsed.lost;
-            ctx.counters.lost.fetch_add(parsed.lost, Ordering::Relaxed);
-            let lost =
-                SubscriptionEvent::Lost { publisher: a.info, count: parsed.lost, reason: LossReason::Overwritten };
-            ctx.events.push_back(lost);
-        }
+        a.note_overwritten(parsed.lost, ctx);
         if parsed.stop == Stop::Torn {
             ctx.counters.torn.fetch_add(1, Ordering::Relaxed);
         }
@@ -941,6 +942,17 @@ impl Feed {
 }
 
 impl ActiveFeed {
+    /// `lost` messages of the stream were overwritten before they were read (none: nothing
+    /// to tell): counted, and told to the application.
+    fn note_overwritten(&mut self, lost: u64, ctx: &mut FeedContext<'_>) {
+        if lost > 0 {
+            self.lost += lost;
+            ctx.counters.lost.fetch_add(lost, Ordering::Relaxed);
+            let event = SubscriptionEvent::Lost { publisher: self.info, count: lost, reason: LossReason::Overwritten };
+            ctx.events.push_back(event);
+        }
+    }
+
     /// Bytes of the feed's READ buffers.
     fn read_buffer_bytes(&self) -> u64 {
         self.landings.iter().map(|b| b.capacity() as u64).sum()

@@ -102,7 +102,7 @@ mod pool;
 mod proto;
 mod serve;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;
 mod view;
 
 pub(crate) use bell::{Bell, SenderFds};

@@ -57,23 +57,25 @@ fn closed_by_the_device(mut s: UnixStream) -> bool {
 /// tests need to connect queue pairs from A to B.
 /// A soft device with the same-host path off: the end a test plays by hand (a stranger, a
 /// poisoner), whose peer finds no same-host stream to use.
-fn network_only_fabric() -> Fabric {
+/// A soft fabric with the same-host path off: every frame goes through the NIC threads.
+pub(in crate::soft) fn network_only_fabric() -> Fabric {
     open(&FabricConfig { soft: SoftOptions::default().same_host(SameHost::Off), ..FabricConfig::new(FabricKind::Soft) })
         .unwrap()
 }
 
-struct Ends {
-    pd_a: ProtectionDomain,
-    pd_b: ProtectionDomain,
-    cq_a: CompletionQueue,
-    cq_b: CompletionQueue,
+/// The objects on two devices A and B that connect queue pairs from A to B.
+pub(in crate::soft) struct Ends {
+    pub(in crate::soft) pd_a: ProtectionDomain,
+    pub(in crate::soft) pd_b: ProtectionDomain,
+    pub(in crate::soft) cq_a: CompletionQueue,
+    pub(in crate::soft) cq_b: CompletionQueue,
     ch_a: EventChannel,
     ch_b: EventChannel,
     listener: Listener,
 }
 
 impl Ends {
-    fn new(a: &Fabric, b: &Fabric) -> Ends {
+    pub(in crate::soft) fn new(a: &Fabric, b: &Fabric) -> Ends {
         let ch_b = b.create_event_channel().unwrap();
         let listener = ch_b.listen(std::net::SocketAddr::from(([127, 0, 0, 1], 0)), 4).unwrap();
         Ends {
@@ -89,7 +91,7 @@ impl Ends {
 
     /// Connects a queue pair of A (settings from `a`) to one of B (`b`); returns both once A's
     /// end is established.
-    fn connect(
+    pub(in crate::soft) fn connect(
         &self,
         a: impl FnOnce(QpInit<'_>) -> QpInit<'_>,
         b: impl FnOnce(QpInit<'_>) -> QpInit<'_>,

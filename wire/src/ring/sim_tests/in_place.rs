@@ -2,9 +2,9 @@
 //! memory: racing on another thread, and deterministically with writes landing in the middle
 //! of its copies; and against a ring full of garbage.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
 
@@ -30,44 +30,12 @@ fn in_place_step(
 /// A producer on another thread, an in-place reader on this one (with flow control or
 /// overwriting): every message delivered is exact and in order; with flow control all arrive.
 fn concurrent_in_place(overwrite: bool, messages: u64, buf_len: usize) -> (Seen, ReaderStats) {
-    let (buf, mut prod) = ring(CAP);
-    let mut reader = reader_at(&prod, prod.latest());
-    let len_of = |s: u64| (s.wrapping_mul(2_654_435_761) % 9_000) as usize;
-    let acked = Arc::new(AtomicU64::new(reader.consumed_position()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let producer = {
-        let (acked, stop) = (acked.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for seq in 1..=messages {
-                let msg = payload(seq, len_of(seq));
-                loop {
-                    let limit = if overwrite { NO_LIMIT } else { prod.limit_for(acked.load(Ordering::Acquire)) };
-                    if let Append::Complete { .. } = prod.append(&msg, limit).unwrap() {
-                        break;
-                    }
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::thread::yield_now();
-                }
-            }
-        })
-    };
-    let start = Instant::now();
-    let mut seen = Seen::new(1);
-    while reader.next_seq() <= messages {
-        if start.elapsed() > Duration::from_secs(60) {
-            stop.store(true, Ordering::Relaxed);
-            panic!("timed out at seq {} of {messages}", reader.next_seq());
-        }
-        if in_place_step(&mut reader, &*buf, buf_len, &mut seen, &len_of) == Stop::NotYetWritten {
-            std::thread::yield_now();
-        }
-        acked.store(reader.consumed_position(), Ordering::Release);
-    }
-    stop.store(true, Ordering::Relaxed);
-    producer.join().unwrap();
-    (seen, reader.stats())
+    let (buf, prod) = ring(CAP);
+    let reader = reader_at(&prod, prod.latest());
+    let len_of: fn(u64) -> usize = |s| (s.wrapping_mul(2_654_435_761) % 9_000) as usize;
+    race(prod, reader, (overwrite, messages, len_of), Duration::from_secs(60), |reader, seen| {
+        in_place_step(reader, &*buf, buf_len, seen, &len_of)
+    })
 }
 
 #[test]

@@ -119,6 +119,55 @@ fn step(
 }
 
 /// Reads until the reader has accounted for every message up to `last`.
+/// A producer on another thread appends messages 1..=`messages` of `len_of` bytes (under flow
+/// control, limited by what the reader consumed, or overwriting) while this thread calls
+/// `step` (one read, returning where it stopped) until the reader is past the last one or
+/// `deadline` is up. Returns what was seen and the reader's counts.
+fn race(
+    mut prod: RingProducer,
+    mut reader: RingReader,
+    (overwrite, messages, len_of): (bool, u64, fn(u64) -> usize),
+    deadline: std::time::Duration,
+    mut step: impl FnMut(&mut RingReader, &mut Seen) -> Stop,
+) -> (Seen, ReaderStats) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let acked = Arc::new(AtomicU64::new(reader.consumed_position()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = std::time::Instant::now();
+    let producer = {
+        let (acked, stop) = (acked.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for seq in 1..=messages {
+                let msg = payload(seq, len_of(seq));
+                loop {
+                    let limit = if overwrite { NO_LIMIT } else { prod.limit_for(acked.load(Ordering::Acquire)) };
+                    if let Append::Complete { .. } = prod.append(&msg, limit).unwrap() {
+                        break;
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let mut seen = Seen::new(1);
+    while reader.next_seq() <= messages {
+        if start.elapsed() > deadline {
+            stop.store(true, Ordering::Relaxed);
+            panic!("timed out at seq {} of {messages}", reader.next_seq());
+        }
+        if step(&mut reader, &mut seen) == Stop::NotYetWritten {
+            std::thread::yield_now();
+        }
+        acked.store(reader.consumed_position(), Ordering::Release);
+    }
+    stop.store(true, Ordering::Relaxed);
+    producer.join().unwrap();
+    (seen, reader.stats())
+}
+
 fn drain(reader: &mut RingReader, buf: &RegisteredBuffer, seen: &mut Seen, last: u64, lens: &dyn Fn(u64) -> usize) {
     for _ in 0..1_000_000 {
         if reader.next_seq() > last {

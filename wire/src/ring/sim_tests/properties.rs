@@ -1,9 +1,7 @@
 //! Properties over random message sizes and READ batches (flow control, overwrite loss, torn
 //! READs), and a producer and reader on two threads.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
 
@@ -115,45 +113,12 @@ proptest! {
 }
 
 fn concurrent(overwrite: bool, checksum: Checksum, messages: u64, deadline: Duration) -> (Seen, ReaderStats) {
-    let (buf, mut prod) = ring_checked_by(CAP, checksum);
+    let (buf, prod) = ring_checked_by(CAP, checksum);
     let reader = reader_at(&prod, prod.latest());
-    let len_of = |s: u64| (s.wrapping_mul(2_654_435_761) % 30_000) as usize;
-    let acked = Arc::new(AtomicU64::new(reader.consumed_position()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let producer = {
-        let (acked, stop) = (acked.clone(), stop.clone());
-        std::thread::spawn(move || {
-            for seq in 1..=messages {
-                let msg = payload(seq, len_of(seq));
-                loop {
-                    let limit = if overwrite { NO_LIMIT } else { prod.limit_for(acked.load(Ordering::Acquire)) };
-                    if let Append::Complete { .. } = prod.append(&msg, limit).unwrap() {
-                        break;
-                    }
-                    if stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    std::hint::spin_loop();
-                    std::thread::yield_now();
-                }
-            }
-        })
-    };
-    let mut reader = reader;
-    let mut seen = Seen::new(1);
-    while reader.next_seq() <= messages {
-        if start.elapsed() > deadline {
-            stop.store(true, Ordering::Relaxed);
-            panic!("timed out at seq {} of {messages}", reader.next_seq());
-        }
-        if step(&mut reader, &buf, 16 << 10, &mut seen, &len_of) == Stop::NotYetWritten {
-            std::thread::yield_now();
-        }
-        acked.store(reader.consumed_position(), Ordering::Release);
-    }
-    producer.join().unwrap();
-    (seen, reader.stats())
+    let len_of: fn(u64) -> usize = |s| (s.wrapping_mul(2_654_435_761) % 30_000) as usize;
+    race(prod, reader, (overwrite, messages, len_of), deadline, |reader, seen| {
+        step(reader, &buf, 16 << 10, seen, &len_of)
+    })
 }
 
 #[test]
