@@ -112,6 +112,9 @@ typedef enum rps_event_kind {
   // A publisher matching the subscription's pattern was not connected: the subscription
   // reads `max_feeds` (`value`) publishers already; it is connected once one goes.
   RPS_EVENT_FEED_LIMIT = 12,
+  // The topic listing of the node a pattern subscription was connected to failed (refused,
+  // unauthenticated, invalid or broken: see `detail`); the publishers connected already go on.
+  RPS_EVENT_LISTING_FAILED = 13,
 } rps_event_kind;
 
 // Why a publisher refused a subscription (`rps_event.reject_code` of `RPS_EVENT_REJECTED`).
@@ -320,6 +323,9 @@ typedef struct rps_publisher_counters {
   uint64_t position;
   // Position acknowledged by the slowest connected subscriber (a gauge, bytes).
   uint64_t slowest_ack;
+  // Message records written without a checksum (while every subscriber read the ring in
+  // place).
+  uint64_t unchecked_records;
 } rps_publisher_counters;
 
 // An event of a subscription's connections (`rps_subscription_try_event`).
@@ -376,6 +382,18 @@ typedef struct rps_subscription_counters {
   uint64_t read_buffer_bytes;
   // Events dropped, oldest first, because the application left too many untaken.
   uint64_t events_dropped;
+  // Accepts refused because they did not authenticate (domain secret, credential, the
+  // announced publisher).
+  uint64_t unauthenticated_accepts;
+  // Of the shared-memory connections, those whose ring the subscription reads in place.
+  uint64_t in_place_connects;
+  // Publishers not connected because the subscription read `max_feeds` already.
+  uint64_t feed_limit_reached;
+  // Topics the subscription reads now (a gauge).
+  uint64_t matched_topics;
+  // Topic listings of nodes a pattern subscription was connected to that failed
+  // (`RPS_EVENT_LISTING_FAILED`).
+  uint64_t listing_failures;
 } rps_subscription_counters;
 
 #ifdef __cplusplus

@@ -37,6 +37,9 @@ pub struct rps_publisher_counters {
     pub position: u64,
     /// Position acknowledged by the slowest connected subscriber (a gauge, bytes).
     pub slowest_ack: u64,
+    /// Message records written without a checksum (while every subscriber read the ring in
+    /// place).
+    pub unchecked_records: u64,
 }
 
 impl rps_publisher_counters {
@@ -57,6 +60,7 @@ impl rps_publisher_counters {
             subscribers: counters.subscribers(),
             position: counters.position(),
             slowest_ack: counters.slowest_ack(),
+            unchecked_records: counters.unchecked_records(),
         }
     }
 }
@@ -104,6 +108,18 @@ pub struct rps_subscription_counters {
     pub read_buffer_bytes: u64,
     /// Events dropped, oldest first, because the application left too many untaken.
     pub events_dropped: u64,
+    /// Accepts refused because they did not authenticate (domain secret, credential, the
+    /// announced publisher).
+    pub unauthenticated_accepts: u64,
+    /// Of the shared-memory connections, those whose ring the subscription reads in place.
+    pub in_place_connects: u64,
+    /// Publishers not connected because the subscription read `max_feeds` already.
+    pub feed_limit_reached: u64,
+    /// Topics the subscription reads now (a gauge).
+    pub matched_topics: u64,
+    /// Topic listings of nodes a pattern subscription was connected to that failed
+    /// (`RPS_EVENT_LISTING_FAILED`).
+    pub listing_failures: u64,
 }
 
 impl rps_subscription_counters {
@@ -129,6 +145,27 @@ impl rps_subscription_counters {
             network_connects: counters.network_connects(),
             read_buffer_bytes: counters.read_buffer_bytes(),
             events_dropped: counters.events_dropped(),
+            unauthenticated_accepts: counters.unauthenticated_accepts(),
+            in_place_connects: counters.in_place_connects(),
+            feed_limit_reached: counters.feed_limit_reached(),
+            matched_topics: counters.matched_topics(),
+            listing_failures: counters.listing_failures(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pubsub::counters::CounterSet;
+
+    /// Every counter of the library reaches C: a struct has one field per counter, with the
+    /// counter's value.
+    #[test]
+    fn the_c_structs_carry_every_counter() {
+        let publisher = PublisherCounters::default();
+        assert_eq!(std::mem::size_of::<rps_publisher_counters>(), 8 * publisher.values().len());
+        let subscription = SubscriptionCounters::default();
+        assert_eq!(std::mem::size_of::<rps_subscription_counters>(), 8 * subscription.values().len());
     }
 }

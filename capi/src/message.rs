@@ -114,6 +114,9 @@ pub enum rps_event_kind {
     /// A publisher matching the subscription's pattern was not connected: the subscription
     /// reads `max_feeds` (`value`) publishers already; it is connected once one goes.
     RPS_EVENT_FEED_LIMIT = 12,
+    /// The topic listing of the node a pattern subscription was connected to failed (refused,
+    /// unauthenticated, invalid or broken: see `detail`); the publishers connected already go on.
+    RPS_EVENT_LISTING_FAILED = 13,
 }
 
 /// Why a publisher refused a subscription (`rps_event.reject_code` of `RPS_EVENT_REJECTED`).
@@ -186,6 +189,7 @@ impl rps_event {
             SubscriptionEvent::PublisherLost { .. } => (RPS_EVENT_PUBLISHER_LOST, 0, 0, None),
             SubscriptionEvent::Unauthenticated { .. } => (RPS_EVENT_UNAUTHENTICATED, 0, 0, None),
             SubscriptionEvent::FeedLimit { limit, .. } => (RPS_EVENT_FEED_LIMIT, 0, *limit as u64, None),
+            SubscriptionEvent::ListingFailed { .. } => (RPS_EVENT_LISTING_FAILED, 0, 0, None),
             _ => (RPS_EVENT_OTHER, 0, 0, None),
         };
         let reject_code = match reject_code {
@@ -210,5 +214,23 @@ impl rps_event {
             *d = b as c_char;
         }
         rps_event { kind, reject_code, publisher_id, value, detail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed listing reaches C as its own kind, with the node and the reason in the detail.
+    #[test]
+    fn a_failed_listing_has_its_own_event_kind() {
+        let event = SubscriptionEvent::ListingFailed {
+            addr: "127.0.0.1:7000".parse().expect("an address"),
+            detail: "refused".into(),
+        };
+        let c = rps_event::from_event(&event);
+        assert_eq!(c.kind, rps_event_kind::RPS_EVENT_LISTING_FAILED);
+        let detail: String = c.detail.iter().take_while(|&&b| b != 0).map(|&b| b as u8 as char).collect();
+        assert!(detail.contains("127.0.0.1:7000") && detail.contains("refused"), "{detail}");
     }
 }
