@@ -41,7 +41,8 @@
 //! locked instructions both wait for the same thing: the ring lines the reader in place has
 //! just read must be taken back from its cache before the stores leave the store buffer, and a
 //! locked instruction waits until they have. Publishing without the lock (an unsound
-//! experiment, not kept) moved that wait to the stores: 0.090 against 0.093 µs. On a fabric whose NIC copies on this host's CPUs
+//! experiment, not kept) moved that wait to the stores: 0.090 µs against 0.086–0.103 with it,
+//! no gain beyond the runs' spread. On a fabric whose NIC copies on this host's CPUs
 //! (`DeviceAttributes::copies_on_host_cpus`: soft), a commit of 16 KiB or more is followed by
 //! one `sched_yield`, so that the NIC thread that must copy those bytes gets a turn on a
 //! machine with fewer CPUs than busy threads (64 KiB in one process on 2 vCPUs: 2.28 → 2.75
