@@ -186,6 +186,27 @@ impl RegisteredBuffer {
         Ok(self.word(offset))
     }
 
+    /// The `count` consecutive 64-bit atomics from `offset`, which must be 8-aligned, with the
+    /// whole range in bounds: one check for the words of one record, rather than one per word.
+    ///
+    /// # Errors
+    /// [`Error::LocalBounds`] out of bounds; [`Error::InvalidArgument`] when `offset` is not
+    /// 8-aligned.
+    #[inline]
+    pub fn atomic_u64s(&self, offset: usize, count: usize) -> Result<&[AtomicU64]> {
+        let Some(len) = count.checked_mul(8) else {
+            return Err(Error::LocalBounds { offset, len: usize::MAX, region_len: self.len });
+        };
+        self.check_range(offset, len)?;
+        if offset % 8 != 0 {
+            return Err(Error::invalid("atomic_u64s", format!("offset {offset} is not 8-aligned")));
+        }
+        // SAFETY: the range is in bounds of the live allocation (checked above) and 8-aligned
+        // (the base is page-aligned); AtomicU64 has the layout of u64, and all concurrent
+        // accesses from Rust are atomic.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(offset) as *const AtomicU64, count) })
+    }
+
     /// The 32-bit atomic at `offset`, which must be 4-aligned and in bounds.
     ///
     /// # Errors
@@ -512,6 +533,25 @@ mod tests {
             Err(Error::LocalBounds { .. })
         ));
         assert!(matches!(buf.read(65, &mut vec![0; buf.len()]), Err(Error::LocalBounds { .. })));
+    }
+
+    #[test]
+    fn a_run_of_atomic_words_is_checked_once_and_is_the_words_one_at_a_time() {
+        let buf = RegisteredBuffer::new(64).unwrap();
+        let words = buf.atomic_u64s(16, 4).unwrap();
+        for (i, w) in words.iter().enumerate() {
+            w.store(0x0101_0101_0101_0101 * (i as u64 + 1), Ordering::Relaxed);
+        }
+        for i in 0..4 {
+            assert_eq!(
+                buf.atomic_u64(16 + 8 * i).unwrap().load(Ordering::Relaxed),
+                0x0101_0101_0101_0101 * (i as u64 + 1)
+            );
+        }
+        assert_eq!(buf.atomic_u64s(0, 8).unwrap().len(), 8);
+        assert!(matches!(buf.atomic_u64s(40, 4), Err(Error::LocalBounds { .. })));
+        assert!(matches!(buf.atomic_u64s(8, usize::MAX), Err(Error::LocalBounds { .. })));
+        assert!(matches!(buf.atomic_u64s(4, 2), Err(Error::InvalidArgument { .. })));
     }
 
     #[test]

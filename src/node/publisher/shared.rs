@@ -32,8 +32,17 @@
 //! `publish_bytes`: no clock read, no allocation, no system call and no locked
 //! read-modify-write (counters written only under the lock are a load and a store); the CQ is
 //! looked at with a one-entry poll, and a batch is set up only when it holds something. Measured
-//! on 64 B messages with the publisher alone on a CPU: about 0.08 µs of CPU per message, of
-//! which the record checksum is about 15 ns. On a fabric whose NIC copies on this host's CPUs
+//! on 64 B messages with the publisher alone on a CPU and one subscriber reading in place in
+//! another process (`bench --pin-publisher --separate-processes`, no checksum): about 0.09 µs
+//! of CPU per message (0.10–0.12 while that reader loaded the ring's tail on every read). Where it
+//! goes (perf, timer samples): the record header's stores about 38%, the lock and its unlock
+//! about 21%, the payload copy 12%, the head walk's header loads 11% (a cache miss per record
+//! passed), placing and padding 6%, the counters and the CQ look 11%. The stores and the
+//! locked instructions both wait for the same thing: the ring lines the reader in place has
+//! just read must be taken back from its cache before the stores leave the store buffer, and a
+//! locked instruction waits until they have. Publishing without the lock (an unsound
+//! experiment, not kept) moved that wait to the stores: 0.090 µs against 0.086–0.103 with it,
+//! no gain beyond the runs' spread. On a fabric whose NIC copies on this host's CPUs
 //! (`DeviceAttributes::copies_on_host_cpus`: soft), a commit of 16 KiB or more is followed by
 //! one `sched_yield`, so that the NIC thread that must copy those bytes gets a turn on a
 //! machine with fewer CPUs than busy threads (64 KiB in one process on 2 vCPUs: 2.28 → 2.75

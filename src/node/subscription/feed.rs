@@ -71,14 +71,16 @@
 //! (`QueuePair::remote_view`, checked as a READ of it would be; counter `in_place_connects`),
 //! and reads the ring in place instead of posting READs: each turn of the subscription
 //! (`housekeep`) copies the records committed past its position into a free READ buffer and
-//! validates them seqlock style, without a checksum (`RingReader::read_in_place`): no work
-//! request, no completion, no checksum per batch. An empty ring costs a load of its tail word,
-//! so a busy-polling subscription spins on that word; a feed that finds it empty for `spin`
+//! validates them by their commit words, without a checksum (`RingReader::read_in_place`): no
+//! work request, no completion, no checksum per batch. An empty ring costs a load of the next
+//! record's commit (position) word and of `floor`, so a busy-polling subscription spins on the
+//! next record's header line, never on the control-block line the publisher stores `tail` to
+//! per message; a feed that finds it empty for `spin`
 //! parks exactly as above (`DoorbellRequest` SEND, one more read, the publisher's `Doorbell`
 //! wakes it), so an idle topic still costs nothing. Acks stay SENDs. Once reading in place the
 //! feed tells the publisher (`Control::ReadsInPlace`, from the ack's slot), which then writes
 //! its records without a checksum while every subscriber reads in place. A ring that breaks the
-//! rules below its tail fails the feed (`PeerMisbehaved`, `RecordTooLarge`); a ring that can no
+//! rules in its committed records, or leaves a record uncommitted below its tail, fails the feed (`PeerMisbehaved`, `RecordTooLarge`); a ring that can no
 //! longer be read (deregistered, connection gone) quiesces it, as a flushed READ does.
 
 use std::collections::VecDeque;

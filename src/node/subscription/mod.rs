@@ -786,7 +786,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
             }
             if self.polls_in_place() {
                 // A feed reading in place completes nothing: the next round reads its ring
-                // again (a load of its tail while it is empty), yielding now and then as
+                // again (a load of its next commit word while it is empty), yielding now and then as
                 // above, until it finds messages or parks.
                 fruitless += 1;
                 continue;

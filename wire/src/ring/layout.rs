@@ -161,6 +161,17 @@ impl RecordHeader {
         b
     }
 
+    /// The four little-endian words of [`encode`](Self::encode), as values (computed in
+    /// registers: a writer storing them word by word reads no bytes back from memory).
+    pub fn words(&self) -> [u64; HEADER_LEN / 8] {
+        [
+            self.position,
+            self.seq,
+            u64::from(self.len) | u64::from(self.flags) << 32 | u64::from(self.reserved) << 48,
+            u64::from(self.total_len) | u64::from(self.crc) << 32,
+        ]
+    }
+
     /// Decodes the first 32 bytes of `b` (`None` if shorter).
     pub fn decode(b: &[u8]) -> Option<RecordHeader> {
         let b: &[u8; HEADER_LEN] = b.get(..HEADER_LEN)?.try_into().ok()?;
@@ -346,6 +357,9 @@ mod tests {
     fn header_roundtrip_and_crc_covers_everything() {
         let h = sample_header();
         assert_eq!(RecordHeader::decode(&h.encode()), Some(h));
+        let h = RecordHeader { reserved: 0x0a0b, crc: 0xfedc_ba98, total_len: 0x1234_5678, ..h };
+        let words: Vec<u8> = h.words().iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(words, h.encode(), "the words are the encoding's");
         assert_eq!(RecordHeader::decode(&[0; 31]), None);
         for checksum in Checksum::ALL {
             let c = h.compute_crc(checksum, b"payload");

@@ -29,11 +29,15 @@
 //!
 //! A reader that shares memory with the producer (a same-host subscriber mapping the ring)
 //! reads it in place instead ([`RingReader::read_in_place`], over a [`RingMemory`]): seqlock
-//! style, with no checksum. It loads `tail` (acquire), copies the records below it, then
-//! (after an acquire fence) loads `floor`, which the producer raises, with a release fence,
-//! before it overwrites anything: a copy the floor passed is discarded as a lap. The same
-//! record walk then checks positions, sequences, flags and lengths, and a record that breaks
-//! them below the tail is an error (it cannot be torn). While every reader reads in place the
+//! style, with no checksum. It finds the committed records by their commit word (a record's
+//! `position` word, which the producer stores last, loaded with acquire ordering, as Aeron's
+//! term reader does with a frame's length), copies them, then (after an acquire fence) loads
+//! `floor`, which the producer raises, with a release fence, before it overwrites anything: a
+//! copy the floor passed is discarded as a lap. It loads no `tail` on its way (the producer's
+//! per-message `tail` stores then stay on a line only READers load); only after a run of empty
+//! reads does it check that nothing below `tail` stays uncommitted. The same record walk then
+//! checks positions, sequences, flags and lengths, and a committed record that breaks them is
+//! an error (it cannot be torn). While every reader reads in place the
 //! producer may leave the checksum out ([`RingProducer::set_checksums`], records flagged
 //! [`layout::FLAG_NO_CHECKSUM`], which a reader of READs takes for torn); turning it back on
 //! completes every retained record's first.

@@ -545,14 +545,14 @@ impl RingProducer {
     }
 
     /// A header the producer wrote earlier (only the producer writes the ring): its words
-    /// loaded one by one (a record is 32-aligned).
+    /// loaded one by one (a record is 32-aligned), after one bounds check.
     fn read_header(&self, position: u64) -> Result<RecordHeader, RingError> {
         #[cfg(test)]
         self.header_reads.fetch_add(1, Ordering::Relaxed);
         let off = layout::data_offset(position, self.capacity);
         let mut b = [0u8; HEADER_LEN];
-        for (i, word) in b.chunks_exact_mut(8).enumerate() {
-            word.copy_from_slice(&self.buf.atomic_u64(off + 8 * i)?.load(Ordering::Relaxed).to_ne_bytes());
+        for (word, atomic) in b.chunks_exact_mut(8).zip(self.buf.atomic_u64s(off, HEADER_LEN / 8)?) {
+            word.copy_from_slice(&atomic.load(Ordering::Relaxed).to_ne_bytes());
         }
         match RecordHeader::decode(&b) {
             Some(h) if h.position == position => Ok(h),
@@ -560,18 +560,22 @@ impl RingProducer {
         }
     }
 
-    /// Writes a header after its payload, a word at a time (a record is 32-aligned); its
-    /// position word goes last.
+    /// Writes a header after its payload, a word at a time (a record is 32-aligned, its words
+    /// checked once); its position word, the record's commit word, goes last. The words are
+    /// computed in registers ([`RecordHeader::words`]): encoding them through memory made each
+    /// header wait for the payload's stores to leave the store buffer (a load spanning several
+    /// smaller stores is not forwarded), which cost most of a 64-byte message's time while a
+    /// reader in place held the lines being written.
     fn write_header(&self, h: &RecordHeader) -> Result<(), RingError> {
         let off = layout::data_offset(h.position, self.capacity);
-        let b = h.encode();
-        let word = |i: usize| u64::from_ne_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+        let slots = self.buf.atomic_u64s(off, HEADER_LEN / 8)?;
+        let words = h.words();
         fence(Ordering::Release);
-        for i in 1..HEADER_LEN / 8 {
-            self.buf.atomic_u64(off + 8 * i)?.store(word(i), Ordering::Relaxed);
+        for (slot, word) in slots[1..].iter().zip(&words[1..]) {
+            slot.store(word.to_le(), Ordering::Relaxed);
         }
         fence(Ordering::Release);
-        self.buf.atomic_u64(off)?.store(word(0), Ordering::Relaxed);
+        slots[0].store(words[0].to_le(), Ordering::Relaxed);
         Ok(())
     }
 
@@ -580,8 +584,10 @@ impl RingProducer {
         self.write_header(h)?;
         self.tail = h.position + h.size();
         self.tail_seq = next_tail_seq;
-        self.store(ctrl::TAIL_SEQ, self.tail_seq)?;
-        self.store(ctrl::TAIL, self.tail)?;
+        const _: () = assert!(ctrl::TAIL_SEQ == ctrl::TAIL + 8);
+        let tail_words = self.buf.atomic_u64s(ctrl::TAIL, 2)?;
+        tail_words[1].store(self.tail_seq.to_le(), Ordering::Release);
+        tail_words[0].store(self.tail.to_le(), Ordering::Release);
         Ok(())
     }
 

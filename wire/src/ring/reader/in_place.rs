@@ -1,28 +1,51 @@
 //! Reading a ring in place, from memory the producer writes while the reader reads (a same-host
-//! publisher's ring, mapped read-only), with no checksum: validation is a seqlock's.
+//! publisher's ring, mapped read-only), with no checksum: records are validated by their commit
+//! word, as Aeron's term reader validates frames, and a recheck of `floor` covers overwrites.
 //!
-//! 1. Load `tail` with acquire ordering: every record below it is whole (the producer writes a
-//!    record, then publishes `tail` with a release store).
-//! 2. Copy the records in `[position, tail)` out of the memory, bounded by the caller's buffer
-//!    and by the end of the data area.
+//! 1. Walk the records from the position by their commit word: a record's `position` word,
+//!    loaded with acquire ordering, equals its own position once it is committed (the producer
+//!    writes the rest of the header and the payload first, then that word after a release
+//!    fence). Each committed record's length word (loaded after it) gives the next record's
+//!    place. The walk stops at the first word that carries another position, at the caller's
+//!    buffer, at the end of the data area, and at padding (its header is taken: it ends the
+//!    lap). The control block's `tail` is not loaded: the producer's per-message stores of
+//!    `tail` and `tail_seq` hit a cache line (the control block's first) that only READers and
+//!    a resync load, so a reader polling in place and the producer share no line but the
+//!    records themselves, and a busy-polling reader spins on the next record's header line.
+//! 2. Copy the committed records out of the memory at once.
 //! 3. `fence(Acquire)`, then load `floor`. The producer raises `floor` (and `head` before it)
-//!    and issues a release fence before it overwrites any byte below the new floor, so a copy
-//!    that saw an overwritten byte sees that floor here. A floor past the position means the
-//!    reader was lapped: the copy is discarded, and the reader goes on from `head`, counting
-//!    exactly what it lost, as after a READ found lapped ([`RingReader::apply_control`]).
-//! 4. Parse the copy with the reader's own record walk ([`Validation::Committed`]): a record
-//!    that breaks a rule there (another position, an impossible length, padding that does not
-//!    end the lap, a record crossing the tail) was written so, and is an error, never a
-//!    retry: a hostile publisher can make its feed fail, not crash, hang or mislead it.
+//!    and issues a release fence before it overwrites any byte below the new floor, so a walk
+//!    or copy that saw an overwritten byte sees that floor here. A floor past the position
+//!    means the reader was lapped: the copy is discarded, and the reader goes on from `head`,
+//!    counting exactly what it lost, as after a READ found lapped
+//!    ([`RingReader::apply_control`]). A walk that found nothing committed loads the floor too:
+//!    a lap may have left anything at the position.
+//! 4. Parse the copy with the reader's own record walk ([`Validation::Committed`]): a committed
+//!    record that breaks a rule there (an impossible length, padding that does not end the lap,
+//!    a record crossing the end of the data area, a sequence that does not continue) was
+//!    written so, and is an error, never a retry: a hostile publisher can make its feed fail,
+//!    not crash, hang or mislead it.
 //!
-//! Every word taken from the producer's memory is bounded before it is used: the copy's length
-//! by the buffer and the data area, the parse's fields as in [`RingReader::parse`].
+//! A record that never commits at the position while the producer's `tail` is past it (a
+//! header naming another position) cannot be told from "not yet written" by the commit word
+//! alone: after [`TAIL_CHECK_AFTER`] empty reads in a row, and again after each doubling of
+//! their count, the reader loads `tail`, and a word that still carries another position below
+//! it (with the floor not past it) is an error. An honest producer's reader loads `tail` only
+//! then, when it is idle.
+//!
+//! Every word taken from the producer's memory is bounded before it is used: the walk's lengths
+//! by the buffer, the data area and the largest record, the parse's fields as in
+//! [`RingReader::parse`].
 
 use std::sync::atomic::{fence, Ordering};
 
 use super::*;
 use crate::ring::layout::ctrl;
 use rdma_fabric::{RegisteredBuffer, RemoteView};
+
+/// Empty in-place reads in a row after which the reader first checks the producer's `tail`
+/// (and again each time their count doubles): see the module doc.
+pub(crate) const TAIL_CHECK_AFTER: u32 = 8;
 
 /// Memory holding a ring (its whole region: control block and data area), read in place.
 pub trait RingMemory {
@@ -53,6 +76,13 @@ impl RingMemory for RegisteredBuffer {
     }
 }
 
+/// What the commit-word walk found: the bytes of committed records from the position, and a
+/// committed record that crosses the end of the data area (an error once the floor is checked).
+struct Committed {
+    len: usize,
+    crossing: Option<u64>,
+}
+
 impl RingReader {
     /// Reads the ring in place from `mem` (see the module doc): the records committed past the
     /// position, at most `buf.len()` bytes of them, copied into `buf` and delivered as
@@ -65,43 +95,40 @@ impl RingReader {
     ///
     /// # Errors
     /// The memory's (the region was deregistered, the connection closed); the parse's, and
-    /// [`RingError::Corrupt`] for a record that crosses the tail or the end of the data area.
+    /// [`RingError::Corrupt`] for a committed record that crosses the end of the data area, or
+    /// a word that carries another position below the producer's tail.
     pub fn read_in_place<M, F>(&mut self, mem: &M, buf: &mut [u8], deliver: F) -> Result<Parsed, RingError>
     where
         M: RingMemory + ?Sized,
         F: FnMut(u64, &[u8]),
     {
         let position = self.position;
-        let tail = mem.load_acquire(ctrl::TAIL)?;
-        if tail <= position {
-            // Caught up (or a tail that went back, which only a hostile producer writes: it
-            // then publishes nothing, which it could do anyway).
-            return Ok(Parsed { stop: Stop::NotYetWritten, ..Parsed::default() });
+        let committed = self.committed_in_place(mem, buf.len())?;
+        if committed.len == 0 {
+            return self.nothing_in_place(mem);
         }
-        let room = layout::room_to_end(position, self.capacity);
-        let committed = tail - position;
-        let len = committed.min(room).min(buf.len() as u64) as usize;
-        let bytes = &mut buf[..len];
+        self.empty_reads = 0;
+        let bytes = &mut buf[..committed.len];
         mem.copy_to(layout::data_offset(position, self.capacity), bytes)?;
-        // The copy's loads before the floor's: an overwritten byte it saw implies that floor.
+        // The walk's and the copy's loads before the floor's: an overwritten byte they saw
+        // implies that floor.
         fence(Ordering::Acquire);
-        let floor = mem.load_acquire(ctrl::FLOOR)?;
-        if floor > position {
+        if mem.load_acquire(ctrl::FLOOR)? > position {
             self.resync_in_place(mem)?;
             return Ok(Parsed { stop: Stop::NeedControl, ..Parsed::default() });
         }
+        if let Some(at) = committed.crossing {
+            let room = layout::room_to_end(at, self.capacity);
+            return Err(RingError::Corrupt {
+                position: at,
+                detail: format!("a committed record crosses the end of the data area ({room} bytes left)"),
+            });
+        }
         let parsed = self.parse_as(bytes, position, Validation::Committed, deliver)?;
-        match parsed.stop {
-            Stop::NeedControl => {
-                // The anchor's record carries another sequence: the control block says where
-                // the stream is.
-                self.resync_in_place(mem)?;
-            }
-            Stop::End if parsed.consumed < len && len as u64 == committed && self.need > len - parsed.consumed => {
-                let at = position + parsed.consumed as u64;
-                return Err(RingError::Corrupt { position: at, detail: format!("a record crosses the tail {tail}") });
-            }
-            _ => {}
+        if parsed.stop == Stop::NeedControl {
+            // The anchor's record carries another sequence: the control block says where the
+            // stream is.
+            self.resync_in_place(mem)?;
         }
         Ok(parsed)
     }
@@ -110,6 +137,77 @@ impl RingReader {
     /// whole record at the position, when its header showed it longer than the last copy.
     pub fn in_place_need(&self) -> usize {
         self.need.max(HEADER_LEN)
+    }
+
+    /// Walks the commit words from the position (step 1 of the module doc), within `max`
+    /// bytes: whole committed records, the header alone of one the parse must judge (padding,
+    /// a length over the ring's largest record, one larger than `max` when it comes first).
+    fn committed_in_place<M: RingMemory + ?Sized>(&self, mem: &M, max: usize) -> Result<Committed, RingError> {
+        let room = layout::room_to_end(self.position, self.capacity) as usize;
+        let max = max.min(room);
+        let (mut len, mut at) = (0usize, self.position);
+        while len + HEADER_LEN <= max {
+            let offset = layout::data_offset(at, self.capacity);
+            if mem.load_acquire(offset)? != at {
+                break;
+            }
+            // len (bits 0..32) and flags (32..48) of the header.
+            let word = mem.load_acquire(offset + 16)?;
+            let (record_len, flags) = (word as u32, (word >> 32) as u16);
+            if flags & layout::FLAG_PADDING != 0 || record_len as usize > self.max_record_payload {
+                len += HEADER_LEN;
+                break;
+            }
+            let size = layout::record_size(record_len as usize) as usize;
+            if size > room - len {
+                return Ok(Committed { len: len + HEADER_LEN, crossing: Some(at) });
+            }
+            if size > max - len {
+                if len == 0 {
+                    // Its header tells the parse how much buffer the next read needs.
+                    len = HEADER_LEN;
+                }
+                break;
+            }
+            len += size;
+            at += size as u64;
+        }
+        Ok(Committed { len, crossing: None })
+    }
+
+    /// An in-place read that found nothing committed at the position: lapped (the floor passed
+    /// it), caught up, or, when the producer's tail says otherwise (checked after
+    /// [`TAIL_CHECK_AFTER`] empty reads in a row, then at each doubling), a ring whose record
+    /// there names another position.
+    fn nothing_in_place<M: RingMemory + ?Sized>(&mut self, mem: &M) -> Result<Parsed, RingError> {
+        let position = self.position;
+        fence(Ordering::Acquire);
+        if mem.load_acquire(ctrl::FLOOR)? > position {
+            self.empty_reads = 0;
+            self.resync_in_place(mem)?;
+            return Ok(Parsed { stop: Stop::NeedControl, ..Parsed::default() });
+        }
+        self.empty_reads = self.empty_reads.saturating_add(1);
+        if self.empty_reads >= TAIL_CHECK_AFTER && self.empty_reads.is_power_of_two() {
+            let tail = mem.load_acquire(ctrl::TAIL)?;
+            if tail > position {
+                // The producer stores the tail (release) after the record's commit word: it is
+                // visible now, unless a lap (floor) or the publisher (error) replaced it.
+                let offset = layout::data_offset(position, self.capacity);
+                let word = mem.load_acquire(offset)?;
+                fence(Ordering::Acquire);
+                let floor = mem.load_acquire(ctrl::FLOOR)?;
+                if word == position || floor > position {
+                    // Committed or lapped since the walk: read again at once.
+                    return Ok(Parsed::default());
+                }
+                return Err(RingError::Corrupt {
+                    position,
+                    detail: format!("below the tail {tail}, the record's position word is {word:#x}"),
+                });
+            }
+        }
+        Ok(Parsed { stop: Stop::NotYetWritten, ..Parsed::default() })
     }
 
     /// Reads the control block in place and applies it: after a lap the reader moves to

@@ -21,6 +21,8 @@ mod parse;
 mod plan;
 
 pub use in_place::RingMemory;
+#[cfg(test)]
+pub(crate) use in_place::TAIL_CHECK_AFTER;
 
 /// What a subscriber knows about the ring it reads (from the accept private data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,6 +194,9 @@ pub struct RingReader {
     /// The position and claimed length of the last header found longer than the ring's
     /// records may be (taken for a torn READ once; the same claim again is an error).
     oversized: Option<(u64, u32)>,
+    /// In-place reads in a row that found nothing committed (when the producer's tail is
+    /// checked: see `in_place`).
+    empty_reads: u32,
     assembly: Vec<u8>,
     stats: ReaderStats,
 }
@@ -219,6 +224,7 @@ impl RingReader {
             last_fill: 0,
             data_waits: false,
             oversized: None,
+            empty_reads: 0,
             assembly: Vec::new(),
             stats: ReaderStats::default(),
         })

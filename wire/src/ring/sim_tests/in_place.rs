@@ -10,6 +10,7 @@ use proptest::prelude::*;
 
 use super::layout::ctrl;
 use super::*;
+use crate::ring::reader::TAIL_CHECK_AFTER;
 
 /// One in-place read into a buffer of `buf_len` bytes (grown to what the reader needs),
 /// checking what it delivers.
@@ -173,10 +174,10 @@ proptest! {
     }
 }
 
-/// A record claiming more than the ring's records may hold, below the tail, is an error at
-/// once (no checksum to blame a torn READ on), and so is a record crossing the tail.
+/// A committed record claiming more than the ring's records may hold is an error at once (no
+/// checksum to blame a torn READ on), and so is one crossing the end of the data area.
 #[test]
-fn a_broken_record_below_the_tail_is_an_error_at_once() {
+fn a_broken_committed_record_is_an_error_at_once() {
     let (buf, mut prod) = ring(CAP);
     let mut reader = reader_at(&prod, prod.latest());
     let start = reader.consumed_position();
@@ -188,14 +189,97 @@ fn a_broken_record_below_the_tail_is_an_error_at_once() {
     let err = reader.read_in_place(&*buf, &mut b, |_, _| panic!("nothing is delivered")).unwrap_err();
     assert!(matches!(err, RingError::RecordTooLarge { .. }), "{err}");
 
+    // A record committed 64 bytes before the end of the data area, 160 bytes long.
+    let (buf, prod) = ring(CAP);
+    let near_end = 2 * CAP as u64 - 64;
+    let mut reader = reader_at(&prod, StartPoint { position: near_end, seq: 1, first_seq: 1 });
+    let flags = layout::FLAG_FIRST | layout::FLAG_LAST;
+    let h = RecordHeader { position: near_end, seq: 1, len: 128, flags, reserved: 0, total_len: 128, crc: 0 };
+    buf.write(layout::data_offset(near_end, CAP), &h.encode()).unwrap();
+    let err = reader.read_in_place(&*buf, &mut b, |_, _| panic!("nothing is delivered")).unwrap_err();
+    assert!(matches!(err, RingError::Corrupt { position, .. } if position == near_end), "{err}");
+}
+
+/// The producer's memory, counting the loads of the control block's `tail` word.
+struct TailCountingMemory {
+    buf: Arc<RegisteredBuffer>,
+    tail_loads: std::cell::Cell<u64>,
+}
+
+impl RingMemory for TailCountingMemory {
+    fn load_acquire(&self, offset: usize) -> Result<u64, RingError> {
+        if offset == ctrl::TAIL {
+            self.tail_loads.set(self.tail_loads.get() + 1);
+        }
+        self.buf.load_acquire(offset)
+    }
+
+    fn copy_to(&self, offset: usize, dst: &mut [u8]) -> Result<(), RingError> {
+        self.buf.copy_to(offset, dst)
+    }
+}
+
+/// The reader in place finds committed records by their commit (position) word: it never
+/// loads the tail while it reads a stream, even one it keeps catching up with, nor over a few
+/// empty reads (the producer's per-message tail stores then hit a line no reader loads); a
+/// tail published ahead of the records is not taken for records.
+#[test]
+fn the_in_place_reader_finds_records_by_their_commit_word_without_loading_the_tail() {
+    let (buf, mut prod) = ring(CAP);
+    let mut reader = reader_at(&prod, prod.latest());
+    let mem = TailCountingMemory { buf: buf.clone(), tail_loads: Default::default() };
+    let len_of = |s: u64| (s as usize * 37) % 3000;
+    let mut seen = Seen::new(1);
+    let mut seq = 0;
+    for round in 0..400u64 {
+        for _ in 0..1 + round % 7 {
+            seq += 1;
+            prod.append(&payload(seq, len_of(seq)), NO_LIMIT).unwrap();
+        }
+        while in_place_step(&mut reader, &mem, 8192, &mut seen, &len_of) != Stop::NotYetWritten {}
+    }
+    assert!(prod.tail() > 3 * CAP as u64, "the stream went round the ring");
+    assert_eq!(seen.delivered, (1..=seq).collect::<Vec<_>>());
+    // A tail ahead of what is committed (only a producer that lies publishes one) is not taken
+    // for records; the last round ended with one empty read: up to `TAIL_CHECK_AFTER - 1` in a
+    // row do not load the tail.
+    buf.atomic_u64(ctrl::TAIL).unwrap().store(prod.tail() + 4096, Ordering::Release);
+    for _ in 2..TAIL_CHECK_AFTER {
+        let parsed = reader.read_in_place(&mem, &mut [0u8; 8192], |_, _| panic!("nothing is committed")).unwrap();
+        assert_eq!(parsed.stop, Stop::NotYetWritten);
+    }
+    assert_eq!(mem.tail_loads.get(), 0, "the tail was loaded");
+}
+
+/// Below a published tail, a record whose commit word names another position never commits:
+/// the reader takes it for unwritten for `TAIL_CHECK_AFTER - 1` empty reads, then checks the
+/// tail and fails with a typed error (a hostile ring cannot hold its reader forever); an
+/// honest record committed meanwhile is read.
+#[test]
+fn a_misplaced_record_below_the_tail_is_an_error_once_the_reader_checks_the_tail() {
     let (buf, mut prod) = ring(CAP);
     let mut reader = reader_at(&prod, prod.latest());
     let start = reader.consumed_position();
     prod.append(&payload(1, 100), NO_LIMIT).unwrap();
-    // The tail is moved back into the record: the record crosses it.
-    buf.atomic_u64(ctrl::TAIL).unwrap().store(start + 64, Ordering::Release);
+    let position_word = buf.atomic_u64(layout::data_offset(start, CAP)).unwrap();
+    position_word.store(start + 4096, Ordering::Release);
+    let mut b = vec![0u8; 4096];
+    for _ in 1..TAIL_CHECK_AFTER {
+        let parsed = reader.read_in_place(&*buf, &mut b, |_, _| panic!("nothing is delivered")).unwrap();
+        assert_eq!(parsed.stop, Stop::NotYetWritten);
+    }
     let err = reader.read_in_place(&*buf, &mut b, |_, _| panic!("nothing is delivered")).unwrap_err();
-    assert!(matches!(err, RingError::Corrupt { .. }), "{err}");
+    assert!(matches!(err, RingError::Corrupt { position, .. } if position == start), "{err}");
+
+    // The same ring with its record committed after the empty reads: delivered.
+    let mut reader = reader_at(&prod, StartPoint { position: start, seq: 1, first_seq: 1 });
+    for _ in 1..TAIL_CHECK_AFTER {
+        reader.read_in_place(&*buf, &mut b, |_, _| panic!("nothing is committed yet")).unwrap();
+    }
+    position_word.store(start, Ordering::Release);
+    let mut got = Vec::new();
+    reader.read_in_place(&*buf, &mut b, |seq, p| got.push((seq, p.to_vec()))).unwrap();
+    assert_eq!(got, vec![(1, payload(1, 100))]);
 }
 
 /// Caught up, the in-place reader copies nothing; a lapped one counts exactly what it lost.
