@@ -14,7 +14,7 @@
 //! datagram per message at that rate, plus the empty READs of sporadic traffic between
 //! messages (`pubsub-demo pub --rate 20000`: about 50,000 READs a second instead of 35,000).
 //!
-//! Without it a caught-up subscriber READs back to back: every READ is a request the
+//! Without pacing a caught-up subscriber READs back to back: every READ is a request the
 //! publisher's NIC serves, and a few such subscribers can keep a small machine's CPUs busy
 //! polling while the publisher they wait for gets none. Same-host and busy-polling feeds get
 //! an [`unpaced`](ReadPacer::unpaced) one: a same-host READ is the subscriber's own copy.
