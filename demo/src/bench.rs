@@ -10,7 +10,8 @@
 //!    of the receiving threads (from each one's first message to the marked last one) over the
 //!    messages they received, summed over subscribers;
 //! 2. latency: one message at a time, the next when every subscriber has the previous one, for
-//!    the rest of `--seconds` (at least 200, at most 10 000 messages); each message carries its
+//!    the rest of `--seconds` (at least 200, at most 10 000 messages; `--latency-gap` pauses
+//!    between a receipt and the next publish); each message carries its
 //!    send time on `CLOCK_MONOTONIC` (one clock for every process of the host) and each
 //!    subscriber records receipt time − send time in an HDR histogram.
 //!
@@ -44,7 +45,7 @@ const MIN_LATENCY_SAMPLES: u64 = 200;
 const CLOCK_EVERY: u64 = 1024;
 
 /// The table's columns: name and width (negative: left-aligned), in the order of [`row`].
-const COLUMNS: [(&str, i32); 16] = [
+const COLUMNS: [(&str, i32); 17] = [
     ("size", 9),
     ("subs", 5),
     ("policy", -9),
@@ -61,6 +62,7 @@ const COLUMNS: [(&str, i32); 16] = [
     ("doorbells/msg", 13),
     ("pub_cpu_us", 10),
     ("sub_cpu_us", 10),
+    ("lat_doorbells/msg", 17),
 ];
 
 /// One point of the matrix.
@@ -89,6 +91,9 @@ struct Point {
     /// CPU time of the receiving threads (or processes) in the throughput run per message
     /// delivered, summed over subscribers, µs.
     sub_cpu_us: f64,
+    /// Doorbells the publisher sent, per message of the latency run (about 1 when the
+    /// subscribers park between messages).
+    lat_doorbells_per_msg: f64,
     /// The CPUs the publishing thread was allowed during the point.
     publisher_cpus: String,
     /// The CPUs the subscriber threads were allowed (each reads its own; they agree).
@@ -181,6 +186,7 @@ fn row(p: &Point) -> String {
         format!("{:.2}", p.doorbells_per_msg),
         format!("{:.3}", p.pub_cpu_us),
         format!("{:.3}", p.sub_cpu_us),
+        format!("{:.2}", p.lat_doorbells_per_msg),
     ];
     aligned(fields.iter().map(String::as_str))
 }
@@ -322,8 +328,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             .iter()
             .map(|p| {
                 format!(
-                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"separate_processes\":{},\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"lost\":{},\"damaged\":{},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"sub_cpu_us\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
-                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), args.separate_processes, p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.lost, p.damaged, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.sub_cpu_us, p.publisher_cpus, p.subscriber_cpus
+                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"separate_processes\":{},\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"lost\":{},\"damaged\":{},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"sub_cpu_us\":{:.3},\"lat_doorbells_per_msg\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
+                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), args.separate_processes, p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.lost, p.damaged, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.sub_cpu_us, p.lat_doorbells_per_msg, p.publisher_cpus, p.subscriber_cpus
                 )
             })
             .collect();
@@ -429,6 +435,8 @@ fn measure(
 
     // Latency.
     let latency_count = args.messages.clamp(1, 10_000);
+    let lat_doorbells0 = publisher.counters().doorbells();
+    let latency_start = seq;
     for i in 0..latency_count {
         // At least MIN_LATENCY_SAMPLES, then until the point's time is up.
         if i >= MIN_LATENCY_SAMPLES && Instant::now() >= deadline {
@@ -438,7 +446,13 @@ fn measure(
         payload::write_header(&mut buf, stream, seq, receive::stamp_now());
         publisher.publish(&buf).map_err(|e| subscribers.blame(e.into()))?;
         subscribers.wait_all(seq, Duration::from_secs(1), false)?;
+        if args.latency_gap > 0 {
+            // The load's shape (subscribers that go idle between messages), not a synchronisation.
+            thread::sleep(Duration::from_micros(args.latency_gap));
+        }
     }
+    let lat_doorbells_per_msg =
+        (publisher.counters().doorbells() - lat_doorbells0) as f64 / (seq - latency_start).max(1) as f64;
     let _ = publisher.flush(Duration::from_secs(5));
     let checksum = publisher.checksum();
     drop(publisher);
@@ -477,6 +491,7 @@ fn measure(
         acks_per_msg,
         doorbells_per_msg,
         pub_cpu_us,
+        lat_doorbells_per_msg,
         sub_cpu_us: if sub_msgs > 0 { sub_cpu.as_secs_f64() * 1e6 / sub_msgs as f64 } else { 0.0 },
         publisher_cpus,
         subscriber_cpus,

@@ -286,3 +286,37 @@ fn bench_can_give_the_publisher_a_cpu_of_its_own() {
     let out = run(&dir, &[&args[..], &["--pin-publisher", "100000"]].concat(), Duration::from_secs(20));
     assert_user_error(&out, "not among the allowed CPUs");
 }
+
+/// `--latency-gap` pauses the latency run longer than a subscription spins, so each subscriber
+/// parks between messages and the publisher's doorbell wakes it (network path: the same host
+/// parks the same way, but this is the path the parked latency is quoted for).
+#[test]
+fn bench_latency_gap_makes_the_subscriber_park_between_messages() {
+    let dir = stats_dir("bench-gap");
+    let args = [
+        "bench",
+        "--same-host",
+        "off",
+        "--sizes",
+        "64",
+        "--subscribers",
+        "1",
+        "--messages",
+        "200",
+        "--seconds",
+        "0.1",
+        "--latency-gap",
+        "2000",
+        "--json",
+        "--no-limits",
+    ];
+    let out = run(&dir, &args, Duration::from_secs(60));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let points: Vec<serde_json::Value> = serde_json::from_str(&out.stdout).expect("stdout is a JSON array");
+    assert_eq!(points.len(), 1);
+    let doorbells = points[0]["lat_doorbells_per_msg"].as_f64().expect("lat_doorbells_per_msg");
+    // About one a message; a subscriber thread that got no CPU through a whole gap finds the
+    // next message without one, hence the margin.
+    assert!(doorbells > 0.5, "{doorbells} doorbells per latency message: {}", points[0]);
+    assert_eq!(points[0]["lost"], 0);
+}
