@@ -15,11 +15,16 @@ cflags=(-Wall -Wextra -Werror -O2 -g)
 
 # Runs `pub` and `sub` (from directory $1) against each other: sub reads what pub publishes.
 pub_and_sub() {
-  local dir="$1" addr
+  local dir="$1" addr pub_pid pub_out
   coproc PUB { timeout 60 "$dir/pub" 20; }
-  read -t 20 -r addr <&"${PUB[0]}" || { echo "pub did not print its address" >&2; return 1; }
+  # Bash unsets PUB and PUB_PID when the coprocess ends, which `pub` may do before the wait
+  # below: keep its pid, and a copy of its output's descriptor.
+  pub_pid=$PUB_PID
+  exec {pub_out}<&"${PUB[0]}"
+  read -t 20 -r addr <&"$pub_out" || { echo "pub did not print its address" >&2; exec {pub_out}<&-; return 1; }
   timeout 60 "$dir/sub" "$addr" 20 > "$dir/sub.out"
-  wait "$PUB_PID"
+  wait "$pub_pid"
+  exec {pub_out}<&-
   [ "$(wc -l < "$dir/sub.out")" -eq 20 ] && grep -qx '20: message 19' "$dir/sub.out" \
     || { echo "sub did not print the 20 messages" >&2; cat "$dir/sub.out" >&2; return 1; }
 }
