@@ -2,7 +2,10 @@
 //!
 //! A CQ's waiter sleeps on its [`Bell`]: the NIC thread rings it for completions it queues,
 //! and same-host peers ring it (each through an eventfd of its own) for SENDs they write into
-//! the inboxes of queue pairs whose receives complete here. An event loop waits on the bell's
+//! the inboxes of queue pairs whose receives complete here. The bell also watches the sockets
+//! of the connections that READ over the network and receive here (`attach_stream`): an
+//! arrival wakes the waiter, and its next poll places the small SENDs waiting there itself
+//! (`conn/responses.rs`). An event loop waits on the bell's
 //! descriptor instead (`notify_fd`). A poll first places the SENDs waiting in those inboxes
 //! (after an arm or a wake-up, always; otherwise when the bell's hint says some were written,
 //! and every [`RECHECK_EVERY`]th poll anyway), then takes completions.
@@ -38,11 +41,17 @@ pub(crate) trait InboxSource: Send + Sync {
 }
 
 /// A connection whose READs complete on this CQ: a poller that finds the CQ empty takes the
-/// READ responses (and ACKs) waiting in its socket itself (`conn/responses.rs`).
+/// READ responses (and ACKs) waiting in its socket itself (`conn/responses.rs`); and, when the
+/// connection's receives complete on this CQ too, a poller woken by its socket places the small
+/// SENDs waiting there itself.
 pub(crate) trait ResponseSource: Send + Sync {
     /// Takes the answers waiting in the socket, if a READ is on the wire and the NIC thread is
     /// not reading the connection.
     fn receive_on_poll(&self);
+    /// Takes the answers and places the small SENDs waiting in the socket (each into a posted
+    /// receive), if the NIC thread is not reading the connection; what it cannot take (a SEND
+    /// without a receive, anything else) stays the NIC thread's.
+    fn receive_on_wake(&self);
 }
 
 /// The state of a completion queue shared by the NIC (producer) and the owner (consumer).
@@ -73,6 +82,12 @@ pub(crate) struct CqInner {
     /// `requesters` is not empty: an empty poll of a CQ without any (the publisher's look after
     /// each message) stays a few loads.
     has_requesters: AtomicBool,
+    /// Connections whose sockets the bell watches (their receives complete here): a poll after
+    /// a wake-up places the small SENDs waiting in them (lock order: before a connection's
+    /// locks).
+    streams: Mutex<Vec<Weak<dyn ResponseSource>>>,
+    /// The owner was woken (by anything): the next poll looks into the watched sockets.
+    look_streams: AtomicBool,
     /// Empty polls since the last look into the requesters' sockets (every
     /// [`LOOK_EVERY`]th empty poll looks).
     empty_polls: AtomicU32,
@@ -112,6 +127,8 @@ impl CqInner {
             backlog: AtomicBool::new(false),
             requesters: Mutex::new(Vec::new()),
             has_requesters: AtomicBool::new(false),
+            streams: Mutex::new(Vec::new()),
+            look_streams: AtomicBool::new(false),
             empty_polls: AtomicU32::new(0),
             skipped: AtomicU32::new(0),
         })
@@ -129,6 +146,37 @@ impl CqInner {
         requesters.retain(|s| s.strong_count() > 0);
         requesters.push(source);
         self.has_requesters.store(true, Ordering::Relaxed);
+    }
+
+    /// Has the bell watch the socket `sock` of `source`, whose receives complete on this CQ: an
+    /// arrival wakes a parked owner, and its next poll places the small SENDs waiting there
+    /// itself (`conn/responses.rs`), a hop shorter than the NIC thread placing them and ringing
+    /// the bell. A socket the bell cannot watch is left to the NIC thread, as before.
+    pub(crate) fn attach_stream(&self, source: Weak<dyn ResponseSource>, sock: BorrowedFd<'_>) {
+        let mut streams = self.streams.lock();
+        if self.bell.watch_stream(sock).is_err() {
+            return;
+        }
+        streams.retain(|s| s.strong_count() > 0);
+        streams.push(source);
+    }
+
+    /// After a wake-up: lets the watched connections place the SENDs waiting in their sockets
+    /// on this thread (one poller at a time, as `receive_responses`).
+    #[cold]
+    fn receive_sends(&self) {
+        let Some(streams) = self.streams.try_lock() else { return };
+        for source in streams.iter() {
+            if let Some(source) = source.upgrade() {
+                source.receive_on_wake();
+            }
+        }
+    }
+
+    /// The owner was woken: its next poll looks into the watched sockets (if any).
+    fn woken(&self) {
+        self.look_all.store(true, Ordering::Relaxed);
+        self.look_streams.store(true, Ordering::Relaxed);
     }
 
     /// Counts an empty poll; true on every [`LOOK_EVERY`]th, which looks into the requesters'
@@ -239,6 +287,10 @@ impl CqInner {
         } else {
             self.drain_inboxes();
         }
+        if self.look_streams.load(Ordering::Relaxed) {
+            self.look_streams.store(false, Ordering::Relaxed);
+            self.receive_sends();
+        }
         if self.overrun.load(Ordering::Acquire) {
             return Err(Error::CqOverrun { depth: self.depth });
         }
@@ -283,20 +335,22 @@ impl CqInner {
         self.look_all.store(true, Ordering::Relaxed);
     }
 
-    /// Waits for a notification; the next poll after one looks into every inbox.
+    /// Waits for a notification; the next poll after one looks into every inbox and every
+    /// watched socket.
     fn wait(&self, timeout: Duration) -> bool {
         let woken = self.bell.wait(timeout);
         if woken {
-            self.look_all.store(true, Ordering::Relaxed);
+            self.woken();
         }
         woken
     }
 
-    /// Takes a notification without blocking; the next poll after one looks into every inbox.
+    /// Takes a notification without blocking; the next poll after one looks into every inbox
+    /// and every watched socket.
     fn take_notification(&self) -> Result<bool> {
         let taken = self.bell.take()?;
         if taken {
-            self.look_all.store(true, Ordering::Relaxed);
+            self.woken();
         }
         Ok(taken)
     }
