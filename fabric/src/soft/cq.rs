@@ -52,6 +52,20 @@ pub(crate) trait ResponseSource: Send + Sync {
     /// receive), if the NIC thread is not reading the connection; what it cannot take (a SEND
     /// without a receive, anything else) stays the NIC thread's.
     fn receive_on_wake(&self);
+    /// The connection's socket, while it has one.
+    fn stream(&self) -> Option<BorrowedFd<'_>>;
+    /// Whether the connection waits for no large READ response: what arrives next is then an
+    /// acknowledgement, a small READ response or a request of the peer (a doorbell SEND), each
+    /// one a woken poller takes. Only then does the bell watch its socket: a parked owner
+    /// waiting for a large READ response would otherwise be woken by each of its segments, for
+    /// nothing it can take.
+    fn awaits_no_large_read(&self) -> bool;
+}
+
+/// A connection whose socket the bell may watch, and whether it watches it now.
+struct Watched {
+    source: Weak<dyn ResponseSource>,
+    on: bool,
 }
 
 /// The state of a completion queue shared by the NIC (producer) and the owner (consumer).
@@ -85,7 +99,7 @@ pub(crate) struct CqInner {
     /// Connections whose sockets the bell watches (their receives complete here): a poll after
     /// a wake-up places the small SENDs waiting in them (lock order: before a connection's
     /// locks).
-    streams: Mutex<Vec<Weak<dyn ResponseSource>>>,
+    streams: Mutex<Vec<Watched>>,
     /// The owner was woken (by anything): the next poll looks into the watched sockets.
     look_streams: AtomicBool,
     /// Empty polls since the last look into the requesters' sockets (every
@@ -157,8 +171,26 @@ impl CqInner {
         if self.bell.watch_stream(sock).is_err() {
             return;
         }
-        streams.retain(|s| s.strong_count() > 0);
-        streams.push(source);
+        streams.retain(|s| s.source.strong_count() > 0);
+        streams.push(Watched { source, on: true });
+    }
+
+    /// Before the owner parks: the bell watches the socket of each connection that awaits no
+    /// large READ response, and stops watching the others (one `epoll_ctl` where that changed, none while
+    /// it stays; a failure only leaves that socket's SENDs to the NIC thread's wake-up).
+    fn update_watches(&self) {
+        let mut streams = self.streams.lock();
+        for watched in streams.iter_mut() {
+            let Some(source) = watched.source.upgrade() else { continue };
+            let want = source.awaits_no_large_read();
+            if want == watched.on {
+                continue;
+            }
+            let Some(sock) = source.stream() else { continue };
+            if self.bell.set_stream_watched(sock, want).is_ok() {
+                watched.on = want;
+            }
+        }
     }
 
     /// After a wake-up: lets the watched connections place the SENDs waiting in their sockets
@@ -166,8 +198,8 @@ impl CqInner {
     #[cold]
     fn receive_sends(&self) {
         let Some(streams) = self.streams.try_lock() else { return };
-        for source in streams.iter() {
-            if let Some(source) = source.upgrade() {
+        for watched in streams.iter() {
+            if let Some(source) = watched.source.upgrade() {
                 source.receive_on_wake();
             }
         }
@@ -320,8 +352,11 @@ impl CqInner {
         n
     }
 
-    /// Arms for the next completion; the next poll looks into every inbox.
+    /// Arms for the next completion (after choosing the sockets the bell watches, outside the
+    /// lock the NIC pushes under, which it takes holding a connection's); the next poll looks
+    /// into every inbox.
     fn arm(&self) {
+        self.update_watches();
         let _st = self.st.lock();
         self.bell.arm();
         self.look_all.store(true, Ordering::Relaxed);
@@ -330,6 +365,7 @@ impl CqInner {
     /// Arms for a solicited (or failed) completion, unless armed for the next one already;
     /// the next poll looks into every inbox.
     fn arm_solicited(&self) {
+        self.update_watches();
         let _st = self.st.lock();
         self.bell.arm_solicited();
         self.look_all.store(true, Ordering::Relaxed);
@@ -460,6 +496,53 @@ mod tests {
             assert_eq!(cq.poll(&mut out).unwrap(), 0);
         }
         assert_eq!(source.0.load(Ordering::Relaxed), 3, "one look per {RECHECK_EVERY} polls");
+    }
+
+    /// A connection whose socket the bell watches, as a test drives it.
+    struct FakeStream {
+        sock: std::os::unix::net::UnixStream,
+        large_read: AtomicBool,
+        looks: AtomicU32,
+    }
+
+    impl ResponseSource for FakeStream {
+        fn receive_on_poll(&self) {}
+        fn receive_on_wake(&self) {
+            self.looks.fetch_add(1, Ordering::Relaxed);
+        }
+        fn stream(&self) -> Option<BorrowedFd<'_>> {
+            Some(std::os::fd::AsFd::as_fd(&self.sock))
+        }
+        fn awaits_no_large_read(&self) -> bool {
+            !self.large_read.load(Ordering::Relaxed)
+        }
+    }
+
+    /// An arrival in a watched socket wakes the parked owner and its next poll looks into the
+    /// socket; while the connection awaits a large READ response (whose every segment would
+    /// wake it for nothing) the owner that arms is not woken by the socket.
+    #[test]
+    fn a_watched_socket_wakes_the_owner_unless_a_large_read_is_awaited() {
+        use std::io::Write;
+        let cq = CqInner::new(4).unwrap();
+        let (sock, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let source = Arc::new(FakeStream { sock, large_read: AtomicBool::new(true), looks: AtomicU32::new(0) });
+        let weak: Weak<dyn ResponseSource> = Arc::downgrade(&source) as Weak<dyn ResponseSource>;
+        cq.attach_stream(weak, std::os::fd::AsFd::as_fd(&source.sock));
+        let mut out = [WorkCompletion::default(); 1];
+
+        cq.arm();
+        peer.write_all(b"segment").unwrap();
+        assert!(!cq.wait(Duration::from_millis(30)), "not woken while a large READ is awaited");
+        assert_eq!(cq.poll(&mut out).unwrap(), 0);
+        assert_eq!(source.looks.load(Ordering::Relaxed), 0);
+
+        source.large_read.store(false, Ordering::Relaxed);
+        cq.arm();
+        peer.write_all(b"doorbell").unwrap();
+        assert!(cq.wait(Duration::from_secs(10)), "woken by the arrival");
+        assert_eq!(cq.poll(&mut out).unwrap(), 0);
+        assert_eq!(source.looks.load(Ordering::Relaxed), 1, "the woken poll looked into the socket");
     }
 
     #[test]

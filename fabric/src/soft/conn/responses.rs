@@ -20,8 +20,10 @@
 //!
 //! A connection that READs over the network also has its socket watched by the bell of its
 //! receive CQ (`CqInner::attach_stream`, the epoll set a parked owner sleeps on; the pulling
-//! side only, so a publisher's parked owner is not woken by each READ request it serves). An
-//! arrival wakes the owner, and its next poll looks into the socket with
+//! side only, so a publisher's parked owner is not woken by each READ request it serves), while
+//! the connection awaits no READ response larger than [`POLLED_READ_MAX`] (chosen when the
+//! owner arms: each segment of a large one would wake it for nothing it takes). An arrival
+//! wakes the owner, and its next poll looks into the socket with
 //! `Look::AnswersAndSends`: besides the answers, a SEND of at most [`POLLED_SEND_MAX`] bytes
 //! (a doorbell, a credit) is placed into the next posted receive, its payload received
 //! straight into it, the receive completed and the SEND acknowledged, by the same code the NIC
@@ -35,11 +37,11 @@
 //! frame the woken thread takes no part of is read by it as before.
 
 use std::io::{self, Read};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use super::receive::{AfterPayload, Destination, Expecting, ReceiveState};
 use super::sends::{finish_recv, place_send};
-use super::{Conn, ConnState, Phase};
+use super::{Conn, ConnState, InFlight, Phase};
 use crate::memory;
 use crate::soft::cq::ResponseSource;
 use crate::soft::device::NicCommand;
@@ -160,6 +162,16 @@ impl ResponseSource for Conn {
 
     fn receive_on_wake(&self) {
         receive(self, Look::AnswersAndSends);
+    }
+
+    fn stream(&self) -> Option<BorrowedFd<'_>> {
+        self.sock().map(|s| s.as_fd())
+    }
+
+    fn awaits_no_large_read(&self) -> bool {
+        let st = self.st.lock();
+        let small = |f: &InFlight| f.op != WcOpcode::RdmaRead || f.len <= POLLED_READ_MAX;
+        st.phase == Phase::Established && st.qp.as_ref().is_some_and(|qp| qp.inflight.iter().all(small))
     }
 }
 

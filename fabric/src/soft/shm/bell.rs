@@ -204,6 +204,19 @@ impl Bell {
         watch(self.epoll.as_fd(), sock, STREAM_TOKEN)
     }
 
+    /// Watches a socket added by [`watch_stream`](Self::watch_stream) again (`on`), or stops
+    /// watching it for now.
+    pub(crate) fn set_stream_watched(&self, sock: BorrowedFd<'_>, on: bool) -> Result<()> {
+        let events = if on { (libc::EPOLLIN | libc::EPOLLET) as u32 } else { 0 };
+        let mut ev = libc::epoll_event { events, u64: STREAM_TOKEN };
+        // SAFETY: changes the events of a descriptor we hold in our epoll set; `ev` lives for
+        // the call.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, sock.as_raw_fd(), &mut ev) } != 0 {
+            return Err(Error::os("epoll_ctl", None, std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
     /// Senders attached now.
     #[cfg(test)]
     pub(crate) fn senders(&self) -> usize {
