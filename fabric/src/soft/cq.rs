@@ -2,7 +2,10 @@
 //!
 //! A CQ's waiter sleeps on its [`Bell`]: the NIC thread rings it for completions it queues,
 //! and same-host peers ring it (each through an eventfd of its own) for SENDs they write into
-//! the inboxes of queue pairs whose receives complete here. An event loop waits on the bell's
+//! the inboxes of queue pairs whose receives complete here. The bell also watches the sockets
+//! of the connections that READ over the network and receive here (`attach_stream`): an
+//! arrival wakes the waiter, and its next poll places the small SENDs waiting there itself
+//! (`conn/responses.rs`). An event loop waits on the bell's
 //! descriptor instead (`notify_fd`). A poll first places the SENDs waiting in those inboxes
 //! (after an arm or a wake-up, always; otherwise when the bell's hint says some were written,
 //! and every [`RECHECK_EVERY`]th poll anyway), then takes completions.
@@ -38,11 +41,31 @@ pub(crate) trait InboxSource: Send + Sync {
 }
 
 /// A connection whose READs complete on this CQ: a poller that finds the CQ empty takes the
-/// READ responses (and ACKs) waiting in its socket itself (`conn/responses.rs`).
+/// READ responses (and ACKs) waiting in its socket itself (`conn/responses.rs`); and, when the
+/// connection's receives complete on this CQ too, a poller woken by its socket places the small
+/// SENDs waiting there itself.
 pub(crate) trait ResponseSource: Send + Sync {
     /// Takes the answers waiting in the socket, if a READ is on the wire and the NIC thread is
     /// not reading the connection.
     fn receive_on_poll(&self);
+    /// Takes the answers and places the small SENDs waiting in the socket (each into a posted
+    /// receive), if the NIC thread is not reading the connection; what it cannot take (a SEND
+    /// without a receive, anything else) stays the NIC thread's.
+    fn receive_on_wake(&self);
+    /// The connection's socket, while it has one.
+    fn stream(&self) -> Option<BorrowedFd<'_>>;
+    /// Whether the connection waits for no large READ response: what arrives next is then an
+    /// acknowledgement, a small READ response or a request of the peer (a doorbell SEND), each
+    /// one a woken poller takes. Only then does the bell watch its socket: a parked owner
+    /// waiting for a large READ response would otherwise be woken by each of its segments, for
+    /// nothing it can take.
+    fn awaits_no_large_read(&self) -> bool;
+}
+
+/// A connection whose socket the bell may watch, and whether it watches it now.
+struct Watched {
+    source: Weak<dyn ResponseSource>,
+    on: bool,
 }
 
 /// The state of a completion queue shared by the NIC (producer) and the owner (consumer).
@@ -73,6 +96,12 @@ pub(crate) struct CqInner {
     /// `requesters` is not empty: an empty poll of a CQ without any (the publisher's look after
     /// each message) stays a few loads.
     has_requesters: AtomicBool,
+    /// Connections whose sockets the bell watches (their receives complete here): a poll after
+    /// a wake-up places the small SENDs waiting in them (lock order: before a connection's
+    /// locks).
+    streams: Mutex<Vec<Watched>>,
+    /// The owner was woken (by anything): the next poll looks into the watched sockets.
+    look_streams: AtomicBool,
     /// Empty polls since the last look into the requesters' sockets (every
     /// [`LOOK_EVERY`]th empty poll looks).
     empty_polls: AtomicU32,
@@ -112,6 +141,8 @@ impl CqInner {
             backlog: AtomicBool::new(false),
             requesters: Mutex::new(Vec::new()),
             has_requesters: AtomicBool::new(false),
+            streams: Mutex::new(Vec::new()),
+            look_streams: AtomicBool::new(false),
             empty_polls: AtomicU32::new(0),
             skipped: AtomicU32::new(0),
         })
@@ -129,6 +160,55 @@ impl CqInner {
         requesters.retain(|s| s.strong_count() > 0);
         requesters.push(source);
         self.has_requesters.store(true, Ordering::Relaxed);
+    }
+
+    /// Has the bell watch the socket `sock` of `source`, whose receives complete on this CQ: an
+    /// arrival wakes a parked owner, and its next poll places the small SENDs waiting there
+    /// itself (`conn/responses.rs`), a hop shorter than the NIC thread placing them and ringing
+    /// the bell. A socket the bell cannot watch is left to the NIC thread, as before.
+    pub(crate) fn attach_stream(&self, source: Weak<dyn ResponseSource>, sock: BorrowedFd<'_>) {
+        let mut streams = self.streams.lock();
+        if self.bell.watch_stream(sock).is_err() {
+            return;
+        }
+        streams.retain(|s| s.source.strong_count() > 0);
+        streams.push(Watched { source, on: true });
+    }
+
+    /// Before the owner parks: the bell watches the socket of each connection that awaits no
+    /// large READ response, and stops watching the others (one `epoll_ctl` where that changed, none while
+    /// it stays; a failure only leaves that socket's SENDs to the NIC thread's wake-up).
+    fn update_watches(&self) {
+        let mut streams = self.streams.lock();
+        for watched in streams.iter_mut() {
+            let Some(source) = watched.source.upgrade() else { continue };
+            let want = source.awaits_no_large_read();
+            if want == watched.on {
+                continue;
+            }
+            let Some(sock) = source.stream() else { continue };
+            if self.bell.set_stream_watched(sock, want).is_ok() {
+                watched.on = want;
+            }
+        }
+    }
+
+    /// After a wake-up: lets the watched connections place the SENDs waiting in their sockets
+    /// on this thread (one poller at a time, as `receive_responses`).
+    #[cold]
+    fn receive_sends(&self) {
+        let Some(streams) = self.streams.try_lock() else { return };
+        for watched in streams.iter() {
+            if let Some(source) = watched.source.upgrade() {
+                source.receive_on_wake();
+            }
+        }
+    }
+
+    /// The owner was woken: its next poll looks into the watched sockets (if any).
+    fn woken(&self) {
+        self.look_all.store(true, Ordering::Relaxed);
+        self.look_streams.store(true, Ordering::Relaxed);
     }
 
     /// Counts an empty poll; true on every [`LOOK_EVERY`]th, which looks into the requesters'
@@ -239,6 +319,10 @@ impl CqInner {
         } else {
             self.drain_inboxes();
         }
+        if self.look_streams.load(Ordering::Relaxed) {
+            self.look_streams.store(false, Ordering::Relaxed);
+            self.receive_sends();
+        }
         if self.overrun.load(Ordering::Acquire) {
             return Err(Error::CqOverrun { depth: self.depth });
         }
@@ -268,8 +352,11 @@ impl CqInner {
         n
     }
 
-    /// Arms for the next completion; the next poll looks into every inbox.
+    /// Arms for the next completion (after choosing the sockets the bell watches, outside the
+    /// lock the NIC pushes under, which it takes holding a connection's); the next poll looks
+    /// into every inbox.
     fn arm(&self) {
+        self.update_watches();
         let _st = self.st.lock();
         self.bell.arm();
         self.look_all.store(true, Ordering::Relaxed);
@@ -278,25 +365,28 @@ impl CqInner {
     /// Arms for a solicited (or failed) completion, unless armed for the next one already;
     /// the next poll looks into every inbox.
     fn arm_solicited(&self) {
+        self.update_watches();
         let _st = self.st.lock();
         self.bell.arm_solicited();
         self.look_all.store(true, Ordering::Relaxed);
     }
 
-    /// Waits for a notification; the next poll after one looks into every inbox.
+    /// Waits for a notification; the next poll after one looks into every inbox and every
+    /// watched socket.
     fn wait(&self, timeout: Duration) -> bool {
         let woken = self.bell.wait(timeout);
         if woken {
-            self.look_all.store(true, Ordering::Relaxed);
+            self.woken();
         }
         woken
     }
 
-    /// Takes a notification without blocking; the next poll after one looks into every inbox.
+    /// Takes a notification without blocking; the next poll after one looks into every inbox
+    /// and every watched socket.
     fn take_notification(&self) -> Result<bool> {
         let taken = self.bell.take()?;
         if taken {
-            self.look_all.store(true, Ordering::Relaxed);
+            self.woken();
         }
         Ok(taken)
     }
@@ -406,6 +496,53 @@ mod tests {
             assert_eq!(cq.poll(&mut out).unwrap(), 0);
         }
         assert_eq!(source.0.load(Ordering::Relaxed), 3, "one look per {RECHECK_EVERY} polls");
+    }
+
+    /// A connection whose socket the bell watches, as a test drives it.
+    struct FakeStream {
+        sock: std::os::unix::net::UnixStream,
+        large_read: AtomicBool,
+        looks: AtomicU32,
+    }
+
+    impl ResponseSource for FakeStream {
+        fn receive_on_poll(&self) {}
+        fn receive_on_wake(&self) {
+            self.looks.fetch_add(1, Ordering::Relaxed);
+        }
+        fn stream(&self) -> Option<BorrowedFd<'_>> {
+            Some(std::os::fd::AsFd::as_fd(&self.sock))
+        }
+        fn awaits_no_large_read(&self) -> bool {
+            !self.large_read.load(Ordering::Relaxed)
+        }
+    }
+
+    /// An arrival in a watched socket wakes the parked owner and its next poll looks into the
+    /// socket; while the connection awaits a large READ response (whose every segment would
+    /// wake it for nothing) the owner that arms is not woken by the socket.
+    #[test]
+    fn a_watched_socket_wakes_the_owner_unless_a_large_read_is_awaited() {
+        use std::io::Write;
+        let cq = CqInner::new(4).unwrap();
+        let (sock, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        let source = Arc::new(FakeStream { sock, large_read: AtomicBool::new(true), looks: AtomicU32::new(0) });
+        let weak: Weak<dyn ResponseSource> = Arc::downgrade(&source) as Weak<dyn ResponseSource>;
+        cq.attach_stream(weak, std::os::fd::AsFd::as_fd(&source.sock));
+        let mut out = [WorkCompletion::default(); 1];
+
+        cq.arm();
+        peer.write_all(b"segment").unwrap();
+        assert!(!cq.wait(Duration::from_millis(30)), "not woken while a large READ is awaited");
+        assert_eq!(cq.poll(&mut out).unwrap(), 0);
+        assert_eq!(source.looks.load(Ordering::Relaxed), 0);
+
+        source.large_read.store(false, Ordering::Relaxed);
+        cq.arm();
+        peer.write_all(b"doorbell").unwrap();
+        assert!(cq.wait(Duration::from_secs(10)), "woken by the arrival");
+        assert_eq!(cq.poll(&mut out).unwrap(), 0);
+        assert_eq!(source.looks.load(Ordering::Relaxed), 1, "the woken poll looked into the socket");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the socket itself when nothing is queued before it, so the hot path needs no NIC wake-up.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -289,15 +290,21 @@ impl SoftQp {
         Ok(())
     }
 
-    /// Has polls of the send CQ take this connection's READ responses (`conn/responses.rs`);
-    /// once, before the connection's lock is taken (the CQ's list is locked before it).
+    /// Has polls of the send CQ take this connection's READ responses, and the receive CQ's
+    /// bell watch its socket so that a woken poller places small SENDs itself
+    /// (`conn/responses.rs`); once, before the connection's lock is taken (the CQs' lists are
+    /// locked before it). Only a connection that READs (the pulling side) is watched: a
+    /// responder's parked owner is not woken by every READ request it serves.
     fn poll_for_responses(&self) {
         if self.polled_for_responses.load(Ordering::Relaxed) || self.polled_for_responses.swap(true, Ordering::Relaxed)
         {
             return;
         }
         let source: Weak<dyn ResponseSource> = Arc::downgrade(&self.conn) as Weak<dyn ResponseSource>;
-        self.init.send_cq.inner.attach_requester(source);
+        self.init.send_cq.inner.attach_requester(source.clone());
+        if let Some(sock) = self.conn.sock() {
+            self.init.recv_cq.inner.attach_stream(source, sock.as_fd());
+        }
     }
 
     /// Disconnects: outstanding work requests complete with `WorkRequestFlushed`, both sides

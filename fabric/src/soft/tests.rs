@@ -665,6 +665,64 @@ fn a_poller_takes_its_read_responses_itself_while_the_nic_thread_is_held() {
     assert_eq!(completion(cq_a).wr_id, 100);
 }
 
+/// A poller woken on its CQ's bell places a small SEND waiting in the socket of a connection
+/// whose receives complete there itself (`conn/responses.rs`): the receive completes with its
+/// bytes, and the sender gets its acknowledgement, while the receiver's NIC thread cannot read
+/// the connection at all (the test holds the table it finds connections in). Without it the
+/// parked poller sleeps until the NIC thread reads again. A SEND that finds no posted receive
+/// (RNR) and one larger than a poller places stay the NIC thread's: held, they do not
+/// complete; freed, it places them, in order.
+#[test]
+fn a_woken_poller_places_a_small_send_itself_while_the_nic_thread_is_held() {
+    let ends = NetworkEnds::new();
+    let (a, b) = ends.connect();
+    let (Ends { pd_a, pd_b, cq_a, cq_b, .. }, conns) = (&ends.ends, &ends.conns_a);
+    // A READ over the network has the receive CQ's bell watch the connection's socket.
+    let remote = pd_b.register(64, Access::REMOTE_READ).unwrap();
+    let big = super::conn::POLLED_SEND_MAX as usize * 2;
+    let rbuf = pd_a.register(big, Access::LOCAL_WRITE).unwrap();
+    read(&a, 1, &rbuf, 0, 16, remote.remote());
+    assert_eq!(completion(cq_a).wr_id, 1);
+    let sbuf = pd_b.register(big, Access::NONE).unwrap();
+    let pattern: Vec<u8> = (0..100u32).map(|i| (i * 13 % 251) as u8).collect();
+    sbuf.buffer().write(0, &pattern).unwrap();
+    let send =
+        |wr_id: u64, len: usize| b.post_send(&SendRequest::new(wr_id, SendOp::Send, &[sbuf.sge(0, len)])).unwrap();
+    // Parked from the start (no spin): only a wake-up brings the completion.
+    let parked = |timeout: Duration| {
+        let mut wc = [WorkCompletion::default(); 1];
+        let n = cq_a.poll_wait(&mut wc, Duration::ZERO, timeout).unwrap();
+        (n == 1).then_some((wc[0].wr_id, wc[0].status, wc[0].byte_len))
+    };
+
+    let held = conns.open.lock();
+    a.post_recv(10, &[rbuf.sge(0, 4096)]).unwrap();
+    send(20, pattern.len());
+    assert_eq!(parked(T), Some((10, WcStatus::Success, 100)), "placed by the woken poller");
+    let mut bytes = vec![0u8; pattern.len()];
+    rbuf.buffer().read(0, &mut bytes).unwrap();
+    assert_eq!(bytes, pattern);
+    let acked = completion(cq_b);
+    assert_eq!((acked.wr_id, acked.status), (20, WcStatus::Success), "the acknowledgement went out");
+
+    // No receive posted: the SEND waits for the NIC thread (RNR), which places it once freed.
+    send(21, 8);
+    assert_eq!(parked(Duration::from_millis(30)), None);
+    a.post_recv(11, &[rbuf.sge(0, 4096)]).unwrap();
+    drop(held);
+    assert_eq!(parked(T), Some((11, WcStatus::Success, 8)));
+    assert_eq!(completion(cq_b).wr_id, 21);
+
+    // A SEND larger than a poller places is the NIC thread's too.
+    let held = conns.open.lock();
+    a.post_recv(12, &[rbuf.sge(0, big)]).unwrap();
+    send(22, big);
+    assert_eq!(parked(Duration::from_millis(30)), None);
+    drop(held);
+    assert_eq!(parked(T), Some((12, WcStatus::Success, big as u32)));
+    assert_eq!(completion(cq_b).wr_id, 22);
+}
+
 /// The NIC thread does not wait for a thread that holds a connection's receive state (a poller
 /// taking its READ responses, `conn/responses.rs`): it reads that connection again later and
 /// serves the device's other connections meanwhile. Here the test holds the receive state of one

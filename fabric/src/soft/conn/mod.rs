@@ -9,6 +9,7 @@ mod phase;
 mod qp_state;
 mod receive;
 mod responses;
+mod sends;
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
@@ -27,9 +28,10 @@ pub use out_queue::{OUT_CAP, OUT_RESUME};
 pub(crate) use phase::Phase;
 pub(crate) use qp_state::{rdma_header, InFlight, LocalOp, QpState};
 pub(crate) use receive::{AfterPayload, Destination, Expecting, ReceiveState, RX_BUF};
-#[cfg(test)]
-pub(crate) use responses::POLLED_READ_MAX;
 pub(crate) use responses::{finish_read_response, on_ack, on_read_response};
+#[cfg(test)]
+pub(crate) use responses::{POLLED_READ_MAX, POLLED_SEND_MAX};
+pub(crate) use sends::{finish_recv, place_send, reply};
 
 use super::cq::{BellSeat, Drain, InboxSource};
 use super::device::SoftCounters;

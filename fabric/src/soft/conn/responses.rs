@@ -1,6 +1,7 @@
 //! The answers to this end's requests (ACKs of its SENDs and WRITEs, READ responses), taken
 //! either by the NIC thread or, while a user thread polls an empty CQ with a READ of the
-//! connection on the wire, by that thread itself ([`receive_on_poll`]).
+//! connection on the wire, by that thread itself ([`receive`], `Look::Answers`); and the small
+//! SENDs a thread woken on its receive CQ's bell places itself (`Look::AnswersAndSends`).
 //!
 //! Taking a READ response on the polling thread removes a hop from the path of a small READ: the
 //! response lands in the socket, and the thread that waits for it reads it into the READ's
@@ -14,12 +15,33 @@
 //! frame, a frame that would cut the connection, the end of the stream) is left where it is,
 //! unconsumed, and, if this thread read bytes ahead of it, the NIC thread is told to read the
 //! connection (its edge-triggered poll signals every arrival too, so they are found either way).
+//!
+//! # A parked poller woken in one hop
+//!
+//! A connection that READs over the network also has its socket watched by the bell of its
+//! receive CQ (`CqInner::attach_stream`, the epoll set a parked owner sleeps on; the pulling
+//! side only, so a publisher's parked owner is not woken by each READ request it serves), while
+//! the connection awaits no READ response larger than [`POLLED_READ_MAX`] (chosen when the
+//! owner arms: each segment of a large one would wake it for nothing it takes). An arrival
+//! wakes the owner, and its next poll looks into the socket with
+//! `Look::AnswersAndSends`: besides the answers, a SEND of at most [`POLLED_SEND_MAX`] bytes
+//! (a doorbell, a credit) is placed into the next posted receive, its payload received
+//! straight into it, the receive completed and the SEND acknowledged, by the same code the NIC
+//! thread runs (`sends.rs`), in stream order. The path of a doorbell to a parked subscriber is
+//! then publisher → subscriber thread, where it was publisher → subscriber's NIC thread →
+//! subscriber thread (each hop a wake-up of a thread, tens of µs from an idle vCPU). What stays
+//! the NIC thread's: a SEND that finds no posted receive (its RNR wait and timer), a SEND while
+//! acknowledgements owed are still unwritten (the pause of a peer that reads none), a large
+//! SEND, and everything a spinning poller leaves too. The NIC thread is woken by the same
+//! arrival (its own edge-triggered poll) and, finding the socket read, has nothing to do; a
+//! frame the woken thread takes no part of is read by it as before.
 
 use std::io::{self, Read};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use super::receive::{AfterPayload, Destination, Expecting, ReceiveState};
-use super::{Conn, ConnState, Phase};
+use super::sends::{finish_recv, place_send};
+use super::{Conn, ConnState, InFlight, Phase};
 use crate::memory;
 use crate::soft::cq::ResponseSource;
 use crate::soft::device::NicCommand;
@@ -33,6 +55,18 @@ const FRAMES_PER_LOOK: usize = 64;
 /// probe of a caught-up subscriber, a message READ alone); a large one is received by the NIC
 /// thread while the poller validates the READ before it, as before.
 pub(crate) const POLLED_READ_MAX: u32 = 16 << 10;
+/// The largest SEND a woken poller places: the doorbells and credits of a feed are tens of
+/// bytes; a large SEND is the NIC thread's, as before.
+pub(crate) const POLLED_SEND_MAX: u32 = 16 << 10;
+
+/// What a look may take.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// A spinning poller's: ACKs and small READ responses, while a READ is on the wire.
+    Answers,
+    /// A woken poller's: those, and the small SENDs that find a posted receive.
+    AnswersAndSends,
+}
 
 /// Handles the ACK (or NAK) of the request at the front of the send queue. An ACK that answers
 /// nothing in flight is an error, returned before anything changes.
@@ -123,20 +157,35 @@ enum Step {
 
 impl ResponseSource for Conn {
     fn receive_on_poll(&self) {
-        receive_on_poll(self);
+        receive(self, Look::Answers);
+    }
+
+    fn receive_on_wake(&self) {
+        receive(self, Look::AnswersAndSends);
+    }
+
+    fn stream(&self) -> Option<BorrowedFd<'_>> {
+        self.sock().map(|s| s.as_fd())
+    }
+
+    fn awaits_no_large_read(&self) -> bool {
+        let st = self.st.lock();
+        let small = |f: &InFlight| f.op != WcOpcode::RdmaRead || f.len <= POLLED_READ_MAX;
+        st.phase == Phase::Established && st.qp.as_ref().is_some_and(|qp| qp.inflight.iter().all(small))
     }
 }
 
-/// A user thread polling an empty CQ takes the ACKs and READ responses waiting in `c`'s
-/// socket itself, when `c` has a READ on the wire and the NIC thread is not reading it (see the
-/// module doc).
-fn receive_on_poll(c: &Conn) {
+/// A user thread polling an empty CQ (`Look::Answers`) takes the ACKs and READ responses
+/// waiting in `c`'s socket itself, when `c` has a READ on the wire; a thread woken on the
+/// receive CQ's bell (`Look::AnswersAndSends`) takes them and places the small SENDs; either
+/// only when the NIC thread is not reading the connection (see the module doc).
+fn receive(c: &Conn, look: Look) {
     let Some(mut rx) = c.rx.try_lock() else { return };
     {
         let st = c.st.lock();
         let waiting = st.phase == Phase::Established
             && !st.out.paused()
-            && st.qp.as_ref().is_some_and(|qp| !qp.error && qp.reads_out > 0);
+            && st.qp.as_ref().is_some_and(|qp| !qp.error && (look == Look::AnswersAndSends || qp.reads_out > 0));
         if !waiting {
             return;
         }
@@ -147,9 +196,13 @@ fn receive_on_poll(c: &Conn) {
     let mut moved = false;
     for _ in 0..FRAMES_PER_LOOK {
         let step = match rx.expecting {
-            Expecting::Header => header_step(c, &mut rx),
+            Expecting::Header => header_step(c, &mut rx, look),
             Expecting::Payload { after: AfterPayload::ReadResp, .. } => payload_step(c, &mut rx),
-            // A SEND's or a WRITE's payload, a SEND waiting for a receive: the NIC's.
+            Expecting::Payload { after: AfterPayload::Recv { .. }, .. } if look == Look::AnswersAndSends => {
+                payload_step(c, &mut rx)
+            }
+            // A WRITE's payload, one discarded, a SEND's for a spinning poller, a SEND waiting
+            // for a receive: the NIC's.
             Expecting::Payload { .. } | Expecting::Rnr { .. } => Step::HandOff,
         };
         match step {
@@ -163,21 +216,24 @@ fn receive_on_poll(c: &Conn) {
     }
 }
 
-/// The next header: an ACK or a READ response is taken, anything else left to the NIC thread.
-fn header_step(c: &Conn, rx: &mut ReceiveState) -> Step {
+/// The next header: an ACK or a READ response is taken, and on `Look::AnswersAndSends` a small
+/// SEND that finds a posted receive; anything else is left to the NIC thread.
+fn header_step(c: &Conn, rx: &mut ReceiveState, look: Look) -> Step {
     if rx.avail() < HEADER_LEN {
-        return peek_then_fill(c, rx);
+        return peek_then_fill(c, rx, look);
     }
     let mut raw = [0u8; HEADER_LEN];
     raw.copy_from_slice(&rx.buf[rx.start..rx.start + HEADER_LEN]);
-    let Some(hdr) = takeable(c, &raw) else { return Step::HandOff };
+    let Some(hdr) = takeable(c, &raw, look) else { return Step::HandOff };
     let mut st = c.st.lock();
     let taken = match hdr.ty {
         FrameType::Ack => on_ack(c, &mut st, &hdr),
-        _ => on_read_response(c, &mut st, rx, &hdr),
+        FrameType::ReadResp => on_read_response(c, &mut st, rx, &hdr),
+        _ => take_send(&mut st, rx, hdr),
     };
     if taken.is_err() {
-        // The NIC reads the frame again and cuts the connection.
+        // The NIC reads the frame again: it cuts the connection (an answer to nothing), or
+        // waits for a receive (a SEND).
         return Step::HandOff;
     }
     rx.start += HEADER_LEN;
@@ -187,21 +243,40 @@ fn header_step(c: &Conn, rx: &mut ReceiveState) -> Step {
     Step::Continue
 }
 
-/// The header in `raw`, if it is a frame a polling thread takes: an ACK, or a READ response of
-/// at most [`POLLED_READ_MAX`] bytes.
-fn takeable(c: &Conn, raw: &[u8; HEADER_LEN]) -> Option<Header> {
+/// The header in `raw`, if it is a frame a polling thread takes: an ACK, a READ response of at
+/// most [`POLLED_READ_MAX`] bytes, and on `Look::AnswersAndSends` a SEND of at most
+/// [`POLLED_SEND_MAX`].
+fn takeable(c: &Conn, raw: &[u8; HEADER_LEN], look: Look) -> Option<Header> {
     let hdr = Header::decode(raw, c.device.attrs.max_msg_size).ok()?;
     match hdr.ty {
         FrameType::Ack => Some(hdr),
         FrameType::ReadResp if hdr.len <= POLLED_READ_MAX => Some(hdr),
+        FrameType::Send | FrameType::SendImm if look == Look::AnswersAndSends && hdr.len <= POLLED_SEND_MAX => {
+            Some(hdr)
+        }
         _ => None,
+    }
+}
+
+/// Places the SEND `hdr` into a posted receive, as the NIC thread does; `Err` (the frame left
+/// to the NIC thread, nothing changed) when no receive is posted (the RNR wait and its timer
+/// are the NIC's), or when the acknowledgements owed are not all written yet (the pause of a
+/// peer that reads none of them is the NIC's too).
+fn take_send(st: &mut ConnState, rx: &mut ReceiveState, hdr: Header) -> Result<(), String> {
+    if st.has_output() {
+        return Err("output waiting".into());
+    }
+    if place_send(st, rx, hdr) {
+        Ok(())
+    } else {
+        Err("no receive posted".into())
     }
 }
 
 /// With nothing buffered, looks at the next header in the socket without taking it (a frame
 /// this thread leaves to the NIC thread stays in the socket, untouched), and reads the stream
 /// into the receive buffer only if the frame is one it takes.
-fn peek_then_fill(c: &Conn, rx: &mut ReceiveState) -> Step {
+fn peek_then_fill(c: &Conn, rx: &mut ReceiveState, look: Look) -> Step {
     if rx.avail() > 0 {
         // Part of a header, read by the NIC thread: the NIC thread's to finish.
         return Step::HandOff;
@@ -211,7 +286,7 @@ fn peek_then_fill(c: &Conn, rx: &mut ReceiveState) -> Step {
     match sock.peek(&mut raw) {
         Ok(0) => Step::HandOff,
         Ok(n) if n < HEADER_LEN => Step::Empty,
-        Ok(_) if takeable(c, &raw).is_none() => Step::HandOff,
+        Ok(_) if takeable(c, &raw, look).is_none() => Step::HandOff,
         Ok(_) => fill(c, rx),
         Err(e) => io_step(&e),
     }
@@ -242,8 +317,8 @@ fn fill(c: &Conn, rx: &mut ReceiveState) -> Step {
     }
 }
 
-/// Receives the payload of a READ response into its destination (buffered bytes first), and
-/// completes the READ once it is in.
+/// Receives the payload of a READ response or a SEND into its destination (buffered bytes
+/// first), and completes the READ or the receive (acknowledging the SEND) once it is in.
 fn payload_step(c: &Conn, rx: &mut ReceiveState) -> Step {
     let ReceiveState { buf, start, end, expecting, .. } = rx;
     let Expecting::Payload { destination, remaining, .. } = expecting else { return Step::HandOff };
@@ -273,11 +348,14 @@ fn payload_step(c: &Conn, rx: &mut ReceiveState) -> Step {
             return Step::Continue;
         }
     }
-    let Expecting::Payload { psn, .. } = std::mem::replace(&mut rx.expecting, Expecting::Header) else {
+    let Expecting::Payload { after, len, psn, .. } = std::mem::replace(&mut rx.expecting, Expecting::Header) else {
         return Step::HandOff;
     };
     let mut st = c.st.lock();
-    finish_read_response(c, &mut st, psn);
+    match after {
+        AfterPayload::ReadResp => finish_read_response(c, &mut st, psn),
+        recv => finish_recv(&mut st, recv, len, psn),
+    }
     if st.has_output() {
         c.flush_from_user(&mut st);
     }

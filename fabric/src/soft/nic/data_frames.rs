@@ -8,13 +8,12 @@ use std::time::{Duration, Instant};
 
 use super::state::{Nic, ReadOutcome};
 use crate::soft::conn::{
-    finish_read_response, on_ack, on_read_response, AfterPayload, Conn, ConnState, Destination, Expecting,
-    FramePayload, OutFrame, Phase, ReceiveState,
+    finish_read_response, finish_recv, on_ack, on_read_response, place_send, reply, AfterPayload, Conn, ConnState,
+    Destination, Expecting, FramePayload, OutFrame, Phase, ReceiveState,
 };
 use crate::soft::device::SoftCounters;
-use crate::soft::recv::Taker;
 use crate::soft::timers::TimerKind;
-use crate::soft::wire::{FrameType, Header, Status, AUX_SOLICITED};
+use crate::soft::wire::{FrameType, Header, Status};
 use crate::types::*;
 
 impl Nic {
@@ -116,7 +115,7 @@ impl Nic {
                     return Self::discard(rx, &hdr, AfterPayload::Nothing);
                 }
                 let retries = st.peer_rnr_retry;
-                if self.place_send(st, rx, hdr) {
+                if place_send(st, rx, hdr) {
                     return ReadOutcome::Continue;
                 }
                 if retries == 0 {
@@ -140,45 +139,6 @@ impl Nic {
         st.qp_error();
     }
 
-    /// Tries to place a SEND: takes a receive and sets the payload stage (or an error
-    /// answer). False when no receive is posted (RNR).
-    pub(super) fn place_send(&mut self, st: &mut ConnState, rx: &mut ReceiveState, hdr: Header) -> bool {
-        // SENDs the peer wrote into the inbox before this one go first.
-        st.drain_inbox();
-        let own = st.idle_sender();
-        let Some(qp) = st.qp.as_mut() else {
-            Self::discard(rx, &hdr, AfterPayload::Nothing);
-            return true;
-        };
-        if qp.error {
-            Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::OperationError });
-            return true;
-        }
-        let Some(recv) = qp.take_recv(Taker::Stream { own }).ok().flatten() else {
-            if rx.peer_closed {
-                Self::discard(rx, &hdr, AfterPayload::Nothing);
-                return true;
-            }
-            return false;
-        };
-        if recv.cap < hdr.len as usize {
-            qp.complete_recv(recv.wr_id, WcStatus::LocalLengthError, 0, None);
-            st.qp_error();
-            Self::discard(rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::InvalidRequest });
-            return true;
-        }
-        let imm = (hdr.ty == FrameType::SendImm).then_some(hdr.imm);
-        let solicited = hdr.aux & AUX_SOLICITED != 0;
-        rx.expecting = Expecting::Payload {
-            destination: Destination::new(recv.segs.clone()),
-            remaining: hdr.len as usize,
-            len: hdr.len,
-            after: AfterPayload::Recv { recv, imm, solicited },
-            psn: hdr.psn,
-        };
-        true
-    }
-
     /// Completes what a payload fully received was for.
     pub(super) fn finish_payload(
         &mut self,
@@ -193,19 +153,11 @@ impl Nic {
             AfterPayload::Nothing => {}
             AfterPayload::Reply { psn, status } => {
                 if live {
-                    Self::reply(st, psn, status);
+                    reply(st, psn, status);
                 }
             }
             AfterPayload::ReadResp => finish_read_response(c, st, psn),
-            AfterPayload::Recv { recv, imm, solicited } => {
-                let Some(qp) = st.qp.as_mut() else { return };
-                if live && !qp.error {
-                    qp.complete_recv_solicited(recv.wr_id, WcStatus::Success, len, imm, solicited);
-                    Self::reply(st, psn, Status::Ok);
-                } else {
-                    qp.complete_recv(recv.wr_id, WcStatus::WorkRequestFlushed, 0, None);
-                }
-            }
+            recv @ AfterPayload::Recv { .. } => finish_recv(st, recv, len, psn),
         }
     }
 }

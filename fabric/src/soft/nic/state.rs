@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::provider::ConnId;
-use crate::soft::conn::{AfterPayload, Conn, ConnState, FramePayload, OutFrame, ReceiveState};
+use crate::soft::conn::{AfterPayload, Conn, ConnState, ReceiveState};
 use crate::soft::connections::Connections;
 use crate::soft::device::DeviceState;
 use crate::soft::hello_streams::HelloStreams;
 use crate::soft::shm::Streams;
 use crate::soft::timers::{TimerKind, Timers};
-use crate::soft::wire::{FrameType, Header, Status};
+use crate::soft::wire::Header;
 
 /// Bytes one connection may read before others get a turn.
 pub(super) const READ_BUDGET: usize = 4 << 20;
@@ -84,14 +84,6 @@ impl Nic {
     pub(super) fn discard(rx: &mut ReceiveState, hdr: &Header, after: AfterPayload) -> ReadOutcome {
         rx.discard(hdr, after);
         ReadOutcome::Continue
-    }
-
-    /// Queues the acknowledgement (or NAK) of request `psn`.
-    pub(super) fn reply(st: &mut ConnState, psn: u32, status: Status) {
-        let mut h = Header::new(FrameType::Ack);
-        h.psn = psn;
-        h.status = status;
-        st.push_out(OutFrame::new(&h, FramePayload::None));
     }
 
     /// Pauses reading when the answers queued for the peer went over `OUT_CAP` (it does not

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::state::{Nic, OUTPUT_STALL_TIMEOUT};
-use crate::soft::conn::{AfterPayload, Conn, Expecting, NicCmEvent, Phase};
+use crate::soft::conn::{place_send, AfterPayload, Conn, Expecting, NicCmEvent, Phase};
 use crate::soft::device::SoftCounters;
 use crate::soft::timers::TimerKind;
 use crate::soft::wire::Status;
@@ -95,7 +95,7 @@ impl Nic {
         let mut st = c.st.lock();
         if st.phase != Phase::Established {
             Self::discard(&mut rx, &hdr, AfterPayload::Nothing);
-        } else if !self.place_send(&mut st, &mut rx, hdr) {
+        } else if !place_send(&mut st, &mut rx, hdr) {
             let left = if left == RNR_RETRY_INFINITE { left } else { left - 1 };
             if left == 0 {
                 Self::discard(&mut rx, &hdr, AfterPayload::Reply { psn: hdr.psn, status: Status::RnrExceeded });

@@ -18,7 +18,10 @@
 //!   own wake-ups; one that writes it wakes the owner for nothing, which costs the owner a
 //!   look, never the others a delay. A sender whose inbox closes (its connection failed, was
 //!   cut, or closed) is taken out of the set at once, whatever it still holds. The epoll set is
-//!   also the descriptor of [`Bell::notify_fd`] for event loops.
+//!   also the descriptor of [`Bell::notify_fd`] for event loops. It also holds the sockets of
+//!   this process's network connections that READ and receive on the CQ
+//!   ([`Bell::watch_stream`]), so that a SEND's arrival wakes the owner in one hop (the woken
+//!   poll places it: `conn/responses.rs`); any other arrival there wakes it for a look.
 //! - **What a sender wrote** is counted by its own inbox's tail, which the owner checks before
 //!   it follows it (see `inbox`: a broken one cuts that sender and is counted). When the owner
 //!   arms, and when it is woken, its next poll looks into every inbox of the CQ: it believes
@@ -82,6 +85,8 @@ const ARMED_SOLICITED: u32 = 2;
 
 /// The epoll token of the owner's own eventfd (senders' tokens start at 1).
 const OWN_TOKEN: u64 = 0;
+/// The epoll token of the watched sockets ([`Bell::watch_stream`]).
+const STREAM_TOKEN: u64 = u64::MAX;
 
 /// What a word of [`Bell::armed`] is armed for.
 fn kind(armed: u64) -> u32 {
@@ -189,6 +194,27 @@ impl Bell {
                 libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, fd.as_raw_fd(), std::ptr::null_mut())
             };
         }
+    }
+
+    /// Adds the socket of a connection whose receives complete on this CQ to the epoll set,
+    /// edge-triggered: every arrival on it wakes the owner, whose next poll places a small SEND
+    /// itself (`conn/responses.rs`) instead of waiting for the NIC thread to place it and ring
+    /// this bell. The socket leaves the set when it is closed.
+    pub(crate) fn watch_stream(&self, sock: BorrowedFd<'_>) -> Result<()> {
+        watch(self.epoll.as_fd(), sock, STREAM_TOKEN)
+    }
+
+    /// Watches a socket added by [`watch_stream`](Self::watch_stream) again (`on`), or stops
+    /// watching it for now.
+    pub(crate) fn set_stream_watched(&self, sock: BorrowedFd<'_>, on: bool) -> Result<()> {
+        let events = if on { (libc::EPOLLIN | libc::EPOLLET) as u32 } else { 0 };
+        let mut ev = libc::epoll_event { events, u64: STREAM_TOKEN };
+        // SAFETY: changes the events of a descriptor we hold in our epoll set; `ev` lives for
+        // the call.
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, sock.as_raw_fd(), &mut ev) } != 0 {
+            return Err(Error::os("epoll_ctl", None, std::io::Error::last_os_error()));
+        }
+        Ok(())
     }
 
     /// Senders attached now.
@@ -378,7 +404,8 @@ fn collect(epoll: BorrowedFd<'_>, timeout: Duration) -> Result<usize> {
     }
 }
 
-/// Adds an eventfd to an epoll set, edge-triggered, with `token` as its data.
+/// Adds an eventfd (or a watched socket) to an epoll set, edge-triggered, with `token` as its
+/// data.
 fn watch(epoll: BorrowedFd<'_>, event: BorrowedFd<'_>, token: u64) -> Result<()> {
     let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLET) as u32, u64: token };
     // SAFETY: adds a descriptor we hold to our epoll set; `ev` lives for the call.
