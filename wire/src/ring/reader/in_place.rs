@@ -12,6 +12,11 @@
 //!    `tail` and `tail_seq` hit a cache line (the control block's first) that only READers and
 //!    a resync load, so a reader polling in place and the producer share no line but the
 //!    records themselves, and a busy-polling reader spins on the next record's header line.
+//!    A reader that walked [`WALK_BEFORE_TAIL`] committed records is behind: it loads `tail`
+//!    (acquire) and takes everything below it, as committed, without walking it (a walk is a
+//!    chain of dependent loads, one line of the producer's per record: four same-host readers of
+//!    1 KiB messages went at 0.75x the rate walking every record). Only a caught-up reader, whose
+//!    batches are short, reads no tail.
 //! 2. Copy the committed records out of the memory at once.
 //! 3. `fence(Acquire)`, then load `floor`. The producer raises `floor` (and `head` before it)
 //!    and issues a release fence before it overwrites any byte below the new floor, so a walk
@@ -42,6 +47,10 @@ use std::sync::atomic::{fence, Ordering};
 use super::*;
 use crate::ring::layout::ctrl;
 use rdma_fabric::{RegisteredBuffer, RemoteView};
+
+/// Committed records the in-place reader walks by their commit words before it copies on up to
+/// the producer's tail (see the module doc).
+pub(crate) const WALK_BEFORE_TAIL: usize = 8;
 
 /// Empty in-place reads in a row after which the reader first checks the producer's `tail`
 /// (and again each time their count doubles): see the module doc.
@@ -146,7 +155,20 @@ impl RingReader {
         let room = layout::room_to_end(self.position, self.capacity) as usize;
         let max = max.min(room);
         let (mut len, mut at) = (0usize, self.position);
+        let mut walked = 0;
         while len + HEADER_LEN <= max {
+            if walked == WALK_BEFORE_TAIL {
+                // A reader this far behind copies up to the tail instead of walking on: every
+                // record below it is committed (the producer stores it after their commit
+                // words), and one dependent load per record would cost more than the tail's
+                // line. Whatever a lying tail covers, the parse validates.
+                let tail = mem.load_acquire(ctrl::TAIL)?;
+                if tail > at {
+                    len = (tail - self.position).min(max as u64) as usize;
+                }
+                break;
+            }
+            walked += 1;
             let offset = layout::data_offset(at, self.capacity);
             if mem.load_acquire(offset)? != at {
                 break;

@@ -22,7 +22,7 @@ mod plan;
 
 pub use in_place::RingMemory;
 #[cfg(test)]
-pub(crate) use in_place::TAIL_CHECK_AFTER;
+pub(crate) use in_place::{TAIL_CHECK_AFTER, WALK_BEFORE_TAIL};
 
 /// What a subscriber knows about the ring it reads (from the accept private data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use super::layout::ctrl;
 use super::*;
-use crate::ring::reader::TAIL_CHECK_AFTER;
+use crate::ring::reader::{TAIL_CHECK_AFTER, WALK_BEFORE_TAIL};
 
 /// One in-place read into a buffer of `buf_len` bytes (grown to what the reader needs),
 /// checking what it delivers.
@@ -200,16 +200,27 @@ fn a_broken_committed_record_is_an_error_at_once() {
     assert!(matches!(err, RingError::Corrupt { position, .. } if position == near_end), "{err}");
 }
 
-/// The producer's memory, counting the loads of the control block's `tail` word.
+/// The producer's memory, counting the loads of the control block's `tail` word, and of the
+/// data area's words (the commit-word walk).
 struct TailCountingMemory {
     buf: Arc<RegisteredBuffer>,
     tail_loads: std::cell::Cell<u64>,
+    data_loads: std::cell::Cell<u64>,
+}
+
+impl TailCountingMemory {
+    fn new(buf: Arc<RegisteredBuffer>) -> TailCountingMemory {
+        TailCountingMemory { buf, tail_loads: Default::default(), data_loads: Default::default() }
+    }
 }
 
 impl RingMemory for TailCountingMemory {
     fn load_acquire(&self, offset: usize) -> Result<u64, RingError> {
         if offset == ctrl::TAIL {
             self.tail_loads.set(self.tail_loads.get() + 1);
+        }
+        if offset >= layout::CONTROL_SIZE {
+            self.data_loads.set(self.data_loads.get() + 1);
         }
         self.buf.load_acquire(offset)
     }
@@ -227,7 +238,7 @@ impl RingMemory for TailCountingMemory {
 fn the_in_place_reader_finds_records_by_their_commit_word_without_loading_the_tail() {
     let (buf, mut prod) = ring(CAP);
     let mut reader = reader_at(&prod, prod.latest());
-    let mem = TailCountingMemory { buf: buf.clone(), tail_loads: Default::default() };
+    let mem = TailCountingMemory::new(buf.clone());
     let len_of = |s: u64| (s as usize * 37) % 3000;
     let mut seen = Seen::new(1);
     let mut seq = 0;
@@ -343,4 +354,24 @@ fn records_without_a_checksum_are_read_in_place_and_completed_for_a_reader_of_re
     let mut seen = Seen::new(21);
     while in_place_step(&mut in_place, &*buf, 64 << 10, &mut seen, &len_of) != Stop::NotYetWritten {}
     assert_eq!(seen.delivered, vec![21], "the reader in place reads completed records as before");
+}
+
+/// A reader far behind walks the commit words of `WALK_BEFORE_TAIL` records only, then loads the
+/// tail once and copies every record below it: a walk is a chain of dependent loads, one per
+/// record, that would cost more than the tail's line.
+#[test]
+fn a_reader_far_behind_copies_up_to_the_tail_after_a_short_walk() {
+    let (buf, mut prod) = ring(CAP);
+    let mut reader = reader_at(&prod, prod.latest());
+    let mem = TailCountingMemory::new(buf.clone());
+    for seq in 1..=100u64 {
+        prod.append(&payload(seq, 40), NO_LIMIT).unwrap();
+    }
+    let mut delivered = Vec::new();
+    let mut out = vec![0u8; CAP];
+    reader.read_in_place(&mem, &mut out, |seq, bytes| delivered.push((seq, bytes.to_vec()))).unwrap();
+    let expected: Vec<(u64, Vec<u8>)> = (1..=100u64).map(|seq| (seq, payload(seq, 40))).collect();
+    assert_eq!(delivered, expected);
+    assert_eq!(mem.tail_loads.get(), 1, "the tail is loaded once, after the walk");
+    assert_eq!(mem.data_loads.get(), 2 * WALK_BEFORE_TAIL as u64, "two words of each record walked");
 }
