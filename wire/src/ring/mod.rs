@@ -33,9 +33,10 @@
 //! `position` word, which the producer stores last, loaded with acquire ordering, as Aeron's
 //! term reader does with a frame's length), copies them, then (after an acquire fence) loads
 //! `floor`, which the producer raises, with a release fence, before it overwrites anything: a
-//! copy the floor passed is discarded as a lap. It loads no `tail` on its way (the producer's
-//! per-message `tail` stores then stay on a line only READers load); only after a run of empty
-//! reads does it check that nothing below `tail` stays uncommitted. The same record walk then
+//! copy the floor passed is discarded as a lap. A caught-up reader loads no `tail` on its way
+//! (the producer's per-message `tail` stores then stay on a line only READers load); one that
+//! walked 8 committed records is behind, and loads `tail` once to copy everything below it;
+//! after a run of empty reads it checks that nothing below `tail` stays uncommitted. The same record walk then
 //! checks positions, sequences, flags and lengths, and a committed record that breaks them is
 //! an error (it cannot be torn). While every reader reads in place the
 //! producer may leave the checksum out ([`RingProducer::set_checksums`], records flagged
