@@ -162,15 +162,18 @@ impl CqInner {
         self.has_requesters.store(true, Ordering::Relaxed);
     }
 
-    /// Has the bell watch the socket `sock` of `source`, whose receives complete on this CQ: an
+    /// Has the bell watch the socket of `source` ([`ResponseSource::stream`]), whose receives
+    /// complete on this CQ: an
     /// arrival wakes a parked owner, and its next poll places the small SENDs waiting there
     /// itself (`conn/responses.rs`), a hop shorter than the NIC thread placing them and ringing
     /// the bell. A socket the bell cannot watch is left to the NIC thread, as before.
-    pub(crate) fn attach_stream(&self, source: Weak<dyn ResponseSource>, sock: BorrowedFd<'_>) {
+    pub(crate) fn attach_stream(&self, source: &Arc<dyn ResponseSource>) {
+        let Some(sock) = source.stream() else { return };
         let mut streams = self.streams.lock();
         if self.bell.watch_stream(sock).is_err() {
             return;
         }
+        let source = Arc::downgrade(source);
         streams.retain(|s| s.source.strong_count() > 0);
         streams.push(Watched { source, on: true });
     }
@@ -527,8 +530,7 @@ mod tests {
         let cq = CqInner::new(4).unwrap();
         let (sock, mut peer) = std::os::unix::net::UnixStream::pair().unwrap();
         let source = Arc::new(FakeStream { sock, large_read: AtomicBool::new(true), looks: AtomicU32::new(0) });
-        let weak: Weak<dyn ResponseSource> = Arc::downgrade(&source) as Weak<dyn ResponseSource>;
-        cq.attach_stream(weak, std::os::fd::AsFd::as_fd(&source.sock));
+        cq.attach_stream(&(source.clone() as Arc<dyn ResponseSource>));
         let mut out = [WorkCompletion::default(); 1];
 
         cq.arm();

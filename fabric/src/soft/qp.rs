@@ -2,9 +2,8 @@
 //! the socket itself when nothing is queued before it, so the hot path needs no NIC wake-up.
 
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::conn::{rdma_header, Conn, FramePayload, InFlight, LocalOp, NicCmEvent, OutFrame, Phase, CLOSE_LINGER};
@@ -300,11 +299,9 @@ impl SoftQp {
         {
             return;
         }
-        let source: Weak<dyn ResponseSource> = Arc::downgrade(&self.conn) as Weak<dyn ResponseSource>;
-        self.init.send_cq.inner.attach_requester(source.clone());
-        if let Some(sock) = self.conn.sock() {
-            self.init.recv_cq.inner.attach_stream(source, sock.as_fd());
-        }
+        let source: Arc<dyn ResponseSource> = self.conn.clone();
+        self.init.send_cq.inner.attach_requester(Arc::downgrade(&source));
+        self.init.recv_cq.inner.attach_stream(&source);
     }
 
     /// Disconnects: outstanding work requests complete with `WorkRequestFlushed`, both sides

@@ -45,11 +45,11 @@
 //!
 //! A caught-up feed fed a trickle waits a little before its next READ (`node/pacing.rs`: 2 µs
 //! doubling up to 50 µs, polling, not sleeping), so each READ brings a batch; a READ that waited
-//! and still brought a single message drops the delay (messages come one at a time, waiting
-//! only adds latency). Without pacing a few caught-up subscribers kept the publisher's NIC
-//! (and, on 2 vCPUs, both CPUs) busy serving READs while the publisher starved. `busy_poll` and same-host feeds are unpaced: a same-host
-//! READ costs only the subscriber's own copy (pacing cost a 64 B message sent alone 50 µs where
-//! it now takes 0.5 µs, p50 in process).
+//! and still brought a single message drops the delay (messages come one at a time, waiting only
+//! adds latency). Without pacing a few caught-up subscribers kept the publisher's NIC (and, on 2
+//! vCPUs, both CPUs) busy serving READs while the publisher starved. `busy_poll` and same-host
+//! feeds are unpaced: a same-host READ costs only the subscriber's own copy (pacing cost a 64 B
+//! message sent alone 50 µs where it now takes 0.5 µs, p50 in process).
 //!
 //! READing an empty ring again and again is polling too, and on the same host a busy loop
 //! (each READ is a copy that completes as it is posted). So a feed keeps READing an empty ring
@@ -67,22 +67,23 @@
 //!
 //! # Reading in place
 //!
-//! When the connection's data path is shared memory (soft, both ends on this host), the feed
-//! takes a read-only view of the publisher's whole ring once, when the publisher accepts
-//! (`QueuePair::remote_view`, checked as a READ of it would be; counter `in_place_connects`),
-//! and reads the ring in place instead of posting READs: each turn of the subscription
-//! (`housekeep`) copies the records committed past its position into a free READ buffer and
-//! validates them by their commit words, without a checksum (`RingReader::read_in_place`): no
-//! work request, no completion, no checksum per batch. An empty ring costs a load of the next
-//! record's commit (position) word and of `floor`, so a busy-polling subscription spins on the
-//! next record's header line, never on the control-block line the publisher stores `tail` to
-//! per message; a feed that finds it empty for `spin`
-//! parks exactly as above (`DoorbellRequest` SEND, one more read, the publisher's `Doorbell`
-//! wakes it), so an idle topic still costs nothing. Acks stay SENDs. Once reading in place the
-//! feed tells the publisher (`Control::ReadsInPlace`, from the ack's slot), which then writes
-//! its records without a checksum while every subscriber reads in place. A ring that breaks the
-//! rules in its committed records, or leaves a record uncommitted below its tail, fails the feed (`PeerMisbehaved`, `RecordTooLarge`); a ring that can no
-//! longer be read (deregistered, connection gone) quiesces it, as a flushed READ does.
+//! When the connection's data path is shared memory (soft, both ends on this host), the feed takes
+//! a read-only view of the publisher's whole ring once, when the publisher accepts
+//! (`QueuePair::remote_view`, checked as a READ of it would be; counter `in_place_connects`), and
+//! reads the ring in place instead of posting READs: each turn of the subscription (`housekeep`)
+//! copies the records committed past its position into a free READ buffer and validates them by
+//! their commit words, without a checksum (`RingReader::read_in_place`): no work request, no
+//! completion, no checksum per batch. An empty ring costs a load of the next record's commit
+//! (position) word and of `floor`, so a busy-polling subscription spins on the next record's header
+//! line, never on the control-block line the publisher stores `tail` to per message (a feed more
+//! than 8 records behind loads `tail` once per batch instead of walking on); a feed that
+//! finds it empty for `spin` parks exactly as above (`DoorbellRequest` SEND, one more read, the
+//! publisher's `Doorbell` wakes it), so an idle topic still costs nothing. Acks stay SENDs. Once
+//! reading in place the feed tells the publisher (`Control::ReadsInPlace`, from the ack's slot),
+//! which then writes its records without a checksum while every subscriber reads in place. A ring
+//! that breaks the rules in its committed records, or leaves a record uncommitted below its tail,
+//! fails the feed (`PeerMisbehaved`, `RecordTooLarge`); a ring that can no longer be read
+//! (deregistered, connection gone) quiesces it, as a flushed READ does.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -66,6 +66,8 @@ pub mod ctrl {
 pub const FLAG_FIRST: u16 = 1;
 /// Record flag: last fragment of a message.
 pub const FLAG_LAST: u16 = 2;
+/// Offset in a record header of the word holding `len` and `flags` ([`RecordHeader::words`]).
+pub const LEN_WORD: usize = 16;
 /// Record flag: filler up to the end of the data area (no message data).
 pub const FLAG_PADDING: u16 = 4;
 /// Record flag: the record carries no checksum (`crc` is 0): written while every subscriber
@@ -151,18 +153,16 @@ impl RecordHeader {
     /// Encodes into 32 bytes.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
-        b[0..8].copy_from_slice(&self.position.to_le_bytes());
-        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
-        b[16..20].copy_from_slice(&self.len.to_le_bytes());
-        b[20..22].copy_from_slice(&self.flags.to_le_bytes());
-        b[22..24].copy_from_slice(&self.reserved.to_le_bytes());
-        b[24..28].copy_from_slice(&self.total_len.to_le_bytes());
-        b[28..32].copy_from_slice(&self.crc.to_le_bytes());
+        for (bytes, word) in b.chunks_exact_mut(8).zip(self.words()) {
+            bytes.copy_from_slice(&word.to_le_bytes());
+        }
         b
     }
 
-    /// The four little-endian words of [`encode`](Self::encode), as values (computed in
-    /// registers: a writer storing them word by word reads no bytes back from memory).
+    /// The header's four words as values, in the order [`encode`](Self::encode) lays them out
+    /// little-endian: `position`, `seq`, `len | flags << 32 | reserved << 48`,
+    /// `total_len | crc << 32` (computed in registers: a writer storing them word by word reads
+    /// no bytes back from memory).
     pub fn words(&self) -> [u64; HEADER_LEN / 8] {
         [
             self.position,
@@ -170,6 +170,12 @@ impl RecordHeader {
             u64::from(self.len) | u64::from(self.flags) << 32 | u64::from(self.reserved) << 48,
             u64::from(self.total_len) | u64::from(self.crc) << 32,
         ]
+    }
+
+    /// The `len` and `flags` of a header from its third word ([`LEN_WORD`] bytes in), as a
+    /// reader that loads that word alone sees them.
+    pub fn len_and_flags(word: u64) -> (u32, u16) {
+        (word as u32, (word >> 32) as u16)
     }
 
     /// Decodes the first 32 bytes of `b` (`None` if shorter).
@@ -360,6 +366,8 @@ mod tests {
         let h = RecordHeader { reserved: 0x0a0b, crc: 0xfedc_ba98, total_len: 0x1234_5678, ..h };
         let words: Vec<u8> = h.words().iter().flat_map(|w| w.to_le_bytes()).collect();
         assert_eq!(words, h.encode(), "the words are the encoding's");
+        assert_eq!(RecordHeader::decode(&words), Some(h), "every field at its place");
+        assert_eq!(RecordHeader::len_and_flags(h.words()[LEN_WORD / 8]), (h.len, h.flags));
         assert_eq!(RecordHeader::decode(&[0; 31]), None);
         for checksum in Checksum::ALL {
             let c = h.compute_crc(checksum, b"payload");

@@ -119,11 +119,7 @@ impl RingReader {
         self.empty_reads = 0;
         let bytes = &mut buf[..committed.len];
         mem.copy_to(layout::data_offset(position, self.capacity), bytes)?;
-        // The walk's and the copy's loads before the floor's: an overwritten byte they saw
-        // implies that floor.
-        fence(Ordering::Acquire);
-        if mem.load_acquire(ctrl::FLOOR)? > position {
-            self.resync_in_place(mem)?;
+        if self.lapped_in_place(mem)? {
             return Ok(Parsed { stop: Stop::NeedControl, ..Parsed::default() });
         }
         if let Some(at) = committed.crossing {
@@ -173,9 +169,7 @@ impl RingReader {
             if mem.load_acquire(offset)? != at {
                 break;
             }
-            // len (bits 0..32) and flags (32..48) of the header.
-            let word = mem.load_acquire(offset + 16)?;
-            let (record_len, flags) = (word as u32, (word >> 32) as u16);
+            let (record_len, flags) = RecordHeader::len_and_flags(mem.load_acquire(offset + layout::LEN_WORD)?);
             if flags & layout::FLAG_PADDING != 0 || record_len as usize > self.max_record_payload {
                 len += HEADER_LEN;
                 break;
@@ -203,10 +197,8 @@ impl RingReader {
     /// there names another position.
     fn nothing_in_place<M: RingMemory + ?Sized>(&mut self, mem: &M) -> Result<Parsed, RingError> {
         let position = self.position;
-        fence(Ordering::Acquire);
-        if mem.load_acquire(ctrl::FLOOR)? > position {
+        if self.lapped_in_place(mem)? {
             self.empty_reads = 0;
-            self.resync_in_place(mem)?;
             return Ok(Parsed { stop: Stop::NeedControl, ..Parsed::default() });
         }
         self.empty_reads = self.empty_reads.saturating_add(1);
@@ -230,6 +222,20 @@ impl RingReader {
             }
         }
         Ok(Parsed { stop: Stop::NotYetWritten, ..Parsed::default() })
+    }
+
+    /// Step 3 of the module doc, after the walk (and the copy): whether the producer's `floor`
+    /// passed the position, so that what they saw may be overwritten; if so the reader has moved
+    /// to the control block's `head`.
+    fn lapped_in_place<M: RingMemory + ?Sized>(&mut self, mem: &M) -> Result<bool, RingError> {
+        // The walk's and the copy's loads before the floor's: an overwritten byte they saw
+        // implies that floor.
+        fence(Ordering::Acquire);
+        if mem.load_acquire(ctrl::FLOOR)? <= self.position {
+            return Ok(false);
+        }
+        self.resync_in_place(mem)?;
+        Ok(true)
     }
 
     /// Reads the control block in place and applies it: after a lap the reader moves to
