@@ -20,6 +20,8 @@ mod accepts;
 mod access;
 #[path = "hostile/discovery.rs"]
 mod discovery;
+#[path = "hostile/doorbell.rs"]
+mod doorbell;
 #[path = "hostile/in_place.rs"]
 mod in_place;
 #[path = "hostile/limits.rs"]

@@ -326,6 +326,8 @@ typedef struct rps_publisher_counters {
   // Message records written without a checksum (while every subscriber read the ring in
   // place).
   uint64_t unchecked_records;
+  // Of the doorbells, those that carried the new records.
+  uint64_t doorbells_with_records;
 } rps_publisher_counters;
 
 // An event of a subscription's connections (`rps_subscription_try_event`).
@@ -394,6 +396,8 @@ typedef struct rps_subscription_counters {
   // Topic listings of nodes a pattern subscription was connected to that failed
   // (`RPS_EVENT_LISTING_FAILED`).
   uint64_t listing_failures;
+  // Of the doorbells, those whose records were taken as a READ's (no READ for them).
+  uint64_t doorbell_records;
 } rps_subscription_counters;
 
 #ifdef __cplusplus

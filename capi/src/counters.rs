@@ -40,6 +40,8 @@ pub struct rps_publisher_counters {
     /// Message records written without a checksum (while every subscriber read the ring in
     /// place).
     pub unchecked_records: u64,
+    /// Of the doorbells, those that carried the new records.
+    pub doorbells_with_records: u64,
 }
 
 impl rps_publisher_counters {
@@ -61,6 +63,7 @@ impl rps_publisher_counters {
             position: counters.position(),
             slowest_ack: counters.slowest_ack(),
             unchecked_records: counters.unchecked_records(),
+            doorbells_with_records: counters.doorbells_with_records(),
         }
     }
 }
@@ -120,6 +123,8 @@ pub struct rps_subscription_counters {
     /// Topic listings of nodes a pattern subscription was connected to that failed
     /// (`RPS_EVENT_LISTING_FAILED`).
     pub listing_failures: u64,
+    /// Of the doorbells, those whose records were taken as a READ's (no READ for them).
+    pub doorbell_records: u64,
 }
 
 impl rps_subscription_counters {
@@ -150,6 +155,7 @@ impl rps_subscription_counters {
             feed_limit_reached: counters.feed_limit_reached(),
             matched_topics: counters.matched_topics(),
             listing_failures: counters.listing_failures(),
+            doorbell_records: counters.doorbell_records(),
         }
     }
 }

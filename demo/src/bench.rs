@@ -45,7 +45,7 @@ const MIN_LATENCY_SAMPLES: u64 = 200;
 const CLOCK_EVERY: u64 = 1024;
 
 /// The table's columns: name and width (negative: left-aligned), in the order of [`row`].
-const COLUMNS: [(&str, i32); 17] = [
+const COLUMNS: [(&str, i32); 18] = [
     ("size", 9),
     ("subs", 5),
     ("policy", -9),
@@ -63,6 +63,7 @@ const COLUMNS: [(&str, i32); 17] = [
     ("pub_cpu_us", 10),
     ("sub_cpu_us", 10),
     ("lat_doorbells/msg", 17),
+    ("lat_bell_records/msg", 20),
 ];
 
 /// One point of the matrix.
@@ -94,6 +95,9 @@ struct Point {
     /// Doorbells the publisher sent, per message of the latency run (about 1 when the
     /// subscribers park between messages).
     lat_doorbells_per_msg: f64,
+    /// Of those, the doorbells that carried the new records (the subscriber took them without
+    /// a READ), per message of the latency run.
+    lat_doorbell_records_per_msg: f64,
     /// The CPUs the publishing thread was allowed during the point.
     publisher_cpus: String,
     /// The CPUs the subscriber threads were allowed (each reads its own; they agree).
@@ -187,6 +191,7 @@ fn row(p: &Point) -> String {
         format!("{:.3}", p.pub_cpu_us),
         format!("{:.3}", p.sub_cpu_us),
         format!("{:.2}", p.lat_doorbells_per_msg),
+        format!("{:.2}", p.lat_doorbell_records_per_msg),
     ];
     aligned(fields.iter().map(String::as_str))
 }
@@ -328,8 +333,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             .iter()
             .map(|p| {
                 format!(
-                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"separate_processes\":{},\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"lost\":{},\"damaged\":{},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"sub_cpu_us\":{:.3},\"lat_doorbells_per_msg\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
-                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), args.separate_processes, p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.lost, p.damaged, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.sub_cpu_us, p.lat_doorbells_per_msg, p.publisher_cpus, p.subscriber_cpus
+                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"separate_processes\":{},\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"lost\":{},\"damaged\":{},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"sub_cpu_us\":{:.3},\"lat_doorbells_per_msg\":{:.3},\"lat_doorbell_records_per_msg\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
+                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), args.separate_processes, p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.lost, p.damaged, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.sub_cpu_us, p.lat_doorbells_per_msg, p.lat_doorbell_records_per_msg, p.publisher_cpus, p.subscriber_cpus
                 )
             })
             .collect();
@@ -436,6 +441,7 @@ fn measure(
     // Latency.
     let latency_count = args.messages.clamp(1, 10_000);
     let lat_doorbells0 = publisher.counters().doorbells();
+    let lat_records0 = publisher.counters().doorbells_with_records();
     let latency_start = seq;
     for i in 0..latency_count {
         // At least MIN_LATENCY_SAMPLES, then until the point's time is up.
@@ -451,8 +457,9 @@ fn measure(
             thread::sleep(Duration::from_micros(args.latency_gap));
         }
     }
-    let lat_doorbells_per_msg =
-        (publisher.counters().doorbells() - lat_doorbells0) as f64 / (seq - latency_start).max(1) as f64;
+    let per_latency_message = |now: u64, before: u64| (now - before) as f64 / (seq - latency_start).max(1) as f64;
+    let lat_doorbells_per_msg = per_latency_message(publisher.counters().doorbells(), lat_doorbells0);
+    let lat_doorbell_records_per_msg = per_latency_message(publisher.counters().doorbells_with_records(), lat_records0);
     let _ = publisher.flush(Duration::from_secs(5));
     let checksum = publisher.checksum();
     drop(publisher);
@@ -492,6 +499,7 @@ fn measure(
         doorbells_per_msg,
         pub_cpu_us,
         lat_doorbells_per_msg,
+        lat_doorbell_records_per_msg,
         sub_cpu_us: if sub_msgs > 0 { sub_cpu.as_secs_f64() * 1e6 / sub_msgs as f64 } else { 0.0 },
         publisher_cpus,
         subscriber_cpus,

@@ -326,7 +326,8 @@ pub struct BenchArgs {
     /// Pause of the latency run between every subscriber's receipt of a message and the next
     /// publish, in µs. Longer than a subscription's spin (200 µs), it makes each subscriber
     /// park between messages, so the latency is that of a parked subscriber woken by the
-    /// publisher's doorbell (column `lat_doorbells/msg`).
+    /// publisher's doorbell (column `lat_doorbells/msg`; `lat_bell_records/msg`: of those, the
+    /// doorbells that brought the message with them).
     #[arg(long, value_name = "MICROS", default_value_t = 0)]
     pub latency_gap: u64,
     /// Print JSON (an array of objects) instead of a table.

@@ -1,6 +1,7 @@
 //! A hostile publisher made of raw fabric objects ([`RawPublisher`]): one hand-written ring,
 //! accept data of its own making for every subscriber of its topic, served until dropped.
-//! `limits.rs` attacks READs with it (network path), `in_place.rs` in-place reads (same host).
+//! `limits.rs` attacks READs with it (network path), `in_place.rs` in-place reads (same host),
+//! `doorbell.rs` the records a doorbell brings.
 
 use super::*;
 
@@ -39,6 +40,18 @@ impl RawPublisher {
         ring: RawRing,
         write: impl FnOnce(&MemoryRegion) + Send + 'static,
     ) -> RawPublisher {
+        RawPublisher::start_ringing(topic, same_host, ring, write, None)
+    }
+
+    /// As [`start`](Self::start), and answers the first doorbell request of its (one)
+    /// subscriber with the SEND `doorbell`, whatever it is (at most 2 KiB).
+    pub fn start_ringing(
+        topic: &str,
+        same_host: SameHost,
+        ring: RawRing,
+        write: impl FnOnce(&MemoryRegion) + Send + 'static,
+        doorbell: Option<Vec<u8>>,
+    ) -> RawPublisher {
         let (addr_tx, addr_rx) = mpsc::channel();
         let (stop, stopped) = mpsc::channel::<()>();
         let topic = TopicId::of(topic);
@@ -73,12 +86,42 @@ impl RawPublisher {
             }
             .encode()
             .unwrap();
-            let mut qps = Vec::new();
+            // Control slots: four receives of 64 bytes, then the doorbell's SEND.
+            const SLOT: usize = 64;
+            let ctrl = pd.register(4 * SLOT + 2048, Access::LOCAL_WRITE).unwrap();
+            let mut doorbell = doorbell;
+            let mut qps: Vec<QueuePair> = Vec::new();
+            let mut wcs = [WorkCompletion::default(); 8];
             // Serves until told to stop (or for longer than any test waits).
             let deadline = Instant::now() + 3 * WAIT;
             while stopped.try_recv().is_err() && Instant::now() < deadline {
-                if let Ok(Some(CmEvent::ConnectRequest(req))) = channel.get_event(Duration::from_millis(20)) {
-                    qps.push(req.accept(&QpInit::new(&pd, &cq), &accept).expect("accept"));
+                if let Ok(Some(CmEvent::ConnectRequest(req))) = channel.get_event(Duration::from_millis(5)) {
+                    let qp = req.accept(&QpInit::new(&pd, &cq), &accept).expect("accept");
+                    if doorbell.is_some() {
+                        for slot in 0..4 {
+                            qp.post_recv(slot as u64, &[ctrl.sge(slot * SLOT, SLOT)]).expect("post a receive");
+                        }
+                    }
+                    qps.push(qp);
+                }
+                let n = cq.poll(&mut wcs).unwrap_or(0);
+                for wc in &wcs[..n] {
+                    if wc.opcode != WcOpcode::Recv || wc.status != WcStatus::Success {
+                        continue;
+                    }
+                    let mut bytes = [0u8; SLOT];
+                    let len = (wc.byte_len as usize).min(SLOT);
+                    ctrl.buffer().read(wc.wr_id as usize * SLOT, &mut bytes[..len]).unwrap();
+                    let (Ok(Control::DoorbellRequest { armed: true, .. }), Some(qp)) =
+                        (Control::decode(&bytes[..len]), qps.last())
+                    else {
+                        continue;
+                    };
+                    if let Some(message) = doorbell.take() {
+                        ctrl.buffer().write(4 * SLOT, &message).unwrap();
+                        let sge = [ctrl.sge(4 * SLOT, message.len())];
+                        qp.post_send(&SendRequest::new(99, SendOp::Send, &sge)).expect("post the doorbell");
+                    }
                 }
             }
         });

@@ -318,5 +318,8 @@ fn bench_latency_gap_makes_the_subscriber_park_between_messages() {
     // About one a message; a subscriber thread that got no CPU through a whole gap finds the
     // next message without one, hence the margin.
     assert!(doorbells > 0.5, "{doorbells} doorbells per latency message: {}", points[0]);
+    // The subscriber READs the ring: each doorbell brings the message it wakes it for.
+    let records = points[0]["lat_doorbell_records_per_msg"].as_f64().expect("lat_doorbell_records_per_msg");
+    assert!(records > 0.5, "{records} doorbells with records per latency message: {}", points[0]);
     assert_eq!(points[0]["lost"], 0);
 }

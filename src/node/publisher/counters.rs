@@ -39,5 +39,8 @@ crate::counters::counter_set! {
         /// Position acknowledged by the slowest connected subscriber (a gauge, bytes): the lag is
         /// `position - slowest_ack`.
         slowest_ack: Gauge, Position;
+        /// Of the doorbells, those that carried the new records (to a subscriber that READs the
+        /// ring and asked for them at connect): it takes them without a READ.
+        doorbells_with_records: Total, Events;
     }
 }

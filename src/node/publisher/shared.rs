@@ -134,13 +134,13 @@ use slab::Slab;
 
 use rdma_fabric::{
     Access, CompletionQueue, ConnId, ConnectRequest, MemoryRegion, ProtectionDomain, QpCaps, QpInit, QueuePair,
-    RemoteAddr, SendOp, SendRequest, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
+    RemoteAddr, SendOp, SendRequest, Sge, SharedReceiveQueue, WcOpcode, WcStatus, WorkCompletion, RNR_RETRY_INFINITE,
 };
 use rdma_wire::protocol::{
-    wall_clock_ms, AcceptData, AcceptTags, Admitted, ConnectData, Control, CredentialError, DropReason, RejectCode,
-    ReplayGuard, StartAt, CONTROL_MSG_MAX,
+    wall_clock_ms, AcceptData, AcceptTags, Admitted, ConnectData, ConnectFlags, Control, CredentialError, DropReason,
+    RejectCode, ReplayGuard, StartAt, CONTROL_MSG_MAX, DOORBELL_RECORDS_MAX,
 };
-use rdma_wire::ring::{Append, Checksum, Claim, RingConfig, RingProducer, NO_LIMIT};
+use rdma_wire::ring::{layout, Append, Checksum, Claim, RingConfig, RingProducer, NO_LIMIT};
 
 use super::counters::PublisherCounters;
 use super::flow_control::{credit_wanted, judge_slow, SlowVerdict};
@@ -202,6 +202,8 @@ struct SubConn {
     liveness: Liveness,
     /// It said it reads the ring in place (`Control::ReadsInPlace`): it needs no checksum.
     reads_in_place: bool,
+    /// Its receives take a doorbell with the new records (`ConnectFlags::DOORBELL_RECORDS`).
+    doorbell_records: bool,
 }
 
 /// What the `state` lock guards: the producer, the cached publisher limit and the subscriber
@@ -302,9 +304,9 @@ pub(crate) struct PublisherShared {
     /// Signalled when a subscriber is accepted or removed.
     subscribers_changed: Condvar,
     counters: Arc<PublisherCounters>,
-    // Declared last: deregistered after every queue pair that could READ it is gone. Only
-    // held: the producer writes through its buffer.
-    _ring: MemoryRegion,
+    // Declared last: deregistered after every queue pair that could READ it is gone. The
+    // producer writes through its buffer; doorbells with records SEND from it.
+    ring: MemoryRegion,
     /// This publisher's protection domain: its ring, control slots, SRQ and every subscriber's
     /// queue pair, and nothing else of the node.
     pd: ProtectionDomain,
@@ -378,7 +380,7 @@ impl PublisherShared {
             subscribers_changed: Condvar::new(),
             counters: Arc::new(PublisherCounters::default()),
             ctrl,
-            _ring: ring,
+            ring,
             pd,
             options,
             node: node.clone(),
@@ -914,7 +916,7 @@ impl PublisherShared {
         let mut floor = u64::MAX;
         for key in 0..st.subs.capacity() {
             let Some(at) = st.subs.get(key).and_then(|s| s.doorbell_at) else { continue };
-            if tail > at && self.send_control(st, key, &Control::Doorbell { tail }).is_ok() {
+            if tail > at && self.send_doorbell(st, key, at, tail).is_ok() {
                 st.subs[key].doorbell_at = None;
                 self.counters.doorbells.fetch_add(1, Ordering::Relaxed);
             } else {
@@ -925,9 +927,36 @@ impl PublisherShared {
         st.doorbell_floor = floor.min(st.doorbell_floor);
     }
 
+    /// Rings the doorbell of subscriber `key`, armed at `at`, with the tail at `tail`: with the
+    /// records from `at` on when it takes them (it READs the ring, its receives are large
+    /// enough), so that it needs no READ for what it was woken for. They are SENT from the ring
+    /// itself: at most [`DOORBELL_RECORDS_MAX`] bytes, up to the tail and never past the end of
+    /// the data area (the position is the subscriber's word: any position only names bytes of
+    /// this ring, which it may READ anyway). Under flow control they stay put until it acks
+    /// them; under Overwrite a lap may tear them as it would tear a READ, and the checksums
+    /// every record carries for a subscriber that READs tell.
+    fn send_doorbell(&self, st: &mut PubState, key: usize, at: u64, tail: u64) -> Result<u32> {
+        let sub = &st.subs[key];
+        let capacity = st.producer.capacity();
+        let records = (tail - at).min(DOORBELL_RECORDS_MAX as u64).min(layout::room_to_end(at, capacity));
+        if !sub.doorbell_records || sub.reads_in_place || records == 0 || !st.producer.checksums() {
+            return self.send_control(st, key, &Control::Doorbell { tail });
+        }
+        let ring = self.ring.sge(layout::data_offset(at, capacity), records as usize);
+        let slot = self.send_control_with(st, key, &Control::DoorbellRecords { position: at, tail }, Some(ring))?;
+        self.counters.doorbells_with_records.fetch_add(1, Ordering::Relaxed);
+        Ok(slot)
+    }
+
     /// Posts a control SEND to subscriber `key` from one of its own send slots; returns the
     /// slot used.
     fn send_control(&self, st: &mut PubState, key: usize, msg: &Control) -> Result<u32> {
+        self.send_control_with(st, key, msg, None)
+    }
+
+    /// [`send_control`](Self::send_control), followed in the same SEND by the bytes of `then`
+    /// (the message is then padded with zeros to [`CONTROL_MSG_MAX`] bytes, where they start).
+    fn send_control_with(&self, st: &mut PubState, key: usize, msg: &Control, then: Option<Sge>) -> Result<u32> {
         let take = |st: &mut PubState| st.subs.get_mut(key).and_then(|s| s.liveness.take_send());
         let bit = match take(st) {
             Some(bit) => bit,
@@ -940,14 +969,19 @@ impl PublisherShared {
             }
         };
         let slot = key as u32 * SENDS_PER_SUBSCRIBER + bit;
-        let bytes = msg.encode().map_err(Error::from_own_encoding)?;
+        let mut bytes = msg.encode().map_err(Error::from_own_encoding)?;
         debug_assert!(bytes.len() <= CONTROL_MSG_MAX);
+        if then.is_some() {
+            bytes.resize(CONTROL_MSG_MAX, 0);
+        }
         let offset = (self.recv_slots + slot) as usize * SLOT;
         let result = self.ctrl.buffer().write(offset, &bytes).map_err(Error::from).and_then(|_| {
-            let sge = [self.ctrl.sge(offset, bytes.len())];
+            let message = self.ctrl.sge(offset, bytes.len());
+            let sges = [message, then.unwrap_or(message)];
+            let sges = if then.is_some() { &sges[..] } else { &sges[..1] };
             st.subs[key]
                 .qp
-                .post_send(&SendRequest::new(WrId::publisher(WrKind::Send, slot).encode(), SendOp::Send, &sge))
+                .post_send(&SendRequest::new(WrId::publisher(WrKind::Send, slot).encode(), SendOp::Send, sges))
                 .map_err(Error::from)
         });
         match result {
@@ -1131,7 +1165,8 @@ impl PublisherShared {
         let caps = QpCaps {
             max_send_wr: 32,
             max_recv_wr: if self.srq.is_some() { 0 } else { RECVS_PER_SUBSCRIBER },
-            max_send_sge: 1,
+            // A doorbell with records gathers its message and the ring's bytes.
+            max_send_sge: 2,
             max_recv_sge: 1,
         };
         let init = QpInit {
@@ -1187,6 +1222,7 @@ impl PublisherShared {
             asked_for: 0,
             liveness: Liveness::default(),
             reads_in_place: false,
+            doorbell_records: data.flags.contains(ConnectFlags::DOORBELL_RECORDS),
         });
         st.refresh_credit(&self.counters);
         self.subscribers_changed.notify_all();

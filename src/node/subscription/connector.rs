@@ -468,7 +468,12 @@ impl ConnectorState {
             start,
             accepts: PolicySet::ALL,
             node_id: node.id(),
-            flags: if self.busy_poll { ConnectFlags::NONE } else { ConnectFlags::WANTS_DOORBELLS },
+            // Its receives take doorbells with records (`feed::RECV_SLOT`).
+            flags: if self.busy_poll {
+                ConnectFlags::NONE
+            } else {
+                ConnectFlags::WANTS_DOORBELLS | ConnectFlags::DOORBELL_RECORDS
+            },
             auth: ConnectAuth::None,
         };
         let data = match &self.credential {

@@ -68,6 +68,10 @@ crate::counters::counter_set! {
         /// unauthenticated, invalid or broken (each with a
         /// [`ListingFailed`](crate::SubscriptionEvent::ListingFailed) event).
         listing_failures: Total, Events;
+        /// Of the doorbells, those whose records (the ring's bytes at the feed's position, sent
+        /// with the doorbell) were taken as a READ's: the messages they woke the subscription
+        /// for came without a READ.
+        doorbell_records: Total, Events;
     }
 }
 

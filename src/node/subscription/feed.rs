@@ -63,6 +63,15 @@
 //! one more READ (RC ordering puts the READ after the request, so a commit after that READ
 //! finds the request armed); if that READ is empty the feed parks until a `Doorbell` arrives,
 //! with a `PARK_RECHECK` (100 ms) safety READ. `busy_poll` never parks.
+//!
+//! A feed that READs asks at connect for doorbells with records
+//! (`ConnectFlags::DOORBELL_RECORDS`; its receives take [`DOORBELL_MSG_MAX`] bytes): the
+//! publisher's `DoorbellRecords` carries the ring's bytes from the armed position on (up to
+//! 960), and the feed takes them as the READ it would have posted, validated the same way
+//! (checksums, positions), when nothing else READs for it: no READ in flight, its position
+//! the one armed, a buffer free (counter `doorbell_records`). A parked subscriber is then
+//! woken with its messages, not with a request to fetch them: one wake-up instead of two (its
+//! own, then the publisher's NIC for the READ). Otherwise the doorbell only wakes it.
 
 //!
 //! # Reading in place
@@ -95,7 +104,7 @@ use rdma_fabric::{
     ConnId, DataPath, MemoryRegion, ProtectionDomain, QueuePair, ReadBuffer, RemoteAddr, RemoteView, SendOp,
     SendRequest, WcOpcode, WcStatus, WorkCompletion,
 };
-use rdma_wire::protocol::{AcceptData, Control};
+use rdma_wire::protocol::{AcceptData, Control, CONTROL_MSG_MAX, DOORBELL_MSG_MAX};
 use rdma_wire::ring::{
     layout, ControlOutcome, ControlSnapshot, Parsed, ReadPlan, RingError, RingReader, Stop, CONTROL_READ_LEN, PROBE_LEN,
 };
@@ -114,10 +123,17 @@ use crate::node::wr_id::{WrId, WrKind};
 /// Receive slots of a feed's control region, which holds [ack send, doorbell-request send,
 /// receives...].
 pub(super) const RECV_SLOTS: usize = 4;
-/// Bytes of one control slot.
-const SLOT: usize = 64;
+/// Bytes of one send slot of the control region.
+const SEND_SLOT: usize = CONTROL_MSG_MAX;
+/// Bytes of one receive slot: a control message, or a doorbell with records.
+const RECV_SLOT: usize = DOORBELL_MSG_MAX;
 /// Bytes of a feed's control region.
-pub(super) const CTRL_LEN: usize = (2 + RECV_SLOTS) * SLOT;
+pub(super) const CTRL_LEN: usize = 2 * SEND_SLOT + RECV_SLOTS * RECV_SLOT;
+
+/// Offset of receive slot `slot` in the control region.
+const fn recv_offset(slot: usize) -> usize {
+    2 * SEND_SLOT + slot * RECV_SLOT
+}
 /// How long a subscription polls (yielding the CPU between polls) for the completion of a READ
 /// in flight before it blocks: a 1 MiB READ takes a few hundred microseconds on the soft fabric,
 /// and a wake-up from a blocked wait on these machines costs as much again.
@@ -891,16 +907,25 @@ impl Feed {
     /// A control message from the publisher arrived in receive slot `slot`: reposts the
     /// receive and acts on the message.
     fn on_control(&mut self, slot: usize, len: usize, ctx: &mut FeedContext<'_>) -> FeedStep {
-        let offset = (2 + slot) * SLOT;
-        let mut bytes = [0u8; SLOT];
-        let len = len.min(SLOT);
+        let offset = recv_offset(slot);
+        let mut bytes = [0u8; CONTROL_MSG_MAX];
+        let head = len.min(CONTROL_MSG_MAX);
         let decoded = self
             .link
             .ctrl
             .buffer()
-            .read(offset, &mut bytes[..len])
+            .read(offset, &mut bytes[..head])
             .map_err(Error::from)
-            .and_then(|_| Control::decode(&bytes[..len]).map_err(Error::from_peer_bytes));
+            .and_then(|_| Control::decode(&bytes[..head]).map_err(Error::from_peer_bytes))
+            .and_then(|c| Ok((c, c.records_len(len.min(RECV_SLOT)).map_err(Error::from_peer_bytes)?)));
+        // A doorbell's records leave the slot before its receive is posted again (the
+        // publisher's next SEND may land there).
+        let took = match decoded {
+            Ok((Control::DoorbellRecords { position, .. }, records)) if records > 0 => {
+                self.take_doorbell_records(offset + CONTROL_MSG_MAX, position, records)
+            }
+            _ => None,
+        };
         if !self.closed {
             match self.link.post_recv(slot) {
                 Ok(()) => self.outstanding += 1,
@@ -908,12 +933,16 @@ impl Feed {
             }
         }
         let Some(a) = self.active.as_deref_mut() else { return FeedStep::Continue };
-        match decoded {
-            Ok(Control::Doorbell { .. }) => {
+        match decoded.map(|(control, _)| control) {
+            Ok(Control::Doorbell { .. } | Control::DoorbellRecords { .. }) => {
                 ctx.counters.doorbells.fetch_add(1, Ordering::Relaxed);
                 a.idle = Idle::Active;
                 a.empty_since = None;
                 a.pacer.reset();
+                if let Some((plan, buf)) = took {
+                    ctx.counters.doorbell_records.fetch_add(1, Ordering::Relaxed);
+                    return self.on_read(plan, buf, ctx).unwrap_or_else(FeedStep::Failed);
+                }
             }
             Ok(Control::CreditWanted { position }) => {
                 ctx.counters.credit_requests.fetch_add(1, Ordering::Relaxed);
@@ -935,6 +964,38 @@ impl Feed {
             Err(e) => tracing::debug!(topic = %ctx.topic, "undecodable control message from the publisher: {e}"),
         }
         FeedStep::Continue
+    }
+
+    /// Takes the `len` bytes of records a doorbell brought at `offset` of the control region,
+    /// the ring's bytes from `position` on, into a free READ buffer, as the READ the feed would
+    /// post next; returns that READ's plan and the buffer, to be validated as its completion
+    /// would be. `None`, leaving the feed to READ them, when something else reads for it: a
+    /// READ in flight, the control block wanted, another position (a READ moved it on since it
+    /// armed the doorbell), the ring read in place, or no buffer free and large enough.
+    fn take_doorbell_records(&mut self, offset: usize, position: u64, len: usize) -> Option<(ReadPlan, usize)> {
+        let Feed { link, active, quiesced, .. } = self;
+        let a = active.as_deref_mut()?;
+        if *quiesced
+            || a.in_place.is_some()
+            || a.plan.is_some()
+            || a.need_control
+            || position != a.reader.consumed_position()
+        {
+            return None;
+        }
+        let buf = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight())?;
+        if len > a.landings[buf].capacity() {
+            return None;
+        }
+        match a.landings[buf].fill_with(len, |dst| link.ctrl.buffer().read(offset, dst)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) | Err(e) => {
+                tracing::debug!("taking a doorbell's records: {e}");
+                return None;
+            }
+        }
+        let ring_offset = layout::data_offset(position, a.capacity as usize);
+        Some((ReadPlan { ring_offset, len, position }, buf))
     }
 
     /// Test support: pretends that the last two READs brought a trickle at `at`, so the pacer
@@ -1007,15 +1068,14 @@ impl Link {
 
     /// Posts the receive of control slot `slot`.
     fn post_recv(&self, slot: usize) -> rdma_fabric::Result<()> {
-        let offset = (2 + slot) * SLOT;
-        self.qp.post_recv(self.wr_id(WrKind::Recv, slot), &[self.ctrl.sge(offset, SLOT)])
+        self.qp.post_recv(self.wr_id(WrKind::Recv, slot), &[self.ctrl.sge(recv_offset(slot), RECV_SLOT)])
     }
 
     /// Posts a control SEND from `slot` of the control region (`solicited`: the publisher
     /// waits for it alone).
     fn post_control(&self, kind: WrKind, slot: usize, msg: &Control, solicited: bool) -> Result<()> {
         let bytes = msg.encode().map_err(Error::from_own_encoding)?;
-        let offset = slot * SLOT;
+        let offset = slot * SEND_SLOT;
         self.ctrl.buffer().write(offset, &bytes)?;
         let sge = [self.ctrl.sge(offset, bytes.len())];
         self.qp

@@ -105,7 +105,13 @@ impl ConnectFlags {
     /// the node answers with a [`ListingAccept`](super::ListingAccept). A node of an older
     /// build refuses the unknown flag as [`RejectCode::Malformed`].
     pub const LISTING: ConnectFlags = ConnectFlags(2);
-    const KNOWN: u8 = 3;
+    /// The subscriber's receives take [`DOORBELL_MSG_MAX`](super::DOORBELL_MSG_MAX) bytes: a
+    /// doorbell may bring the new records with it
+    /// ([`Control::DoorbellRecords`](super::Control::DoorbellRecords)), sparing a parked
+    /// subscriber a READ. A node of an older build refuses the unknown flag as
+    /// [`RejectCode::Malformed`].
+    pub const DOORBELL_RECORDS: ConnectFlags = ConnectFlags(4);
+    const KNOWN: u8 = 7;
 
     /// Whether every flag of `other` is set.
     pub fn contains(self, other: ConnectFlags) -> bool {

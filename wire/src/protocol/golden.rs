@@ -60,6 +60,7 @@ fn controls() -> Vec<(&'static str, Control)> {
         ("dropped idle", Control::Dropped { reason: DropReason::Idle { millis: 30_000 } }),
         ("end of stream", Control::EndOfStream { final_seq: 42 }),
         ("credit wanted", Control::CreditWanted { position: 251 }),
+        ("doorbell records", Control::DoorbellRecords { position: 300, tail: 396 }),
     ]
 }
 
@@ -148,6 +149,7 @@ const GOLDENS: &[(&str, &str)] = &[
     ("dropped idle", "05040403fb3075"),
     ("end of stream", "0504052a"),
     ("credit wanted", "050406fbfb00"),
+    ("doorbell records", "050408fb2c01fb8c01"),
 ];
 
 #[test]

@@ -55,7 +55,7 @@ pub use connect::{
     AcceptAuthError, AcceptData, AcceptTags, ConnectAuth, ConnectData, ConnectFlags, MessageTypeTag, PolicyKind,
     PolicySet, RejectCode, RejectData, StartAt, MAX_TYPE_NAME,
 };
-pub use control::{Control, DropReason, CONTROL_MSG_MAX};
+pub use control::{Control, DropReason, CONTROL_MSG_MAX, DOORBELL_MSG_MAX, DOORBELL_RECORDS_MAX};
 pub use credential::CredentialError;
 pub use credential::{source_network, wall_clock_ms, Admitted, ReplayGuard, MAX_REPLAY_ENTRIES_PER_SOURCE};
 pub use error::ProtocolError;

@@ -57,6 +57,7 @@ fn largest_controls() -> Vec<Control> {
         Control::EndOfStream { final_seq: u64::MAX },
         Control::CreditWanted { position: u64::MAX },
         Control::ReadsInPlace,
+        Control::DoorbellRecords { position: u64::MAX, tail: u64::MAX },
     ]
 }
 
@@ -290,17 +291,43 @@ proptest! {
     }
 
     #[test]
-    fn control_roundtrips(a in any::<u64>(), b in any::<u64>(), armed in any::<bool>(), which in 0usize..6) {
+    fn control_roundtrips(a in any::<u64>(), b in any::<u64>(), armed in any::<bool>(), which in 0usize..7) {
         let c = match which {
             0 => Control::Ack { position: a, seq: b },
             1 => Control::DoorbellRequest { armed, position: a },
             2 => Control::Bye,
             3 => Control::Doorbell { tail: a },
             4 => Control::Dropped { reason: DropReason::TooSlow { lag: b } },
+            5 => Control::DoorbellRecords { position: a, tail: b },
             _ => Control::EndOfStream { final_seq: a },
         };
         prop_assert_eq!(Control::decode(&c.encode().unwrap()).unwrap(), c);
     }
+}
+
+/// Only a `DoorbellRecords` carries records after its padded message, up to
+/// `DOORBELL_MSG_MAX` bytes and never past its tail; every other control message is at most
+/// `CONTROL_MSG_MAX` bytes.
+#[test]
+fn only_a_doorbell_with_records_is_longer_than_a_control_message() {
+    let doorbell = Control::DoorbellRecords { position: 1024, tail: 1024 + 96 };
+    assert_eq!(doorbell.records_len(40).unwrap(), 0, "no records");
+    assert_eq!(doorbell.records_len(CONTROL_MSG_MAX).unwrap(), 0, "padded, no records");
+    assert_eq!(doorbell.records_len(CONTROL_MSG_MAX + 96).unwrap(), 96);
+    assert!(matches!(doorbell.records_len(CONTROL_MSG_MAX + 128), Err(ProtocolError::Malformed { .. })));
+    let wide = Control::DoorbellRecords { position: 0, tail: u64::MAX };
+    assert_eq!(wide.records_len(DOORBELL_MSG_MAX).unwrap(), DOORBELL_RECORDS_MAX);
+    assert!(matches!(wide.records_len(DOORBELL_MSG_MAX + 1), Err(ProtocolError::TooLarge { .. })));
+    let behind = Control::DoorbellRecords { position: 10, tail: 5 };
+    assert!(matches!(behind.records_len(CONTROL_MSG_MAX + 1), Err(ProtocolError::Malformed { .. })));
+    for other in largest_controls().into_iter().filter(|c| !matches!(c, Control::DoorbellRecords { .. })) {
+        assert_eq!(other.records_len(CONTROL_MSG_MAX).unwrap(), 0);
+        assert!(matches!(other.records_len(CONTROL_MSG_MAX + 1), Err(ProtocolError::TooLarge { .. })), "{other:?}");
+    }
+    // The message padded to CONTROL_MSG_MAX decodes as itself.
+    let mut padded = doorbell.encode().unwrap();
+    padded.resize(CONTROL_MSG_MAX, 0);
+    assert_eq!(Control::decode(&padded).unwrap(), doorbell);
 }
 
 #[test]
