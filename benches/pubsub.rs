@@ -19,6 +19,10 @@
 //!   first. Messages go out in bursts (100 a second, at most a quarter ring each, so that the
 //!   publisher does not wait for credit inside one) with a sleep between; the publisher's CPU
 //!   time is counted over the bursts, not the sleeps.
+//! - `idle_poll_round`: one round of a busy-polling subscription's loop on an idle topic whose
+//!   ring it reads in place (same host): an iteration is one empty read. What a round costs
+//!   besides the read (events, completions, clocks, counters) delays every message a polling
+//!   subscriber finds.
 //! - After the run, a summary: pub/sub goodput ÷ raw READ goodput per size and subscriber
 //!   count, and the publisher thread's CPU time per message (`CLOCK_THREAD_CPUTIME_ID`)
 //!   with N subscribers ÷ with 1, under `Block` and under `Overwrite`, with the publisher's
@@ -459,7 +463,29 @@ fn cpus_allowed() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-criterion_group!(benches, raw_read, pubsub_goodput, publisher_cpu_overwrite, publisher_cpu_paced);
+fn idle_poll_round(c: &mut Criterion) {
+    let (pub_node, sub_node) = (node(), node());
+    let publisher = pub_node.publisher("idle-poll").create().expect("publisher");
+    let mut sub = sub_node.subscriber("idle-poll").busy_poll(true).create().expect("subscribe");
+    sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10)).expect("connect");
+    publisher.publish(b"first").expect("publish");
+    sub.recv_timeout(Duration::from_secs(10)).expect("recv").expect("the first message");
+    assert!(sub.counters().in_place_connects() == 1, "the ring is read in place");
+    let mut group = c.benchmark_group("idle_poll_round");
+    group.sample_size(20).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1));
+    group.bench_function("in_place", |b| {
+        b.iter_custom(|iters| {
+            let (start, reads0) = (Instant::now(), sub.counters().empty_reads());
+            while sub.counters().empty_reads() - reads0 < iters {
+                assert!(sub.recv_ref(Duration::from_micros(20)).expect("recv").is_none(), "the topic is idle");
+            }
+            start.elapsed().mul_f64(iters as f64 / (sub.counters().empty_reads() - reads0) as f64)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, raw_read, idle_poll_round, pubsub_goodput, publisher_cpu_overwrite, publisher_cpu_paced);
 
 fn main() {
     benches();

@@ -33,6 +33,7 @@ mod ack_clock;
 mod cm;
 pub mod discovery;
 mod identity;
+mod lazy_clock;
 mod message_type;
 mod pacing;
 mod publisher;

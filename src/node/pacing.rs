@@ -90,9 +90,10 @@ impl ReadPacer {
         *self = ReadPacer { enabled: self.enabled, ..ReadPacer::default() };
     }
 
-    /// Whether a READ may be posted at `now`.
-    pub(crate) fn ready(&self, now: Instant) -> bool {
-        self.not_before.is_none_or(|t| now >= t)
+    /// Whether a READ may be posted at `now` (called only while a delay is pending: no delay,
+    /// no clock read).
+    pub(crate) fn ready(&self, now: impl FnOnce() -> Instant) -> bool {
+        self.not_before.is_none_or(|t| now() >= t)
     }
 
     /// When the pending delay ends, if one is pending.
@@ -119,20 +120,20 @@ mod tests {
         let t = Instant::now();
         for _ in 0..9 {
             p.after_read(|| t, 100, 4096, 2, false);
-            assert!(p.ready(t));
+            assert!(p.ready(|| t));
             assert_eq!(p.left(t), None);
         }
         p.reset();
         p.after_read(|| t, 100, 4096, 2, false);
         p.after_read(|| t, 100, 4096, 2, false);
-        assert!(p.ready(t), "a reset keeps it unpaced");
+        assert!(p.ready(|| t), "a reset keeps it unpaced");
     }
 
     #[test]
     fn a_trickle_of_small_reads_backs_off_exponentially_up_to_the_cap() {
         let mut p = ReadPacer::default();
         let t = Instant::now();
-        assert!(p.ready(t));
+        assert!(p.ready(|| t));
         let mut delays = Vec::new();
         for _ in 0..9 {
             p.after_read(|| t, 100, 4096, 2, false);
@@ -140,9 +141,9 @@ mod tests {
         }
         // The first small READ only marks the trickle; each one after it doubles the delay.
         assert_eq!(delays, [0, 2, 4, 8, 16, 32, 50, 50, 50]);
-        assert!(!p.ready(t + Duration::from_micros(49)));
+        assert!(!p.ready(|| t + Duration::from_micros(49)));
         assert_eq!(p.left(t + Duration::from_micros(49)), Some(Duration::from_micros(1)));
-        assert!(p.ready(t + MAX_DELAY));
+        assert!(p.ready(|| t + MAX_DELAY));
         assert_eq!(p.left(t + MAX_DELAY), None, "a delay that ended is not waited for again");
     }
 
@@ -160,7 +161,7 @@ mod tests {
         }
         // Marked, 2 µs, 4 µs; the READ after 4 µs still brings one: no delay, and again.
         assert_eq!(delays, [0, 2, 4, 0, 0, 2, 4, 0, 0]);
-        assert!(p.ready(t));
+        assert!(p.ready(|| t));
         // Two messages per READ: a batch forms, the delay grows to the cap as before.
         let mut p = ReadPacer::default();
         for _ in 0..9 {
@@ -197,17 +198,17 @@ mod tests {
         p.after_read(|| t, 100, 4096, 2, false);
         assert_eq!(p.deadline(), Some(t + Duration::from_micros(4)), "a small READ after an empty one: kept");
         p.after_read(|| t, 4096, 4096, 60, true);
-        assert_eq!((p.deadline(), p.ready(t)), (None, true), "behind: no delay");
+        assert_eq!((p.deadline(), p.ready(|| t)), (None, true), "behind: no delay");
         let mut p = trickled();
         p.reset();
-        assert!(p.ready(t), "a doorbell: no delay");
+        assert!(p.ready(|| t), "a doorbell: no delay");
         // Sporadic traffic (a message, then nothing) never builds a delay.
         let mut p = ReadPacer::default();
         for _ in 0..10 {
             p.after_read(|| t, 100, 4096, 1, false);
             p.after_read(|| t, 0, 4096, 0, false);
         }
-        assert!(p.ready(t));
+        assert!(p.ready(|| t));
     }
 
     #[test]

@@ -82,4 +82,13 @@ impl SubscriptionCounters {
         add_single_writer(&self.delivered, 1);
         add_single_writer(&self.bytes, len as u64);
     }
+
+    /// Counts a read of a ring read in place (`empty`: it found nothing new), which a polling
+    /// subscription makes every round of its loop; only its owner reads in place.
+    pub(super) fn count_read_in_place(&self, empty: bool) {
+        add_single_writer(&self.reads, 1);
+        if empty {
+            add_single_writer(&self.empty_reads, 1);
+        }
+    }
 }

@@ -72,6 +72,7 @@ use rdma_fabric::{CompletionQueue, ConnId, ConnectionEvent, RejectReason as CmRe
 use rdma_wire::protocol::{AcceptData, RejectData};
 
 use super::discovery::{Lost, LostReason, Sighting};
+use super::lazy_clock::{LazyDeadline, LazyNow};
 use super::message_type::MessageType;
 use super::shared::{NodeShared, RECHECK_INTERVAL};
 use super::spin_permit::PollPermit;
@@ -648,7 +649,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if self.feeds.iter().any(|(_, f)| f.has_ready()) || !self.undeliverable.is_empty() {
             return Ok(true);
         }
-        let progressed = match self.next_ready(None) {
+        let progressed = match self.next_ready(LazyDeadline::after(None)) {
             Ok(ready) => ready.is_some(),
             // What `try_recv` says again at once: the caller hears it there.
             Err(Error::Closed(_) | Error::NotConnected { .. }) => true,
@@ -679,7 +680,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
         if let Some(key) = self.pick_ready() {
             return Ok(Some(key));
         }
-        self.next_ready(timeout.map(rdma_fabric::time::deadline_after))
+        self.next_ready(LazyDeadline::after(timeout))
     }
 
     /// The progress of a `try_recv` without its "no publisher now" error (the async stream
@@ -730,7 +731,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     /// Runs the feeds until one has a message ready and returns its key; `None` when the
     /// deadline passes (with no deadline: after one pass that does not block).
-    fn next_ready(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
+    fn next_ready(&mut self, deadline: LazyDeadline) -> Result<Option<usize>> {
         let ready = self.run_feeds(deadline);
         // Polling ends with the call: another subscription may poll while the caller works.
         self.permit.release();
@@ -738,7 +739,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     }
 
     /// The loop of [`next_ready`](Self::next_ready).
-    fn run_feeds(&mut self, deadline: Option<Instant>) -> Result<Option<usize>> {
+    fn run_feeds(&mut self, mut deadline: LazyDeadline) -> Result<Option<usize>> {
         let mut wcs = [WorkCompletion::default(); 64];
         // Rounds of completions that made nothing ready (READs of an empty ring).
         let mut fruitless = 0u32;
@@ -760,7 +761,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 // Completions keep this loop from the deadline check below: a record that never
                 // validates (a publisher that writes garbage) is READ again and again, and the
                 // call must still end on time.
-                if deadline.is_none_or(|d| Instant::now() >= d) {
+                if deadline.passed() {
                     return Ok(None);
                 }
                 std::thread::yield_now();
@@ -791,8 +792,11 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 fruitless += 1;
                 continue;
             }
-            let Some(deadline) = deadline else { return Ok(None) };
+            if deadline.is_one_pass() {
+                return Ok(None);
+            }
             let now = Instant::now();
+            let Some(deadline) = deadline.at(now) else { return Ok(None) };
             if now >= deadline {
                 return Ok(None);
             }
@@ -850,16 +854,19 @@ impl<T: ?Sized + MessageType> Subscription<T> {
     /// Posts the READs, acks and doorbell requests each feed needs now (feeds that read in
     /// place read now), and does what the feeds report.
     fn housekeeping(&mut self) {
-        let now = Instant::now();
+        let mut now = LazyNow::new();
         let mut steps = Vec::new();
         let Subscription { feeds, options, node, counters, permit, user_events, filter, .. } = self;
         let mut ctx = FeedContext::new(options, node.pd(), counters, permit, user_events, filter.as_str());
         for (key, feed) in feeds.iter_mut() {
-            match feed.housekeep(now, &mut ctx) {
+            match feed.housekeep(&mut now, &mut ctx) {
                 Ok(FeedStep::Continue) => {}
                 Ok(step) => steps.push((key, step)),
                 Err(e) => steps.push((key, FeedStep::Failed(e))),
             }
+        }
+        if steps.is_empty() {
+            return;
         }
         for (key, step) in steps {
             self.apply_step(key, step);
@@ -923,7 +930,10 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     /// Handles every event other threads sent, without waiting.
     fn drain_feed_events(&mut self) {
-        while let Ok(ev) = self.events_rx.try_recv() {
+        // `is_empty` is two loads; a `try_recv` of an empty channel costs a full fence, every
+        // round of a polling subscription's loop.
+        while !self.events_rx.is_empty() {
+            let Ok(ev) = self.events_rx.try_recv() else { break };
             self.on_feed_event(ev);
         }
     }
@@ -1197,8 +1207,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
 
     /// Removes the closed feeds that are done (flushed, everything delivered).
     fn reap_closed(&mut self) {
-        let done: Vec<usize> = self.feeds.iter().filter(|(_, f)| f.is_done()).map(|(k, _)| k).collect();
-        for key in done {
+        while let Some(key) = self.feeds.iter().find(|(_, f)| f.is_done()).map(|(key, _)| key) {
             self.remove_feed(key);
         }
     }
