@@ -79,7 +79,7 @@ use super::spin_permit::PollPermit;
 use super::topic::TopicFilter;
 use super::wr_id::WrId;
 use events::{EventQueue, HeldQueue, MAX_UNDELIVERABLE};
-use feed::{Delivery, Feed, FeedContext, FeedStep, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
+use feed::{read_spin, Delivery, Feed, FeedContext, FeedStep, PARK_RECHECK, PROBES_PER_YIELD, READ_SPIN};
 use feed_channel::{EventWaker, FeedEvent, OpenedFeed};
 use readiness::Readiness;
 use refusals::{Refusal, Refusals};
@@ -822,7 +822,9 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 continue;
             }
             let reading = self.feeds.iter().any(|(_, f)| f.read_in_flight());
-            let mut spin = if reading || self.options.busy_poll { READ_SPIN } else { Duration::ZERO };
+            let nic_copies_here = self.node.fabric().attributes().copies_on_host_cpus;
+            let read_spin = read_spin(self.feeds.iter().filter_map(|(_, f)| f.read_in_flight_len()), nic_copies_here);
+            let mut spin = if self.options.busy_poll { READ_SPIN } else { read_spin };
             let mut wait = if reading || self.options.busy_poll { wait } else { wait.min(PARK_RECHECK) };
             // A paced feed READs again within microseconds: poll (yielding) until then rather
             // than sleep, whose wake-up costs more than the delay.
