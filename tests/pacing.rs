@@ -54,32 +54,3 @@ fn a_subscriber_fed_a_trickle_paces_its_reads() {
     // without pacing); paced, several (about 450).
     assert!(reads * 3 < count, "{reads} READs for {count} messages");
 }
-
-/// A parked subscriber that READs the ring (network path) is woken by a doorbell that brings
-/// the new records with it, and takes its message from them without a READ: one wake-up per
-/// message, not its own and then the publisher's NIC thread's for the READ. With no spin it
-/// parks whenever it finds the ring empty (an empty READ, the doorbell request, one more READ),
-/// which a bounded receive with nothing published leaves it time to do.
-#[test]
-fn a_parked_subscriber_takes_its_message_from_the_doorbell() {
-    let network = || nodes::soft_node_with(SameHost::Off);
-    let (pub_node, sub_node) = (network(), network());
-    let publisher = pub_node.publisher("bell-records").create().expect("publisher");
-    let mut sub = sub_node.subscriber("bell-records").spin(Duration::ZERO).create().expect("subscribe");
-    sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
-    publisher.wait_for_subscribers(1, WAIT).expect("the subscriber was accepted");
-    let count = 20u64;
-    for seq in 1..=count {
-        assert!(sub.recv_timeout(Duration::from_millis(20)).expect("recv").is_none(), "nothing was published");
-        publisher.publish(&seq.to_le_bytes().repeat(8)).expect("publish");
-        let m = sub.recv_timeout(WAIT).expect("recv").expect("the message");
-        assert_eq!((m.seq, m.data), (seq, seq.to_le_bytes().repeat(8)));
-    }
-    let (taken, sent) = (sub.counters().doorbell_records(), publisher.counters().doorbells_with_records());
-    let doorbells = sub.counters().doorbells();
-    drop(sub);
-    drop(publisher);
-    // Each message after a park; a doorbell whose records a READ in flight overtook only wakes.
-    assert!(taken * 2 >= count, "{taken} of {count} messages came with their doorbell ({doorbells} doorbells)");
-    assert!(sent >= taken, "{sent} doorbells sent with records, {taken} taken");
-}

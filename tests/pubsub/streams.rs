@@ -450,3 +450,43 @@ fn records_carry_a_checksum_exactly_while_a_subscriber_reads_them() {
     publish_and_take(&mut in_place, 100);
     assert_eq!(unchecked(), unchecked_before + 100, "records without a checksum again");
 }
+
+/// A parked subscriber is woken by its publisher's doorbell. One that READs the ring (network,
+/// verbs) gets the new records with the doorbell and takes its message from them without a
+/// READ: one wake-up per message, not its own and then the publisher's NIC for the READ. One
+/// that reads the ring in place (soft, same host) gets a bare doorbell and reads the ring. With
+/// no spin a subscriber parks whenever it finds the ring empty (an empty READ, the doorbell
+/// request, one more READ), which a bounded receive with nothing published gives it time for.
+#[test]
+fn a_parked_subscriber_that_reads_takes_its_message_from_the_doorbell() {
+    let (pub_node, sub_node) = (node_without_discovery(), node_without_discovery());
+    let publisher = pub_node.publisher("bell-records").create().expect("publisher");
+    let mut sub = sub_node.subscriber("bell-records").spin(Duration::ZERO).create().expect("subscribe");
+    sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    wait_subscribers(&publisher, 1);
+    // The emulated verbs guest is about 100 times slower: longer idle, fewer messages.
+    let (count, idle) = match fabric_kind() {
+        FabricKind::Verbs => (scale(20).max(4), Duration::from_millis(500)),
+        _ => (20, Duration::from_millis(20)),
+    };
+    for seq in 1..=count {
+        assert!(sub.recv_timeout(idle).expect("recv").is_none(), "nothing was published");
+        publisher.publish(&payload(seq, 64)).expect("publish");
+        let m = sub.recv_timeout(WAIT).expect("recv").expect("the message");
+        assert_eq!(m.seq, seq);
+        check(&m, |_| 64);
+    }
+    let c = sub.counters();
+    let (doorbells, taken, sent) = (c.doorbells(), c.doorbell_records(), publisher.counters().doorbells_with_records());
+    let in_place = c.in_place_connects() == 1;
+    drop(sub);
+    drop(publisher);
+    assert!(doorbells * 2 >= count, "{doorbells} doorbells for {count} messages after a park each");
+    if in_place {
+        assert_eq!((taken, sent), (0, 0), "a subscriber reading in place gets bare doorbells");
+    } else {
+        // A doorbell whose records a READ in flight overtook only wakes the subscriber.
+        assert!(taken * 2 >= count, "{taken} of {count} messages came with their doorbell ({doorbells} doorbells)");
+        assert!(sent >= taken, "{sent} doorbells sent with records, {taken} taken");
+    }
+}
