@@ -398,6 +398,8 @@ typedef struct rps_subscription_counters {
   uint64_t listing_failures;
   // Of the doorbells, those whose records were taken as a READ's (no READ for them).
   uint64_t doorbell_records;
+  // Bytes the READs asked for (reads of a ring read in place are not counted).
+  uint64_t read_bytes;
 } rps_subscription_counters;
 
 #ifdef __cplusplus

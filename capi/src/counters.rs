@@ -125,6 +125,8 @@ pub struct rps_subscription_counters {
     pub listing_failures: u64,
     /// Of the doorbells, those whose records were taken as a READ's (no READ for them).
     pub doorbell_records: u64,
+    /// Bytes the READs asked for (reads of a ring read in place are not counted).
+    pub read_bytes: u64,
 }
 
 impl rps_subscription_counters {
@@ -156,6 +158,7 @@ impl rps_subscription_counters {
             matched_topics: counters.matched_topics(),
             listing_failures: counters.listing_failures(),
             doorbell_records: counters.doorbell_records(),
+            read_bytes: counters.read_bytes(),
         }
     }
 }

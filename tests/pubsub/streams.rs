@@ -478,6 +478,7 @@ fn a_parked_subscriber_that_reads_takes_its_message_from_the_doorbell() {
     }
     let c = sub.counters();
     let (doorbells, taken, sent) = (c.doorbells(), c.doorbell_records(), publisher.counters().doorbells_with_records());
+    let read_bytes = c.read_bytes();
     let in_place = c.in_place_connects() == 1;
     drop(sub);
     drop(publisher);
@@ -488,5 +489,9 @@ fn a_parked_subscriber_that_reads_takes_its_message_from_the_doorbell() {
         // A doorbell whose records a READ in flight overtook only wakes the subscriber.
         assert!(taken * 2 >= count, "{taken} of {count} messages came with their doorbell ({doorbells} doorbells)");
         assert!(sent >= taken, "{sent} doorbells sent with records, {taken} taken");
+        // Records up to the doorbell's tail leave the feed caught up: it probes the ring (a
+        // page) before it parks again, rather than READing a whole batch (256 KiB) of stale
+        // bytes as a feed behind would.
+        assert!(read_bytes < count * 64 * 1024, "{read_bytes} bytes READ for {count} messages");
     }
 }

@@ -72,6 +72,9 @@ crate::counters::counter_set! {
         /// with the doorbell) were taken as a READ's: the messages they woke the subscription
         /// for came without a READ.
         doorbell_records: Total, Events;
+        /// Bytes the READs asked for (reads of a ring read in place are not counted): against
+        /// `bytes`, what pulling costs beyond the payloads (headers, probes of an idle ring).
+        read_bytes: Total, Bytes;
     }
 }
 

@@ -970,13 +970,20 @@ impl Feed {
         }
         let Some(a) = self.active.as_deref_mut() else { return FeedStep::Continue };
         match decoded.map(|(control, _)| control) {
-            Ok(Control::Doorbell { .. } | Control::DoorbellRecords { .. }) => {
+            Ok(Control::Doorbell { tail } | Control::DoorbellRecords { tail, .. }) => {
                 ctx.counters.doorbells.fetch_add(1, Ordering::Relaxed);
                 a.note_progress();
                 a.pacer.reset();
                 if let Some((plan, buf)) = took {
                     ctx.counters.doorbell_records.fetch_add(1, Ordering::Relaxed);
-                    return self.on_read(plan, buf, ctx).unwrap_or_else(FeedStep::Failed);
+                    let step = self.on_read(plan, buf, ctx).unwrap_or_else(FeedStep::Failed);
+                    // Records up to the tail the doorbell named: everything written then is read,
+                    // so the next READ is a caught-up feed's probe once these are delivered, not
+                    // the batch READ (256 KiB of stale bytes) of a feed behind.
+                    if let Some(a) = self.active.as_deref_mut().filter(|a| a.reader.consumed_position() == tail) {
+                        a.caught_up = true;
+                    }
+                    return step;
                 }
             }
             Ok(Control::CreditWanted { position }) => {
@@ -1153,6 +1160,7 @@ impl Link {
         }
         let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
         a.landings[buf].post_read(&self.qp, self.wr_id(WrKind::Read, 0), remote, plan.len)?;
+        counters.read_bytes.fetch_add(plan.len as u64, Ordering::Relaxed);
         a.plan = Some(plan);
         a.reading_into = buf;
         Ok(())
