@@ -179,6 +179,8 @@ pub(crate) const SERVICE_INTERVAL: Duration = RECHECK_INTERVAL;
 /// 3.2 M/s). At 16 KiB the system call is a few percent of the copy and checksum.
 const YIELD_AFTER_BYTES: usize = 16 * 1024;
 
+// A control message, padded to its largest size before a doorbell's records, fits its slot.
+const _: () = assert!(SLOT >= CONTROL_MSG_MAX);
 // Every receive and send slot fits a work-request id.
 const _: () = assert!((MAX_SUBSCRIBERS as u32 * RECVS_PER_SUBSCRIBER) as usize <= MAX_SLOT + 1);
 const _: () = assert!((MAX_SUBSCRIBERS as u32 * SENDS_PER_SUBSCRIBER) as usize <= MAX_SLOT + 1);
