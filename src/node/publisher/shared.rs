@@ -936,12 +936,12 @@ impl PublisherShared {
     /// the data area (the position is the subscriber's word: any position only names bytes of
     /// this ring, which it may READ anyway). Under flow control they stay put until it acks
     /// them; under Overwrite a lap may tear them as it would tear a READ, and the checksums
-    /// every record carries for a subscriber that READs tell.
+    /// every record carries while a subscriber READs (`refresh_checksums`) tell.
     fn send_doorbell(&self, st: &mut PubState, key: usize, at: u64, tail: u64) -> Result<u32> {
         let sub = &st.subs[key];
         let capacity = st.producer.capacity();
         let records = (tail - at).min(DOORBELL_RECORDS_MAX as u64).min(layout::room_to_end(at, capacity));
-        if !sub.doorbell_records || sub.reads_in_place || records == 0 || !st.producer.checksums() {
+        if !sub.doorbell_records || sub.reads_in_place || records == 0 {
             return self.send_control(st, key, &Control::Doorbell { tail });
         }
         let ring = self.ring.sge(layout::data_offset(at, capacity), records as usize);

@@ -553,7 +553,7 @@ impl Feed {
 
     /// Whether a READ of the ring is in flight.
     pub(super) fn read_in_flight(&self) -> bool {
-        self.active.as_ref().is_some_and(|a| a.plan.is_some())
+        self.read_in_flight_len().is_some()
     }
 
     /// The length of the READ in flight, if one is.
@@ -953,7 +953,9 @@ impl Feed {
             .read(offset, &mut bytes[..head])
             .map_err(Error::from)
             .and_then(|_| Control::decode(&bytes[..head]).map_err(Error::from_peer_bytes))
-            .and_then(|c| Ok((c, c.records_len(len.min(RECV_SLOT)).map_err(Error::from_peer_bytes)?)));
+            .and_then(|c| {
+                c.records_len(len.min(RECV_SLOT)).map(|records| (c, records)).map_err(Error::from_peer_bytes)
+            });
         // A doorbell's records leave the slot before its receive is posted again (the
         // publisher's next SEND may land there).
         let took = match decoded {

@@ -796,7 +796,7 @@ impl<T: ?Sized + MessageType> Subscription<T> {
                 return Ok(None);
             }
             let now = Instant::now();
-            let Some(deadline) = deadline.at(now) else { return Ok(None) };
+            let deadline = deadline.at(now);
             if now >= deadline {
                 return Ok(None);
             }

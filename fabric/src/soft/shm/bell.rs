@@ -207,14 +207,8 @@ impl Bell {
     /// Watches a socket added by [`watch_stream`](Self::watch_stream) again (`on`), or stops
     /// watching it for now.
     pub(crate) fn set_stream_watched(&self, sock: BorrowedFd<'_>, on: bool) -> Result<()> {
-        let events = if on { (libc::EPOLLIN | libc::EPOLLET) as u32 } else { 0 };
-        let mut ev = libc::epoll_event { events, u64: STREAM_TOKEN };
-        // SAFETY: changes the events of a descriptor we hold in our epoll set; `ev` lives for
-        // the call.
-        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, sock.as_raw_fd(), &mut ev) } != 0 {
-            return Err(Error::os("epoll_ctl", None, std::io::Error::last_os_error()));
-        }
-        Ok(())
+        let events = if on { EDGE_READABLE } else { 0 };
+        epoll_ctl(self.epoll.as_fd(), libc::EPOLL_CTL_MOD, sock, events, STREAM_TOKEN)
     }
 
     /// Senders attached now.
@@ -407,9 +401,17 @@ fn collect(epoll: BorrowedFd<'_>, timeout: Duration) -> Result<usize> {
 /// Adds an eventfd (or a watched socket) to an epoll set, edge-triggered, with `token` as its
 /// data.
 fn watch(epoll: BorrowedFd<'_>, event: BorrowedFd<'_>, token: u64) -> Result<()> {
-    let mut ev = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLET) as u32, u64: token };
-    // SAFETY: adds a descriptor we hold to our epoll set; `ev` lives for the call.
-    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, event.as_raw_fd(), &mut ev) } != 0 {
+    epoll_ctl(epoll, libc::EPOLL_CTL_ADD, event, EDGE_READABLE, token)
+}
+
+/// Readable, edge-triggered: the events a watched descriptor is registered for.
+const EDGE_READABLE: u32 = (libc::EPOLLIN | libc::EPOLLET) as u32;
+
+/// `epoll_ctl(op)` of `fd` in `epoll`, for `events`, with `token` as its data.
+fn epoll_ctl(epoll: BorrowedFd<'_>, op: libc::c_int, fd: BorrowedFd<'_>, events: u32, token: u64) -> Result<()> {
+    let mut ev = libc::epoll_event { events, u64: token };
+    // SAFETY: adds or changes a descriptor we hold in our epoll set; `ev` lives for the call.
+    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) } != 0 {
         return Err(Error::os("epoll_ctl", None, std::io::Error::last_os_error()));
     }
     Ok(())
