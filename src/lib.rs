@@ -131,9 +131,9 @@ pub use fabric::FabricKind;
 #[cfg(feature = "async")]
 pub use node::MessageStream;
 pub use node::{
-    DiscoveryCounters, DiscoveryOptions, IntoKeyExpr, IntoTopic, Loan, LossReason, LostReason, Message, MessageRef,
-    MessageType, Node, NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder, PublisherCounters,
-    PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
+    DiscoveryCounters, DiscoveryOptions, ExclusivePublisher, IntoKeyExpr, IntoTopic, Loan, LossReason, LostReason,
+    Message, MessageRef, MessageType, Node, NodeBuilder, NodeCounters, PeerInfo, Policy, Publisher, PublisherBuilder,
+    PublisherCounters, PublisherInfo, Start, SubscriberBuilder, Subscription, SubscriptionCounters, SubscriptionEvent,
 };
 pub use rdma_wire::protocol::{Secret, SecretError};
 pub use rdma_wire::ring::{Checksum, RingError};

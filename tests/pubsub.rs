@@ -138,6 +138,8 @@ fn node_without_discovery() -> Node {
 mod api;
 #[path = "pubsub/connect_data.rs"]
 mod connect_data;
+#[path = "pubsub/exclusive.rs"]
+mod exclusive;
 #[path = "pubsub/outcomes.rs"]
 mod outcomes;
 #[path = "pubsub/policies.rs"]

@@ -328,6 +328,8 @@ typedef struct rps_publisher_counters {
   uint64_t unchecked_records;
   // Of the doorbells, those that carried the new records.
   uint64_t doorbells_with_records;
+  // Connection events the CM thread left to the holder of the publisher's state.
+  uint64_t deferred_events;
 } rps_publisher_counters;
 
 // An event of a subscription's connections (`rps_subscription_try_event`).

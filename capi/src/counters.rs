@@ -42,6 +42,8 @@ pub struct rps_publisher_counters {
     pub unchecked_records: u64,
     /// Of the doorbells, those that carried the new records.
     pub doorbells_with_records: u64,
+    /// Connection events the CM thread left to the holder of the publisher's state.
+    pub deferred_events: u64,
 }
 
 impl rps_publisher_counters {
@@ -64,6 +66,7 @@ impl rps_publisher_counters {
             slowest_ack: counters.slowest_ack(),
             unchecked_records: counters.unchecked_records(),
             doorbells_with_records: counters.doorbells_with_records(),
+            deferred_events: counters.deferred_events(),
         }
     }
 }

@@ -33,7 +33,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rdma_pubsub::{Checksum, DiscoveryOptions, Node, Start};
+use rdma_pubsub::{Checksum, DiscoveryOptions, ExclusivePublisher, Node, Publisher, Start};
 
 use crate::cli::{checksum_name, BenchArgs, PolicyArg};
 use crate::{cli, payload, placement, procinfo, Fail};
@@ -420,11 +420,12 @@ fn measure(
     let cpu0 = procinfo::thread_cpu();
     let start = Instant::now();
     let mut seq = 0u64;
+    let mut sender = Sender::new(&publisher, args.shared_publisher)?;
     loop {
         seq += 1;
         let last = seq >= most || (seq % CLOCK_EVERY == 0 && Instant::now() >= throughput_end);
         payload::write_header(&mut buf, stream, seq, if last { receive::THROUGHPUT_END } else { 0 });
-        publisher.publish(&buf).map_err(|e| subscribers.blame(e.into()))?;
+        sender.publish(&buf).map_err(|e| subscribers.blame(e.into()))?;
         if last {
             break;
         }
@@ -450,7 +451,7 @@ fn measure(
         }
         seq += 1;
         payload::write_header(&mut buf, stream, seq, receive::stamp_now());
-        publisher.publish(&buf).map_err(|e| subscribers.blame(e.into()))?;
+        sender.publish(&buf).map_err(|e| subscribers.blame(e.into()))?;
         subscribers.wait_all(seq, Duration::from_secs(1), false)?;
         if args.latency_gap > 0 {
             // The load's shape (subscribers that go idle between messages), not a synchronisation.
@@ -460,6 +461,7 @@ fn measure(
     let per_latency_message = |now: u64, before: u64| (now - before) as f64 / (seq - latency_start).max(1) as f64;
     let lat_doorbells_per_msg = per_latency_message(publisher.counters().doorbells(), lat_doorbells0);
     let lat_doorbell_records_per_msg = per_latency_message(publisher.counters().doorbells_with_records(), lat_records0);
+    drop(sender);
     let _ = publisher.flush(Duration::from_secs(5));
     let checksum = publisher.checksum();
     drop(publisher);
@@ -569,5 +571,25 @@ impl receive::Reporter for AtomicReporter<'_> {
         // Let the publisher stop waiting for this subscriber.
         self.progress.store(u64::MAX, Ordering::Release);
         Ok(())
+    }
+}
+
+/// What the bench publishes through: an [`ExclusivePublisher`] held for the point's runs, or the
+/// shared handle (`--shared-publisher`).
+enum Sender<'a> {
+    Exclusive(ExclusivePublisher<'a>),
+    Shared(&'a Publisher),
+}
+
+impl<'a> Sender<'a> {
+    fn new(publisher: &'a Publisher, shared: bool) -> rdma_pubsub::Result<Sender<'a>> {
+        Ok(if shared { Sender::Shared(publisher) } else { Sender::Exclusive(publisher.exclusive()?) })
+    }
+
+    fn publish(&mut self, message: &[u8]) -> rdma_pubsub::Result<u64> {
+        match self {
+            Sender::Exclusive(p) => p.publish(message),
+            Sender::Shared(p) => p.publish(message),
+        }
     }
 }

@@ -338,6 +338,10 @@ pub struct BenchArgs {
     /// without the cost of sharing a CPU with the subscribers and NIC threads it feeds.
     #[arg(long, value_name = "CPU", num_args = 0..=1)]
     pub pin_publisher: Option<Option<usize>>,
+    /// Publish through the shared handle (`Publisher::publish`, a lock per message) instead of
+    /// an `ExclusivePublisher` held for each run (the default: one thread publishes).
+    #[arg(long)]
+    pub shared_publisher: bool,
     /// Run each subscriber in a process of its own (this program, re-executed, with a node of
     /// its own) instead of a thread of this process, as peers such as ZeroMQ are measured.
     #[arg(long)]

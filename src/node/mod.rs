@@ -24,7 +24,7 @@
 // | `identity`, `topic`, `wr_id`, `single_writer`, `message_type`, `type_shape`, `ack_clock`, `pacing`, `spin_permit` | ids and epochs, the topic check, work-request ids, single-writer counting, the message codec and the type fingerprint checked at connect, ack rhythm, READ pacing, the process's spin permits and a subscription's hold on one (`PollPermit`) |
 // | `shared` | `NodeShared`: the fabric objects and the tables the threads work from (local publishers, connection routes to a `PublisherShared` or a subscription's `FeedSender`, the subscriptions' connectors), called directly |
 // | `discovery/` | announcing and hearing publishers; each subscription's view of its topic |
-// | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `Loan`, `Liveness`, the flow-control rules |
+// | `publisher/` | `Publisher` over `PublisherShared` (`shared.rs`, whole: publishing, credit, control traffic, accepting), `ExclusivePublisher`, `Loan`, `Liveness`, the flow-control rules |
 // | `subscription/` | `Subscription` (`mod.rs`, whole) taking turns over its `Feed`s (`feed.rs`: one publisher's stream, posted, completed, parsed and acked), the `Connector` and its thread, events, the async stream |
 // | `cm`, `topic_listing`, `stats_registry`, `stats_export` | the CM thread; the node's topic listing (`ListingServer`: the region pattern subscriptions connected by address READ, its listing connections); the counters exported and the stats snapshot |
 // | `mod` (this file) | `Node`, `NodeBuilder`, the threads' start, re-exports |
@@ -66,7 +66,7 @@ use shared::NodeShared;
 pub use discovery::{DiscoveryCounters, DiscoveryOptions, LostReason, PeerInfo};
 pub use identity::NodeId;
 pub use message_type::MessageType;
-pub use publisher::{Loan, Policy, Publisher, PublisherBuilder, PublisherCounters};
+pub use publisher::{ExclusivePublisher, Loan, Policy, Publisher, PublisherBuilder, PublisherCounters};
 pub use shared::NodeCounters;
 #[cfg(feature = "async")]
 pub use subscription::MessageStream;

@@ -42,5 +42,9 @@ crate::counters::counter_set! {
         /// Of the doorbells, those that carried the new records (to a subscriber that READs the
         /// ring and asked for them at connect): it takes them without a READ.
         doorbells_with_records: Total, Events;
+        /// Connection events (connects, disconnects) the CM thread left to the holder of the
+        /// publisher's state, an [`ExclusivePublisher`](super::ExclusivePublisher) between two
+        /// messages, because it held the state longer than the CM thread waits.
+        deferred_events: Total, Events;
     }
 }

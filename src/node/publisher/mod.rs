@@ -6,10 +6,11 @@
 //! Files: `shared.rs` (the shared state, whole: publishing, credit, control traffic,
 //! accepting), `loan.rs` (a record lent in place), `liveness.rs` (one subscriber's activity),
 //! `flow_control.rs` (the policy's rules as pure functions), `builder.rs`, `options.rs`,
-//! `counters.rs`.
+//! `counters.rs`, `exclusive.rs` (the single-threaded handle: no lock per message).
 
 mod builder;
 mod counters;
+mod exclusive;
 mod flow_control;
 mod liveness;
 mod loan;
@@ -29,6 +30,7 @@ use super::shared::NodeShared;
 
 pub use builder::PublisherBuilder;
 pub use counters::PublisherCounters;
+pub use exclusive::ExclusivePublisher;
 pub use loan::Loan;
 pub use options::Policy;
 pub(crate) use options::PublisherOptions;
@@ -112,6 +114,18 @@ impl<T: ?Sized + MessageType> Publisher<T> {
     /// publisher waited its whole timeout for room.
     pub fn loan(&self, len: usize) -> Result<Loan<'_>> {
         self.shared.loan(len)
+    }
+
+    /// A handle that publishes from this thread without a lock per message, holding the
+    /// publisher until it is dropped (see [`ExclusivePublisher`]): for a run of messages from
+    /// one thread. Waits for the publishing turn as a publishing call does.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](crate::Error::Timeout) when a Block publisher waited its whole
+    /// timeout for another call's turn, or to finish a message a timed-out call left partly
+    /// written.
+    pub fn exclusive(&self) -> Result<ExclusivePublisher<'_, T>> {
+        ExclusivePublisher::new(&self.shared)
     }
 
     /// Waits (under Block, up to the timeout) until every connected subscriber has consumed
