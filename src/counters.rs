@@ -99,7 +99,12 @@ macro_rules! counter_set {
         }
     ) => {
         $(#[$meta])*
+        // On lines of its own: a publishing or receiving thread writes its counters per
+        // message, and a neighbour on the heap sharing a line with them (another thread's
+        // counters, say) would take that line from it every time (two cache lines: the
+        // adjacent-line prefetcher moves lines in pairs).
         #[derive(Debug, Default)]
+        #[repr(align(128))]
         pub struct $name {
             $( $(#[doc = $doc])+ pub(crate) $field: ::std::sync::atomic::AtomicU64, )+
         }

@@ -33,7 +33,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rdma_pubsub::{Checksum, DiscoveryOptions, ExclusivePublisher, Node, Publisher, Start};
+use rdma_pubsub::{Checksum, DiscoveryOptions, ExclusivePublisher, Node, Publisher, PublisherCounters, Start};
 
 use crate::cli::{checksum_name, BenchArgs, PolicyArg};
 use crate::{cli, payload, placement, procinfo, Fail};
@@ -388,7 +388,7 @@ fn measure(
     let topic = format!("bench-{size}-{subs}");
     let size = size as usize;
     let builder = pub_node.publisher(&topic).policy(args.policy.policy()).ring_capacity(cli::ring_capacity_for(size));
-    let publisher = args.checksum.apply(builder).create()?;
+    let mut publisher = args.checksum.apply(builder).create()?;
     let stream = payload::stream_of(&topic);
     // Started from this thread while it is on the other CPUs: threads and processes alike
     // inherit them.
@@ -414,13 +414,13 @@ fn measure(
 
     // Throughput: the clock is read every CLOCK_EVERY messages; the last message is marked.
     let throughput_end = Instant::now() + Duration::from_secs_f64(args.seconds.max(0.1) * 0.6);
-    let (waits0, acks0) = (publisher.counters().waits(), publisher.counters().acks());
-    let doorbells0 = publisher.counters().doorbells();
+    let mut sender = Sender::new(&mut publisher, args.shared_publisher)?;
+    let (waits0, acks0) = (sender.counters().waits(), sender.counters().acks());
+    let doorbells0 = sender.counters().doorbells();
     let most = args.messages.max(1);
     let cpu0 = procinfo::thread_cpu();
     let start = Instant::now();
     let mut seq = 0u64;
-    let mut sender = Sender::new(&publisher, args.shared_publisher)?;
     loop {
         seq += 1;
         let last = seq >= most || (seq % CLOCK_EVERY == 0 && Instant::now() >= throughput_end);
@@ -433,16 +433,16 @@ fn measure(
     let published = seq;
     let pub_cpu_us = (procinfo::thread_cpu() - cpu0).as_secs_f64() * 1e6 / published as f64;
     let per_message = |now: u64, before: u64| (now - before) as f64 / published as f64;
-    let waits_per_msg = per_message(publisher.counters().waits(), waits0);
-    let acks_per_msg = per_message(publisher.counters().acks(), acks0);
-    let doorbells_per_msg = per_message(publisher.counters().doorbells(), doorbells0);
+    let waits_per_msg = per_message(sender.counters().waits(), waits0);
+    let acks_per_msg = per_message(sender.counters().acks(), acks0);
+    let doorbells_per_msg = per_message(sender.counters().doorbells(), doorbells0);
     subscribers.wait_all(published, Duration::from_secs(30), true)?;
     let secs = start.elapsed().as_secs_f64();
 
     // Latency.
     let latency_count = args.messages.clamp(1, 10_000);
-    let lat_doorbells0 = publisher.counters().doorbells();
-    let lat_records0 = publisher.counters().doorbells_with_records();
+    let lat_doorbells0 = sender.counters().doorbells();
+    let lat_records0 = sender.counters().doorbells_with_records();
     let latency_start = seq;
     for i in 0..latency_count {
         // At least MIN_LATENCY_SAMPLES, then until the point's time is up.
@@ -459,8 +459,8 @@ fn measure(
         }
     }
     let per_latency_message = |now: u64, before: u64| (now - before) as f64 / (seq - latency_start).max(1) as f64;
-    let lat_doorbells_per_msg = per_latency_message(publisher.counters().doorbells(), lat_doorbells0);
-    let lat_doorbell_records_per_msg = per_latency_message(publisher.counters().doorbells_with_records(), lat_records0);
+    let lat_doorbells_per_msg = per_latency_message(sender.counters().doorbells(), lat_doorbells0);
+    let lat_doorbell_records_per_msg = per_latency_message(sender.counters().doorbells_with_records(), lat_records0);
     drop(sender);
     let _ = publisher.flush(Duration::from_secs(5));
     let checksum = publisher.checksum();
@@ -582,8 +582,15 @@ enum Sender<'a> {
 }
 
 impl<'a> Sender<'a> {
-    fn new(publisher: &'a Publisher, shared: bool) -> rdma_pubsub::Result<Sender<'a>> {
+    fn new(publisher: &'a mut Publisher, shared: bool) -> rdma_pubsub::Result<Sender<'a>> {
         Ok(if shared { Sender::Shared(publisher) } else { Sender::Exclusive(publisher.exclusive()?) })
+    }
+
+    fn counters(&self) -> &PublisherCounters {
+        match self {
+            Sender::Exclusive(p) => p.counters(),
+            Sender::Shared(p) => p.counters(),
+        }
     }
 
     fn publish(&mut self, message: &[u8]) -> rdma_pubsub::Result<u64> {

@@ -1,5 +1,5 @@
-//! The single-threaded handle, `ExclusivePublisher`: what it publishes, what waits for it, and
-//! that the node's CM thread never waits for it.
+//! The single-threaded handle, `ExclusivePublisher`: what it publishes, and that the node's CM
+//! thread never waits for it.
 
 use super::*;
 
@@ -17,7 +17,7 @@ fn an_exclusive_publisher_delivers_every_message_in_order_waiting_for_credit_as_
     let pub_node = node();
     let sub_node = node();
     // A 1 MiB ring: message 7 (4 MiB) passes fragment by fragment as credit comes back.
-    let publisher = pub_node
+    let mut publisher = pub_node
         .publisher("exclusive-stream")
         .ring_capacity(1 << 20)
         .policy(Policy::Block { timeout: WAIT })
@@ -54,7 +54,7 @@ fn an_exclusive_typed_publisher_encodes_each_value() {
     }
     let pub_node = node();
     let sub_node = node();
-    let publisher = pub_node.publisher("exclusive-typed").typed::<Tick>().create().unwrap();
+    let mut publisher = pub_node.publisher("exclusive-typed").typed::<Tick>().create().unwrap();
     let mut sub =
         sub_node.subscriber("exclusive-typed").connect(pub_node.local_addr()).typed::<Tick>().create().unwrap();
     wait_subscribers(&publisher, 1);
@@ -74,7 +74,7 @@ fn an_exclusive_typed_publisher_encodes_each_value() {
 #[test]
 fn a_connect_to_a_held_publisher_waits_for_its_next_message_while_the_cm_thread_serves_others() {
     let pub_node = node_without_discovery();
-    let held = pub_node.publisher("exclusive-held").create().unwrap();
+    let mut held = pub_node.publisher("exclusive-held").create().unwrap();
     let free = pub_node.publisher("exclusive-free").create().unwrap();
     let addr = pub_node.local_addr();
     let mut exclusive = held.exclusive().unwrap();
@@ -85,14 +85,14 @@ fn a_connect_to_a_held_publisher_waits_for_its_next_message_while_the_cm_thread_
         (sub_node, m.seq, m.data)
     });
     // The connect found the state held: the CM thread left it to the handle and went on.
-    poll_until("the connect is deferred", || held.counters().deferred_events() == 1);
+    poll_until("the connect is deferred", || exclusive.counters().deferred_events() == 1);
     let other_node = node_without_discovery();
     let _other = subscribe(&other_node, "exclusive-free", Start::Latest, addr);
     wait_subscribers(&free, 1);
-    assert_eq!(held.counters().accepted(), 0, "not answered while the handle publishes nothing");
+    assert_eq!(exclusive.counters().accepted(), 0, "not answered while the handle publishes nothing");
     // Its next message accepts the subscriber first, so the subscriber (Latest) gets it.
     assert_eq!(exclusive.publish(b"first").unwrap(), 1);
-    assert_eq!(held.counters().accepted(), 1);
+    assert_eq!(exclusive.counters().accepted(), 1);
     let (_sub_node, seq, data) = early.join().expect("subscriber");
     assert_eq!((seq, data), (1, b"first".to_vec()));
 }
@@ -101,54 +101,49 @@ fn a_connect_to_a_held_publisher_waits_for_its_next_message_while_the_cm_thread_
 fn a_disconnect_from_a_held_publisher_is_handled_at_its_next_message() {
     let pub_node = node_without_discovery();
     let sub_node = node_without_discovery();
-    let publisher = pub_node.publisher("exclusive-gone").create().unwrap();
+    let mut publisher = pub_node.publisher("exclusive-gone").create().unwrap();
     let sub = subscribe(&sub_node, "exclusive-gone", Start::Latest, pub_node.local_addr());
     wait_subscribers(&publisher, 1);
     let mut exclusive = publisher.exclusive().unwrap();
     drop(sub);
-    poll_until("the disconnect is deferred", || publisher.counters().deferred_events() == 1);
-    assert_eq!(publisher.counters().subscribers(), 1, "still counted while the handle publishes nothing");
+    poll_until("the disconnect is deferred", || exclusive.counters().deferred_events() == 1);
+    assert_eq!(exclusive.counters().subscribers(), 1, "still counted while the handle publishes nothing");
     exclusive.publish(b"after").unwrap();
-    assert_eq!(publisher.counters().subscribers(), 0);
+    assert_eq!(exclusive.counters().subscribers(), 0);
 }
 
 #[test]
-fn a_thread_waiting_for_a_held_publisher_gets_it_between_two_messages_and_publishes_after_the_drop() {
+fn a_subscriber_connects_while_an_exclusive_publisher_publishes_without_pause() {
     let pub_node = node_without_discovery();
-    let publisher = Arc::new(pub_node.publisher("exclusive-shared").create().unwrap());
+    let mut publisher = pub_node.publisher("exclusive-busy").create().unwrap();
+    let addr = pub_node.local_addr();
     let mut exclusive = publisher.exclusive().unwrap();
-    exclusive.publish(b"one").unwrap();
-    let (asked, answered) = std::sync::mpsc::channel();
-    let querying = {
-        let publisher = Arc::clone(&publisher);
-        thread::spawn(move || asked.send(publisher.subscriber_count()).unwrap())
-    };
-    // A query that needs the state gets it at one of the handle's next messages.
+    let (connected, subscriber) = std::sync::mpsc::channel();
+    let joining = thread::spawn(move || {
+        let sub_node = node_without_discovery();
+        let sub = subscribe(&sub_node, "exclusive-busy", Start::Latest, addr);
+        connected.send(()).unwrap();
+        (sub_node, sub)
+    });
+    // The CM thread gets the lock between two messages (or leaves the connect to the next one).
     let deadline = Instant::now() + WAIT;
-    let count = loop {
-        assert!(Instant::now() < deadline, "the query never got the state");
-        exclusive.publish(b"more").unwrap();
-        if let Ok(count) = answered.try_recv() {
-            break count;
+    loop {
+        assert!(Instant::now() < deadline, "the subscriber never connected");
+        exclusive.publish(b"tick").unwrap();
+        if subscriber.try_recv().is_ok() {
+            break;
+        }
+    }
+    assert_eq!(exclusive.counters().accepted(), 1);
+    let seq = exclusive.publish(b"seen").unwrap();
+    drop(exclusive);
+    let (_sub_node, mut sub) = joining.join().expect("subscriber");
+    let deadline = Instant::now() + WAIT;
+    let m = loop {
+        let m = recv_until(&mut sub, deadline);
+        if m.data == b"seen" {
+            break m;
         }
     };
-    assert_eq!(count, 0);
-    querying.join().unwrap();
-    // Another publishing call waits for the turn: its message comes after every one of the
-    // handle's.
-    let (started, publishing) = std::sync::mpsc::channel();
-    let other = {
-        let publisher = Arc::clone(&publisher);
-        thread::spawn(move || {
-            started.send(()).unwrap();
-            publisher.publish(b"other").unwrap()
-        })
-    };
-    publishing.recv_timeout(WAIT).unwrap();
-    let mut last = 0;
-    for _ in 0..100 {
-        last = exclusive.publish(b"mine").unwrap();
-    }
-    drop(exclusive);
-    assert_eq!(other.join().unwrap(), last + 1);
+    assert_eq!(m.seq, seq);
 }

@@ -2,19 +2,20 @@
 //! the state lock from its creation to its drop, so that a message costs no locked instruction
 //! (Aeron's `ExclusivePublication`).
 //!
-//! Between two of its messages it lends the lock to any thread waiting for it
-//! (`MutexGuard::bump`, one relaxed load when none is) and handles the connection events the
-//! CM thread left to it (`PublisherShared::run_deferred`, one relaxed load when there are
-//! none). The CM thread never waits for it longer than `CM_LOCK_WAIT`: a connect or a
-//! disconnect that finds the state held is handled by this handle's next message, its drop, or
-//! the next service tick after it. Other publishing calls on the same publisher wait for the
-//! turn until it is dropped.
+//! It borrows its [`Publisher`](super::Publisher) mutably, so no other call of the application
+//! can wait for it. The node's CM thread can: between two of its messages the handle lends the
+//! lock to it (`MutexGuard::bump`, one relaxed load when nothing waits) and handles the
+//! connection events the CM thread left to it (`PublisherShared::run_deferred`, one relaxed
+//! load when there are none). The CM thread waits at most `CM_LOCK_WAIT`: a connect or a
+//! disconnect that finds the state held longer is handled by this handle's next message, its
+//! drop, or the next service tick after that.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use parking_lot::MutexGuard;
 
+use super::counters::PublisherCounters;
 use super::shared::{PubState, PublisherShared, Turn};
 use crate::error::Result;
 use crate::node::message_type::MessageType;
@@ -26,16 +27,15 @@ use crate::node::message_type::MessageType;
 /// (a serde value is encoded into a buffer the handle keeps). A message the policy makes wait
 /// for credit waits as [`Publisher::publish`](super::Publisher::publish) does.
 ///
-/// Drop it when the run of messages ends: while it lives, other publishing calls on this
-/// publisher wait for it, queries that need the publisher's state (such as
-/// [`Publisher::subscriber_count`](super::Publisher::subscriber_count)) wait until its next
-/// message, and a subscriber's connect is answered at its next message or its drop.
+/// Hold it for a run of messages and drop it when the run ends: a subscriber's connect that
+/// arrives while it publishes nothing is answered only at its next message or its drop (acks
+/// and doorbell requests wait likewise, and nothing is owed to a subscriber meanwhile).
 ///
 /// ```
 /// use rdma_pubsub::{DiscoveryOptions, Node};
 ///
 /// let node = Node::builder().discovery(DiscoveryOptions::disabled()).build()?;
-/// let publisher = node.publisher("doc-exclusive").create()?;
+/// let mut publisher = node.publisher("doc-exclusive").create()?;
 /// let mut exclusive = publisher.exclusive()?;
 /// for i in 0..100u64 {
 ///     exclusive.publish(&i.to_le_bytes())?;
@@ -92,6 +92,11 @@ impl<'a, T: ?Sized + MessageType> ExclusivePublisher<'a, T> {
             T::encode_into(message, &mut scratch).and_then(|()| self.shared.publish_held(&mut self.state, &scratch));
         self.scratch = scratch;
         result
+    }
+
+    /// The publisher's counters.
+    pub fn counters(&self) -> &PublisherCounters {
+        self.shared.counters()
     }
 
     /// Sequence number the next message gets.

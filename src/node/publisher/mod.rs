@@ -117,14 +117,15 @@ impl<T: ?Sized + MessageType> Publisher<T> {
     }
 
     /// A handle that publishes from this thread without a lock per message, holding the
-    /// publisher until it is dropped (see [`ExclusivePublisher`]): for a run of messages from
-    /// one thread. Waits for the publishing turn as a publishing call does.
+    /// publisher until it is dropped (see [`ExclusivePublisher`]). It borrows the publisher
+    /// mutably: nothing else can call it meanwhile, so no call of this process can wait for
+    /// the handle (a publisher shared through an `Arc` publishes with
+    /// [`publish`](Self::publish)).
     ///
     /// # Errors
-    /// [`Error::Timeout`](crate::Error::Timeout) when a Block publisher waited its whole
-    /// timeout for another call's turn, or to finish a message a timed-out call left partly
-    /// written.
-    pub fn exclusive(&self) -> Result<ExclusivePublisher<'_, T>> {
+    /// [`Error::Timeout`](crate::Error::Timeout) when a Block publisher's earlier call left a
+    /// message partly written and it cannot be finished within the timeout.
+    pub fn exclusive(&mut self) -> Result<ExclusivePublisher<'_, T>> {
         ExclusivePublisher::new(&self.shared)
     }
 

@@ -40,8 +40,8 @@
 //! another process (`bench --pin-publisher --separate-processes`, no checksum): about 0.09 µs
 //! of CPU per message (0.10–0.12 while that reader loaded the ring's tail on every read). Where it
 //! goes (perf, timer samples): the record header's stores about 38%, the lock and its unlock
-//! about 21%, the payload copy 12%, the head walk's header loads 11% (a cache miss per record
-//! passed), placing and padding 6%, the counters and the CQ look 11%. The stores and the
+//! about 21%, the payload copy 12%, the head walk's header loads 11% (a chain of dependent
+//! loads, one per record passed: now a walk of the producer's own log of its records), placing and padding 6%, the counters and the CQ look 11%. The stores and the
 //! locked instructions both wait for the same thing: the ring lines the reader in place has
 //! just read must be taken back from its cache before the stores leave the store buffer, and a
 //! locked instruction waits until they have. An [`ExclusivePublisher`](super::ExclusivePublisher)
@@ -135,6 +135,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use crossbeam::utils::CachePadded;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use slab::Slab;
 
@@ -330,7 +331,10 @@ pub(crate) struct PublisherShared {
     /// another topic's subscribers cannot fill it).
     replay: Mutex<ReplayGuard>,
     recv_slots: u32,
-    state: Mutex<PubState>,
+    /// On cache lines of its own: the publishing thread writes the lock word and the producer
+    /// per message, and a neighbour sharing a line (another thread's state) would take it
+    /// from it every time.
+    state: CachePadded<Mutex<PubState>>,
     /// Connection events waiting for the state lock's holder.
     deferred: Mutex<Deferred>,
     /// `deferred` holds an event: one relaxed load per message of an exclusive publisher.
@@ -400,7 +404,7 @@ impl PublisherShared {
             srq,
             replay: Mutex::new(ReplayGuard::default()),
             recv_slots,
-            state: Mutex::new(PubState {
+            state: CachePadded::new(Mutex::new(PubState {
                 producer,
                 subs: Slab::new(),
                 by_conn: HashMap::new(),
@@ -411,7 +415,7 @@ impl PublisherShared {
                 publishing: false,
                 unfinished: None,
                 closing: false,
-            }),
+            })),
             deferred: Mutex::new(Deferred::default()),
             has_deferred: AtomicBool::new(false),
             turn: Condvar::new(),
