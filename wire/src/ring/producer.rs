@@ -6,6 +6,7 @@
 //! capacity, see [`RingProducer::limit_for`]; [`NO_LIMIT`] to overwrite freely). A message
 //! that does not fit is written as far as the limit allows and resumed by a later `append`.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use super::checksum::Checksum;
 use super::error::RingError;
 use super::layout::{
     self, ctrl, RecordHeader, CONTROL_SIZE, FLAG_FIRST, FLAG_LAST, FLAG_NO_CHECKSUM, FLAG_PADDING, HEADER_LEN,
+    RECORD_ALIGN,
 };
 use rdma_fabric::RegisteredBuffer;
 
@@ -114,9 +116,10 @@ pub struct RingProducer {
     head_seq: u64,
     /// Whether the record at `head` is (or will be) the first fragment of its message.
     head_first: bool,
-    /// The header of the record at `head` when it is written (read once, when head moved
-    /// there): the next advance starts from it without reading it again.
-    head_header: Option<RecordHeader>,
+    /// The records from `head` to `tail`, oldest first, as [`RecordEntry`]s: moving head walks
+    /// this log, not the ring's headers (a chain of dependent loads, one per record, of lines
+    /// written a lap earlier). At most `capacity / 32` entries of 4 bytes.
+    records: VecDeque<RecordEntry>,
     /// Every byte below this position may have been overwritten.
     floor: u64,
     in_progress: Option<InProgress>,
@@ -127,7 +130,7 @@ pub struct RingProducer {
     checksums: bool,
     /// Message records written without a checksum so far.
     unchecked: u64,
-    /// Headers read back from the ring (what the head walk costs), for the tests.
+    /// Headers read back from the ring (only completing checksums does), for the tests.
     #[cfg(test)]
     header_reads: std::sync::atomic::AtomicU64,
 }
@@ -162,7 +165,7 @@ impl RingProducer {
             head: start,
             head_seq: 1,
             head_first: true,
-            head_header: None,
+            records: VecDeque::with_capacity(config.capacity / 1024),
             floor: start,
             in_progress: None,
             claimed: false,
@@ -282,9 +285,6 @@ impl RingProducer {
                 completed += 1;
             }
             position += h.size();
-        }
-        if self.head_header.is_some_and(|h| h.flags & FLAG_NO_CHECKSUM != 0) {
-            self.head_header = None;
         }
         Ok(completed)
     }
@@ -469,6 +469,7 @@ impl RingProducer {
             };
             pad.crc = pad.compute_crc(self.checksum, &[]);
             self.write_header(&pad)?;
+            self.log_record(&pad);
             self.tail = start;
             self.store(ctrl::TAIL, start)?;
         }
@@ -513,35 +514,45 @@ impl RingProducer {
         Ok(())
     }
 
-    /// Moves `head` to the first message start at or after `keep_from`. Once the ring is full
-    /// this runs once per step of [`HEAD_STEP`]: one header read per record passed (the one
-    /// head lands on is kept, and not read again by the next step).
+    /// Moves `head` to the first message start at or after `keep_from`, walking the record log
+    /// (no header is read back from the ring); the records it passes leave the log.
     fn advance_head(&mut self, keep_from: u64, rec_start: u64, rec_seq: u64, rec_first: bool) -> Result<(), RingError> {
-        let mut head = self.head;
-        let mut known = self.head_header.take().filter(|h| h.position == head);
+        let (mut head, mut seq) = (self.head, self.head_seq);
         loop {
             if head >= self.tail {
+                self.records.clear();
                 self.head = rec_start;
                 self.head_seq = rec_seq;
                 self.head_first = rec_first;
                 break;
             }
-            let h = match known.take() {
-                Some(h) => h,
-                None => self.read_header(head)?,
+            let Some(&record) = self.records.front() else {
+                return Err(RingError::Corrupt {
+                    position: head,
+                    detail: "producer lost track of its own records".into(),
+                });
             };
-            if head >= keep_from && h.is_first() && !h.is_padding() {
+            if head >= keep_from && record.starts_message() {
                 self.head = head;
-                self.head_seq = h.seq;
+                self.head_seq = seq;
                 self.head_first = true;
-                self.head_header = Some(h);
                 break;
             }
-            head += h.size();
+            head += record.size();
+            seq += record.ends_message() as u64;
+            self.records.pop_front();
         }
         self.store(ctrl::HEAD_SEQ, self.head_seq)?;
         self.store(ctrl::HEAD, self.head)?;
         Ok(())
+    }
+
+    /// Adds a record just written to the log, unless head has already moved past it (a padding
+    /// record written after head jumped to the record it precedes).
+    fn log_record(&mut self, h: &RecordHeader) {
+        if h.position >= self.head {
+            self.records.push_back(RecordEntry::of(h));
+        }
     }
 
     /// A header the producer wrote earlier (only the producer writes the ring): its words
@@ -582,6 +593,7 @@ impl RingProducer {
     /// Writes the header of a record whose payload is in place and publishes the new tail.
     fn commit_record(&mut self, h: &RecordHeader, next_tail_seq: u64) -> Result<(), RingError> {
         self.write_header(h)?;
+        self.log_record(h);
         self.tail = h.position + h.size();
         self.tail_seq = next_tail_seq;
         const _: () = assert!(ctrl::TAIL_SEQ == ctrl::TAIL + 8);
@@ -602,6 +614,40 @@ impl RingProducer {
     /// Headers read back from the ring so far.
     pub(crate) fn header_reads(&self) -> u64 {
         self.header_reads.load(Ordering::Relaxed)
+    }
+}
+
+/// One record in the producer's log: its size in units of [`RECORD_ALIGN`] and three flags, in a
+/// `u32` (a record's size is at most `u32::MAX` payload bytes plus a header: under 2^28 units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RecordEntry(u32);
+
+impl RecordEntry {
+    const FIRST: u32 = 1;
+    const LAST: u32 = 2;
+    const PADDING: u32 = 4;
+    const FLAG_BITS: u32 = 3;
+
+    fn of(h: &RecordHeader) -> RecordEntry {
+        let units = (h.size() / RECORD_ALIGN) as u32;
+        let flags = if h.is_first() { Self::FIRST } else { 0 }
+            | if h.is_last() { Self::LAST } else { 0 }
+            | if h.is_padding() { Self::PADDING } else { 0 };
+        RecordEntry(units << Self::FLAG_BITS | flags)
+    }
+
+    fn size(self) -> u64 {
+        u64::from(self.0 >> Self::FLAG_BITS) * RECORD_ALIGN
+    }
+
+    /// The first record of a message: head may land on it.
+    fn starts_message(self) -> bool {
+        self.0 & (Self::FIRST | Self::PADDING) == Self::FIRST
+    }
+
+    /// The last record of a message: the next record carries the next sequence.
+    fn ends_message(self) -> bool {
+        self.0 & (Self::LAST | Self::PADDING) == Self::LAST
     }
 }
 

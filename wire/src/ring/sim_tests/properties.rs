@@ -14,6 +14,38 @@ fn sizes(max: usize) -> impl Strategy<Value = Vec<usize>> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
+    /// Wherever the producer moves head (overwriting, or in steps under a limit, with padding and
+    /// fragments), the record there carries `head_seq` and starts a message unless the earliest
+    /// start point says it does not, as the ring's own headers say.
+    #[test]
+    fn head_always_names_a_record_and_its_sequence_as_the_headers_do(lens in sizes(100_000), limited in any::<bool>(), lag in 0usize..4) {
+        let (buf, mut prod) = ring(CAP);
+        let mut tails = std::collections::VecDeque::new();
+        for (n, &len) in lens.iter().enumerate() {
+            // Under a limit, a reader that consumed everything up to `lag` messages ago.
+            let consumed = if limited { tails.get(tails.len().saturating_sub(lag + 1)).copied().unwrap_or(prod.head()) } else { 0 };
+            let limit = if limited { prod.limit_for(consumed) } else { NO_LIMIT };
+            let msg = payload(n as u64 + 1, len);
+            let mut steps = 0;
+            while let Append::Blocked { .. } = prod.append(&msg, if steps == 0 { limit } else { NO_LIMIT }).unwrap() {
+                steps += 1;
+            }
+            tails.push_back(prod.tail());
+            if prod.head() < prod.tail() {
+                let at = prod.head();
+                let h = RecordHeader::decode(&sim_read(&buf, ReadPlan { ring_offset: layout::data_offset(at, CAP), len: 32, position: at })).unwrap();
+                prop_assert_eq!(h.position, at);
+                prop_assert!(!h.is_padding(), "head at padding: {:?}", h);
+                prop_assert_eq!(h.seq, prod.head_seq());
+                // A message larger than the ring overwrote its own start: head is then at one of
+                // its later fragments, and the earliest whole message is the next one.
+                let whole = prod.earliest().first_seq == prod.head_seq();
+                prop_assert_eq!(h.is_first(), whole, "{:?}", h);
+            }
+        }
+        prop_assert_eq!(prod.header_reads(), 0);
+    }
+
     /// Flow control: every message exactly once, in order, byte for byte.
     #[test]
     fn flow_controlled_delivery_is_exact(lens in sizes(150_000), batches in prop::collection::vec(32usize..40_000, 1..16)) {
