@@ -34,28 +34,33 @@
 //! # The hot path
 //!
 //! `publish_bytes`: no clock read, no allocation, no system call and no locked
-//! read-modify-write (counters written only under the lock are a load and a store); the CQ is
-//! looked at with a one-entry poll, and a batch is set up only when it holds something. Measured
-//! on 64 B messages with the publisher alone on a CPU and one subscriber reading in place in
-//! another process (`bench --pin-publisher --separate-processes`, no checksum): about 0.09 µs
-//! of CPU per message (0.10–0.12 while that reader loaded the ring's tail on every read). Where it
-//! goes (perf, timer samples): the record header's stores about 38%, the lock and its unlock
-//! about 21%, the payload copy 12%, the head walk's header loads 11% (a chain of dependent
-//! loads, one per record passed: now a walk of the producer's own log of its records), placing and padding 6%, the counters and the CQ look 11%. The stores and the
-//! locked instructions both wait for the same thing: the ring lines the reader in place has
-//! just read must be taken back from its cache before the stores leave the store buffer, and a
-//! locked instruction waits until they have. An [`ExclusivePublisher`](super::ExclusivePublisher)
-//! holds the lock and the turn across its calls (`publish_held`): a message then costs no locked
-//! instruction, and the stores of one message overlap the next one's work (an experiment of the
-//! same kind, publishing without the lock, measured 10.1 → 14.1 M msg/s and 0.10 → 0.065 µs of
-//! publisher CPU per message in separate processes, 6 interleaved rounds). On a fabric whose NIC copies on this host's CPUs
-//! (`DeviceAttributes::copies_on_host_cpus`: soft), a commit of 16 KiB or more is followed by
-//! one `sched_yield`, so that the NIC thread that must copy those bytes gets a turn on a
-//! machine with fewer CPUs than busy threads (64 KiB in one process on 2 vCPUs: 2.28 → 2.75
-//! GB/s). A serde value is sized first and encoded straight into a loan when it fits one
-//! record. A message larger than the ring is written fragment by fragment as credit allows
-//! (`pubsub::streams::a_sixteen_mib_message_passes_through_a_one_mib_ring`). A loan's bytes are written without atomics, which is sound because no other Rust
-//! code of the process touches them before the commit.
+//! read-modify-write besides the state lock (counters written only under the lock are a load
+//! and a store); the CQ is looked at with a one-entry poll, and a batch is set up only when it
+//! holds something. Measured on 64 B messages with the publisher alone on a CPU and one
+//! subscriber reading in place in another process (`bench --pin-publisher
+//! --separate-processes`, no checksum): about 0.09 µs of CPU per message. Where it went (perf,
+//! timer samples): the record header's stores about 38%, the lock and its unlock about 21%,
+//! the payload copy 12%, the head walk's header loads 11% (a chain of dependent loads of lines
+//! written a lap earlier, one per record passed: head now walks the producer's own log of its
+//! records), placing and padding 6%, the counters and the CQ look 11%. The stores and the
+//! locked instructions wait for the same thing: the ring lines the reader in place has just
+//! read must be taken back from its cache before the stores leave the store buffer, and a
+//! locked instruction waits until they have.
+//!
+//! An [`ExclusivePublisher`](super::ExclusivePublisher) holds the lock and the turn across its
+//! calls (`publish_held`): a message costs no locked instruction, and the stores of one
+//! message overlap the next one's work. Against `publish` before it (9 interleaved rounds,
+//! medians): separate processes 10.4 → 13.3 M msg/s, 0.096 → 0.072 µs of publisher CPU.
+//!
+//! On a fabric whose NIC copies on this host's CPUs (`DeviceAttributes::copies_on_host_cpus`:
+//! soft), a commit of 16 KiB or more is followed by one `sched_yield`, so that the NIC thread
+//! that must copy those bytes gets a turn on a machine with fewer CPUs than busy threads (64
+//! KiB in one process on 2 vCPUs: 2.28 → 2.75 GB/s). A serde value is sized first and encoded
+//! straight into a loan when it fits one record. A message larger than the ring is written
+//! fragment by fragment as credit allows
+//! (`pubsub::streams::a_sixteen_mib_message_passes_through_a_one_mib_ring`). A loan's bytes
+//! are written without atomics, which is sound because no other Rust code of the process
+//! touches them before the commit.
 //!
 //! # Checksums
 //!
