@@ -80,6 +80,8 @@ typedef enum rps_status {
   // The publisher's messages are of another type than the subscription's (both named in
   // the detail).
   RPS_TYPE_MISMATCH = 25,
+  // An `rps_exclusive` holds the publisher: end it first.
+  RPS_EXCLUSIVE_HELD = 26,
 } rps_status;
 
 // What happened to a subscription's connections (`rps_event.kind`).
@@ -180,6 +182,12 @@ typedef enum rps_start {
   RPS_START_EARLIEST = 1,
 } rps_start;
 
+// A publisher held by one thread, that publishes without a lock per message
+// (`ExclusivePublisher`): made by [`rps_publisher_exclusive`], used and ended
+// ([`rps_exclusive_end`]) on that thread. While it lives every other call on its publisher
+// returns `RPS_EXCLUSIVE_HELD`.
+typedef struct rps_exclusive rps_exclusive;
+
 // A message being written in place in the publisher's ring (zero copy): made by
 // [`rps_publisher_loan`], then sent ([`rps_loan_send`]) or dropped ([`rps_loan_drop`]) on the
 // thread that made it, before the publisher is destroyed.
@@ -195,7 +203,8 @@ typedef struct rps_message rps_message;
 typedef struct rps_node rps_node;
 
 // A publisher of one topic. Any thread may use it, several at once (a loan holds it while
-// outstanding: the other threads' publishes wait). Destroy it before its node.
+// outstanding: the other threads' publishes wait), except while an [`rps_exclusive`] holds it.
+// Destroy it before its node.
 typedef struct rps_publisher rps_publisher;
 
 // A subscription to one topic. One thread at a time uses it. Destroy it before its node.
@@ -490,7 +499,8 @@ enum rps_status rps_publisher_create(const struct rps_node *node,
 
 // Destroys the publisher in `*publisher` (its subscribers get every message, then the end
 // of its stream) and sets `*publisher` to NULL; nothing when either is NULL. With a loan
-// outstanding it destroys nothing and returns `RPS_LOAN_OUTSTANDING`.
+// outstanding it destroys nothing and returns `RPS_LOAN_OUTSTANDING`; under an
+// [`rps_exclusive`], `RPS_EXCLUSIVE_HELD`.
 //
 // # Safety
 // `publisher` is NULL or points to NULL or a publisher made by `rps_publisher_create`, used
@@ -557,6 +567,37 @@ enum rps_status rps_publisher_flush(const struct rps_publisher *publisher, uint6
 // `publisher` is NULL or a live publisher; `out` NULL or writable.
 enum rps_status rps_publisher_get_counters(const struct rps_publisher *publisher,
                                            struct rps_publisher_counters *out);
+
+// Makes the publisher's single-threaded handle in `*out`: until [`rps_exclusive_end`], this
+// thread publishes through it ([`rps_exclusive_publish`]) without a lock per message, and
+// every other call on the publisher returns `RPS_EXCLUSIVE_HELD`. `RPS_LOAN_OUTSTANDING` while
+// a loan of the publisher is outstanding; `RPS_EXCLUSIVE_HELD` when a handle already holds it.
+//
+// # Safety
+// `publisher` is NULL or a live publisher that no other thread uses during this call; `out`
+// NULL or writable.
+enum rps_status rps_publisher_exclusive(struct rps_publisher *publisher,
+                                        struct rps_exclusive **out);
+
+// Publishes `len` bytes at `data` through the single-threaded handle (copied into the ring);
+// its sequence number in `*seq` (`seq` may be NULL). Waits for credit as
+// [`rps_publisher_publish`] does.
+//
+// # Safety
+// `exclusive` is NULL or a handle made by [`rps_publisher_exclusive`] on this thread and not
+// ended; `data` NULL (only with `len` 0) or valid for `len` bytes; `seq` NULL or writable.
+enum rps_status rps_exclusive_publish(struct rps_exclusive *exclusive,
+                                      const uint8_t *data,
+                                      size_t len,
+                                      uint64_t *seq);
+
+// Ends the single-threaded handle in `*exclusive` (its publisher is shared again) and sets
+// `*exclusive` to NULL; nothing when either is NULL.
+//
+// # Safety
+// `exclusive` is NULL or points to NULL or a handle made by [`rps_publisher_exclusive`] on
+// this thread.
+void rps_exclusive_end(struct rps_exclusive **exclusive);
 
 // The detail of the calling thread's last failed call: a NUL-terminated UTF-8 string owned by
 // the library, valid until the next failed call on this thread; empty when none failed.

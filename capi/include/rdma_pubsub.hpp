@@ -165,6 +165,31 @@ class loan {
     mutable_bytes bytes_;
 };
 
+/// A publisher held by this thread, publishing without a lock per message (see rps_exclusive);
+/// its publisher is shared again when it is destroyed.
+class exclusive_publisher {
+  public:
+    explicit exclusive_publisher(rps_exclusive *handle) : handle_(handle) {}
+    exclusive_publisher(exclusive_publisher &&other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+    exclusive_publisher(const exclusive_publisher &) = delete;
+    exclusive_publisher &operator=(const exclusive_publisher &) = delete;
+    exclusive_publisher &operator=(exclusive_publisher &&) = delete;
+    ~exclusive_publisher() { rps_exclusive_end(&handle_); }
+
+    /// Publishes a copy of `data`; returns its sequence number.
+    uint64_t publish(bytes data) {
+        uint64_t seq = 0;
+        detail::check(rps_exclusive_publish(handle_, data.data(), data.size(), &seq));
+        return seq;
+    }
+    uint64_t publish(std::string_view text) {
+        return publish(bytes(reinterpret_cast<const uint8_t *>(text.data()), text.size()));
+    }
+
+  private:
+    rps_exclusive *handle_;
+};
+
 /// A publisher of one topic (see rps_publisher).
 class publisher {
   public:
@@ -185,6 +210,13 @@ class publisher {
     }
     uint64_t publish(std::string_view text) {
         return publish(bytes(reinterpret_cast<const uint8_t *>(text.data()), text.size()));
+    }
+    /// Holds the publisher on this thread until the handle is destroyed: its `publish` takes
+    /// no lock, and every other call on this publisher throws `RPS_EXCLUSIVE_HELD` meanwhile.
+    exclusive_publisher exclusive() {
+        rps_exclusive *handle = nullptr;
+        detail::check(rps_publisher_exclusive(handle_, &handle));
+        return exclusive_publisher(handle);
     }
     /// Lends `size` bytes of the ring for a message written in place.
     loan borrow(std::size_t size) {

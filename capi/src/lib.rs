@@ -7,7 +7,7 @@
 //! The rules every function keeps:
 //!
 //! - names start with `rps_`; handles are opaque ([`rps_node`], [`rps_publisher`],
-//!   [`rps_loan`], [`rps_subscription`], [`rps_message`]) and made by `*_create` functions;
+//!   [`rps_loan`], [`rps_exclusive`], [`rps_subscription`], [`rps_message`]) and made by `*_create` functions;
 //! - every call returns an [`rps_status`]; a failure's detail is the thread-local
 //!   [`rps_last_error`]. A NULL handle or out-pointer is `RPS_INVALID_ARGUMENT`, never a crash;
 //! - no Rust panic crosses into C: each entry point runs in a guard that catches it
@@ -18,6 +18,8 @@
 //!   [`rps_loan_send`] or [`rps_loan_drop`]) and a subscription's borrow
 //!   ([`rps_subscription_recv_ref`], then [`rps_subscription_release`]); copying variants too
 //!   ([`rps_publisher_publish`], [`rps_subscription_recv`], [`rps_subscription_recv_into`]);
+//! - one publishing thread may hold a publisher: [`rps_publisher_exclusive`], then
+//!   [`rps_exclusive_publish`] (no lock per message), then [`rps_exclusive_end`];
 //! - receives wait up to a timeout in milliseconds (0: do not block; [`RPS_FOREVER`]), and
 //!   [`rps_subscription_ready_fd`] with [`rps_subscription_prepare_wait`] let an event loop
 //!   (epoll, libuv, asio) drive a subscription.
@@ -52,9 +54,9 @@ pub use options::{
     rps_same_host, rps_start, rps_subscriber_options, rps_subscriber_options_init,
 };
 pub use publisher::{
-    rps_loan, rps_loan_drop, rps_loan_send, rps_publisher, rps_publisher_create, rps_publisher_destroy,
-    rps_publisher_flush, rps_publisher_get_counters, rps_publisher_loan, rps_publisher_publish,
-    rps_publisher_wait_for_subscribers,
+    rps_exclusive, rps_exclusive_end, rps_exclusive_publish, rps_loan, rps_loan_drop, rps_loan_send, rps_publisher,
+    rps_publisher_create, rps_publisher_destroy, rps_publisher_exclusive, rps_publisher_flush,
+    rps_publisher_get_counters, rps_publisher_loan, rps_publisher_publish, rps_publisher_wait_for_subscribers,
 };
 pub use status::{rps_last_error, rps_status, rps_status_name};
 pub use subscription::{

@@ -74,6 +74,8 @@ pub enum rps_status {
     /// The publisher's messages are of another type than the subscription's (both named in
     /// the detail).
     RPS_TYPE_MISMATCH = 25,
+    /// An `rps_exclusive` holds the publisher: end it first.
+    RPS_EXCLUSIVE_HELD = 26,
 }
 
 /// A failed call: its status and the detail for [`rps_last_error`].
@@ -210,6 +212,7 @@ pub extern "C" fn rps_status_name(status: rps_status) -> *const c_char {
         rps_status::RPS_UNAUTHENTICATED => c"RPS_UNAUTHENTICATED",
         rps_status::RPS_DROPPED => c"RPS_DROPPED",
         rps_status::RPS_TYPE_MISMATCH => c"RPS_TYPE_MISMATCH",
+        rps_status::RPS_EXCLUSIVE_HELD => c"RPS_EXCLUSIVE_HELD",
     };
     name.as_ptr()
 }

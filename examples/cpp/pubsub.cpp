@@ -1,6 +1,7 @@
 // pubsub: the C++ wrapper end to end in one process: two nodes, a publisher on one, a
-// subscription on the other connected by address; messages published by copy and by a loan
-// written in place, received borrowed (zero copy) and copied; a wrong credential's exception.
+// subscription on the other connected by address; messages published by copy, by a loan
+// written in place and through the publisher held by this thread, received borrowed (zero
+// copy) and copied; a wrong credential's exception.
 //
 //   c++ -std=c++17 pubsub.cpp $(pkg-config --cflags --libs rdma_pubsub) -o pubsub
 #include <chrono>
@@ -50,6 +51,18 @@ int main() {
         if (sub.receive(100ms)) {
             std::cerr << "pubsub: the dropped loan was published\n";
             return 1;
+        }
+        {
+            // A run of messages from this thread: no lock per message.
+            rps::exclusive_publisher held = pub.exclusive();
+            for (int i = 0; i < 1000; i++) held.publish("held");
+        }
+        for (uint64_t seq = 3; seq <= 1002; seq++) {
+            auto m = sub.receive(10s);
+            if (!m || m->seq() != seq || m->data().as_string_view() != "held") {
+                std::cerr << "pubsub: the held publisher's message " << seq << " did not arrive\n";
+                return 1;
+            }
         }
 
         rps::publisher_options guarded;

@@ -360,6 +360,67 @@ static void a_loan_dropped_unsent_publishes_nothing(void) {
     rps_node_destroy(&a);
 }
 
+/* A publisher held by this thread publishes without a lock per message; meanwhile every other
+ * call on it is refused (none waits for it), and it is shared again once the handle ends. */
+static void an_exclusive_handle_holds_the_publisher_until_it_ends(void) {
+    rps_node *a = make_node(), *b = make_node();
+    char addr[64];
+    local_addr(a, addr, sizeof addr);
+    rps_publisher *pub = NULL;
+    OK(rps_publisher_create(a, "c-exclusive", NULL, &pub));
+    rps_subscription *sub = subscribe(b, "c-exclusive", addr);
+    rps_exclusive *held = NULL;
+    CHECK(rps_publisher_exclusive(pub, NULL) == RPS_INVALID_ARGUMENT, "NULL out");
+    CHECK(rps_publisher_exclusive(NULL, &held) == RPS_INVALID_ARGUMENT && held == NULL, "NULL publisher");
+    OK(rps_publisher_exclusive(pub, &held));
+    CHECK(held != NULL, "a handle");
+    uint64_t seq = 0;
+    for (uint64_t i = 1; i <= 1000; i++) {
+        OK(rps_exclusive_publish(held, (const uint8_t *)&i, sizeof i, &seq));
+        CHECK(seq == i, "sequence %" PRIu64 " for message %" PRIu64, seq, i);
+    }
+    rps_exclusive *second = NULL;
+    CHECK(rps_publisher_exclusive(pub, &second) == RPS_EXCLUSIVE_HELD && second == NULL, "held once");
+    CHECK(rps_publisher_publish(pub, (const uint8_t *)"x", 1, NULL) == RPS_EXCLUSIVE_HELD, "publish refused");
+    rps_publisher_counters pc;
+    CHECK(rps_publisher_get_counters(pub, &pc) == RPS_EXCLUSIVE_HELD, "counters refused");
+    CHECK(rps_publisher_flush(pub, 0) == RPS_EXCLUSIVE_HELD, "flush refused");
+    rps_loan *loan = NULL;
+    uint8_t *data = NULL;
+    CHECK(rps_publisher_loan(pub, 8, &loan, &data) == RPS_EXCLUSIVE_HELD && loan == NULL, "loan refused");
+    CHECK(rps_publisher_destroy(&pub) == RPS_EXCLUSIVE_HELD && pub != NULL, "not destroyed while held");
+    CHECK(strcmp(rps_status_name(RPS_EXCLUSIVE_HELD), "RPS_EXCLUSIVE_HELD") == 0, "its name");
+    rps_exclusive_end(&held);
+    CHECK(held == NULL, "ended");
+    rps_exclusive_end(&held);
+    rps_exclusive_end(NULL);
+    CHECK(rps_exclusive_publish(NULL, (const uint8_t *)"x", 1, NULL) == RPS_INVALID_ARGUMENT, "NULL handle");
+    OK(rps_publisher_publish(pub, (const uint8_t *)"shared again", 12, &seq));
+    CHECK(seq == 1001, "after the held run: %" PRIu64, seq);
+    /* Under a loan no handle is made (this thread would wait for itself). */
+    OK(rps_publisher_loan(pub, 8, &loan, &data));
+    CHECK(rps_publisher_exclusive(pub, &held) == RPS_LOAN_OUTSTANDING && held == NULL, "refused under a loan");
+    rps_loan_drop(&loan);
+    for (uint64_t i = 1; i <= 1001; i++) {
+        rps_message_view view;
+        OK(rps_subscription_recv_ref(sub, WAIT_MS, &view));
+        CHECK(view.seq == i, "message %" PRIu64 " arrived as %" PRIu64, i, view.seq);
+        if (i <= 1000) {
+            uint64_t got;
+            CHECK(view.len == sizeof got, "length of message %" PRIu64, i);
+            memcpy(&got, view.data, sizeof got);
+            CHECK(got == i, "content of message %" PRIu64, i);
+        }
+        OK(rps_subscription_release(sub));
+    }
+    OK(rps_publisher_get_counters(pub, &pc));
+    CHECK(pc.published == 1001, "published: %" PRIu64, pc.published);
+    rps_subscription_destroy(&sub);
+    OK(rps_publisher_destroy(&pub));
+    rps_node_destroy(&b);
+    rps_node_destroy(&a);
+}
+
 /* The size and alignment of every public struct, as C sees it. */
 struct layout {
     const char *name;
@@ -550,6 +611,7 @@ static const struct test TESTS[] = {
     {"null_handles_and_destroying_twice", null_handles_and_destroying_twice},
     {"a_wrong_credential_is_refused", a_wrong_credential_is_refused},
     {"a_loan_dropped_unsent_publishes_nothing", a_loan_dropped_unsent_publishes_nothing},
+    {"an_exclusive_handle_holds_the_publisher_until_it_ends", an_exclusive_handle_holds_the_publisher_until_it_ends},
     {"struct_layouts_match", struct_layouts_match},
     {"a_publisher_shared_by_four_threads", a_publisher_shared_by_four_threads},
     {"two_processes", two_processes},
