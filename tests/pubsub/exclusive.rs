@@ -1,5 +1,5 @@
 //! The single-threaded handle, `ExclusivePublisher`: what it publishes, and that the node's CM
-//! thread never waits for it.
+//! thread never waits for it, nor for a loan held long.
 
 use super::*;
 
@@ -146,4 +146,29 @@ fn a_subscriber_connects_while_an_exclusive_publisher_publishes_without_pause() 
         }
     };
     assert_eq!(m.seq, seq);
+}
+
+#[test]
+fn a_loan_held_long_leaves_its_connects_to_the_service_tick_and_stalls_no_other_topic() {
+    let pub_node = node_without_discovery();
+    let held = pub_node.publisher("loan-held").create().unwrap();
+    let free = pub_node.publisher("loan-free").create().unwrap();
+    let addr = pub_node.local_addr();
+    let loan = held.loan(8).unwrap();
+    let early = thread::spawn(move || {
+        let sub_node = node_without_discovery();
+        let sub = subscribe(&sub_node, "loan-held", Start::Latest, addr);
+        (sub_node, sub)
+    });
+    poll_until("the connect is deferred", || held.counters().deferred_events() == 1);
+    let other_node = node_without_discovery();
+    let _other = subscribe(&other_node, "loan-free", Start::Latest, addr);
+    wait_subscribers(&free, 1);
+    assert_eq!(loan.send().unwrap(), 1);
+    // Once the loan is gone, the next service tick accepts the waiting subscriber.
+    let (_sub_node, mut sub) = early.join().expect("subscriber");
+    wait_subscribers(&held, 1);
+    assert_eq!(held.publish(b"after").unwrap(), 2);
+    let m = sub.recv_timeout(WAIT).unwrap().expect("the message after its connect");
+    assert_eq!((m.seq, m.data), (2, b"after".to_vec()));
 }
