@@ -1,7 +1,7 @@
 //! The examples a user copies (`examples/`), each run as the program it is, bounded, and what
-//! it prints checked: typed, zero copy (a loan and `recv_ref`), async (feature `async`), the
-//! three policies with a slow subscriber, secure (a domain secret, a credential, a wrong one),
-//! and two processes with discovery.
+//! it prints checked: typed, zero copy (a loan and `recv_ref`), throughput (an
+//! `ExclusivePublisher`), async (feature `async`), the three policies with a slow subscriber,
+//! secure (a domain secret, a credential, a wrong one), and two processes with discovery.
 //!
 //! The test builds the examples first (with the profile and features it was built with, in its
 //! own target directory; nothing to do when `cargo test` built them already), so that it never
@@ -77,6 +77,13 @@ fn typed() {
         assert!(out.contains(line), "{line:?} in:\n{out}");
     }
     assert!(out.contains("final_seq: 3, complete: true"), "the end is an event:\n{out}");
+}
+
+#[test]
+fn throughput() {
+    let out = run("throughput");
+    assert!(out.contains("received 200000 of 200000 messages in order"), "{out}");
+    assert!(out.contains("M messages/s of 64 bytes"), "{out}");
 }
 
 #[test]
