@@ -450,30 +450,39 @@ impl RingProducer {
     }
 
     /// Makes room for a record of `payload_len` bytes (advancing head, writing padding) if the
-    /// limit allows; returns its start.
+    /// limit allows; returns its start. Inlined: most records need neither.
+    #[inline]
     fn place(&mut self, payload_len: usize, limit: u64, seq: u64, first: bool) -> Result<Option<u64>, RingError> {
         let (start, size) = self.placement(payload_len);
         if start + size > limit {
             return Ok(None);
         }
-        self.ensure_head(start + size, limit, start, seq, first)?;
+        if self.floor < (start + size).saturating_sub(self.capacity as u64) {
+            self.ensure_head(start + size, limit, start, seq, first)?;
+        }
         if start != self.tail {
-            let mut pad = RecordHeader {
-                position: self.tail,
-                seq: self.tail_seq,
-                len: (start - self.tail) as u32 - HEADER_LEN as u32,
-                flags: FLAG_PADDING,
-                reserved: 0,
-                total_len: 0,
-                crc: 0,
-            };
-            pad.crc = pad.compute_crc(self.checksum, &[]);
-            self.write_header(&pad)?;
-            self.log_record(&pad);
-            self.tail = start;
-            self.store(ctrl::TAIL, start)?;
+            self.write_padding(start)?;
         }
         Ok(Some(start))
+    }
+
+    /// Fills the data area from the tail up to `start` (its end) with a padding record.
+    #[cold]
+    fn write_padding(&mut self, start: u64) -> Result<(), RingError> {
+        let mut pad = RecordHeader {
+            position: self.tail,
+            seq: self.tail_seq,
+            len: (start - self.tail) as u32 - HEADER_LEN as u32,
+            flags: FLAG_PADDING,
+            reserved: 0,
+            total_len: 0,
+            crc: 0,
+        };
+        pad.crc = pad.compute_crc(self.checksum, &[]);
+        self.write_header(&pad)?;
+        self.log_record(&pad);
+        self.tail = start;
+        self.store(ctrl::TAIL, start)
     }
 
     /// Before the bytes up to `end` are written, moves `head` past every message they would
@@ -488,6 +497,7 @@ impl RingProducer {
     /// the tail; a subscriber that joins at the earliest message finds up to a step less.
     /// Without a limit (overwrite, or no subscriber) nothing is freed early: an overrun
     /// subscriber loses exactly the messages overwritten.
+    #[inline(never)]
     fn ensure_head(
         &mut self,
         end: u64,
