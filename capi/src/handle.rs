@@ -36,6 +36,17 @@ pub(crate) unsafe fn out_ptr<'a, T>(ptr: *mut T, what: &str) -> Result<&'a mut T
     Ok(unsafe { &mut *ptr })
 }
 
+/// Writes `value` through the optional out-parameter `ptr`; nothing when it is NULL.
+///
+/// # Safety
+/// `ptr` is NULL or valid for writes of a `T` (any content: it is only written).
+pub(crate) unsafe fn write_optional<T>(ptr: *mut T, value: T) {
+    if !ptr.is_null() {
+        // SAFETY: not NULL, writable (the caller's contract).
+        unsafe { ptr.write(value) };
+    }
+}
+
 /// Takes the boxed handle in `*slot` and sets `*slot` to NULL; `None` when `slot` or
 /// `*slot` is NULL.
 ///

@@ -9,7 +9,7 @@ use std::time::Duration;
 use pubsub::{ExclusivePublisher, Loan, Publisher};
 
 use crate::counters::rps_publisher_counters;
-use crate::handle::{handle_mut, handle_ref, out_ptr, take_handle};
+use crate::handle::{handle_mut, handle_ref, out_ptr, take_handle, write_optional};
 use crate::node::rps_node;
 use crate::options::{rps_publisher_options, rps_publisher_options_init, str_arg};
 use crate::status::{guard, guard_void, rps_status, Failure};
@@ -150,10 +150,8 @@ pub unsafe extern "C" fn rps_publisher_publish(
         // SAFETY: NULL (with `len` 0) or valid for `len` bytes (the caller's contract).
         let data = unsafe { bytes_arg(data, len) }?;
         let sent = publisher.shared()?.publish(data)?;
-        if !seq.is_null() {
-            // SAFETY: not NULL, writable (the caller's contract).
-            unsafe { seq.write(sent) };
-        }
+        // SAFETY: NULL or writable (the caller's contract).
+        unsafe { write_optional(seq, sent) };
         Ok(rps_status::RPS_OK)
     })
 }
@@ -204,10 +202,8 @@ pub unsafe extern "C" fn rps_loan_send(loan: *mut *mut rps_loan, seq: *mut u64) 
         // SAFETY: the publisher lives while it counts this loan (see `rps_publisher_loan`).
         unsafe { &*owner }.loans.fetch_sub(1, Ordering::AcqRel);
         let sent = sent?;
-        if !seq.is_null() {
-            // SAFETY: not NULL, writable (the caller's contract).
-            unsafe { seq.write(sent) };
-        }
+        // SAFETY: NULL or writable (the caller's contract).
+        unsafe { write_optional(seq, sent) };
         Ok(rps_status::RPS_OK)
     })
 }
@@ -250,17 +246,13 @@ pub unsafe extern "C" fn rps_publisher_wait_for_subscribers(
         let connected = match connected {
             Ok(c) => c,
             Err(e) => {
-                if !count.is_null() {
-                    // SAFETY: not NULL, writable (the caller's contract).
-                    unsafe { count.write(shared.subscriber_count()) };
-                }
+                // SAFETY: NULL or writable (the caller's contract).
+                unsafe { write_optional(count, shared.subscriber_count()) };
                 return Err(e.into());
             }
         };
-        if !count.is_null() {
-            // SAFETY: not NULL, writable (the caller's contract).
-            unsafe { count.write(connected) };
-        }
+        // SAFETY: NULL or writable (the caller's contract).
+        unsafe { write_optional(count, connected) };
         Ok(rps_status::RPS_OK)
     })
 }
@@ -356,10 +348,8 @@ pub unsafe extern "C" fn rps_exclusive_publish(
         // SAFETY: the caller's contract, argument by argument.
         let (exclusive, data) = unsafe { (handle_mut(exclusive, "exclusive")?, bytes_arg(data, len)?) };
         let sent = exclusive.exclusive.publish(data)?;
-        if !seq.is_null() {
-            // SAFETY: not NULL, writable (the caller's contract).
-            unsafe { seq.write(sent) };
-        }
+        // SAFETY: NULL or writable (the caller's contract).
+        unsafe { write_optional(seq, sent) };
         Ok(rps_status::RPS_OK)
     })
 }
