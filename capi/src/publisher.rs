@@ -29,6 +29,14 @@ pub struct rps_publisher {
 }
 
 impl rps_publisher {
+    /// Refuses while a loan of the publisher is outstanding.
+    fn check_no_loans(&self) -> Result<(), Failure> {
+        if self.loans.load(Ordering::Acquire) > 0 {
+            return Err(Failure::new(rps_status::RPS_LOAN_OUTSTANDING, "send or drop the loan first"));
+        }
+        Ok(())
+    }
+
     /// The publisher, for a call that shares it: refused while an [`rps_exclusive`] holds it
     /// (the call that would wait for it on the thread that holds it would never return).
     fn shared(&self) -> Result<&Publisher, Failure> {
@@ -120,9 +128,7 @@ pub unsafe extern "C" fn rps_publisher_destroy(publisher: *mut *mut rps_publishe
             // SAFETY: NULL or a live publisher (the caller's contract).
             unsafe { slot.as_ref() }
         }) {
-            if held.loans.load(Ordering::Acquire) > 0 {
-                return Err(Failure::new(rps_status::RPS_LOAN_OUTSTANDING, "send or drop the loan first"));
-            }
+            held.check_no_loans()?;
             held.shared()?;
         }
         // SAFETY: the caller's contract is `take_handle`'s.
@@ -305,9 +311,7 @@ pub unsafe extern "C" fn rps_publisher_exclusive(
     guard(|| {
         // SAFETY: the caller's contract, argument by argument.
         let (owner, out) = unsafe { (handle_ref(publisher.cast_const(), "publisher")?, out_ptr(out, "out")?) };
-        if owner.loans.load(Ordering::Acquire) > 0 {
-            return Err(Failure::new(rps_status::RPS_LOAN_OUTSTANDING, "send or drop the loan first"));
-        }
+        owner.check_no_loans()?;
         if owner.exclusive.swap(true, Ordering::AcqRel) {
             return Err(Failure::new(rps_status::RPS_EXCLUSIVE_HELD, "an rps_exclusive already holds the publisher"));
         }

@@ -506,9 +506,7 @@ impl PublisherShared {
     pub(super) fn publish_bytes(&self, payload: &[u8]) -> Result<u64> {
         let mut st = self.state.lock();
         if st.may_publish_now() {
-            let limit = st.limit;
-            if let Append::Complete { seq } = st.producer.append(payload, limit).map_err(Error::from_ring)? {
-                self.after_commit(&mut st, payload.len());
+            if let Some(seq) = self.append_now(&mut st, payload)? {
                 return Ok(seq);
             }
         }
@@ -516,13 +514,38 @@ impl PublisherShared {
         // path resumes), or another call holds the turn.
         let deadline = Deadline::publish(self.options.policy);
         let (turn, st) = self.take_turn(st, deadline)?;
-        let result = self.finish_unfinished(st, deadline).and_then(|st| self.append_waiting(st, payload, deadline));
-        let seq = result.map(|(seq, st)| {
+        let seq = self.append_in_turn(st, payload, deadline).map(|(seq, st)| {
             drop(st);
             seq
         });
         drop(turn);
         seq
+    }
+
+    /// The hot path of a publishing call allowed to write now: appends `payload` under the
+    /// cached limit and runs [`after_commit`](Self::after_commit); `None` when the limit
+    /// stopped it (the waiting path resumes a message partly written).
+    #[inline]
+    fn append_now(&self, st: &mut PubState, payload: &[u8]) -> Result<Option<u64>> {
+        let limit = st.limit;
+        match st.producer.append(payload, limit).map_err(Error::from_ring)? {
+            Append::Complete { seq } => {
+                self.after_commit(st, payload.len());
+                Ok(Some(seq))
+            }
+            Append::Blocked { .. } => Ok(None),
+        }
+    }
+
+    /// With the turn held: finishes a message a timed-out call left partly written, then
+    /// appends `payload`, waiting for credit as the policy says.
+    fn append_in_turn<'a>(
+        &'a self,
+        st: MutexGuard<'a, PubState>,
+        payload: &[u8],
+        deadline: Deadline,
+    ) -> Result<(u64, MutexGuard<'a, PubState>)> {
+        self.finish_unfinished(st, deadline).and_then(|st| self.append_waiting(st, payload, deadline))
     }
 
     /// Takes the publishing turn and the state for an
@@ -556,9 +579,7 @@ impl PublisherShared {
         MutexGuard::bump(st);
         self.run_deferred(st);
         if st.unfinished.is_none() {
-            let limit = st.limit;
-            if let Append::Complete { seq } = st.producer.append(payload, limit).map_err(Error::from_ring)? {
-                self.after_commit(st, payload.len());
+            if let Some(seq) = self.append_now(st, payload)? {
                 return Ok(seq);
             }
         }
@@ -566,7 +587,7 @@ impl PublisherShared {
         // written by a timeout: the waiting path, with the turn already held.
         let deadline = Deadline::publish(self.options.policy);
         let st = held.take().unwrap_or_else(|| self.state.lock());
-        match self.finish_unfinished(st, deadline).and_then(|st| self.append_waiting(st, payload, deadline)) {
+        match self.append_in_turn(st, payload, deadline) {
             Ok((seq, st)) => {
                 *held = Some(st);
                 Ok(seq)
@@ -1230,8 +1251,7 @@ impl PublisherShared {
                     return;
                 }
                 deferred.accepts.push((req, *data, admitted));
-                self.has_deferred.store(true, Ordering::Release);
-                self.counters.deferred_events.fetch_add(1, Ordering::Relaxed);
+                self.note_deferred();
             }
         }
     }
@@ -1376,10 +1396,15 @@ impl PublisherShared {
             Some(mut st) => self.disconnected(&mut st, conn),
             None => {
                 self.deferred.lock().disconnects.push(conn);
-                self.has_deferred.store(true, Ordering::Release);
-                self.counters.deferred_events.fetch_add(1, Ordering::Relaxed);
+                self.note_deferred();
             }
         }
+    }
+
+    /// After an event went into `deferred`: raises the flag the holder checks, and counts it.
+    fn note_deferred(&self) {
+        self.has_deferred.store(true, Ordering::Release);
+        self.counters.deferred_events.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Removes the subscriber of connection `conn`, if it is still one.

@@ -487,7 +487,8 @@ impl RingProducer {
 
     /// Before the bytes up to `end` are written, moves `head` past every message they would
     /// overwrite (to the next first fragment, or to the record about to be written), then
-    /// raises `floor` to the first byte that stays intact.
+    /// raises `floor` to the first byte that stays intact. [`place`](Self::place) calls it only
+    /// when the floor is below `end - capacity`.
     ///
     /// Under flow control (a `limit` other than [`NO_LIMIT`]) both move in steps of
     /// [`HEAD_STEP`] of the ring rather than one record at a time: a full ring would otherwise
@@ -507,9 +508,6 @@ impl RingProducer {
         rec_first: bool,
     ) -> Result<(), RingError> {
         let needed = end.saturating_sub(self.capacity as u64);
-        if self.floor >= needed {
-            return Ok(());
-        }
         let step = if limit == NO_LIMIT { 0 } else { (self.capacity / HEAD_STEP) as u64 };
         let keep_from =
             needed.saturating_add(step).min(limit.saturating_sub(self.capacity as u64)).min(self.tail).max(needed);
@@ -627,39 +625,43 @@ impl RingProducer {
     }
 }
 
-/// One record in the producer's log: its size in units of [`RECORD_ALIGN`] and three flags, in a
-/// `u32` (a record's size is at most `u32::MAX` payload bytes plus a header: under 2^28 units).
+/// One record in the producer's log: its size in units of [`RECORD_ALIGN`] and the header's
+/// first, last and padding flags, in a `u32` (a record's size is at most `u32::MAX` payload
+/// bytes plus a header: under 2^28 units).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct RecordEntry(u32);
 
 impl RecordEntry {
-    const FIRST: u32 = 1;
-    const LAST: u32 = 2;
-    const PADDING: u32 = 4;
+    /// The header flags kept, each below [`FLAG_BITS`](Self::FLAG_BITS).
+    const FLAGS: u16 = FLAG_FIRST | FLAG_LAST | FLAG_PADDING;
     const FLAG_BITS: u32 = 3;
 
     fn of(h: &RecordHeader) -> RecordEntry {
         let units = (h.size() / RECORD_ALIGN) as u32;
-        let flags = if h.is_first() { Self::FIRST } else { 0 }
-            | if h.is_last() { Self::LAST } else { 0 }
-            | if h.is_padding() { Self::PADDING } else { 0 };
-        RecordEntry(units << Self::FLAG_BITS | flags)
+        RecordEntry(units << Self::FLAG_BITS | u32::from(h.flags & Self::FLAGS))
     }
 
     fn size(self) -> u64 {
         u64::from(self.0 >> Self::FLAG_BITS) * RECORD_ALIGN
     }
 
+    /// Whether `flag` is set and the record is no padding.
+    fn message_record_with(self, flag: u16) -> bool {
+        self.0 & u32::from(flag | FLAG_PADDING) == u32::from(flag)
+    }
+
     /// The first record of a message: head may land on it.
     fn starts_message(self) -> bool {
-        self.0 & (Self::FIRST | Self::PADDING) == Self::FIRST
+        self.message_record_with(FLAG_FIRST)
     }
 
     /// The last record of a message: the next record carries the next sequence.
     fn ends_message(self) -> bool {
-        self.0 & (Self::LAST | Self::PADDING) == Self::LAST
+        self.message_record_with(FLAG_LAST)
     }
 }
+
+const _: () = assert!(RecordEntry::FLAGS >> RecordEntry::FLAG_BITS == 0);
 
 /// A record reserved by [`RingProducer::claim`]: its payload bytes, written in place, then
 /// committed (or abandoned) through the producer.
