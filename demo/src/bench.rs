@@ -41,11 +41,14 @@ use crate::{cli, payload, placement, procinfo, Fail};
 /// Latency messages per point even when its time is up.
 const MIN_LATENCY_SAMPLES: u64 = 200;
 
+/// The name of each subscriber thread: this, then its index.
+const SUBSCRIBER_THREAD: &str = "bench-sub-";
+
 /// Messages the publisher publishes between two readings of the clock in the throughput run.
 const CLOCK_EVERY: u64 = 1024;
 
 /// The table's columns: name and width (negative: left-aligned), in the order of [`row`].
-const COLUMNS: [(&str, i32); 18] = [
+const COLUMNS: [(&str, i32); 19] = [
     ("size", 9),
     ("subs", 5),
     ("policy", -9),
@@ -62,6 +65,7 @@ const COLUMNS: [(&str, i32); 18] = [
     ("doorbells/msg", 13),
     ("pub_cpu_us", 10),
     ("sub_cpu_us", 10),
+    ("other_cpu_us", 12),
     ("lat_doorbells/msg", 17),
     ("lat_bell_records/msg", 20),
 ];
@@ -92,6 +96,9 @@ struct Point {
     /// CPU time of the receiving threads (or processes) in the throughput run per message
     /// delivered, summed over subscribers, µs.
     sub_cpu_us: f64,
+    /// CPU time of this process's other threads (the soft fabric's NIC threads, the nodes' CM
+    /// and stats threads) per message of the throughput run, µs.
+    other_cpu_us: f64,
     /// Doorbells the publisher sent, per message of the latency run (about 1 when the
     /// subscribers park between messages).
     lat_doorbells_per_msg: f64,
@@ -190,6 +197,7 @@ fn row(p: &Point) -> String {
         format!("{:.2}", p.doorbells_per_msg),
         format!("{:.3}", p.pub_cpu_us),
         format!("{:.3}", p.sub_cpu_us),
+        format!("{:.3}", p.other_cpu_us),
         format!("{:.2}", p.lat_doorbells_per_msg),
         format!("{:.2}", p.lat_doorbell_records_per_msg),
     ];
@@ -298,7 +306,9 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
          # mb_per_sec = publisher payload goodput (a message counted once, whatever the subscriber count);\n\
          # latency = one message in flight at a time, send time to receipt by each subscriber;\n\
          # pub_cpu_us = the publishing thread's CPU time per message; sub_cpu_us = the receiving threads'\n\
-         # CPU time over the messages they received (throughput run).",
+         # CPU time over the messages they received (throughput run); other_cpu_us = the CPU time of this\n\
+         # process's other threads (soft: the NIC threads; the nodes' CM and stats threads) per message\n\
+         # (with --separate-processes, of the publisher's process only).",
         pub_node.fabric().kind(),
         pub_node.fabric().device_name(),
         args.policy.name(),
@@ -333,8 +343,8 @@ pub fn run(args: &BenchArgs) -> Result<(), Fail> {
             .iter()
             .map(|p| {
                 format!(
-                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"separate_processes\":{},\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"lost\":{},\"damaged\":{},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"sub_cpu_us\":{:.3},\"lat_doorbells_per_msg\":{:.3},\"lat_doorbell_records_per_msg\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
-                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), args.separate_processes, p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.lost, p.damaged, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.sub_cpu_us, p.lat_doorbells_per_msg, p.lat_doorbell_records_per_msg, p.publisher_cpus, p.subscriber_cpus
+                    "{{\"size\":{},\"subscribers\":{},\"policy\":\"{}\",\"checksum\":\"{}\",\"separate_processes\":{},\"msgs_per_sec\":{:.1},\"mb_per_sec\":{:.3},\"p50_us\":{:.2},\"p99_us\":{:.2},\"p999_us\":{:.2},\"max_us\":{:.2},\"lost\":{},\"damaged\":{},\"waits_per_msg\":{:.3},\"acks_per_msg\":{:.3},\"doorbells_per_msg\":{:.3},\"pub_cpu_us\":{:.3},\"sub_cpu_us\":{:.3},\"other_cpu_us\":{:.3},\"lat_doorbells_per_msg\":{:.3},\"lat_doorbell_records_per_msg\":{:.3},\"publisher_cpus\":\"{}\",\"subscriber_cpus\":\"{}\"}}",
+                    p.size, p.subscribers, p.policy.name(), checksum_name(p.checksum), args.separate_processes, p.msgs_per_sec, p.mb_per_sec, p.p50_us, p.p99_us, p.p999_us, p.max_us, p.lost, p.damaged, p.waits_per_msg, p.acks_per_msg, p.doorbells_per_msg, p.pub_cpu_us, p.sub_cpu_us, p.other_cpu_us, p.lat_doorbells_per_msg, p.lat_doorbell_records_per_msg, p.publisher_cpus, p.subscriber_cpus
                 )
             })
             .collect();
@@ -419,6 +429,7 @@ fn measure(
     let doorbells0 = sender.counters().doorbells();
     let most = args.messages.max(1);
     let cpu0 = procinfo::thread_cpu();
+    let others0 = procinfo::threads_cpu();
     let start = Instant::now();
     let mut seq = 0u64;
     loop {
@@ -438,6 +449,9 @@ fn measure(
     let doorbells_per_msg = per_message(sender.counters().doorbells(), doorbells0);
     subscribers.wait_all(published, Duration::from_secs(30), true)?;
     let secs = start.elapsed().as_secs_f64();
+    let others =
+        procinfo::other_threads_cpu(&others0, &procinfo::threads_cpu(), procinfo::current_tid(), SUBSCRIBER_THREAD);
+    let other_cpu_us = others.as_secs_f64() * 1e6 / published as f64;
 
     // Latency.
     let latency_count = args.messages.clamp(1, 10_000);
@@ -502,6 +516,7 @@ fn measure(
         pub_cpu_us,
         lat_doorbells_per_msg,
         lat_doorbell_records_per_msg,
+        other_cpu_us,
         sub_cpu_us: if sub_msgs > 0 { sub_cpu.as_secs_f64() * 1e6 / sub_msgs as f64 } else { 0.0 },
         publisher_cpus,
         subscriber_cpus,
@@ -527,7 +542,7 @@ fn start_threads(
         let progress = progress.clone();
         threads.push(
             thread::Builder::new()
-                .name(format!("bench-sub-{i}"))
+                .name(format!("{SUBSCRIBER_THREAD}{i}"))
                 .spawn(move || {
                     let mut report = AtomicReporter { progress: &progress[i], latency: new_histogram() };
                     // The reporter never fails and no flag orphans a thread.
