@@ -411,6 +411,9 @@ typedef struct rps_subscription_counters {
   uint64_t doorbell_records;
   // Bytes the READs asked for (reads of a ring read in place are not counted).
   uint64_t read_bytes;
+  // READs posted behind another READ still on the wire (records larger than the batch,
+  // the subscriber behind).
+  uint64_t reads_behind;
 } rps_subscription_counters;
 
 #ifdef __cplusplus

@@ -130,6 +130,9 @@ pub struct rps_subscription_counters {
     pub doorbell_records: u64,
     /// Bytes the READs asked for (reads of a ring read in place are not counted).
     pub read_bytes: u64,
+    /// READs posted behind another READ still on the wire (records larger than the batch,
+    /// the subscriber behind).
+    pub reads_behind: u64,
 }
 
 impl rps_subscription_counters {
@@ -162,6 +165,7 @@ impl rps_subscription_counters {
             listing_failures: counters.listing_failures(),
             doorbell_records: counters.doorbell_records(),
             read_bytes: counters.read_bytes(),
+            reads_behind: counters.reads_behind(),
         }
     }
 }

@@ -297,6 +297,51 @@ fn an_orderly_end_is_reported_once_and_never_as_a_disconnect() {
     }
 }
 
+/// Publishes messages of `size_of(seq)` bytes, seq 1..=`count`, into a 16 MiB ring before
+/// anyone subscribes, then subscribes from the earliest (so the subscriber starts behind the
+/// whole stream) and receives them all, checking each; returns the subscription.
+fn receive_a_stream_from_behind(topic: &str, count: u64, size_of: impl Fn(u64) -> usize) -> rdma_pubsub::Subscription {
+    let (pub_node, sub_node) = (node(), node());
+    let publisher = pub_node.publisher(topic).ring_capacity(16 << 20).create().expect("publisher");
+    for seq in 1..=count {
+        publisher.publish(&payload(seq, size_of(seq))).expect("publish");
+    }
+    let mut sub = sub_node.subscriber(topic).start(Start::Earliest).create().expect("subscribe");
+    sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    let deadline = Instant::now() + WAIT;
+    for seq in 1..=count {
+        let m = recv_until(&mut sub, deadline);
+        assert_eq!(m.seq, seq, "in order, each once");
+        check(&m, &size_of);
+    }
+    sub
+}
+
+/// Behind a stream of records larger than the batch (256 KiB), the subscriber keeps a second
+/// READ on the wire behind the first, planned from the header the first ends with: the
+/// publisher's NIC serves them back to back. Every message arrives in order, and no READ is
+/// wasted on a wrong guess while the sizes stay the same.
+#[test]
+fn behind_large_records_a_second_read_travels_behind_the_first() {
+    let sub = receive_a_stream_from_behind("behind-large", 24, |_| 300 << 10);
+    let c = sub.counters();
+    if c.in_place_connects() == 0 {
+        assert!(c.reads_behind() > 0, "READs planned behind the one in flight: {c:?}");
+        // A probe, the first record, then one READ per record.
+        assert!(c.reads() <= 24 + 3, "no READ wasted: {c:?}");
+    } else {
+        assert_eq!(c.reads_behind(), 0, "read in place: no READ at all");
+    }
+}
+
+/// The second READ guesses that the next record is as large as the last: when sizes change it
+/// is short, long or stale, and every message still arrives once, in order, intact.
+#[test]
+fn reads_planned_behind_on_a_wrong_guess_lose_and_repeat_nothing() {
+    let size_of = |seq: u64| [300 << 10, 420 << 10, 270 << 10, 270 << 10, 700 << 10][(seq % 5) as usize] + seq as usize;
+    receive_a_stream_from_behind("behind-guess", 30, size_of);
+}
+
 /// A READ whose headers show more written data after it is followed by the next READ before
 /// its records are validated and its messages handed out, so the next batch travels while the
 /// subscriber checks this one and the caller works on it (over the network path; on the same

@@ -15,6 +15,10 @@ crate::counters::counter_set! {
         empty_reads: Total, Events;
         /// READs posted ahead: before the READ that showed more written data was validated.
         reads_ahead: Total, Events;
+        /// READs posted behind another READ still on the wire (a stream of records larger
+        /// than the batch, the subscriber behind): the publisher's NIC serves them back to
+        /// back.
+        reads_behind: Total, Events;
         /// Records re-read because a READ raced a write.
         torn: Total, Events;
         /// Messages lost to overruns.

@@ -14,9 +14,10 @@
 //!
 //! # Pulling
 //!
-//! One READ at a time per feed brings up to `batch` bytes (default 256 KiB) from the feed's
-//! position, never past the end of the data area; complete messages are queued as slices of
-//! the READ buffer (zero copy) or, when reassembled from fragments, as owned buffers. A READ is
+//! One READ at a time per feed (two behind large records, below) brings up to `batch` bytes
+//! (default 256 KiB) from the feed's position, never past the end of the data area; complete
+//! messages are queued as slices of the READ buffer (zero copy) or, when reassembled from
+//! fragments, as owned buffers. A READ is
 //! posted only into a buffer no queued message points into, so while the messages of one
 //! buffer are delivered the next READ lands in the other. When a completed READ's headers show
 //! a written record continuing past it (`RingReader::plan_ahead`, headers only), the next READ
@@ -25,6 +26,17 @@
 //! `reads_ahead`); otherwise once the messages are delivered, so a subscriber that keeps up
 //! does not spend the publisher's NIC on tiny READs. How long each READ is, behind or caught
 //! up, is the ring reader's plan (`RingReader::next_read` in `rdma_wire::ring`).
+//!
+//! Behind a stream of records larger than `batch` each READ brings one record and the header
+//! after it, so one READ at a time left the publisher's NIC idle through every turn-around (the
+//! completion, the subscriber's wake-up, the next request; with 1 MiB messages over loopback
+//! the publisher's NIC thread was busy 60% of the time, the two CPUs 80%).
+//! There a second READ goes out while the first is on the wire, as soon as the buffer of the
+//! READ before it is free: the next record from the header the first ends with, guessed to be
+//! of the same size (`RingReader::plan_behind`; counter `reads_behind`). A wrong guess costs a
+//! READ (short, long or stale), never a message. At most [`READS_IN_FLIGHT`] (2) are in flight,
+//! in the order posted, which is the order they complete in. Buffers are not added: the
+//! second READ lands in the buffer whose messages were just delivered.
 //!
 //! READ buffers start at `batch` bytes and grow when a READ needs more (at least doubling, at
 //! most `RingReader::max_read_len`: the ring's largest record and a header), so a ring that
@@ -162,6 +174,9 @@ pub(super) fn read_spin(in_flight: impl IntoIterator<Item = usize>, nic_copies_h
         Duration::ZERO
     }
 }
+/// READs a feed has on the wire at most: one, and one planned behind it
+/// (`RingReader::plan_behind`).
+const READS_IN_FLIGHT: usize = 2;
 /// Rounds of completions without a message (empty READs) before the thread yields the CPU.
 pub(super) const PROBES_PER_YIELD: u32 = 16;
 /// Longest a closed feed waits for the flush of its work requests before it is removed.
@@ -337,15 +352,14 @@ struct ActiveFeed {
     max_read_len: usize,
     /// Queued messages that still point into each buffer.
     pending: [usize; 2],
-    /// The buffer of the READ in flight.
-    reading_into: usize,
     /// The last READ reached the end of what was written: READ again only once its messages
     /// are delivered (reading ahead then would only bring small batches).
     caught_up: bool,
     ring: RemoteAddr,
     capacity: u64,
-    /// The READ in flight.
-    plan: Option<ReadPlan>,
+    /// The READs in flight, in the order posted (and completed), each with its buffer: at
+    /// most [`READS_IN_FLIGHT`], the second planned behind the first (see "Pulling").
+    reads: VecDeque<(ReadPlan, usize)>,
     ready: VecDeque<Ready>,
     acked: u64,
     ack_in_flight: bool,
@@ -476,11 +490,10 @@ impl Feed {
             landings,
             max_read_len,
             pending: [0, 0],
-            reading_into: 0,
             caught_up: false,
             ring: accept.ring,
             capacity: accept.capacity,
-            plan: None,
+            reads: VecDeque::with_capacity(READS_IN_FLIGHT),
             ready: VecDeque::new(),
             acked: accept.start_position,
             ack_in_flight: false,
@@ -556,9 +569,9 @@ impl Feed {
         self.read_in_flight_len().is_some()
     }
 
-    /// The length of the READ in flight, if one is.
+    /// The length of the READ in flight that completes next, if one is.
     pub(super) fn read_in_flight_len(&self) -> Option<usize> {
-        self.active.as_ref().and_then(|a| a.plan).map(|plan| plan.len)
+        self.active.as_ref().and_then(|a| a.reads.front()).map(|(plan, _)| plan.len)
     }
 
     /// Whether a message is ready for delivery.
@@ -594,7 +607,7 @@ impl Feed {
         if self.closed || self.quiesced {
             return None;
         }
-        self.active.as_ref().filter(|a| a.plan.is_none()).and_then(|a| a.pacer.left(now))
+        self.active.as_ref().filter(|a| a.reads.is_empty()).and_then(|a| a.pacer.left(now))
     }
 
     /// Whether a closed feed may be removed: its work flushed (or the grace is over) and its
@@ -706,12 +719,26 @@ impl Feed {
                 }
             }
         }
-        if a.plan.is_some() || (a.caught_up && !a.ready.is_empty()) {
-            return Ok(FeedStep::Continue);
-        }
         // A buffer no queued message points into: the READ lands there while the messages
         // of the other buffer are being delivered.
-        let Some(buf) = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight()) else {
+        let free = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight());
+        if let Some(&(in_flight, _)) = a.reads.front() {
+            // Behind a stream of large records, the next READ goes out while this one is on
+            // the wire, into the buffer whose messages were delivered.
+            let behind = a.reads.len() < READS_IN_FLIGHT && !a.caught_up && !a.need_control;
+            let next = behind.then(|| a.reader.plan_behind(&in_flight, options.batch)).flatten();
+            if let (Some(next), Some(buf)) = (next, free) {
+                link.post_read(a, buf, next, ctx.pd, ctx.counters)?;
+                *outstanding += 1;
+                ctx.counters.reads.fetch_add(1, Ordering::Relaxed);
+                ctx.counters.reads_behind.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(FeedStep::Continue);
+        }
+        if a.caught_up && !a.ready.is_empty() {
+            return Ok(FeedStep::Continue);
+        }
+        let Some(buf) = free else {
             return Ok(FeedStep::Continue);
         };
         if let Idle::Parked { since } = a.idle {
@@ -827,15 +854,17 @@ impl Feed {
         }
     }
 
-    /// The READ in flight completed: posts the next one ahead when the headers show more
-    /// written data, then validates and queues what this one brought.
+    /// The first READ in flight completed: posts the next one ahead when the headers show
+    /// more written data (and no READ is in flight behind it), then validates and queues what
+    /// this one brought.
     fn read_completed(&mut self, wc: &WorkCompletion, ctx: &mut FeedContext<'_>) -> FeedStep {
         let Feed { link, active, outstanding, closed, quiesced, .. } = self;
         let Some(a) = active.as_deref_mut() else { return FeedStep::Continue };
-        let plan = a.plan.take();
-        // SAFETY: a feed has one READ outstanding, into `reading_into`, and `wc` is
-        // its completion (its queue pair's CQ, its kind and generation).
-        unsafe { a.landings[a.reading_into].complete(wc) };
+        let Some((plan, buf)) = a.reads.pop_front() else { return FeedStep::Continue };
+        // SAFETY: `wc` is the completion of a READ of this feed (its queue pair's CQ, its kind
+        // and generation), and the READs of one queue pair complete in the order posted: the
+        // first in `reads`, into `buf`.
+        unsafe { a.landings[buf].complete(wc) };
         if wc.status != WcStatus::Success {
             if wc.status == WcStatus::WorkRequestFlushed {
                 // Flushed by a disconnect: the CM event decides how it ended.
@@ -845,12 +874,10 @@ impl Feed {
             let e = rdma_fabric::Error::invalid("RDMA READ", format!("completed with {:?}", wc.status));
             return FeedStep::Failed(e.into());
         }
-        let buf = a.reading_into;
         if *closed {
             // The stream already ended or failed: what this READ brought is moot.
             return FeedStep::Continue;
         }
-        let Some(plan) = plan else { return FeedStep::Continue };
         // When the headers show more written data, the next READ goes out before
         // this one is validated (checksums), into the other buffer.
         let other = 1 - buf;
@@ -1021,7 +1048,7 @@ impl Feed {
         let a = active.as_deref_mut()?;
         if *quiesced
             || a.in_place.is_some()
-            || a.plan.is_some()
+            || !a.reads.is_empty()
             || a.need_control
             || position != a.reader.consumed_position()
         {
@@ -1047,7 +1074,7 @@ impl Feed {
     #[cfg(all(test, feature = "async"))]
     pub(super) fn pace_as_after_a_trickle(&mut self, at: Instant) {
         let a = self.active.as_deref_mut().expect("an active feed");
-        assert!(a.plan.is_none(), "no READ in flight");
+        assert!(a.reads.is_empty(), "no READ in flight");
         for _ in 0..2 {
             a.pacer.after_read(|| at, 64, 1 << 20, 2, false);
         }
@@ -1163,8 +1190,7 @@ impl Link {
         let remote = RemoteAddr { addr: a.ring.addr + plan.ring_offset as u64, rkey: a.ring.rkey };
         a.landings[buf].post_read(&self.qp, self.wr_id(WrKind::Read, 0), remote, plan.len)?;
         counters.read_bytes.fetch_add(plan.len as u64, Ordering::Relaxed);
-        a.plan = Some(plan);
-        a.reading_into = buf;
+        a.reads.push_back((plan, buf));
         Ok(())
     }
 

@@ -44,6 +44,35 @@ impl RingReader {
         None
     }
 
+    /// A READ to post while `in_flight` is still on the wire, so that the publisher's NIC
+    /// serves the next READ back to back instead of idling through this reader's turn-around
+    /// (the completion, a wake-up, the next request). Only for a reader behind a stream of
+    /// records larger than `max_batch`: `in_flight` must be a READ from the position of one
+    /// record of the size last consumed and the header after it (what [`plan_ahead`]
+    /// plans for such records). The READ returned is the next one of the same shape, from that
+    /// header: where the next record starts is known, its size is guessed to be the same.
+    ///
+    /// A wrong guess costs a READ, never a message: a longer record makes the READ short (the
+    /// parse asks for the rest), a shorter one makes it bring part of the record after it, an
+    /// unwritten one makes it an empty READ, and a READ that then starts elsewhere than the
+    /// parse ended is stale ([`parse`](Self::parse) says so). `None` for anything else, and when
+    /// the next record and its header would not fit before the end of the data area (it may be
+    /// padded to the start).
+    ///
+    /// [`plan_ahead`]: Self::plan_ahead
+    pub fn plan_behind(&self, in_flight: &ReadPlan, max_batch: usize) -> Option<ReadPlan> {
+        let record = self.last_record;
+        let one_record = in_flight.len == record + HEADER_LEN && in_flight.len > max_batch;
+        if !one_record || in_flight.position != self.position || self.need > record + HEADER_LEN {
+            return None;
+        }
+        let position = in_flight.position + record as u64;
+        if (layout::room_to_end(position, self.capacity) as usize) < record + HEADER_LEN {
+            return None;
+        }
+        Some(ReadPlan { ring_offset: layout::data_offset(position, self.capacity), len: record + HEADER_LEN, position })
+    }
+
     /// The longest READ [`next_read`](Self::next_read) plans with `max_batch` (or the control
     /// block READ): the size a READ destination needs.
     pub fn max_read_len(&self, max_batch: usize) -> usize {

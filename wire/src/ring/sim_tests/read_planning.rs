@@ -202,3 +202,104 @@ fn reads_planned_ahead_from_headers_match_the_parse_or_are_stale() {
     let parsed = reader.parse(&sim_read(&buf, ahead), ahead.position, |_, _| panic!("stale data delivered")).unwrap();
     assert_eq!(parsed.stop, Stop::Stale);
 }
+
+/// Behind a stream of records larger than the batch, the READ after the one in flight is
+/// planned before that one completes: from the header it ends with, of the size last consumed.
+/// Driven as a subscriber drives it (always two READs out, validated in order), every message
+/// arrives in order, one READ per record after the first; a READ guessed wrong (sizes that
+/// change) is stale or short, never delivers anything twice or out of order.
+#[test]
+fn reads_planned_behind_the_one_in_flight_keep_two_on_the_wire() {
+    let batch = 4096;
+    let drive = |sizes: &[usize]| -> (Vec<u64>, usize, usize) {
+        let (buf, mut prod) = ring(CAP);
+        let mut reader = reader_at(&prod, prod.latest());
+        for (i, &len) in sizes.iter().enumerate() {
+            prod.append(&payload(i as u64 + 1, len), NO_LIMIT).unwrap();
+        }
+        let (mut got, mut reads, mut behind_reads) = (Vec::new(), 0, 0);
+        // READs on the wire, in the order posted, each with the bytes it brings (posted =
+        // read now: the producer writes nothing meanwhile).
+        let mut wire: std::collections::VecDeque<(ReadPlan, Vec<u8>)> = Default::default();
+        let mut behind = false;
+        while got.len() < sizes.len() && reads < 4 * sizes.len() + 8 {
+            if wire.is_empty() {
+                let plan = reader.next_read(batch, behind);
+                wire.push_back((plan, sim_read(&buf, plan)));
+                reads += 1;
+            }
+            let (plan, bytes) = wire.pop_front().unwrap();
+            let ahead = reader.plan_ahead(&bytes, plan.position, batch);
+            if let (Some(ahead), true) = (ahead, wire.is_empty()) {
+                wire.push_back((ahead, sim_read(&buf, ahead)));
+                reads += 1;
+            }
+            let parsed = reader.parse(&bytes, plan.position, |s, _| got.push(s)).unwrap();
+            if parsed.stop != Stop::Stale {
+                behind = parsed.stop == Stop::End;
+            }
+            // What the subscriber does once this READ's messages are delivered: one more READ
+            // behind the one in flight.
+            if let Some(next) = wire.back().filter(|_| wire.len() == 1).and_then(|(p, _)| reader.plan_behind(p, batch))
+            {
+                wire.push_back((next, sim_read(&buf, next)));
+                reads += 1;
+                behind_reads += 1;
+            }
+        }
+        (got, reads, behind_reads)
+    };
+    let expected = |n: u64| (1..=n).collect::<Vec<u64>>();
+    // Ten 6,000-byte records: a probe, a READ of the first record, then one per record.
+    let (got, reads, behind_reads) = drive(&[6000; 10]);
+    assert_eq!(got, expected(10));
+    assert!(behind_reads >= 7, "READs planned behind the one in flight: {behind_reads}");
+    assert!(reads <= 12, "one READ per record after the first: {reads}");
+    // Sizes that change: guesses go wrong, every message still arrives once, in order.
+    let sizes = [6000, 9000, 5000, 5000, 12000, 4500, 4500, 4500, 7000, 6000];
+    let (got, _, _) = drive(&sizes);
+    assert_eq!(got, expected(sizes.len() as u64));
+}
+
+/// No READ is planned behind one that is not a READ of one large record of the size last
+/// consumed from the position, nor when the next record would not fit before the end of the
+/// data area.
+#[test]
+fn no_read_is_planned_behind_small_records_another_position_or_the_end_of_the_ring() {
+    let batch = 4096;
+    let len = 6000;
+    let record = layout::record_size(len) as usize;
+    // Consume two records, so the reader knows the size.
+    let (buf, _prod, mut reader) = written(CAP, 9, len);
+    let plan = reader.next_read(batch, false);
+    reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    let plan = reader.next_read(batch, true);
+    reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    let in_flight = reader.next_read(batch, true);
+    assert_eq!(in_flight.len, record + HEADER_LEN);
+    let behind = reader.plan_behind(&in_flight, batch).expect("one large record of the last size");
+    assert_eq!((behind.position, behind.len), (in_flight.position + record as u64, record + HEADER_LEN));
+    // Not a READ from the position.
+    let elsewhere = ReadPlan { position: in_flight.position + 32, ..in_flight };
+    assert_eq!(reader.plan_behind(&elsewhere, batch), None);
+    // Not one record of the last size and its header.
+    assert_eq!(reader.plan_behind(&ReadPlan { len: record, ..in_flight }, batch), None);
+    // Records no larger than the batch are READ many at a time: no guessing.
+    assert_eq!(reader.plan_behind(&in_flight, record + HEADER_LEN), None);
+    // Near the end of the data area the next record may be padded to the start: no guessing.
+    let (buf, _prod, mut reader) = written(CAP, 10, len);
+    let mut plan = reader.next_read(batch, false);
+    let mut last = None;
+    for _ in 0..10 {
+        let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+        assert_ne!(parsed.stop, Stop::Stale);
+        plan = reader.next_read(batch, parsed.stop == Stop::End);
+        last = Some(plan);
+        let room = layout::room_to_end(plan.position + record as u64, CAP) as usize;
+        if room < record + HEADER_LEN && plan.len == record + HEADER_LEN {
+            assert_eq!(reader.plan_behind(&plan, batch), None, "at {}", plan.position);
+            return;
+        }
+    }
+    panic!("no READ near the end of the data area: {last:?}");
+}
