@@ -334,6 +334,39 @@ fn behind_large_records_a_second_read_travels_behind_the_first() {
     }
 }
 
+/// A subscriber that caught up guesses nothing: large messages published one at a time, each
+/// once the previous one arrived, cost no READ of a record not written yet (each such READ
+/// would move a whole record of stale bytes ahead of the next message).
+#[test]
+fn a_subscriber_that_caught_up_posts_no_read_behind() {
+    let (pub_node, sub_node) = (node(), node());
+    let publisher = pub_node.publisher("behind-caught-up").ring_capacity(16 << 20).create().expect("publisher");
+    let mut sub = sub_node.subscriber("behind-caught-up").start(Start::Earliest).create().expect("subscribe");
+    sub.connect_wait(pub_node.local_addr(), WAIT).expect("connect");
+    let deadline = Instant::now() + WAIT;
+    for seq in 1..=12 {
+        publisher.publish(&payload(seq, 300 << 10)).expect("publish");
+        let m = recv_until(&mut sub, deadline);
+        assert_eq!(m.seq, seq);
+        check(&m, |_| 300 << 10);
+    }
+    let c = sub.counters();
+    assert_eq!(c.reads_behind(), 0, "{c:?}");
+}
+
+/// Records no larger than the batch are READ several at a time, one READ in flight: nothing
+/// is guessed.
+#[test]
+fn records_within_the_batch_are_read_without_a_second_read_in_flight() {
+    let sub = receive_a_stream_from_behind("behind-small", 40, |_| 64 << 10);
+    let c = sub.counters();
+    assert_eq!(c.reads_behind(), 0, "{c:?}");
+    if c.in_place_connects() == 0 {
+        // Three 64 KiB records (and the next header) per 256 KiB READ.
+        assert!(c.reads() <= 40 / 3 + 4, "{c:?}");
+    }
+}
+
 /// The second READ guesses that the next record is as large as the last: when sizes change it
 /// is short, long or stale, and every message still arrives once, in order, intact.
 #[test]

@@ -31,9 +31,11 @@
 //! after it, so one READ at a time left the publisher's NIC idle through every turn-around (the
 //! completion, the subscriber's wake-up, the next request; with 1 MiB messages over loopback
 //! the publisher's NIC thread was busy 60% of the time, the two CPUs 80%).
-//! There a second READ goes out while the first is on the wire, as soon as the buffer of the
-//! READ before it is free: the next record from the header the first ends with, guessed to be
-//! of the same size (`RingReader::plan_behind`; counter `reads_behind`). A wrong guess costs a
+//! There, while the last READ's parse consumed records and stopped in the middle of written data
+//! (the publisher a record ahead or more: not after a probe of an idle ring, where the record
+//! after the one found is not written yet), a second READ goes out while the first is on the
+//! wire, as soon as the buffer of the READ before it is free: the next record from the header
+//! the first ends with, guessed to be of the same size (`RingReader::plan_behind`; counter `reads_behind`). A wrong guess costs a
 //! READ (short, long or stale), never a message. At most [`READS_IN_FLIGHT`] (2) are in flight,
 //! in the order posted, which is the order they complete in. Buffers are not added: the
 //! second READ lands in the buffer whose messages were just delivered.
@@ -355,6 +357,11 @@ struct ActiveFeed {
     /// The last READ reached the end of what was written: READ again only once its messages
     /// are delivered (reading ahead then would only bring small batches).
     caught_up: bool,
+    /// The last READ's parse consumed records and ended in the middle of written data: the
+    /// publisher is at least a record ahead, so a READ planned behind the one in flight likely
+    /// finds its record written. A READ that first finds a record (after a probe of an idle
+    /// ring) proves nothing of the record after it.
+    streaming: bool,
     ring: RemoteAddr,
     capacity: u64,
     /// The READs in flight, in the order posted (and completed), each with its buffer: at
@@ -491,6 +498,7 @@ impl Feed {
             max_read_len,
             pending: [0, 0],
             caught_up: false,
+            streaming: false,
             ring: accept.ring,
             capacity: accept.capacity,
             reads: VecDeque::with_capacity(READS_IN_FLIGHT),
@@ -725,7 +733,7 @@ impl Feed {
         if let Some(&(in_flight, _)) = a.reads.front() {
             // Behind a stream of large records, the next READ goes out while this one is on
             // the wire, into the buffer whose messages were delivered.
-            let behind = a.reads.len() < READS_IN_FLIGHT && !a.caught_up && !a.need_control;
+            let behind = a.reads.len() < READS_IN_FLIGHT && a.streaming && !a.caught_up && !a.need_control;
             let next = behind.then(|| a.reader.plan_behind(&in_flight, options.batch)).flatten();
             if let (Some(next), Some(buf)) = (next, free) {
                 link.post_read(a, buf, next, ctx.pd, ctx.counters)?;
@@ -942,6 +950,7 @@ impl Feed {
             return Ok(FeedStep::Continue);
         }
         a.caught_up = parsed.stop != Stop::End;
+        a.streaming = parsed.consumed > 0 && !a.caught_up;
         // The clock is read only by an enabled pacer that sets a delay (never on the same host).
         a.pacer.after_read(Instant::now, parsed.consumed, plan.len, messages, !a.caught_up);
         a.note_overwritten(parsed.lost, ctx);
