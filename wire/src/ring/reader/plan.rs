@@ -91,7 +91,10 @@ impl RingReader {
     /// A reader that caught up probes with a READ of the last record and a header, or of twice
     /// what the last READ brought when that was several records (at least [`PROBE_LEN`], at
     /// most `max_batch`): polling an idle ring does not move a batch of stale bytes each time,
-    /// and a trickle of small messages grows the probes.
+    /// and a trickle of small messages grows the probes. After a record larger than
+    /// `max_batch` it probes with [`PROBE_LEN`]: no probe could bring such a record whole, the
+    /// READ after the probe that finds its header brings all of it, and a probe of `max_batch`
+    /// moved that much of stale bytes across the network each time, ahead of the record.
     ///
     /// A READ while behind ends just past a record boundary (whole records of the last size,
     /// then the next header), not in the middle of a record whose bytes the next READ would
@@ -110,6 +113,10 @@ impl RingReader {
             let first = if self.need > HEADER_LEN { self.need } else { self.last_record };
             let stride = if self.last_record > HEADER_LEN { self.last_record } else { first };
             whole_records_len(first, stride, max_batch)
+        } else if next > max_batch {
+            // A probe could not bring such a record whole: the READ after it brings all of it
+            // anyway, so the probe only needs to find its header.
+            PROBE_LEN.min(max_batch)
         } else {
             next.max(2 * self.last_fill).max(PROBE_LEN).min(max_batch)
         };

@@ -303,3 +303,33 @@ fn no_read_is_planned_behind_small_records_another_position_or_the_end_of_the_ri
     }
     panic!("no READ near the end of the data area: {last:?}");
 }
+
+/// A caught-up reader of records larger than the batch probes with a page, not a batch: no
+/// probe could bring such a record whole, and the READ after the probe that finds the header
+/// brings all of it.
+#[test]
+fn a_caught_up_reader_of_records_larger_than_the_batch_probes_with_a_page() {
+    let (batch, len) = (4096, 10_000);
+    let (buf, mut prod, mut reader) = written(CAP, 1, len);
+    let record = layout::record_size(len) as usize;
+    let mut got = Vec::new();
+    while got.is_empty() {
+        let plan = reader.next_read(batch, true);
+        reader.parse(&sim_read(&buf, plan), plan.position, |s, _| got.push(s)).unwrap();
+    }
+    let probe = reader.next_read(batch, false);
+    assert_eq!(probe.len, PROBE_LEN.min(batch));
+    let parsed = reader.parse(&sim_read(&buf, probe), probe.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.consumed, parsed.stop), (0, Stop::NotYetWritten));
+    prod.append(&payload(2, len), NO_LIMIT).unwrap();
+    let probe = reader.next_read(batch, false);
+    assert_eq!(probe.len, PROBE_LEN.min(batch), "still a page");
+    let parsed = reader.parse(&sim_read(&buf, probe), probe.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.delivered, parsed.stop), (0, Stop::End), "the probe found the header");
+    let plan = reader.next_read(batch, true);
+    assert_eq!(plan.len, record + HEADER_LEN, "the whole record and the next header");
+    reader.parse(&sim_read(&buf, plan), plan.position, |s, _| got.push(s)).unwrap();
+    assert_eq!(got, [1, 2]);
+    // A larger batch that holds the record probes for it whole, as before.
+    assert_eq!(reader.next_read(32 * 1024, false).len, record + HEADER_LEN);
+}
