@@ -17,28 +17,28 @@
 //! One READ at a time per feed (two behind large records, below) brings up to `batch` bytes
 //! (default 256 KiB) from the feed's position, never past the end of the data area; complete
 //! messages are queued as slices of the READ buffer (zero copy) or, when reassembled from
-//! fragments, as owned buffers. A READ is
-//! posted only into a buffer no queued message points into, so while the messages of one
-//! buffer are delivered the next READ lands in the other. When a completed READ's headers show
-//! a written record continuing past it (`RingReader::plan_ahead`, headers only), the next READ
-//! goes out at once, before this one is validated, and the checksums are computed while it
-//! travels (a READ ahead that validation then makes stale is discarded; counter
-//! `reads_ahead`); otherwise once the messages are delivered, so a subscriber that keeps up
-//! does not spend the publisher's NIC on tiny READs. How long each READ is, behind or caught
-//! up, is the ring reader's plan (`RingReader::next_read` in `rdma_wire::ring`).
+//! fragments, as owned buffers. A READ is posted only into a buffer no queued message points
+//! into, so while the messages of one buffer are delivered the next READ lands in the other.
+//! When a completed READ's headers show a written record continuing past it
+//! (`RingReader::plan_ahead`, headers only), the next READ goes out at once, before this one is
+//! validated, and the checksums are computed while it travels (a READ ahead that validation
+//! then makes stale is discarded; counter `reads_ahead`); otherwise once the messages are
+//! delivered, so a subscriber that keeps up does not spend the publisher's NIC on tiny READs.
+//! How long each READ is, behind or caught up, is the ring reader's plan
+//! (`RingReader::next_read` in `rdma_wire::ring`).
 //!
-//! Behind a stream of records larger than `batch` each READ brings one record and the header
-//! after it, so one READ at a time left the publisher's NIC idle through every turn-around (the
-//! completion, the subscriber's wake-up, the next request; with 1 MiB messages over loopback
-//! the publisher's NIC thread was busy 60% of the time, the two CPUs 80%).
-//! There, while the last READ's parse consumed records and stopped in the middle of written data
-//! (the publisher a record ahead or more: not after a probe of an idle ring, where the record
-//! after the one found is not written yet), a second READ goes out while the first is on the
-//! wire, as soon as the buffer of the READ before it is free: the next record from the header
-//! the first ends with, guessed to be of the same size (`RingReader::plan_behind`; counter `reads_behind`). A wrong guess costs a
-//! READ (short, long or stale), never a message. At most [`READS_IN_FLIGHT`] (2) are in flight,
-//! in the order posted, which is the order they complete in. Buffers are not added: the
-//! second READ lands in the buffer whose messages were just delivered.
+//! Behind a stream of records larger than `batch`, each READ brings one record and the header
+//! after it, and one READ at a time left the publisher's NIC idle through every turn-around
+//! (the completion, the subscriber's wake-up, the next request): with 1 MiB messages over
+//! loopback its NIC thread was busy 60% of the time, the two CPUs 80%. There a second READ goes
+//! out while the first is on the wire, as soon as the buffer of the READ before it is free: the
+//! next record, from the header the first ends with, guessed to be of the same size
+//! (`RingReader::plan_behind`; counter `reads_behind`). Only while the last parse consumed
+//! records and stopped in the middle of written data (the publisher a record ahead or more):
+//! after a probe of an idle ring found a record, the one after it is not written yet. A wrong
+//! guess costs a READ (short, long or stale), never a message. At most [`READS_IN_FLIGHT`] (2)
+//! are in flight, in the order posted, which is the order they complete in; no buffer is
+//! added, the second READ lands in the one whose messages were just delivered.
 //!
 //! READ buffers start at `batch` bytes and grow when a READ needs more (at least doubling, at
 //! most `RingReader::max_read_len`: the ring's largest record and a header), so a ring that

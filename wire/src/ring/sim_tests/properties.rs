@@ -76,6 +76,57 @@ proptest! {
         prop_assert_eq!(seen.delivered, (1..=lens.len() as u64).collect::<Vec<_>>());
     }
 
+    /// A reader that keeps a READ planned behind the one in flight whenever it may (as a
+    /// subscriber behind large records does), besides READs ahead, with the producer writing
+    /// under flow control between every two READs (so READs find records unwritten, partly
+    /// written messages, padding and sizes that change): every message exactly once, in
+    /// order, byte for byte.
+    #[test]
+    fn reads_planned_behind_deliver_exactly(lens in sizes(150_000), batch in 2048usize..40_000) {
+        let (buf, mut prod) = ring(CAP);
+        let mut reader = reader_at(&prod, prod.latest());
+        let len_of = |s: u64| lens[s as usize - 1];
+        let mut seen = Seen::new(1);
+        // The READs on the wire, in the order posted, each with the bytes it found when posted.
+        let mut wire: std::collections::VecDeque<(ReadPlan, Vec<u8>)> = Default::default();
+        let (mut behind, mut streaming, mut written, mut rounds) = (false, false, 0, 0);
+        while seen.delivered.len() < lens.len() {
+            rounds += 1;
+            prop_assert!(rounds < 200_000, "stuck at seq {}", reader.next_seq());
+            if written < lens.len() {
+                let msg = payload(written as u64 + 1, lens[written]);
+                if let Append::Complete { .. } = prod.append(&msg, prod.limit_for(reader.consumed_position())).unwrap() {
+                    written += 1;
+                }
+            }
+            if wire.is_empty() {
+                let plan = reader.next_read(batch, behind);
+                wire.push_back((plan, sim_read(&buf, plan)));
+            }
+            let (plan, bytes) = wire.pop_front().unwrap();
+            if wire.is_empty() {
+                if let Some(ahead) = reader.plan_ahead(&bytes, plan.position, batch) {
+                    wire.push_back((ahead, sim_read(&buf, ahead)));
+                }
+            }
+            let mut got = Vec::new();
+            let parsed = reader.parse(&bytes, plan.position, |s, b| got.push((s, b.to_vec()))).unwrap();
+            seen.record(&parsed, got, &len_of);
+            prop_assert_ne!(parsed.stop, Stop::NeedControl, "no lap under flow control");
+            if parsed.stop != Stop::Stale {
+                behind = parsed.stop == Stop::End;
+                streaming = parsed.consumed > 0 && behind;
+            }
+            if streaming && wire.len() == 1 {
+                if let Some(next) = reader.plan_behind(&wire[0].0, batch) {
+                    wire.push_back((next, sim_read(&buf, next)));
+                }
+            }
+        }
+        prop_assert_eq!(seen.lost, 0);
+        prop_assert_eq!(seen.delivered, (1..=lens.len() as u64).collect::<Vec<_>>());
+    }
+
     /// Overwrite with a slow reader: delivered + lost = produced, deliveries strictly
     /// increasing and exact.
     #[test]
