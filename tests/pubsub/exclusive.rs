@@ -119,11 +119,20 @@ fn a_subscriber_connects_while_an_exclusive_publisher_publishes_without_pause() 
     let addr = pub_node.local_addr();
     let mut exclusive = publisher.exclusive().unwrap();
     let (connected, subscriber) = std::sync::mpsc::channel();
+    // The subscriber receives from the moment it is connected: the publisher, which goes on
+    // publishing until it hears of the connect, must never wait on it for longer than this
+    // thread takes to be scheduled (a whole ring of ticks is published in about a millisecond).
     let joining = thread::spawn(move || {
         let sub_node = node_without_discovery();
-        let sub = subscribe(&sub_node, "exclusive-busy", Start::Latest, addr);
+        let mut sub = subscribe(&sub_node, "exclusive-busy", Start::Latest, addr);
         connected.send(()).unwrap();
-        (sub_node, sub)
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let m = recv_until(&mut sub, deadline);
+            if m.data == b"seen" {
+                return m.seq;
+            }
+        }
     });
     // The CM thread gets the lock between two messages (or leaves the connect to the next one).
     let deadline = Instant::now() + WAIT;
@@ -137,15 +146,7 @@ fn a_subscriber_connects_while_an_exclusive_publisher_publishes_without_pause() 
     assert_eq!(exclusive.counters().accepted(), 1);
     let seq = exclusive.publish(b"seen").unwrap();
     drop(exclusive);
-    let (_sub_node, mut sub) = joining.join().expect("subscriber");
-    let deadline = Instant::now() + WAIT;
-    let m = loop {
-        let m = recv_until(&mut sub, deadline);
-        if m.data == b"seen" {
-            break m;
-        }
-    };
-    assert_eq!(m.seq, seq);
+    assert_eq!(joining.join().expect("subscriber"), seq);
 }
 
 #[test]
