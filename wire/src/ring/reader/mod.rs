@@ -189,9 +189,6 @@ pub struct RingReader {
     /// Bytes the last parse consumed when they held several records: a caught-up reader probes
     /// with twice as many.
     last_fill: usize,
-    /// The last parse consumed records, all of the size `last_record` (a stream of one record
-    /// size, where the READ planned behind another may span several records).
-    uniform: bool,
     /// The control block showed written data past the position: READ a batch next.
     data_waits: bool,
     /// The position and claimed length of the last header found longer than the ring's
@@ -225,7 +222,6 @@ impl RingReader {
             need: HEADER_LEN,
             last_record: HEADER_LEN,
             last_fill: 0,
-            uniform: false,
             data_waits: false,
             oversized: None,
             empty_reads: 0,

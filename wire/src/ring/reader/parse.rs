@@ -35,9 +35,6 @@ impl RingReader {
         let records_before = self.stats.records;
         let avail = bytes.len().min(layout::room_to_end(position, self.capacity) as usize);
         let mut off = 0;
-        // Whether every record consumed so far has one size (the first one's).
-        let mut sizes: Option<usize> = None;
-        let mut uniform = true;
         while off < avail {
             let rest = &bytes[off..avail];
             let Some(h) = RecordHeader::decode(rest) else {
@@ -80,7 +77,6 @@ impl RingReader {
                 self.advance(room);
                 out.consumed = avail;
                 self.last_fill = self.fill_hint(out.consumed, records_before);
-                self.uniform = false;
                 return Ok(out);
             }
             if h.len as usize > self.max_record_payload {
@@ -116,12 +112,10 @@ impl RingReader {
             }
             self.advance(size as u64);
             self.last_record = size;
-            uniform &= *sizes.get_or_insert(size) == size;
             off += size;
             out.consumed = off;
         }
         self.last_fill = self.fill_hint(out.consumed, records_before);
-        self.uniform = uniform && sizes.is_some();
         Ok(out)
     }
 

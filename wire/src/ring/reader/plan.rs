@@ -46,35 +46,31 @@ impl RingReader {
 
     /// A READ to post while `in_flight` is still on the wire, so that the publisher's NIC
     /// serves the next READ back to back instead of idling through this reader's turn-around
-    /// (the completion, a wake-up, the next request). `in_flight` must be a READ from the
-    /// position of whole records of the size last consumed and the header after them (what
-    /// [`plan_ahead`] plans for a stream of one record size): one record larger than
-    /// `max_batch` (its size known from its header), or several when the last parse found a
-    /// stream of one record size. The READ returned is the next one of the same length, from
-    /// the header `in_flight` ends with: where it starts is known when the records in flight are
-    /// of that size, their sizes and those after them are guessed.
+    /// (the completion, a wake-up, the next request). Only for a reader behind a stream of
+    /// records larger than `max_batch`: `in_flight` must be a READ from the position of one
+    /// record of the size last consumed and the header after it (what [`plan_ahead`]
+    /// plans for such records). The READ returned is the next one of the same shape, from that
+    /// header: where the next record starts is known, its size is guessed to be the same.
     ///
     /// A wrong guess costs a READ, never a message: a longer record makes the READ short (the
     /// parse asks for the rest), a shorter one makes it bring part of the record after it, an
     /// unwritten one makes it an empty READ, and a READ that then starts elsewhere than the
     /// parse ended is stale ([`parse`](Self::parse) says so). `None` for anything else, and when
-    /// the READ would not fit before the end of the data area (records may be padded to the
-    /// start).
+    /// the next record and its header would not fit before the end of the data area (it may be
+    /// padded to the start).
     ///
     /// [`plan_ahead`]: Self::plan_ahead
     pub fn plan_behind(&self, in_flight: &ReadPlan, max_batch: usize) -> Option<ReadPlan> {
         let record = self.last_record;
-        let records = in_flight.len.checked_sub(HEADER_LEN)?;
-        let one_large = records == record && in_flight.len > max_batch;
-        let several_of_one_size = self.uniform && records > 0 && records % record == 0;
-        if !(one_large || several_of_one_size) || in_flight.position != self.position || self.need > in_flight.len {
+        let one_record = in_flight.len == record + HEADER_LEN && in_flight.len > max_batch;
+        if !one_record || in_flight.position != self.position || self.need > record + HEADER_LEN {
             return None;
         }
-        let position = in_flight.position + records as u64;
-        if (layout::room_to_end(position, self.capacity) as usize) < in_flight.len {
+        let position = in_flight.position + record as u64;
+        if (layout::room_to_end(position, self.capacity) as usize) < record + HEADER_LEN {
             return None;
         }
-        Some(ReadPlan { ring_offset: layout::data_offset(position, self.capacity), len: in_flight.len, position })
+        Some(ReadPlan { ring_offset: layout::data_offset(position, self.capacity), len: record + HEADER_LEN, position })
     }
 
     /// The longest READ [`next_read`](Self::next_read) plans with `max_batch` (or the control
