@@ -357,11 +357,6 @@ struct ActiveFeed {
     /// The last READ reached the end of what was written: READ again only once its messages
     /// are delivered (reading ahead then would only bring small batches).
     caught_up: bool,
-    /// The last READ's parse consumed records and ended in the middle of written data: the
-    /// publisher is at least a record ahead, so a READ planned behind the one in flight likely
-    /// finds its record written. A READ that first finds a record (after a probe of an idle
-    /// ring) proves nothing of the record after it.
-    streaming: bool,
     ring: RemoteAddr,
     capacity: u64,
     /// The READs in flight, in the order posted (and completed), each with its buffer: at
@@ -498,7 +493,6 @@ impl Feed {
             max_read_len,
             pending: [0, 0],
             caught_up: false,
-            streaming: false,
             ring: accept.ring,
             capacity: accept.capacity,
             reads: VecDeque::with_capacity(READS_IN_FLIGHT),
@@ -727,15 +721,12 @@ impl Feed {
                 }
             }
         }
-        // A buffer no queued message points into: the READ lands there while the messages
-        // of the other buffer are being delivered.
-        let free = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight());
         if let Some(&(in_flight, _)) = a.reads.front() {
             // Behind a stream of large records, the next READ goes out while this one is on
             // the wire, into the buffer whose messages were delivered.
-            let behind = a.reads.len() < READS_IN_FLIGHT && a.streaming && !a.caught_up && !a.need_control;
+            let behind = a.reads.len() < READS_IN_FLIGHT && !a.caught_up && !a.need_control;
             let next = behind.then(|| a.reader.plan_behind(&in_flight, options.batch)).flatten();
-            if let (Some(next), Some(buf)) = (next, free) {
+            if let Some((next, buf)) = next.zip(a.free_buffer()) {
                 link.post_read(a, buf, next, ctx.pd, ctx.counters)?;
                 *outstanding += 1;
                 ctx.counters.reads.fetch_add(1, Ordering::Relaxed);
@@ -746,7 +737,9 @@ impl Feed {
         if a.caught_up && !a.ready.is_empty() {
             return Ok(FeedStep::Continue);
         }
-        let Some(buf) = free else {
+        // A buffer no queued message points into: the READ lands there while the messages
+        // of the other buffer are being delivered.
+        let Some(buf) = a.free_buffer() else {
             return Ok(FeedStep::Continue);
         };
         if let Idle::Parked { since } = a.idle {
@@ -889,7 +882,7 @@ impl Feed {
         // When the headers show more written data, the next READ goes out before
         // this one is validated (checksums), into the other buffer.
         let other = 1 - buf;
-        let other_free = a.pending[other] == 0 && !a.landings[other].in_flight();
+        let other_free = a.is_free(other);
         let ahead = (other_free && plan != ReadPlan::control() && !*quiesced)
             .then(|| a.reader.plan_ahead(a.landings[buf].bytes(), plan.position, ctx.options.batch))
             .flatten();
@@ -950,7 +943,6 @@ impl Feed {
             return Ok(FeedStep::Continue);
         }
         a.caught_up = parsed.stop != Stop::End;
-        a.streaming = parsed.consumed > 0 && !a.caught_up;
         // The clock is read only by an enabled pacer that sets a delay (never on the same host).
         a.pacer.after_read(Instant::now, parsed.consumed, plan.len, messages, !a.caught_up);
         a.note_overwritten(parsed.lost, ctx);
@@ -1063,7 +1055,7 @@ impl Feed {
         {
             return None;
         }
-        let buf = (0..2).find(|&b| a.pending[b] == 0 && !a.landings[b].in_flight())?;
+        let buf = a.free_buffer()?;
         if len > a.landings[buf].capacity() {
             return None;
         }
@@ -1091,6 +1083,17 @@ impl Feed {
 }
 
 impl ActiveFeed {
+    /// Whether READ buffer `buf` may take a READ: no queued message points into it and no
+    /// READ is landing in it.
+    fn is_free(&self, buf: usize) -> bool {
+        self.pending[buf] == 0 && !self.landings[buf].in_flight()
+    }
+
+    /// A READ buffer that may take a READ, if one may.
+    fn free_buffer(&self) -> Option<usize> {
+        (0..2).find(|&b| self.is_free(b))
+    }
+
     /// `lost` messages of the stream were overwritten before they were read (none: nothing
     /// to tell): counted, and told to the application.
     fn note_overwritten(&mut self, lost: u64, ctx: &mut FeedContext<'_>) {

@@ -191,6 +191,11 @@ pub struct RingReader {
     last_fill: usize,
     /// The control block showed written data past the position: READ a batch next.
     data_waits: bool,
+    /// The last parse consumed records and stopped in the middle of written data: the
+    /// producer is at least a record ahead (not after a probe of an idle ring found one
+    /// record: the one after it is not written yet), so a READ planned behind another one
+    /// likely finds its record written ([`plan_behind`](Self::plan_behind)).
+    streaming: bool,
     /// The position and claimed length of the last header found longer than the ring's
     /// records may be (taken for a torn READ once; the same claim again is an error).
     oversized: Option<(u64, u32)>,
@@ -223,6 +228,7 @@ impl RingReader {
             last_record: HEADER_LEN,
             last_fill: 0,
             data_waits: false,
+            streaming: false,
             oversized: None,
             empty_reads: 0,
             assembly: Vec::new(),

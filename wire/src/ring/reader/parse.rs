@@ -32,6 +32,7 @@ impl RingReader {
             return Ok(out);
         }
         self.data_waits = false;
+        self.streaming = false;
         let records_before = self.stats.records;
         let avail = bytes.len().min(layout::room_to_end(position, self.capacity) as usize);
         let mut off = 0;
@@ -116,6 +117,7 @@ impl RingReader {
             out.consumed = off;
         }
         self.last_fill = self.fill_hint(out.consumed, records_before);
+        self.streaming = out.consumed > 0 && out.stop == Stop::End;
         Ok(out)
     }
 
@@ -124,6 +126,7 @@ impl RingReader {
     /// (or is overwriting) the reader's position, continues from `head`; the loss is counted
     /// when the record there confirms `head_seq`.
     pub fn apply_control(&mut self, snap: &ControlSnapshot) -> Result<ControlOutcome, RingError> {
+        self.streaming = false;
         if snap.capacity != self.capacity as u64 || snap.epoch != self.epoch {
             return Err(RingError::BadControl(format!(
                 "capacity {} epoch {} (expected {} and {})",

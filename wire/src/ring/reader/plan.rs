@@ -47,9 +47,10 @@ impl RingReader {
     /// A READ to post while `in_flight` is still on the wire, so that the publisher's NIC
     /// serves the next READ back to back instead of idling through this reader's turn-around
     /// (the completion, a wake-up, the next request). Only for a reader behind a stream of
-    /// records larger than `max_batch`: `in_flight` must be a READ from the position of one
-    /// record of the size last consumed and the header after it (what [`plan_ahead`]
-    /// plans for such records). The READ returned is the next one of the same shape, from that
+    /// records larger than `max_batch` (its last parse consumed records and stopped in the
+    /// middle of written data): `in_flight` must be a READ from the position of one record of
+    /// the size last consumed and the header after it (what [`plan_ahead`] plans for such
+    /// records). The READ returned is the next one of the same shape, from that
     /// header: where the next record starts is known, its size is guessed to be the same.
     ///
     /// A wrong guess costs a READ, never a message: a longer record makes the READ short (the
@@ -63,7 +64,7 @@ impl RingReader {
     pub fn plan_behind(&self, in_flight: &ReadPlan, max_batch: usize) -> Option<ReadPlan> {
         let record = self.last_record;
         let one_record = in_flight.len == record + HEADER_LEN && in_flight.len > max_batch;
-        if !one_record || in_flight.position != self.position || self.need > record + HEADER_LEN {
+        if !self.streaming || !one_record || in_flight.position != self.position || self.need > record + HEADER_LEN {
             return None;
         }
         let position = in_flight.position + record as u64;

@@ -89,7 +89,7 @@ proptest! {
         let mut seen = Seen::new(1);
         // The READs on the wire, in the order posted, each with the bytes it found when posted.
         let mut wire: std::collections::VecDeque<(ReadPlan, Vec<u8>)> = Default::default();
-        let (mut behind, mut streaming, mut written, mut rounds) = (false, false, 0, 0);
+        let (mut behind, mut written, mut rounds) = (false, 0, 0);
         while seen.delivered.len() < lens.len() {
             rounds += 1;
             prop_assert!(rounds < 200_000, "stuck at seq {}", reader.next_seq());
@@ -115,9 +115,8 @@ proptest! {
             prop_assert_ne!(parsed.stop, Stop::NeedControl, "no lap under flow control");
             if parsed.stop != Stop::Stale {
                 behind = parsed.stop == Stop::End;
-                streaming = parsed.consumed > 0 && behind;
             }
-            if streaming && wire.len() == 1 {
+            if wire.len() == 1 {
                 if let Some(next) = reader.plan_behind(&wire[0].0, batch) {
                     wire.push_back((next, sim_read(&buf, next)));
                 }

@@ -286,6 +286,25 @@ fn no_read_is_planned_behind_small_records_another_position_or_the_end_of_the_ri
     assert_eq!(reader.plan_behind(&ReadPlan { len: record, ..in_flight }, batch), None);
     // Records no larger than the batch are READ many at a time: no guessing.
     assert_eq!(reader.plan_behind(&in_flight, record + HEADER_LEN), None);
+    // A parse that consumed a record and found nothing written after it (a probe of an idle
+    // ring that found one message) proves nothing of the next record: no guessing.
+    let (buf, mut prod, mut reader) = written(CAP, 2, len);
+    let mut stop = Stop::End;
+    while reader.next_seq() <= 2 {
+        let plan = reader.next_read(batch, true);
+        stop = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap().stop;
+    }
+    assert_eq!(stop, Stop::NotYetWritten, "the second record, and nothing after it");
+    let in_flight = reader.next_read(batch, true);
+    assert_eq!(in_flight.len, record + HEADER_LEN);
+    assert_eq!(reader.plan_behind(&in_flight, batch), None, "caught up");
+    prod.append(&payload(3, len), NO_LIMIT).unwrap();
+    prod.append(&payload(4, len), NO_LIMIT).unwrap();
+    let plan = reader.next_read(batch, true);
+    let parsed = reader.parse(&sim_read(&buf, plan), plan.position, |_, _| {}).unwrap();
+    assert_eq!((parsed.delivered, parsed.stop), (1, Stop::End));
+    let in_flight = reader.next_read(batch, true);
+    assert!(reader.plan_behind(&in_flight, batch).is_some(), "behind again");
     // Near the end of the data area the next record may be padded to the start: no guessing.
     let (buf, _prod, mut reader) = written(CAP, 10, len);
     let mut plan = reader.next_read(batch, false);
