@@ -33,9 +33,10 @@
 //! loopback its NIC thread was busy 60% of the time, the two CPUs 80%. There a second READ goes
 //! out while the first is on the wire, as soon as the buffer of the READ before it is free: the
 //! next record, from the header the first ends with, guessed to be of the same size
-//! (`RingReader::plan_behind`; counter `reads_behind`). Only while the last parse consumed
-//! records and stopped in the middle of written data (the publisher a record ahead or more):
-//! after a probe of an idle ring found a record, the one after it is not written yet. A wrong
+//! (`RingReader::plan_behind`; counter `reads_behind`). The reader plans one only while its last
+//! parse consumed records and stopped in the middle of written data (the publisher a record
+//! ahead or more): after a probe of an idle ring found a record, the one after it is not
+//! written yet. A wrong
 //! guess costs a READ (short, long or stale), never a message. At most [`READS_IN_FLIGHT`] (2)
 //! are in flight, in the order posted, which is the order they complete in; no buffer is
 //! added, the second READ lands in the one whose messages were just delivered.
