@@ -69,6 +69,9 @@ pub(crate) struct DeviceState {
     pub(crate) handshakes: Mutex<Handshakes>,
     /// What the device counted.
     pub(crate) counters: SoftCounters,
+    /// Times the NIC thread found a connection's receive state held by a polling thread.
+    #[cfg(test)]
+    pub(crate) polled_conflicts: AtomicU64,
 }
 
 /// What a soft device counts (see [`FabricCounters`]).
@@ -210,6 +213,8 @@ impl Device {
             shm,
             handshakes: Mutex::new(Handshakes::default()),
             counters: SoftCounters::default(),
+            #[cfg(test)]
+            polled_conflicts: AtomicU64::new(0),
         });
         let nic_state = state.clone();
         let thread = std::thread::Builder::new()
