@@ -69,9 +69,10 @@ pub(crate) struct DeviceState {
     pub(crate) handshakes: Mutex<Handshakes>,
     /// What the device counted.
     pub(crate) counters: SoftCounters,
-    /// Times the NIC thread found a connection's receive state held by a polling thread.
+    /// Turns of the NIC thread's loop that paused and yielded before reading again a
+    /// connection whose receive state a polling thread held.
     #[cfg(test)]
-    pub(crate) polled_conflicts: AtomicU64,
+    pub(crate) yields_for_held: AtomicU64,
 }
 
 /// What a soft device counts (see [`FabricCounters`]).
@@ -214,7 +215,7 @@ impl Device {
             handshakes: Mutex::new(Handshakes::default()),
             counters: SoftCounters::default(),
             #[cfg(test)]
-            polled_conflicts: AtomicU64::new(0),
+            yields_for_held: AtomicU64::new(0),
         });
         let nic_state = state.clone();
         let thread = std::thread::Builder::new()

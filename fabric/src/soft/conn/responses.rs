@@ -35,8 +35,8 @@
 //! SEND, and everything a spinning poller leaves too. The NIC thread is woken by the same
 //! arrival (its own edge-triggered poll) and, finding the socket read, has nothing to do; a
 //! frame the woken thread takes no part of is read by it as before. A NIC thread that finds
-//! the receive state held waits for it asleep (`POLLER_WAIT`, `nic/reader.rs`): on a shared
-//! CPU the holder may be the thread it has just preempted.
+//! the receive state held reads the connection again only after a pause and a yield of its
+//! CPU (`Nic::held`): the holder may be the thread it has just preempted.
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};

@@ -26,5 +26,3 @@ mod timeouts;
 
 pub(crate) use event_loop::run;
 pub use state::OUTPUT_STALL_TIMEOUT;
-#[cfg(test)]
-pub(crate) use state::POLLER_WAIT;

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use super::state::{io_step, Nic, ReadOutcome, POLLER_WAIT, READ_BUDGET};
+use super::state::{io_step, Nic, ReadOutcome, READ_BUDGET};
 use crate::memory;
 use crate::soft::conn::{AfterPayload, Conn, Expecting, Phase, ReceiveState, RX_BUF};
 use crate::soft::wire::{Header, HEADER_LEN};
@@ -14,8 +14,7 @@ use crate::soft::wire::{Header, HEADER_LEN};
 impl Nic {
     /// Reads and processes frames until the socket is drained, the budget is used, or an RNR
     /// wait stops the connection; then writes the responses queued meanwhile. A connection
-    /// whose receive state a polling thread holds is waited for asleep, [`POLLER_WAIT`] at
-    /// most, then read again on the next turn.
+    /// whose receive state a polling thread holds is read again later ([`Nic::held`]).
     pub(super) fn drive(&mut self, c: &Arc<Conn>) {
         {
             let mut st = c.st.lock();
@@ -23,20 +22,11 @@ impl Nic {
                 return;
             }
         }
-        let rx = c.rx.try_lock().or_else(|| {
-            #[cfg(test)]
-            self.device.polled_conflicts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            // A thread polling its CQ is taking its READ responses (`conn/responses.rs`). Wait
-            // for it asleep, [`POLLER_WAIT`] at most: on a shared CPU that thread may be the one
-            // this thread preempted, and a NIC thread retrying without sleeping kept it off
-            // the CPU until the scheduler's tick: 3-5 ms for 2-8% of a parked subscriber's
-            // messages on a 2-vCPU VM.
-            c.rx.try_lock_for(POLLER_WAIT)
-        });
-        let Some(mut rx) = rx else {
-            // Still held: read the connection again on the next turn, so that the device's
-            // other connections are not held up by one poller's look.
-            self.ready.push(c.id);
+        let Some(mut rx) = c.rx.try_lock() else {
+            // A thread polling its CQ is taking its READ responses (`conn/responses.rs`): read
+            // the connection again after the device's other connections, a pause and a yield
+            // (see `Nic::held`), rather than wait for it here.
+            self.held.push(c.id);
             return;
         };
         rx.drained = false;

@@ -17,10 +17,6 @@ use crate::soft::wire::Header;
 
 /// Bytes one connection may read before others get a turn.
 pub(super) const READ_BUDGET: usize = 4 << 20;
-/// Longest the NIC thread waits for a connection's receive state that a polling thread holds
-/// (`conn/responses.rs`) before it serves the device's other connections and tries again on its
-/// next turn. It waits asleep: the holder may be the thread it took the CPU from.
-pub(crate) const POLLER_WAIT: Duration = Duration::from_micros(100);
 /// How long a connection whose reading is paused (its answers over `OUT_CAP`, unread by the
 /// peer) may go without writing a byte before it is cut (`FabricCounters::output_stalls`).
 pub const OUTPUT_STALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -53,6 +49,9 @@ pub(super) struct Nic {
     pub(super) timers: Timers,
     /// Connections to read again (they yielded, or a pause of reading them ended).
     pub(super) ready: Vec<ConnId>,
+    /// Connections whose receive state a polling thread held (`conn/responses.rs`): read
+    /// again after a pause and a yield of the CPU, which may be the one that thread needs.
+    pub(super) held: Vec<ConnId>,
     /// Same-host streams of peers on this host (see `shm`).
     pub(super) streams: Streams,
     /// Streams of the data port waiting for their hello or their queue pair.
