@@ -46,6 +46,9 @@ const SUBSCRIBER_THREAD: &str = "bench-sub-";
 
 /// Messages the publisher publishes between two readings of the clock in the throughput run.
 const CLOCK_EVERY: u64 = 1024;
+/// Longest the publishing thread parks at a time while it waits for a latency message's receipt
+/// with `--latency-gap` (a report unparks it before that).
+const PARK_CAP: Duration = Duration::from_millis(1);
 
 /// The table's columns: name and width (negative: left-aligned), in the order of [`row`].
 const COLUMNS: [(&str, i32); 19] = [
@@ -140,7 +143,9 @@ enum Subscribers {
 impl Subscribers {
     /// Waits up to `timeout` until every subscriber has message `seq`: `Ok(false)` when the
     /// time is up. Processes: an error when one dies or hangs, or (`strict`) when the time is up.
-    fn wait_all(&mut self, seq: u64, timeout: Duration, strict: bool) -> Result<bool, Fail> {
+    /// Threads: spinning, or with `asleep` parked (each latency report unparks this thread), so
+    /// that the subscribers' threads and the NIC threads have the CPUs to themselves.
+    fn wait_all(&mut self, seq: u64, timeout: Duration, strict: bool, asleep: bool) -> Result<bool, Fail> {
         match self {
             Subscribers::Threads { progress, .. } => {
                 let until = Instant::now() + timeout;
@@ -148,10 +153,15 @@ impl Subscribers {
                     if progress.iter().all(|p| p.load(Ordering::Acquire) >= seq) {
                         return Ok(true);
                     }
-                    if Instant::now() >= until {
+                    let now = Instant::now();
+                    if now >= until {
                         return Ok(false);
                     }
-                    thread::yield_now();
+                    if asleep {
+                        thread::park_timeout((until - now).min(PARK_CAP));
+                    } else {
+                        thread::yield_now();
+                    }
                 }
             }
             Subscribers::Processes(group) => group.wait_all(seq, timeout, strict),
@@ -447,7 +457,7 @@ fn measure(
     let waits_per_msg = per_message(sender.counters().waits(), waits0);
     let acks_per_msg = per_message(sender.counters().acks(), acks0);
     let doorbells_per_msg = per_message(sender.counters().doorbells(), doorbells0);
-    subscribers.wait_all(published, Duration::from_secs(30), true)?;
+    subscribers.wait_all(published, Duration::from_secs(30), true, false)?;
     let secs = start.elapsed().as_secs_f64();
     let others =
         procinfo::other_threads_cpu(&others0, &procinfo::threads_cpu(), procinfo::current_tid(), SUBSCRIBER_THREAD);
@@ -466,7 +476,7 @@ fn measure(
         seq += 1;
         payload::write_header(&mut buf, stream, seq, receive::stamp_now());
         sender.publish(&buf).map_err(|e| subscribers.blame(e.into()))?;
-        subscribers.wait_all(seq, Duration::from_secs(1), false)?;
+        subscribers.wait_all(seq, Duration::from_secs(1), false, args.latency_gap > 0)?;
         if args.latency_gap > 0 {
             // The load's shape (subscribers that go idle between messages), not a synchronisation.
             thread::sleep(Duration::from_micros(args.latency_gap));
@@ -535,16 +545,19 @@ fn start_threads(
 ) -> Result<Subscribers, Fail> {
     let stream = payload::stream_of(topic);
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..subs).map(|_| AtomicU64::new(0)).collect());
+    // With a gap the publishing thread (this one) waits for each latency message asleep.
+    let waiter = (args.latency_gap > 0).then(thread::current);
     let mut threads = Vec::new();
     for i in 0..subs as usize {
         let mut sub = sub_node.subscriber(topic).start(Start::Earliest).busy_poll(args.busy_poll).create()?;
         sub.connect_wait(pub_node.local_addr(), Duration::from_secs(10))?;
         let progress = progress.clone();
+        let waiter = waiter.clone();
         threads.push(
             thread::Builder::new()
                 .name(format!("{SUBSCRIBER_THREAD}{i}"))
                 .spawn(move || {
-                    let mut report = AtomicReporter { progress: &progress[i], latency: new_histogram() };
+                    let mut report = AtomicReporter { progress: &progress[i], latency: new_histogram(), waiter };
                     // The reporter never fails and no flag orphans a thread.
                     let totals = receive::receive(&mut sub, stream, size, &mut report, None).unwrap_or_default();
                     progress[i].store(u64::MAX, Ordering::Release);
@@ -564,10 +577,12 @@ fn start_threads(
 }
 
 /// A subscriber thread's reports: the last sequence in an atomic the publishing thread reads,
-/// latency samples in the thread's histogram.
+/// latency samples in the thread's histogram; with a waiter (`--latency-gap`), the publishing
+/// thread, unparked after each latency report.
 struct AtomicReporter<'a> {
     progress: &'a AtomicU64,
     latency: Histogram<u64>,
+    waiter: Option<thread::Thread>,
 }
 
 impl receive::Reporter for AtomicReporter<'_> {
@@ -579,6 +594,9 @@ impl receive::Reporter for AtomicReporter<'_> {
     fn latency(&mut self, seq: u64, ns: u64) -> Result<(), Fail> {
         self.latency.saturating_record(ns);
         self.progress.store(seq, Ordering::Release);
+        if let Some(waiter) = &self.waiter {
+            waiter.unpark();
+        }
         Ok(())
     }
 
@@ -613,5 +631,31 @@ impl<'a> Sender<'a> {
             Sender::Exclusive(p) => p.publish(message),
             Sender::Shared(p) => p.publish(message),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With `--latency-gap` the publishing thread waits for the receipt of each latency message
+    /// parked, not spinning: the subscribers' threads and the NIC threads have the CPUs. A
+    /// reporter unparks it; here a thread reports after 100 ms (the wait's length, not a
+    /// synchronisation), and the waiting thread spent almost no CPU meanwhile.
+    #[test]
+    fn a_latency_wait_with_a_gap_sleeps_until_the_report() {
+        let progress: Arc<Vec<AtomicU64>> = Arc::new(vec![AtomicU64::new(0)]);
+        let mut subscribers = Subscribers::Threads { progress: progress.clone(), threads: Vec::new() };
+        let waiter = thread::current();
+        let reporter = thread::spawn(move || {
+            thread::sleep(Duration::from_millis(100));
+            let mut report = AtomicReporter { progress: &progress[0], latency: new_histogram(), waiter: Some(waiter) };
+            receive::Reporter::latency(&mut report, 1, 1_000).unwrap();
+        });
+        let cpu = procinfo::thread_cpu();
+        assert!(subscribers.wait_all(1, Duration::from_secs(10), false, true).unwrap(), "the report arrived");
+        let spent = procinfo::thread_cpu() - cpu;
+        reporter.join().unwrap();
+        assert!(spent < Duration::from_millis(20), "the waiting thread spent {spent:?} of CPU in 100 ms");
     }
 }
