@@ -1,6 +1,7 @@
 """Ctrl-C interrupts a blocking receive, which releases the GIL while it waits."""
 
 import _thread
+import signal
 import threading
 import time
 
@@ -11,6 +12,9 @@ from conftest import TIMEOUT
 
 def test_keyboard_interrupt_ends_a_blocking_recv(pair):
     _, subscriber = pair
+    # Python's own SIGINT handler, whatever the runner left: a suite started in the background
+    # (`scripts/test.sh &`, nohup) inherits SIGINT ignored, and then interrupt_main does nothing.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.2, _thread.interrupt_main)
     started = time.monotonic()
     timer.start()
@@ -19,6 +23,7 @@ def test_keyboard_interrupt_ends_a_blocking_recv(pair):
             subscriber.recv(timeout=TIMEOUT)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - started < TIMEOUT / 2
 
 
