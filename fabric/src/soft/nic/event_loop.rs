@@ -65,13 +65,11 @@ pub(crate) fn run(device: Arc<DeviceState>, conns: Arc<Connections>, mut poll: P
             }
         }
         let ready = std::mem::take(&mut nic.ready);
+        // Held connections are read again too, but do not make the thread busy: what holds
+        // them is another thread's (see `Pending::next_poll`).
         busy |= !ready.is_empty();
-        for id in ready {
-            if let Some(c) = nic.conn(id) {
-                nic.drive(&c);
-            }
-        }
-        for id in std::mem::take(&mut nic.held) {
+        let held = std::mem::take(&mut nic.held);
+        for id in ready.into_iter().chain(held) {
             if let Some(c) = nic.conn(id) {
                 nic.drive(&c);
             }
